@@ -1,0 +1,3 @@
+"""perfdoctor: profile an unmodified PyTorch training script, diagnose it, fix it, measure."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,148 @@
+"""Every fact name, its unit, where it comes from and what it means.
+
+Facts are flat scalars with the unit in the name (`_ms`, `_frac`, `_bytes`, `_count`,
+`_per_step`). None means "not measured" (e.g. GPU facts on a CPU run). Rules name the facts
+they need; a test checks that every name a rule needs and every name the analysis produces is
+documented here, so this table is the single reference (`perfdoctor rules` shows it).
+
+Sources: steps (steps.jsonl), obs (observations.json, what the child saw of the script's
+settings), trace (profiler trace), memory (CUDA memory snapshot), samples (NVML / psutil),
+manifest.
+
+To add a fact: add one line here, produce it in analyze/facts.py, test it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FactDoc:
+    unit: str
+    source: str
+    description: str
+
+
+def _f(unit: str, source: str, description: str) -> FactDoc:
+    return FactDoc(unit, source, description)
+
+
+FACTS: dict[str, FactDoc] = {
+    # ---- device / run ---------------------------------------------------------------
+    "device_is_cuda": _f("bool", "manifest", "the script trained on a CUDA device"),
+    "device_count": _f("count", "manifest", "devices visible to the child"),
+    "gpu_compute_capability": _f("major.minor", "manifest", "e.g. 8.0 Ampere, 9.0 Hopper"),
+    "device_total_memory_bytes": _f("bytes", "manifest", "memory of the training device"),
+    "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
+    "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
+    "steps_timed": _f("count", "steps", "steps in the timed window"),
+    "step_detection": _f("name", "manifest", "optimizer, backward or time"),
+    # ---- step timing (host side) -------------------------------------------------------
+    "step_ms_p50": _f("ms", "steps", "median wall time of a timed step"),
+    "step_ms_p90": _f("ms", "steps", "90th percentile wall time of a timed step"),
+    "step_ms_mean": _f("ms", "steps", "mean wall time of a timed step"),
+    "step_jitter_ratio": _f("ratio", "steps", "p90 / p50 of timed step time"),
+    "data_wait_ms_p50": _f("ms", "steps", "median time per step inside DataLoader __next__"),
+    "data_wait_frac": _f("frac", "steps", "share of timed step time spent waiting for data"),
+    "forward_frac": _f("frac", "steps", "share of step time in root-module forward (host)"),
+    "backward_frac": _f("frac", "steps", "share of step time in backward (host)"),
+    "optimizer_frac": _f("frac", "steps", "share of step time in optimizer.step (host)"),
+    "other_frac": _f("frac", "steps", "share of step time outside data/fwd/bwd/optimizer"),
+    "micro_batches_per_step": _f("count", "steps", "backward calls per optimizer step"),
+    "batch_size": _f("samples", "obs", "samples per micro-batch, when visible"),
+    "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
+    "rss_growth_bytes_per_step": _f("bytes", "steps", "slope of process RSS over timed steps"),
+    "cuda_allocated_growth_bytes_per_step": _f(
+        "bytes", "steps", "slope of CUDA allocated memory over timed steps"
+    ),
+    "loss_is_finite": _f("bool", "steps", "every captured loss was finite"),
+    # ---- settings the child observed ------------------------------------------------------
+    "dataloader_count": _f("count", "obs", "DataLoaders the script created"),
+    "dataloader_num_workers": _f("count", "obs", "num_workers of the training DataLoader"),
+    "dataloader_pin_memory": _f("bool", "obs", "pin_memory of the training DataLoader"),
+    "dataloader_prefetch_factor": _f("count", "obs", "prefetch_factor (None with 0 workers)"),
+    "dataloader_persistent_workers": _f("bool", "obs", "persistent_workers"),
+    "dataloader_is_iterable": _f("bool", "obs", "the dataset is an IterableDataset"),
+    "torch_num_threads": _f("count", "obs", "torch.get_num_threads() during training"),
+    "anomaly_detection_enabled": _f("bool", "obs", "torch.autograd anomaly mode was on"),
+    "user_profiler_active": _f("bool", "obs", "the script runs its own torch.profiler"),
+    "emit_nvtx_enabled": _f("bool", "obs", "autograd.profiler.emit_nvtx was on"),
+    "grad_forwards_without_backward": _f(
+        "count", "obs", "root forwards that built an autograd graph never used by backward"
+    ),
+    "grad_forwards_without_backward_frac": _f(
+        "frac", "obs", "share of root forwards that built a graph with no backward"
+    ),
+    "cudnn_benchmark": _f("bool", "obs", "torch.backends.cudnn.benchmark"),
+    "cudnn_deterministic": _f("bool", "obs", "torch.backends.cudnn.deterministic"),
+    "deterministic_algorithms": _f("bool", "obs", "torch.use_deterministic_algorithms"),
+    "tf32_matmul_enabled": _f("bool", "obs", "fp32 matmuls may use TF32"),
+    "autocast_used": _f("bool", "obs", "the script runs under torch.autocast"),
+    "autocast_dtype": _f("name", "obs", "float16 or bfloat16"),
+    "grad_scaler_used": _f("bool", "obs", "the script built a GradScaler"),
+    "optimizer_class": _f("name", "obs", "class of the (first) optimizer"),
+    "optimizer_count": _f("count", "obs", "optimizers that stepped"),
+    "optimizer_impl": _f("name", "obs", "fused, foreach or single-tensor"),
+    "zero_grad_set_to_none": _f("bool", "obs", "zero_grad was called with set_to_none=True"),
+    "model_param_count": _f("count", "obs", "trainable parameters of the root models"),
+    "model_conv_count": _f("count", "obs", "Conv2d/Conv3d modules in the root models"),
+    "model_channels_last": _f("bool", "obs", "4-D parameters are channels_last"),
+    "model_compiled": _f("bool", "obs", "the root model is torch.compile'd"),
+    "conv_bias_before_bn_count": _f("count", "obs", "Conv with bias directly followed by BN"),
+    "uses_data_parallel": _f("bool", "obs", "nn.DataParallel wraps the model"),
+    "uses_ddp": _f("bool", "obs", "DistributedDataParallel wraps the model"),
+    "dist_backend": _f("name", "obs", "torch.distributed backend (nccl, gloo)"),
+    "world_size": _f("count", "obs", "torch.distributed world size"),
+    "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
+    "input_shape_changes": _f("count", "obs", "distinct root input shapes after warm-up"),
+    # ---- trace: CPU side -----------------------------------------------------------------
+    "trace_steps": _f("count", "trace", "ProfilerStep spans in the trace"),
+    "trace_step_ms_p50": _f("ms", "trace", "median ProfilerStep span"),
+    "host_syncs_per_step": _f("count", "trace", "item/_local_scalar_dense/synchronize per step"),
+    "host_sync_ms_per_step": _f("ms", "trace", "time blocked in host syncs per step"),
+    "cpu_op_count_per_step": _f("count", "trace", "aten ops per step"),
+    "single_tensor_optimizer": _f("bool", "trace", "_single_tensor_* optimizer ops seen"),
+    "zero_grad_zeroing": _f("bool", "trace", "aten::zero_ under zero_grad (not set_to_none)"),
+    "tensor_to_device_per_step": _f(
+        "count", "trace", "tensors created on CPU then copied to the device each step"
+    ),
+    "conv_ms_frac": _f("frac", "trace", "share of op time in convolutions"),
+    "matmul_ms_frac": _f("frac", "trace", "share of op time in matmul/linear/bmm"),
+    "fp32_matmul_conv_frac": _f("frac", "trace", "share of op time in fp32 matmul/conv"),
+    "misaligned_lowp_gemm_count": _f(
+        "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
+    ),
+    "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
+    "comm_frac": _f("frac", "trace", "share of step time in nccl/gloo collectives"),
+    # ---- trace: GPU side -----------------------------------------------------------------
+    "gpu_busy_frac": _f("frac", "trace", "union of kernel+memcpy time / step span"),
+    "gpu_idle_host_wait_frac": _f("frac", "trace", "idle share where the GPU waited for host"),
+    "gpu_idle_between_kernels_frac": _f("frac", "trace", "idle share in short inter-kernel gaps"),
+    "kernels_per_step": _f("count", "trace", "GPU kernels launched per step"),
+    "kernel_us_p50": _f("us", "trace", "median kernel duration"),
+    "memcpy_htod_ms_per_step": _f("ms", "trace", "host-to-device copy time per step"),
+    "memcpy_dtoh_ms_per_step": _f("ms", "trace", "device-to-host copy time per step"),
+    "pageable_htod_count_per_step": _f("count", "trace", "HtoD copies from pageable memory"),
+    "pageable_htod_frac": _f("frac", "trace", "share of HtoD bytes from pageable memory"),
+    "tensor_core_kernel_frac": _f("frac", "trace", "share of kernel time in tensor-core kernels"),
+    "triton_kernel_count_per_step": _f("count", "trace", "Triton kernels per step"),
+    "comm_kernel_frac": _f("frac", "trace", "share of GPU time in NCCL kernels"),
+    # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
+    "peak_allocated_bytes": _f("bytes", "memory", "peak allocated device memory"),
+    "peak_reserved_bytes": _f("bytes", "memory", "peak reserved device memory"),
+    "peak_allocated_frac": _f("frac", "memory", "peak allocated / device total"),
+    "fragmentation_frac": _f("frac", "memory", "(reserved - allocated) / reserved at peak"),
+    "alloc_retries": _f("count", "memory", "allocator cudaMalloc retries"),
+    "oom_events": _f("count", "memory", "out-of-memory events"),
+    "activation_bytes_frac": _f("frac", "memory", "share of the peak that is activations"),
+    # ---- samples (NVML / psutil) ---------------------------------------------------------
+    "gpu_util_mean_frac": _f("frac", "samples", "NVML utilization.gpu mean over timed steps"),
+    "gpu_power_w_mean": _f("W", "samples", "mean board power"),
+    "energy_j_per_step": _f("J", "samples", "NVML energy counter delta per step"),
+    "gpu_throttled_frac": _f("frac", "samples", "share of samples with power/thermal throttle"),
+    "sm_active_frac": _f("frac", "samples", "GPM SM activity (Hopper)"),
+    "tensor_active_frac": _f("frac", "samples", "GPM tensor-core activity (Hopper)"),
+    "cpu_util_mean_frac": _f("frac", "samples", "mean CPU utilization over the cores"),
+    "cpu_busy_cores": _f("count", "samples", "cores busy on average (sum of per-core util)"),
+}

@@ -1,0 +1,283 @@
+"""Frozen dataclasses shared by every stage.
+
+Data flows one way: RunSpec -> child -> run directory -> RunRecord -> Facts -> [Finding]
+-> [Recommendation] -> [VariantResult] -> Report -> renderers. Nothing here does I/O and
+nothing here imports torch: these types are the vocabulary of the pure core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Scalar = float | int | bool | str | None
+
+StepDetection = Literal["optimizer", "backward", "time"]
+Severity = Literal["critical", "warning", "info"]
+Verdict = Literal["accepted", "rejected", "failed"]
+RunStatus = Literal[
+    "completed",  # the plan ran to its end and perfdoctor stopped the script
+    "finished_early",  # the script ended on its own (exit 0) before the plan was done
+    "script_exited",  # the script called sys.exit(n) with n != 0
+    "script_crashed",  # an exception escaped the script
+    "timeout",  # --timeout killed it
+    "launch_failed",  # the child never got to run the script
+    "interrupted",  # Ctrl-C
+]
+
+
+# --------------------------------------------------------------------------- run plan / spec
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many optimizer steps each phase of one child run lasts."""
+
+    warmup_steps: int = 5
+    timed_steps: int = 20
+    profiled_steps: int = 3  # 0 disables the profiler window
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.timed_steps + self.profiled_steps
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: `python path argv...` or `python -m module argv...`."""
+
+    kind: Literal["script", "module"]
+    name: str  # script path as typed by the user, or the dotted module name
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The only input a child gets (serialized to spec.json)."""
+
+    label: str  # "baseline", or a variant label such as "dataloader-workers"
+    target: Target
+    cwd: str
+    run_dir: str  # absolute path of this child's directory (<session>/<label>[/repeat-k])
+    plan: StepPlan = StepPlan()
+    seed: int | None = 0  # None: --no-seed
+    optimizations: tuple[str, ...] = ()  # optimization ids to apply at runtime
+    profile: bool = True  # open a torch.profiler window after the timed steps
+    record_memory_history: bool = True  # CUDA only
+    memory_history_max_entries: int = 100_000
+    nvtx: bool = False
+    time_window_s: float = 0.5  # step length when no optimizer and no backward is seen
+    env: Mapping[str, str] = field(default_factory=dict)  # extra env for the child
+
+
+# --------------------------------------------------------------------------- what a run saw
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: Literal["cpu", "cuda"]
+    name: str
+    count: int = 1
+    total_memory_bytes: int | None = None
+    compute_capability: str | None = None  # "9.0" on Hopper
+    cpu_cores_logical: int | None = None
+    cpu_cores_physical: int | None = None
+
+
+@dataclass(frozen=True)
+class AppliedOptimization:
+    """What an applier did in the child, and whether its check proved it took effect."""
+
+    id: str
+    applied: bool
+    verified: bool
+    detail: str  # one line: what was changed, or why it was refused
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """What the launcher saw. Written even when the script crashes or hangs."""
+
+    label: str
+    status: RunStatus
+    exit_code: int
+    wall_s: float
+    steps_seen: int
+    step_detection: StepDetection | None
+    plan_complete: bool
+    versions: Mapping[str, str] = field(default_factory=dict)  # python, torch, cuda, perfdoctor
+    device: DeviceInfo | None = None
+    artifacts: Mapping[str, str] = field(default_factory=dict)  # artifact id -> relative path
+    applied: tuple[AppliedOptimization, ...] = ()
+    warnings: tuple[str, ...] = ()
+    error: str | None = None  # one line: exception type and message of the script's crash
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step (one iteration, whatever the number of optimizers stepped)."""
+
+    index: int
+    phase: Literal["warmup", "timed", "profiled"]
+    wall_ms: float
+    data_wait_ms: float | None = None
+    forward_ms: float | None = None  # host-side time in root-module forward
+    backward_ms: float | None = None  # host-side time in Tensor.backward
+    optimizer_ms: float | None = None  # host-side time in optimizer.step
+    micro_batches: int = 1  # backward calls in this step (gradient accumulation)
+    loss: float | None = None
+    batch_size: int | None = None
+    rss_bytes: int | None = None
+    cuda_allocated_bytes: int | None = None
+    cuda_max_allocated_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A place in the user's code (or a library), as the trace's Python stacks show it."""
+
+    file: str
+    line: int
+    function: str = ""
+    share: float | None = None  # fraction of the relevant time attributed here
+    count: int | None = None  # occurrences (e.g. syncs per step) attributed here
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" + (f" ({self.function})" if self.function else "")
+
+
+# --------------------------------------------------------------------------- diagnosis
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Flat scalars with units in their names; None means "not measured".
+
+    The names are documented in perfdoctor.analyze.fact_catalog. `locations` holds source
+    lines by topic ("host_sync", "data_loading", "grad_without_backward", ...), and `settings`
+    holds what the child observed of the script's configuration (DataLoader arguments,
+    optimizer classes and flags, ...), both for evidence.
+    """
+
+    values: Mapping[str, Scalar]
+    locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Scalar:
+        return self.values.get(name)
+
+    def has(self, name: str) -> bool:
+        return self.values.get(name) is not None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured value, and the threshold it was compared with."""
+
+    name: str  # a fact name
+    value: Scalar
+    threshold: Scalar = None
+    comparison: str = ""  # ">", "<", ">=", "==", ... as the rule applied it
+    unit: str = ""
+    note: str = ""
+
+    def describe(self) -> str:
+        value = f"{self.value}{self.unit}"
+        if self.threshold is None:
+            return f"{self.name} = {value}"
+        return f"{self.name} = {value} ({self.comparison} {self.threshold}{self.unit})"
+
+
+@dataclass(frozen=True)
+class GainEstimate:
+    """What fixing a finding is expected to buy, and how the estimate was made."""
+
+    step_time_frac: float | None = None  # expected fraction of step time saved (0..1)
+    memory_bytes: int | None = None  # expected peak memory saved
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule_id: str  # stable kebab-case id
+    severity: Severity
+    title: str
+    explanation: str
+    evidence: tuple[Evidence, ...]
+    locations: tuple[SourceLocation, ...] = ()
+    optimizations: tuple[str, ...] = ()  # optimization ids that address it
+    gain: GainEstimate = GainEstimate()
+    related: tuple[str, ...] = ()  # rule ids merged into this headline
+
+
+@dataclass(frozen=True)
+class SkippedRule:
+    rule_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    optimization_id: str
+    title: str
+    kind: Literal["runtime", "env", "manual"]
+    risk: str
+    code_change: str  # the by-hand change, as a short snippet
+    addresses: tuple[str, ...]  # rule ids
+    expected_gain: GainEstimate = GainEstimate()
+    locations: tuple[SourceLocation, ...] = ()
+    conflicts: tuple[str, ...] = ()  # one line each: what this trades against
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    label: str
+    optimizations: tuple[str, ...]
+    step_ms_p50: float | None
+    step_ms_p90: float | None
+    speedup: float | None  # baseline median / variant median; > 1 is faster
+    speedup_noise: float | None  # half-width of the noise band on `speedup`
+    peak_memory_bytes: int | None
+    loss_delta: float | None  # relative loss drift against the baseline
+    verdict: Verdict
+    reason: str  # one line
+    throughput_samples_s: float | None = None
+    energy_j_per_step: float | None = None
+    applied: tuple[AppliedOptimization, ...] = ()
+    run_dirs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaselineSummary:
+    steps_timed: int
+    optimizer_steps: int
+    micro_batches_per_step: float | None
+    step_ms_p50: float | None
+    step_ms_p90: float | None
+    data_wait_frac: float | None
+    step_detection: StepDetection | None
+    throughput_samples_s: float | None = None
+    breakdown_ms: Mapping[str, float] = field(default_factory=dict)  # data/forward/...
+    peak_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    schema_version: int
+    script: str
+    argv: tuple[str, ...]
+    exit_code: int
+    status: RunStatus
+    device: DeviceInfo | None
+    versions: Mapping[str, str]
+    baseline: BaselineSummary
+    findings: tuple[Finding, ...]
+    skipped_rules: tuple[SkippedRule, ...]
+    recommendations: tuple[Recommendation, ...]
+    variants: tuple[VariantResult, ...]
+    run_dir: str
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    facts: Mapping[str, Scalar] = field(default_factory=dict)
+    created_at: str = ""

@@ -1,0 +1,153 @@
+"""The run directory: the contract between the live side (collect/) and the offline core.
+
+Layout of one `perfdoctor profile` session (documented in docs/run-directory.md)::
+
+    perfdoctor-runs/<YYYYmmdd-HHMMSS>-<script>/      SESSION dir, also the TensorBoard logdir
+        session.json                                 what was asked: target, plan, variants
+        report.json  report.md  report.html          the reports
+        <label>/                                     one CHILD run dir per variant ("baseline", ...)
+            spec.json                                RunSpec: the only input the child reads
+            manifest.json                            written by the parent, always (also on crash)
+            observations.json                        what the child saw of the script (settings)
+            steps.jsonl                              one StepRecord per line, flushed as it goes
+            samples.jsonl                            device samples taken by the parent (NVML/psutil)
+            stdout.log  stderr.log                   the script's own output
+            <host>_<pid>.<ns>.pt.trace.json.gz       profiler trace (tensorboard_trace_handler layout)
+            memory_snapshot.pickle                   CUDA allocator history (CUDA only)
+            events.out.tfevents.*                    per-step scalars for TensorBoard
+            repeat-<k>/                              further timing-only repeats of this variant
+    perfdoctor-runs/latest -> <newest session>
+
+Only this module knows file names; everybody else asks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+SESSION_FILE = "session.json"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+LATEST_LINK = "latest"
+BASELINE_LABEL = "baseline"
+
+SPEC_FILE = "spec.json"
+MANIFEST_FILE = "manifest.json"
+OBSERVATIONS_FILE = "observations.json"
+STEPS_FILE = "steps.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+STDOUT_FILE = "stdout.log"
+STDERR_FILE = "stderr.log"
+MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
+PROGRESS_FILE = "progress.jsonl"  # child -> parent live progress (one line per step)
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+REPEAT_PREFIX = "repeat-"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def session_dir_name(script_name: str, when: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    stem = Path(script_name).stem if script_name.endswith(".py") else script_name
+    return f"{stamp}-{_UNSAFE.sub('_', stem.split('.')[-1]) or 'script'}"
+
+
+def child_dir(session: Path, label: str, repeat: int = 1) -> Path:
+    """Repeat 1 of a variant is its profiled run; later repeats are timing-only."""
+    base = session / label
+    return base if repeat <= 1 else base / f"{REPEAT_PREFIX}{repeat}"
+
+
+def repeat_dirs(variant_dir: Path) -> list[Path]:
+    """All runs of one variant, repeat 1 first."""
+    extra = sorted(
+        (p for p in variant_dir.glob(f"{REPEAT_PREFIX}*") if p.is_dir()),
+        key=lambda p: int(p.name[len(REPEAT_PREFIX) :] or 0),
+    )
+    return [variant_dir, *extra]
+
+
+def find_traces(run_dir: Path) -> list[Path]:
+    """Profiler traces of one child run, oldest first."""
+    found = [p for p in run_dir.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def is_session_dir(path: Path) -> bool:
+    return (path / SESSION_FILE).is_file() or (path / BASELINE_LABEL / MANIFEST_FILE).is_file()
+
+
+def is_child_dir(path: Path) -> bool:
+    return (path / MANIFEST_FILE).is_file() or (path / SPEC_FILE).is_file()
+
+
+def update_latest_link(runs_root: Path, session: Path) -> None:
+    link = runs_root / LATEST_LINK
+    try:
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(session.name, target_is_directory=True)
+    except OSError:
+        # Filesystems without symlinks: the timestamped directory is still there.
+        pass
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples and mappings -> plain JSON values (NaN/inf become None)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomic write, so a crash mid-write never leaves half a file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def append_jsonl(path: Path, rows: Iterable[Any]) -> None:
+    with path.open("a") as fh:
+        for row in rows:
+            fh.write(json.dumps(to_jsonable(row)) + "\n")
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of a JSONL file; a torn last line (the writer was killed) is skipped."""
+    if not path.is_file():
+        return
+    with path.open() as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
