@@ -32,6 +32,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.model import (
+    AppliedOptimization,
+    DeviceInfo,
+    RunManifest,
+    RunSpec,
+    StepPlan,
+    StepRecord,
+    Target,
+)
+
 SCHEMA_VERSION = 1
 
 SESSION_FILE = "session.json"
@@ -151,3 +161,66 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
             except json.JSONDecodeError:
                 continue
+
+
+# --------------------------------------------------------------------------- typed records
+
+
+def spec_from_dict(data: dict[str, Any]) -> RunSpec:
+    target = Target(
+        kind=data["target"]["kind"],
+        name=data["target"]["name"],
+        argv=tuple(data["target"].get("argv", ())),
+    )
+    plan = StepPlan(**data.get("plan", {}))
+    return RunSpec(
+        label=data["label"],
+        target=target,
+        cwd=data["cwd"],
+        run_dir=data["run_dir"],
+        plan=plan,
+        seed=data.get("seed", 0),
+        optimizations=tuple(data.get("optimizations", ())),
+        profile=data.get("profile", True),
+        record_memory_history=data.get("record_memory_history", True),
+        memory_history_max_entries=data.get("memory_history_max_entries", 100_000),
+        nvtx=data.get("nvtx", False),
+        time_window_s=data.get("time_window_s", 0.5),
+        env=dict(data.get("env", {})),
+    )
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    return spec_from_dict(read_json(run_dir / SPEC_FILE))
+
+
+def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
+    device = data.get("device")
+    return RunManifest(
+        label=data["label"],
+        status=data["status"],
+        exit_code=data["exit_code"],
+        wall_s=data["wall_s"],
+        steps_seen=data["steps_seen"],
+        step_detection=data.get("step_detection"),
+        plan_complete=data.get("plan_complete", False),
+        versions=dict(data.get("versions", {})),
+        device=DeviceInfo(**device) if device else None,
+        artifacts=dict(data.get("artifacts", {})),
+        applied=tuple(AppliedOptimization(**a) for a in data.get("applied", ())),
+        warnings=tuple(data.get("warnings", ())),
+        error=data.get("error"),
+    )
+
+
+def load_manifest(run_dir: Path) -> RunManifest:
+    return manifest_from_dict(read_json(run_dir / MANIFEST_FILE))
+
+
+def step_from_dict(data: dict[str, Any]) -> StepRecord:
+    known = {f.name for f in dataclasses.fields(StepRecord)}
+    return StepRecord(**{k: v for k, v in data.items() if k in known})
+
+
+def load_steps(run_dir: Path) -> list[StepRecord]:
+    return [step_from_dict(row) for row in read_jsonl(run_dir / STEPS_FILE)]
