@@ -10,9 +10,9 @@ Layout of one `perfdoctor profile` session (documented in docs/run-directory.md)
             manifest.json                            written by the parent, always (also on crash)
             observations.json                        what the child saw of the script (settings)
             steps.jsonl                              one StepRecord per line, flushed as it goes
-            samples.jsonl                            device samples taken by the parent (NVML/psutil)
+            samples.jsonl                            device samples (parent: NVML/psutil)
             stdout.log  stderr.log                   the script's own output
-            <host>_<pid>.<ns>.pt.trace.json.gz       profiler trace (tensorboard_trace_handler layout)
+            <host>_<pid>.<ns>.pt.trace.json.gz       profiler trace (trace-handler layout)
             memory_snapshot.pickle                   CUDA allocator history (CUDA only)
             events.out.tfevents.*                    per-step scalars for TensorBoard
             repeat-<k>/                              further timing-only repeats of this variant
