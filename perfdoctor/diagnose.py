@@ -1,0 +1,283 @@
+"""The offline pipeline: a session directory -> Report, with no torch import.
+
+`perfdoctor report RUN` calls `analyze_session` on a directory that may come from another
+machine; the live pipeline calls the same functions between its runs, so what the reports say
+is always derivable from the directory alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfdoctor.analyze.facts import derive_facts, series_for
+from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.errors import BadRunDir
+from perfdoctor.model import (
+    BaselineSummary,
+    Facts,
+    Finding,
+    Recommendation,
+    Report,
+    SkippedRule,
+    Target,
+    VariantResult,
+)
+from perfdoctor.optimize.compare import compare_variant, run_sample_from_record
+from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
+from perfdoctor.optimize.recommend import recommend
+from perfdoctor.rules import evaluate
+from perfdoctor.rundir import (
+    BASELINE_LABEL,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    SCHEMA_VERSION,
+    SESSION_FILE,
+    is_child_dir,
+    repeat_dirs,
+)
+from perfdoctor.session import Session, load_session
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    record: RunRecord
+    facts: Facts
+    findings: tuple[Finding, ...]
+    skipped: tuple[SkippedRule, ...]
+    recommendations: tuple[Recommendation, ...]
+
+
+def resolve_session_dir(path: Path) -> Path:
+    """Accept the session dir, the `latest` link, or a child run dir inside a session."""
+    path = path.resolve()
+    if not path.is_dir():
+        raise BadRunDir(f"{path} is not a directory")
+    if (path / SESSION_FILE).is_file() or (path / BASELINE_LABEL).is_dir():
+        return path
+    if is_child_dir(path) and (path.parent / SESSION_FILE).is_file():
+        return path.parent
+    if is_child_dir(path):
+        return path
+    raise BadRunDir(
+        f"{path} is not a perfdoctor run directory (no {SESSION_FILE} and no "
+        f"{BASELINE_LABEL}/ inside)"
+    )
+
+
+def _baseline_dirs(session_dir: Path) -> list[Path]:
+    if is_child_dir(session_dir) and not (session_dir / BASELINE_LABEL).is_dir():
+        return [session_dir]  # a lone child run dir
+    base = session_dir / BASELINE_LABEL
+    if not base.is_dir():
+        raise BadRunDir(f"{session_dir} has no {BASELINE_LABEL}/ run")
+    return repeat_dirs(base)
+
+
+def _session_or_none(session_dir: Path) -> Session | None:
+    if not (session_dir / SESSION_FILE).is_file():
+        return None
+    try:
+        return load_session(session_dir)
+    except (KeyError, TypeError, ValueError) as err:
+        raise BadRunDir(f"{session_dir / SESSION_FILE} is unreadable: {err}") from err
+
+
+def diagnose_session(session_dir: Path) -> Diagnosis:
+    session_dir = resolve_session_dir(session_dir)
+    record = load_run(_baseline_dirs(session_dir)[0])
+    facts = derive_facts(record)
+    results = evaluate(facts)
+    recommendations = recommend(results.findings, facts)
+    return Diagnosis(
+        record=record,
+        facts=facts,
+        findings=tuple(results.findings),
+        skipped=tuple(results.skipped),
+        recommendations=tuple(recommendations),
+    )
+
+
+def auto_candidates(
+    diagnosis: Diagnosis, *, only: Sequence[str] | None = None, skip: Sequence[str] = ()
+) -> list[str]:
+    return list(
+        _auto_candidates(list(diagnosis.recommendations), diagnosis.facts, only=only, skip=skip)
+    )
+
+
+def compare_variants(session_dir: Path) -> list[VariantResult]:
+    session_dir = resolve_session_dir(session_dir)
+    session = _session_or_none(session_dir)
+    if session is None or not session.variants:
+        return []
+    baseline_samples = [run_sample_from_record(load_run(d)) for d in _baseline_dirs(session_dir)]
+    results = []
+    for variant in session.variants:
+        if not variant.runs:
+            continue
+        samples = [run_sample_from_record(load_run(session_dir / rel)) for rel in variant.runs]
+        results.append(compare_variant(baseline_samples, samples, variant.optimizations))
+    return results
+
+
+def accepted_optimizations(session_dir: Path) -> list[str]:
+    """Ids of the single-optimization variants accepted so far, best speedup first."""
+    accepted = [
+        v
+        for v in compare_variants(session_dir)
+        if v.verdict == "accepted" and len(v.optimizations) == 1
+    ]
+    accepted.sort(key=lambda v: -(v.speedup or 0.0))
+    return [v.optimizations[0] for v in accepted]
+
+
+def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
+    timed = [s for s in record.steps if s.phase == "timed"]
+    optimizer_steps = sum(1 for s in record.steps)
+    breakdown: dict[str, float] = {}
+    if timed:
+        for name, attr in (
+            ("data", "data_wait_ms"),
+            ("forward", "forward_ms"),
+            ("backward", "backward_ms"),
+            ("optimizer", "optimizer_ms"),
+        ):
+            values = [getattr(s, attr) for s in timed if getattr(s, attr) is not None]
+            if values:
+                breakdown[name] = statistics.fmean(values)
+        wall = statistics.fmean(s.wall_ms for s in timed)
+        breakdown["other"] = max(0.0, wall - sum(breakdown.values()))
+    peak = facts.get("peak_allocated_bytes")
+    if peak is None and timed:
+        rss = [s.rss_bytes for s in record.steps if s.rss_bytes]
+        peak = max(rss) if rss else None
+    micro = facts.get("micro_batches_per_step")
+    return BaselineSummary(
+        steps_timed=len(timed),
+        optimizer_steps=optimizer_steps,
+        micro_batches_per_step=float(micro) if micro is not None else None,
+        step_ms_p50=_float(facts.get("step_ms_p50")),
+        step_ms_p90=_float(facts.get("step_ms_p90")),
+        data_wait_frac=_float(facts.get("data_wait_frac")),
+        step_detection=record.manifest.step_detection if record.manifest else None,
+        throughput_samples_s=_float(facts.get("throughput_samples_s")),
+        breakdown_ms=breakdown,
+        peak_memory_bytes=int(peak) if peak is not None else None,
+    )
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def analyze_session(session_dir: Path) -> Report:
+    session_dir = resolve_session_dir(session_dir)
+    session = _session_or_none(session_dir)
+    diagnosis = diagnose_session(session_dir)
+    record = diagnosis.record
+    manifest = record.manifest
+    variants = compare_variants(session_dir)
+
+    series: dict[str, dict] = {"steps": {}, "breakdown_ms": {}, "samples": {}, "memory": {}}
+    runs = {BASELINE_LABEL: record}
+    if session is not None:
+        for variant in session.variants:
+            if variant.runs:
+                runs[variant.label] = load_run(session_dir / variant.runs[0])
+    for label, run in runs.items():
+        for key, value in series_for(run).items():
+            if value:
+                series.setdefault(key, {})[label] = value
+
+    if session is not None:
+        target = session.target
+    elif record.spec is not None:
+        target = record.spec.target
+    else:
+        target = Target(kind="script", name=str(session_dir), argv=())
+    script = target.name if target.kind == "script" else f"-m {target.name}"
+    warnings = list(manifest.warnings) if manifest else []
+    warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
+    if manifest and manifest.status not in ("completed",):
+        warnings.insert(0, _status_line(manifest.status, manifest.exit_code, manifest.error))
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        script=script,
+        argv=tuple(target.argv),
+        exit_code=manifest.exit_code if manifest else 0,
+        status=manifest.status if manifest else "completed",
+        device=manifest.device if manifest else None,
+        versions=dict(manifest.versions) if manifest else {},
+        baseline=_baseline_summary(record, diagnosis.facts),
+        findings=diagnosis.findings,
+        skipped_rules=diagnosis.skipped,
+        recommendations=diagnosis.recommendations,
+        variants=tuple(variants),
+        run_dir=str(session_dir),
+        artifacts=_artifacts(session_dir, manifest.artifacts if manifest else {}),
+        warnings=tuple(warnings),
+        facts=dict(diagnosis.facts.values),
+        created_at=session.created_at if session else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        series=series,
+    )
+
+
+def _status_line(status: str, exit_code: int, error: str | None) -> str:
+    lines = {
+        "finished_early": "the script finished before the planned steps; the report uses "
+        "the steps it ran",
+        "script_exited": f"the script exited with code {exit_code}; this is a partial report",
+        "script_crashed": f"the script crashed ({error or 'see stderr.log'}); "
+        "this is a partial report",
+        "timeout": "the script ran past --timeout and was stopped; this is a partial report",
+        "launch_failed": f"the script could not be started ({error or 'see stderr.log'})",
+        "interrupted": "the run was interrupted; this is a partial report",
+    }
+    return lines.get(status, status)
+
+
+def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, str]:
+    found = {
+        name: str(session_dir / fname)
+        for name, fname in (
+            ("report_json", REPORT_JSON),
+            ("report_md", REPORT_MD),
+            ("report_html", REPORT_HTML),
+        )
+    }
+    base = session_dir / BASELINE_LABEL if (session_dir / BASELINE_LABEL).is_dir() else session_dir
+    for name, rel in child_artifacts.items():
+        found[f"baseline_{name}"] = str(base / rel)
+    found["tensorboard_logdir"] = str(session_dir)
+    return found
+
+
+def write_reports(session_dir: Path, report: Report) -> dict[str, Path]:
+    """report.json, report.md, report.html and the TensorBoard scalars, side by side."""
+    from perfdoctor.render.html import render_html
+    from perfdoctor.render.json_report import render_json
+    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.tensorboard_export import write_scalars
+
+    written = {}
+    for fname, render in (
+        (REPORT_JSON, render_json),
+        (REPORT_MD, render_markdown),
+        (REPORT_HTML, render_html),
+    ):
+        path = session_dir / fname
+        path.write_text(render(report), encoding="utf-8")
+        written[fname] = path
+    try:
+        write_scalars(session_dir, report)
+    except OSError as err:  # TensorBoard scalars are a convenience; the reports stand alone
+        log.warning("could not write TensorBoard scalars: %s", err)
+    return written

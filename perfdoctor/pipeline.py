@@ -1,0 +1,270 @@
+"""`perfdoctor profile`: record(baseline) -> diagnose -> record(variants) -> compare -> report.
+
+The live loop. It owns the order of the child runs (baseline first, then candidates and
+baseline repeats alternating so drift on a noisy machine cancels) and writes session.json as
+it goes, so an interrupted session still says what ran. Analysis is delegated to
+`perfdoctor.diagnose`, which works from the directory alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from perfdoctor import diagnose
+from perfdoctor.errors import NoTrainingSteps, RunTimeout, TargetNotFound
+from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
+from perfdoctor.rundir import (
+    BASELINE_LABEL,
+    child_dir,
+    session_dir_name,
+    update_latest_link,
+)
+from perfdoctor.session import Session, VariantPlan, save_session
+
+log = logging.getLogger(__name__)
+
+STACKED_LABEL = "stacked"
+# Statuses after which the script's numbers cannot be trusted for A/B runs.
+FAILED_STATUSES = ("script_exited", "script_crashed", "timeout", "launch_failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    target: Target
+    cwd: Path
+    runs_root: Path
+    plan: StepPlan = field(default_factory=StepPlan)
+    seed: int | None = 0
+    apply: bool = True
+    only: tuple[str, ...] | None = None
+    skip: tuple[str, ...] = ()
+    repeat: int = 2
+    timeout_s: float | None = None
+    nvtx: bool = False
+    echo_output: bool = True
+
+
+@dataclass(frozen=True)
+class RunAnnouncement:
+    """Sent to the progress display when a child run starts."""
+
+    label: str
+    repeat: int
+    number: int  # 1-based position among the runs planned so far
+    planned_runs: int
+    planned_steps: int
+    profiled: bool
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    session_dir: Path
+    report: Report
+    exit_code: int
+
+
+class ProgressSink:
+    """What the pipeline tells the display. The default shows nothing."""
+
+    def run_started(self, run: RunAnnouncement) -> None:
+        """A child run starts."""
+
+    def step(self, progress: object) -> None:
+        """The child finished a step (a launcher.Progress)."""
+
+    def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
+        """A child run ended, one way or another."""
+
+    def note(self, message: str) -> None:
+        """A one-line message about what the pipeline decided."""
+
+
+def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> ProfileOutcome:
+    from perfdoctor.collect.target import validate_target
+
+    sink = sink or ProgressSink()
+    validate_target(options.target, options.cwd)
+
+    options.runs_root.mkdir(parents=True, exist_ok=True)
+    session_dir = _new_session_dir(options.runs_root, options.target.name)
+    update_latest_link(options.runs_root, session_dir)
+    session = Session(
+        target=options.target,
+        cwd=str(options.cwd),
+        plan=options.plan,
+        seed=options.seed,
+        repeat=max(1, options.repeat),
+        apply=options.apply,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        options={
+            "only": list(options.only) if options.only is not None else None,
+            "skip": list(options.skip),
+            "timeout_s": options.timeout_s,
+            "nvtx": options.nvtx,
+        },
+    )
+    runner = _Runner(options, session_dir, session, sink)
+
+    baseline = runner.run(BASELINE_LABEL, (), repeat=1, planned_runs=1)
+    if baseline.status == "launch_failed" and baseline.exit_code == 66:
+        raise TargetNotFound(baseline.error or f"module not found: {options.target.name}")
+
+    if baseline.status in FAILED_STATUSES or not options.apply or baseline.steps_seen == 0:
+        return _finish(runner, baseline)
+
+    diagnosis = diagnose.diagnose_session(session_dir)
+    candidates = diagnose.auto_candidates(diagnosis, only=options.only, skip=options.skip)
+    if not candidates:
+        sink.note("no optimization to try automatically for this run")
+        return _finish(runner, baseline)
+
+    sink.note("trying: " + ", ".join(candidates))
+    runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in candidates])
+
+    accepted = diagnose.accepted_optimizations(runner.session_dir)
+    if len(accepted) >= 2:
+        sink.note("stacking the accepted ones: " + ", ".join(accepted))
+        runner.run_ab_rounds(
+            [VariantPlan(label=STACKED_LABEL, optimizations=tuple(accepted), stacked=True)],
+            baseline_first=True,
+        )
+    return _finish(runner, baseline)
+
+
+def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
+    report = diagnose.analyze_session(runner.session_dir)
+    diagnose.write_reports(runner.session_dir, report)
+    if baseline.status == "timeout":
+        raise RunTimeout(
+            f"the script ran past --timeout {runner.options.timeout_s:g}s and was stopped; "
+            f"partial report in {runner.session_dir}"
+        )
+    if baseline.status not in FAILED_STATUSES and baseline.steps_seen == 0:
+        raise NoTrainingSteps(
+            "the script never trained: no optimizer step, backward or model forward was seen "
+            f"(report in {runner.session_dir})"
+        )
+    exit_code = baseline.exit_code if baseline.status in FAILED_STATUSES else 0
+    return ProfileOutcome(runner.session_dir, report, exit_code)
+
+
+def _new_session_dir(runs_root: Path, script_name: str) -> Path:
+    name = session_dir_name(script_name)
+    candidate = runs_root / name
+    suffix = 2
+    while candidate.exists():  # two sessions in the same second
+        candidate = runs_root / f"{name}-{suffix}"
+        suffix += 1
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+class _Runner:
+    """Launches child runs in order and keeps session.json up to date."""
+
+    def __init__(
+        self, options: ProfileOptions, session_dir: Path, session: Session, sink: ProgressSink
+    ) -> None:
+        self.options = options
+        self.session_dir = session_dir
+        self.session = session
+        self.sink = sink
+        self.started = 0
+        self.baseline_repeats = 0
+        save_session(session_dir, session)
+
+    def run(
+        self, label: str, optimizations: Sequence[str], *, repeat: int, planned_runs: int
+    ) -> RunManifest:
+        from perfdoctor.collect.launcher import launch
+
+        run_dir = child_dir(self.session_dir, label, repeat)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        profiled = repeat == 1  # one trace per variant is enough; repeats only time
+        plan = self.options.plan if profiled else replace(self.options.plan, profiled_steps=0)
+        spec = RunSpec(
+            label=label,
+            target=self.options.target,
+            cwd=str(self.options.cwd),
+            run_dir=str(run_dir),
+            plan=plan,
+            seed=self.options.seed,
+            optimizations=tuple(optimizations),
+            profile=profiled and plan.profiled_steps > 0,
+            nvtx=self.options.nvtx,
+            env=_env_for(optimizations),
+        )
+        self.started += 1
+        announcement = RunAnnouncement(
+            label=label,
+            repeat=repeat,
+            number=self.started,
+            planned_runs=max(planned_runs, self.started),
+            planned_steps=plan.total_steps,
+            profiled=spec.profile,
+        )
+        self.sink.run_started(announcement)
+        manifest = launch(
+            spec,
+            timeout_s=self.options.timeout_s,
+            on_progress=self.sink.step,
+            echo_output=self.options.echo_output and label == BASELINE_LABEL,
+        )
+        self.sink.run_finished(announcement, manifest)
+        self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
+        if label == BASELINE_LABEL:
+            self.baseline_repeats = repeat
+        save_session(self.session_dir, self.session)
+        return manifest
+
+    def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
+        """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even
+        rounds, so a linear drift of the machine cancels out of the paired ratios."""
+        for variant in variants:
+            self.session = self.session.with_variant(variant)
+        save_session(self.session_dir, self.session)
+
+        rounds = self.session.repeat
+        per_round = len(variants) + 1
+        planned = self.started + rounds * per_round
+        for round_index in range(1, rounds + 1):
+            need_baseline = baseline_first or round_index > 1
+            if need_baseline:
+                self.run(
+                    BASELINE_LABEL,
+                    (),
+                    repeat=self.baseline_repeats + 1,
+                    planned_runs=planned,
+                )
+            ordered = variants if round_index % 2 == 1 else list(reversed(variants))
+            for variant in ordered:
+                manifest = self.run(
+                    variant.label,
+                    variant.optimizations,
+                    repeat=round_index,
+                    planned_runs=planned,
+                )
+                if manifest.status in FAILED_STATUSES:
+                    # A crashing variant keeps crashing: do not spend more runs on it.
+                    variants = [v for v in variants if v.label != variant.label]
+            if not variants:
+                return
+
+
+def _env_for(optimizations: Sequence[str]) -> dict[str, str]:
+    """Optimizations of kind "env" act through the child's environment."""
+    from perfdoctor.optimize.catalog import CATALOG
+
+    env: dict[str, str] = {}
+    for opt_id in optimizations:
+        entry = CATALOG.get(opt_id)
+        if entry is not None and entry.kind == "env":
+            env.update(getattr(entry, "env", {}) or {})
+    return env
+
+
+ProgressCallback = Callable[[object], None]

@@ -1,0 +1,95 @@
+"""The live display of `perfdoctor profile`: which run, which step, elapsed time and ETA.
+
+On a terminal it is a rich progress bar; elsewhere (CI logs, pipes) one plain line per run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from perfdoctor.model import RunManifest
+from perfdoctor.pipeline import ProgressSink, RunAnnouncement
+
+
+def _run_name(run: RunAnnouncement) -> str:
+    repeat = f" #{run.repeat}" if run.repeat > 1 else ""
+    profiled = " +profiler" if run.profiled else ""
+    return f"run {run.number}/{run.planned_runs} {run.label}{repeat}{profiled}"
+
+
+def _outcome(manifest: RunManifest) -> str:
+    return f"{manifest.status}, {manifest.steps_seen} steps in {manifest.wall_s:.1f}s" + (
+        f", exit {manifest.exit_code}" if manifest.exit_code else ""
+    )
+
+
+class LiveSink(ProgressSink):
+    """A bar per session: the current run's steps, with elapsed time and ETA."""
+
+    def __init__(self, console: Console, progress: Progress) -> None:
+        self.console = console
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None)
+        self.started_at = time.monotonic()
+
+    def run_started(self, run: RunAnnouncement) -> None:
+        self.progress.reset(self.task, total=run.planned_steps, description=_run_name(run))
+
+    def step(self, progress: object) -> None:
+        step = getattr(progress, "step", None)
+        phase = getattr(progress, "phase", "")
+        if step is not None:
+            self.progress.update(self.task, completed=step + 1)
+        if phase:
+            description = self.progress.tasks[0].description.split(" [")[0]
+            self.progress.update(self.task, description=f"{description} [{phase}]")
+
+    def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
+        self.console.print(f"  {_run_name(run)}: {_outcome(manifest)}", markup=False)
+
+    def note(self, message: str) -> None:
+        self.console.print(f"  {message}", markup=False)
+
+
+class PlainSink(ProgressSink):
+    """One line per run, for logs and pipes."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def run_started(self, run: RunAnnouncement) -> None:
+        self.console.print(f"perfdoctor: {_run_name(run)} ...", markup=False)
+
+    def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
+        self.console.print(f"perfdoctor: {_run_name(run)}: {_outcome(manifest)}", markup=False)
+
+    def note(self, message: str) -> None:
+        self.console.print(f"perfdoctor: {message}", markup=False)
+
+
+@contextmanager
+def make_progress_sink(console: Console) -> Iterator[ProgressSink]:
+    if not console.is_terminal:
+        yield PlainSink(console)
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        yield LiveSink(console, progress)

@@ -1,0 +1,91 @@
+"""session.json: what one `perfdoctor profile` invocation asked for, and which runs it made.
+
+Written by the pipeline before the first run and updated after each one, so a session that
+was interrupted still says what ran. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfdoctor import __version__
+from perfdoctor.model import StepPlan, Target
+from perfdoctor.rundir import SCHEMA_VERSION, SESSION_FILE, read_json, write_json
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    """One variant: a label and the optimization ids applied together."""
+
+    label: str
+    optimizations: tuple[str, ...]
+    stacked: bool = False  # the accepted optimizations together
+    runs: tuple[str, ...] = ()  # child run dirs, relative to the session, in run order
+
+
+@dataclass(frozen=True)
+class Session:
+    target: Target
+    cwd: str
+    plan: StepPlan
+    seed: int | None
+    repeat: int
+    apply: bool
+    created_at: str
+    baseline_runs: tuple[str, ...] = ()
+    variants: tuple[VariantPlan, ...] = ()
+    run_order: tuple[str, ...] = ()  # every child run dir in the order it ran (A B A B ...)
+    options: dict[str, Any] = field(default_factory=dict)
+    perfdoctor_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def script_display(self) -> str:
+        return self.target.name if self.target.kind == "script" else f"-m {self.target.name}"
+
+    def with_run(self, label: str, run_rel: str) -> Session:
+        order = (*self.run_order, run_rel)
+        if label == "baseline":
+            return replace(self, baseline_runs=(*self.baseline_runs, run_rel), run_order=order)
+        variants = tuple(
+            replace(v, runs=(*v.runs, run_rel)) if v.label == label else v for v in self.variants
+        )
+        return replace(self, variants=variants, run_order=order)
+
+    def with_variant(self, variant: VariantPlan) -> Session:
+        kept = tuple(v for v in self.variants if v.label != variant.label)
+        return replace(self, variants=(*kept, variant))
+
+
+def save_session(session_dir: Path, session: Session) -> None:
+    write_json(session_dir / SESSION_FILE, session)
+
+
+def load_session(session_dir: Path) -> Session:
+    data = read_json(session_dir / SESSION_FILE)
+    target = data["target"]
+    return Session(
+        target=Target(kind=target["kind"], name=target["name"], argv=tuple(target["argv"])),
+        cwd=data["cwd"],
+        plan=StepPlan(**data["plan"]),
+        seed=data.get("seed"),
+        repeat=data.get("repeat", 1),
+        apply=data.get("apply", False),
+        created_at=data.get("created_at", ""),
+        baseline_runs=tuple(data.get("baseline_runs", ())),
+        variants=tuple(
+            VariantPlan(
+                label=v["label"],
+                optimizations=tuple(v["optimizations"]),
+                stacked=v.get("stacked", False),
+                runs=tuple(v.get("runs", ())),
+            )
+            for v in data.get("variants", ())
+        ),
+        run_order=tuple(data.get("run_order", ())),
+        options=dict(data.get("options", {})),
+        perfdoctor_version=data.get("perfdoctor_version", ""),
+        schema_version=data.get("schema_version", SCHEMA_VERSION),
+    )

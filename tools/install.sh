@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs perfdoctor into the current Python environment.
+#
+#   bash tools/install.sh          perfdoctor and its runtime dependencies
+#   bash tools/install.sh --dev    also the test tools, torch-tb-profiler and (as root) chromium
+#
+# A torch that is already installed is kept as it is (a GPU user's CUDA build stays). Only
+# where there is none do we install the CPU build of torch 2.13.0, so a fresh CPU machine does
+# not download a CUDA build of several GB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install -q "torch==2.13.0"
+fi
+
+if [[ "${1:-}" == "--dev" ]]; then
+  "$PY" -m pip install -q -e ".[dev,tb]"
+  if ! command -v chromium >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    # The HTML report's browser test needs it; without it that test is skipped, not failed.
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+      >/dev/null 2>&1 || echo "install.sh: chromium could not be installed; browser tests will skip"
+  fi
+else
+  "$PY" -m pip install -q -e .
+fi
