@@ -1,0 +1,156 @@
+"""Number and label formatting shared by every renderer, so all reports read the same.
+
+Every function takes a possibly-missing value and returns text; a missing value ("not
+measured") is always shown as an em dash, never as "None" or "nan".
+"""
+
+from __future__ import annotations
+
+import math
+
+from perfdoctor.model import AppliedOptimization, Evidence, Scalar, SourceLocation
+
+MISSING = "—"
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _is_missing(value: float | int | None) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+def number(value: float | int | None, digits: int = 3) -> str:
+    """`digits` significant digits, no scientific notation for everyday magnitudes."""
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= 6 or magnitude <= -4:
+        return f"{value:.{digits - 1}e}"
+    decimals = max(digits - 1 - magnitude, 0)
+    return f"{value:,.{decimals}f}"
+
+
+def ms(value: float | None) -> str:
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    return f"{number(value)} ms"
+
+
+def seconds(value: float | None) -> str:
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    return f"{number(value)} s"
+
+
+def percent(frac: float | None, digits: int = 1) -> str:
+    if _is_missing(frac):
+        return MISSING
+    assert frac is not None
+    return f"{frac * 100:.{digits}f}%"
+
+
+def signed_percent(frac: float | None, digits: int = 2) -> str:
+    if _is_missing(frac):
+        return MISSING
+    assert frac is not None
+    return f"{frac * 100:+.{digits}f}%"
+
+
+def nbytes(value: float | int | None) -> str:
+    """Binary units (GiB, as nvidia-smi and torch.cuda.memory_summary show them)."""
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    size = float(value)
+    for unit in _BYTE_UNITS:
+        if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return MISSING  # unreachable: the loop returns on the last unit
+
+
+def speedup(value: float | None, noise: float | None = None) -> str:
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    text = f"{value:.2f}x"
+    if not _is_missing(noise):
+        assert noise is not None
+        text += f" ± {noise:.2f}"
+    return text
+
+
+def throughput(value: float | None) -> str:
+    if _is_missing(value):
+        return MISSING
+    assert value is not None
+    return f"{number(value)} samples/s"
+
+
+def scalar(value: Scalar, unit: str = "") -> str:
+    """A fact or evidence value as a person reads it ("62.3%" for fractions is the caller's
+    choice: the unit string decides, and `frac`/`%` get percentages)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if unit in ("frac", "fraction"):
+        return percent(float(value))
+    if unit == "bytes":
+        return nbytes(value)
+    text = number(value)
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit in ("%", "x") else f"{text} {unit}"
+
+
+def evidence(item: Evidence) -> str:
+    """`data_wait_frac = 62.3% (> 10.0%)`: the measured value and the threshold it crossed."""
+    value = scalar(item.value, item.unit)
+    text = f"{item.name} = {value}"
+    if item.threshold is not None:
+        text += f" ({item.comparison or 'vs'} {scalar(item.threshold, item.unit)})"
+    if item.note:
+        text += f"; {item.note}"
+    return text
+
+
+def location(loc: SourceLocation) -> str:
+    text = str(loc)
+    extras = []
+    if loc.share is not None:
+        extras.append(f"{percent(loc.share)} of the time")
+    if loc.count is not None:
+        extras.append(f"{number(loc.count)}x")
+    return f"{text} [{', '.join(extras)}]" if extras else text
+
+
+def applied(items: tuple[AppliedOptimization, ...], fallback: tuple[str, ...]) -> str:
+    """What the child actually did: `+` applied and verified, `?` applied but unverified,
+    `-` refused. Before appliers report, the requested ids are shown as they are."""
+    if not items:
+        return ", ".join(fallback) or MISSING
+    marks = []
+    for item in items:
+        mark = "+" if item.applied and item.verified else "?" if item.applied else "-"
+        marks.append(f"{mark}{item.id}")
+    return ", ".join(marks)
+
+
+def one_line(text: str, limit: int = 0) -> str:
+    """Collapse whitespace (script output can carry newlines and tabs) and optionally clip."""
+    flat = " ".join(text.split())
+    if limit and len(flat) > limit:
+        return flat[: max(limit - 1, 0)] + "…"
+    return flat
