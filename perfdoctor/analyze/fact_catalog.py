@@ -53,6 +53,7 @@ FACTS: dict[str, FactDoc] = {
     "batch_size": _f("samples", "obs", "samples per micro-batch, when visible"),
     "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
     "rss_growth_bytes_per_step": _f("bytes", "steps", "slope of process RSS over timed steps"),
+    "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
     "cuda_allocated_growth_bytes_per_step": _f(
         "bytes", "steps", "slope of CUDA allocated memory over timed steps"
     ),
@@ -145,4 +146,20 @@ FACTS: dict[str, FactDoc] = {
     "tensor_active_frac": _f("frac", "samples", "GPM tensor-core activity (Hopper)"),
     "cpu_util_mean_frac": _f("frac", "samples", "mean CPU utilization over the cores"),
     "cpu_busy_cores": _f("count", "samples", "cores busy on average (sum of per-core util)"),
+}
+
+# Topics of `Facts.locations`: the user's file:line behind a finding, biggest share first.
+LOCATION_TOPICS: dict[str, str] = {
+    "data_loading": "Dataset/collate lines where data-loading time goes (share of it)",
+    "host_sync": "lines issuing host syncs: .item(), .cpu(), print, synchronize (count per step)",
+    "grad_without_backward": "forwards run with grad enabled whose graph no backward used",
+    "htod_copy": "host-to-device copies (.to / .cuda), pageable ones first",
+    "tensor_to_device": "tensors filled on the CPU then moved to the device each step",
+    "misaligned_gemm": "fp16/bf16 GEMMs with a dimension not a multiple of 8",
+    "optimizer": "where the optimizer was constructed",
+    "zero_grad": "zero_grad(set_to_none=False) call sites",
+    "conv_bias_before_bn": "Conv modules with bias followed by BatchNorm (definition lines)",
+    "peak_memory": "top allocation sites at the memory peak",
+    "memory_growth": "allocation sites whose live bytes grow across steps",
+    "debug_mode": "where anomaly detection, a profiler or emit_nvtx was switched on",
 }

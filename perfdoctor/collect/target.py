@@ -70,8 +70,11 @@ def _check_text(source: bytes, shown: str) -> None:
     """A file that does not decode in its declared encoding (UTF-8 by default) is not source."""
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-    except SyntaxError as err:  # an unknown encoding named in the coding cookie
-        raise TargetInvalid(f"{shown}: {err.msg if hasattr(err, 'msg') else err}") from err
+    except SyntaxError as err:
+        if err.msg.startswith("unknown encoding"):  # a coding cookie Python does not know
+            raise TargetInvalid(f"{shown}: {err.msg}") from err
+        # Undecodable first lines ("invalid or missing encoding declaration").
+        raise TargetInvalid(f"{shown}: is a binary file or not UTF-8 text") from err
     try:
         source.decode(encoding)
     except UnicodeDecodeError as err:

@@ -136,15 +136,24 @@ def location(loc: SourceLocation) -> str:
     return f"{text} [{', '.join(extras)}]" if extras else text
 
 
-def applied(items: tuple[AppliedOptimization, ...], fallback: tuple[str, ...]) -> str:
-    """What the child actually did: `+` applied and verified, `?` applied but unverified,
-    `-` refused. Before appliers report, the requested ids are shown as they are."""
+def applied(
+    items: tuple[AppliedOptimization, ...], fallback: tuple[str, ...], label: str = ""
+) -> str:
+    """What the child actually did: ✓ applied and verified, ? applied but unverified,
+    ✗ refused. When the child reported nothing, the requested ids are shown as they are.
+    A variant named after its single optimization gets the mark and a word, not the id again.
+    """
     if not items:
         return ", ".join(fallback) or MISSING
+    if len(items) == 1 and items[0].id == label:
+        item = items[0]
+        if item.applied and item.verified:
+            return "✓ applied"
+        return "? unverified" if item.applied else "✗ refused"
     marks = []
     for item in items:
-        mark = "+" if item.applied and item.verified else "?" if item.applied else "-"
-        marks.append(f"{mark}{item.id}")
+        mark = "✓" if item.applied and item.verified else "?" if item.applied else "✗"
+        marks.append(f"{mark} {item.id}")
     return ", ".join(marks)
 
 

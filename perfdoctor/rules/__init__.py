@@ -1,0 +1,63 @@
+"""The diagnosis rules catalog: facts -> ranked, merged findings, and the rules that were skipped.
+
+`ALL_RULES` is explicit: adding a rule means adding it here, where `perfdoctor rules` and the
+tests see it. Rules never import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from perfdoctor.model import Facts
+from perfdoctor.rules import (
+    cpu,
+    cudnn,
+    debug,
+    input,
+    jitter,
+    launch,
+    layout,
+    memory,
+    modeling,
+    multigpu,
+    optimizer,
+    precision,
+    sync,
+    utilization,
+)
+from perfdoctor.rules.base import Rule
+from perfdoctor.rules.engine import RuleResults, describe, evaluate_rules
+
+ALL_RULES: tuple[Rule, ...] = (
+    *input.RULES,
+    *debug.RULES,
+    *cpu.RULES,
+    *precision.RULES,
+    *launch.RULES,
+    *sync.RULES,
+    *utilization.RULES,
+    *cudnn.RULES,
+    *layout.RULES,
+    *optimizer.RULES,
+    *memory.RULES,
+    *multigpu.RULES,
+    *modeling.RULES,
+    *jitter.RULES,
+)
+
+
+def evaluate(
+    facts: Facts,
+    rules: Sequence[Rule] = ALL_RULES,
+    overrides: Mapping[str, Mapping[str, float]] | None = None,
+) -> RuleResults:
+    """Findings ranked by expected gain (one headline per root cause) and skipped rules."""
+    return evaluate_rules(facts, rules, overrides)
+
+
+def describe_rules(rules: Sequence[Rule] = ALL_RULES) -> list[dict[str, object]]:
+    """One row per rule for `perfdoctor rules`: id, title, area, needs, thresholds, source."""
+    return describe(rules)
+
+
+__all__ = ["ALL_RULES", "Rule", "RuleResults", "describe_rules", "evaluate"]

@@ -1,0 +1,73 @@
+"""Interval arithmetic on numpy arrays (microseconds): unions, clipping, containment."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping [start, end) intervals into sorted disjoint ones."""
+    if starts.size == 0:
+        return starts.astype(np.float64), ends.astype(np.float64)
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    e = np.maximum.accumulate(ends[order])
+    # A new group starts where an interval begins after everything before it has ended.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > e[:-1]
+    group_starts = s[new]
+    last = np.flatnonzero(np.r_[new[1:], True])
+    return group_starts, e[last]
+
+
+def total(starts: np.ndarray, ends: np.ndarray) -> float:
+    return float(np.sum(ends - starts)) if starts.size else 0.0
+
+
+def clip(
+    starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of disjoint intervals with disjoint windows [lo, hi) (both sorted)."""
+    if starts.size == 0 or lo.size == 0:
+        return np.empty(0), np.empty(0)
+    out_s: list[np.ndarray] = []
+    out_e: list[np.ndarray] = []
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        i = int(np.searchsorted(ends, a, side="right"))
+        j = int(np.searchsorted(starts, b, side="left"))
+        if i >= j:
+            continue
+        out_s.append(np.maximum(starts[i:j], a))
+        out_e.append(np.minimum(ends[i:j], b))
+    if not out_s:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(out_s), np.concatenate(out_e)
+
+
+def covered_time(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Time of the union of the intervals that falls inside the windows."""
+    us, ue = union(starts, ends)
+    cs, ce = clip(us, ue, lo, hi)
+    return total(cs, ce)
+
+
+def point_in(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each point: inside one of the disjoint sorted intervals [start, end]?"""
+    if starts.size == 0:
+        return np.zeros(points.shape, dtype=bool)
+    i = np.searchsorted(starts, points, side="right") - 1
+    ok = i >= 0
+    inside = np.zeros(points.shape, dtype=bool)
+    inside[ok] = points[ok] <= ends[i[ok]]
+    return inside
+
+
+def window_index(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Index of the disjoint sorted window [lo, hi] holding each point, -1 when none."""
+    if lo.size == 0:
+        return np.full(points.shape, -1, dtype=np.int64)
+    i = np.searchsorted(lo, points, side="right") - 1
+    ok = i >= 0
+    ok[ok] = points[ok] <= hi[i[ok]]
+    return np.where(ok, i, -1)

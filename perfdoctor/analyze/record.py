@@ -1,0 +1,142 @@
+"""One child run directory -> RunRecord: everything the analysis reads, loaded once.
+
+Missing artifacts are normal (a crash before the profiler window, a CPU run without a memory
+snapshot) and load as None / empty. A present artifact that cannot be read raises
+CorruptArtifact naming the file; a directory that is no run directory raises BadRunDir.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfdoctor import rundir
+from perfdoctor.analyze.memory import MemorySummary, load_memory
+from perfdoctor.analyze.trace import TraceSummary, load_trace
+from perfdoctor.errors import BadRunDir, CorruptArtifact
+from perfdoctor.model import RunManifest, RunSpec, StepRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    dir: Path
+    spec: RunSpec | None
+    manifest: RunManifest | None
+    observations: dict[str, Any]
+    steps: tuple[StepRecord, ...]
+    samples: tuple[dict[str, Any], ...]
+    trace: TraceSummary | None
+    memory: MemorySummary | None
+    progress: tuple[dict[str, Any], ...] = ()
+    trace_files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def timed_steps(self) -> tuple[StepRecord, ...]:
+        return tuple(s for s in self.steps if s.phase == "timed")
+
+
+def _load_json(path: Path, parse: Any) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return parse(rundir.read_json(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        # ValueError covers json.JSONDecodeError; KeyError/TypeError a wrong shape.
+        raise CorruptArtifact(f"corrupt {path}: {err.__class__.__name__}: {err}") from err
+
+
+def _load_steps(run: Path) -> tuple[StepRecord, ...]:
+    path = run / rundir.STEPS_FILE
+    try:
+        return tuple(rundir.load_steps(run))
+    except (OSError, TypeError, ValueError, AttributeError) as err:
+        raise CorruptArtifact(f"corrupt {path}: {err}") from err
+
+
+def _user_roots(spec: RunSpec | None) -> tuple[str, ...]:
+    """Where the user's own code lives: the script's directory and the working directory."""
+    if spec is None:
+        return ()
+    roots = [spec.cwd]
+    if spec.target.kind == "script":
+        script = Path(spec.target.name)
+        if not script.is_absolute():
+            script = Path(spec.cwd) / script
+        roots.insert(0, str(script.parent))
+    return tuple(roots)
+
+
+def _newest_trace(run: Path) -> tuple[Path | None, tuple[str, ...]]:
+    """The trace of the last profiler window; names end in `.<time_ns>.pt.trace.json[.gz]`."""
+    found = rundir.find_traces(run)
+    if not found:
+        return None, ()
+
+    def stamp(p: Path) -> int:
+        stem = p.name
+        for suffix in rundir.TRACE_SUFFIXES:
+            if stem.endswith(suffix):
+                stem = stem[: -len(suffix)]
+                break
+        tail = stem.rsplit(".", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    ordered = sorted(found, key=lambda p: (stamp(p), p.name))
+    return ordered[-1], tuple(p.name for p in ordered)
+
+
+def load_run(child_dir: Path) -> RunRecord:
+    child_dir = Path(child_dir)
+    if not child_dir.is_dir():
+        raise BadRunDir(f"{child_dir} is not a directory")
+    if not rundir.is_child_dir(child_dir):
+        raise BadRunDir(
+            f"{child_dir} is not a perfdoctor run directory (no {rundir.MANIFEST_FILE} "
+            f"or {rundir.SPEC_FILE})"
+        )
+    spec = _load_json(child_dir / rundir.SPEC_FILE, rundir.spec_from_dict)
+    manifest = _load_json(child_dir / rundir.MANIFEST_FILE, rundir.manifest_from_dict)
+    observations = _load_json(child_dir / rundir.OBSERVATIONS_FILE, lambda d: d) or {}
+    if not isinstance(observations, dict):
+        raise CorruptArtifact(f"corrupt {child_dir / rundir.OBSERVATIONS_FILE}: not an object")
+    notes: list[str] = []
+    roots = _user_roots(spec)
+
+    trace_path, trace_files = _newest_trace(child_dir)
+    trace = load_trace(trace_path, roots) if trace_path is not None else None
+    if len(trace_files) > 1:
+        notes.append(f"{len(trace_files)} traces found; analysed the newest, {trace_files[-1]}")
+
+    memory = None
+    snapshot = child_dir / rundir.MEMORY_SNAPSHOT_FILE
+    if snapshot.is_file():
+        memory = load_memory(
+            snapshot,
+            user_roots=roots,
+            max_entries=spec.memory_history_max_entries if spec else None,
+        )
+    return RunRecord(
+        dir=child_dir,
+        spec=spec,
+        manifest=manifest,
+        observations=observations,
+        steps=_load_steps(child_dir),
+        samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE)),
+        trace=trace,
+        memory=memory,
+        progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE)),
+        trace_files=trace_files,
+        notes=tuple(notes),
+    )
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [r for r in rundir.read_jsonl(path) if isinstance(r, dict)]
+    except (OSError, UnicodeDecodeError) as err:
+        raise CorruptArtifact(f"cannot read {path}: {err}") from err

@@ -1,0 +1,177 @@
+"""samples.jsonl (the parent's NVML / psutil sampler) -> means over the timed window.
+
+Rows (docs/run-directory.md): {"kind": "cpu", "t", "cpu_percent": [per core], "rss_bytes",
+"child_cpu_percent"}, {"kind": "gpu", "t", "index", "util_gpu", "power_w", "energy_mj",
+"throttle_reasons", "gpm_sm_active", ...}, {"kind": "note", "t", "message"}. `t` is seconds
+since the child started, the same clock as progress.jsonl, whose rows give the timed window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# nvmlClocksEventReasons bits that mean the GPU was slowed down (shared/mechanics.md 5):
+# SwPowerCap 0x4, HwSlowdown 0x8, SwThermal 0x20, HwThermal 0x40, HwPowerBrake 0x80.
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+@dataclass(frozen=True)
+class SamplesSummary:
+    window_s: tuple[float, float] | None  # the timed window, None: every sample was used
+    gpu_samples: int
+    cpu_samples: int
+    gpu_util_mean_frac: float | None
+    gpu_power_w_mean: float | None
+    energy_j_per_step: float | None
+    gpu_throttled_frac: float | None
+    sm_active_frac: float | None
+    tensor_active_frac: float | None
+    gpu_mem_used_bytes_max: int | None
+    cpu_util_mean_frac: float | None
+    cpu_busy_cores: float | None
+    child_cpu_cores: float | None
+    rss_bytes_max: int | None
+    notes: tuple[str, ...] = ()
+
+
+def timed_window(progress: Iterable[Mapping[str, Any]]) -> tuple[tuple[float, float] | None, int]:
+    """(start, end) in seconds of the timed steps, and how many steps it holds.
+
+    A progress row is written when a step ends, so the window opens when the last warm-up
+    step ended and closes when the last timed step did.
+    """
+    warm_end: float | None = None
+    timed: list[float] = []
+    for row in progress:
+        t = row.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if row.get("phase") == "warmup":
+            warm_end = float(t) if warm_end is None else max(warm_end, float(t))
+        elif row.get("phase") == "timed":
+            timed.append(float(t))
+    if len(timed) < 1:
+        return None, 0
+    start = warm_end if warm_end is not None else min(timed)
+    # Without a warm-up row the first timed step's own duration is not in the window.
+    count = len(timed) if warm_end is not None else len(timed) - 1
+    if count < 1 or max(timed) <= start:
+        return None, 0
+    return (start, max(timed)), count
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def summarize_samples(
+    rows: Iterable[Mapping[str, Any]],
+    window: tuple[float, float] | None,
+    steps_in_window: int,
+) -> SamplesSummary:
+    cpu: list[Mapping[str, Any]] = []
+    gpu: list[Mapping[str, Any]] = []
+    notes: list[str] = []
+    for row in rows:
+        kind = row.get("kind")
+        if kind == "note":
+            if row.get("message"):
+                notes.append(str(row["message"]))
+            continue
+        t = row.get("t")
+        if not isinstance(t, (int, float)):
+            continue
+        if window is not None and not (window[0] <= t <= window[1]):
+            # GPU rows just outside still anchor the energy counter interpolation.
+            if kind == "gpu":
+                gpu.append({**row, "_outside": True})
+            continue
+        if kind == "cpu":
+            cpu.append(row)
+        elif kind == "gpu":
+            gpu.append(row)
+    inside = [r for r in gpu if not r.get("_outside")]
+
+    def field(rows_: list[Mapping[str, Any]], key: str) -> list[float]:
+        return [
+            float(r[key])
+            for r in rows_
+            if isinstance(r.get(key), (int, float)) and math.isfinite(float(r[key]))
+        ]
+
+    util = field(inside, "util_gpu")
+    throttle = [int(r["throttle_reasons"]) for r in inside if isinstance(r.get("throttle_reasons"), int)]
+    mem_used = field(inside, "mem_used_bytes")
+    per_core = [r["cpu_percent"] for r in cpu if isinstance(r.get("cpu_percent"), list)]
+    core_sums = [float(sum(c)) / 100.0 for c in per_core if c]
+    core_means = [float(np.mean(c)) / 100.0 for c in per_core if c]
+    rss = field(cpu, "rss_bytes")
+    child = field(cpu, "child_cpu_percent")
+    return SamplesSummary(
+        window_s=window,
+        gpu_samples=len(inside),
+        cpu_samples=len(cpu),
+        gpu_util_mean_frac=_mean(util) / 100.0 if util else None,
+        gpu_power_w_mean=_power_mean(inside),
+        energy_j_per_step=_energy_per_step(gpu, window, steps_in_window),
+        gpu_throttled_frac=(sum(1 for x in throttle if x & THROTTLE_MASK) / len(throttle))
+        if throttle
+        else None,
+        sm_active_frac=_mean(field(inside, "gpm_sm_active")),
+        tensor_active_frac=_mean(field(inside, "gpm_tensor_active")),
+        gpu_mem_used_bytes_max=int(max(mem_used)) if mem_used else None,
+        cpu_util_mean_frac=_mean(core_means),
+        cpu_busy_cores=_mean(core_sums),
+        child_cpu_cores=_mean(child) / 100.0 if child else None,
+        rss_bytes_max=int(max(rss)) if rss else None,
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def _power_mean(rows: list[Mapping[str, Any]]) -> float | None:
+    """Mean board power of all sampled GPUs together (sum over devices, mean over time)."""
+    by_t: dict[float, float] = defaultdict(float)
+    for r in rows:
+        if isinstance(r.get("power_w"), (int, float)):
+            by_t[float(r["t"])] += float(r["power_w"])
+    return _mean(list(by_t.values()))
+
+
+def _energy_per_step(
+    rows: list[Mapping[str, Any]], window: tuple[float, float] | None, steps: int
+) -> float | None:
+    """Energy-counter delta across the window / steps in it, summed over devices.
+
+    The counter (mJ, monotonic) is interpolated at the window's edges, so sampling phase
+    does not bias short windows.
+    """
+    if window is None or steps < 1:
+        return None
+    by_device: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if isinstance(r.get("energy_mj"), (int, float)):
+            by_device[int(r.get("index", 0))].append((float(r["t"]), float(r["energy_mj"])))
+    total_mj = 0.0
+    for points in by_device.values():
+        points.sort()
+        t = np.array([p[0] for p in points])
+        e = np.array([p[1] for p in points])
+        if t.size < 2 or t[0] > window[0] or t[-1] < window[1]:
+            # The counter must be seen on both sides of the window to be interpolated.
+            inner = [(ti, ei) for ti, ei in points if window[0] <= ti <= window[1]]
+            if len(inner) < 2:
+                continue
+            total_mj += (inner[-1][1] - inner[0][1]) * (
+                (window[1] - window[0]) / max(inner[-1][0] - inner[0][0], 1e-9)
+            )
+            continue
+        total_mj += float(np.interp(window[1], t, e) - np.interp(window[0], t, e))
+    if total_mj <= 0:
+        return None
+    return total_mj / 1000.0 / steps

@@ -1,0 +1,194 @@
+"""What every runtime applier shares: the result it reports, the patches it must undo, and the
+moments of the run it can act at.
+
+An applier runs in the child. `install()` is called before the user's script starts, so
+constructors (DataLoader, optimizers, DDP) can be patched; model transforms wait for
+`on_roots_known` (the first optimizer step), so they take effect from iteration 2. Each
+applier proves it took effect with `verify()`, called at the start of step VERIFY_STEP and
+again at the end of the run; a refusal is a result too (applied False, a one-line reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# Iteration 1 runs unmodified (roots are known only at its optimizer step), iteration 2 is the
+# first transformed one; checking at the start of step 2 sees iteration 2 completed.
+VERIFY_STEP = 2
+_PERFDOCTOR_PACKAGE = "perfdoctor"
+
+
+class RuntimeLike(Protocol):
+    """The part of collect/runtime.Runtime the appliers use."""
+
+    roots: list[Any]
+    optimizers: list[Any]
+    dataloaders: list[Any]
+
+    def on_roots_known(self, fn: Callable[[list[Any], list[Any]], None]) -> None: ...
+
+    def on_step_start(self, fn: Callable[[int], None]) -> None: ...
+
+    def on_finalize(self, fn: Callable[[], None]) -> None: ...
+
+
+def cuda_available() -> bool:
+    """Indirection so tests can exercise CUDA-only flag appliers on a CPU machine."""
+    return torch.cuda.is_available()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS / Windows
+        return os.cpu_count() or 1
+
+
+def is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return bool(compiler.is_compiling())
+    return bool(torch._dynamo.is_compiling())
+
+
+def called_from_perfdoctor(depth: int = 2) -> bool:
+    """True when the caller `depth` frames up is perfdoctor's own code (not the script's)."""
+    frame = sys._getframe(depth)
+    name = frame.f_globals.get("__name__", "")
+    return name == _PERFDOCTOR_PACKAGE or name.startswith(_PERFDOCTOR_PACKAGE + ".")
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class Patcher:
+    """Replaces attributes and puts the originals back, newest first.
+
+    The child process ends after the script, but in-process tests (and a script that runs
+    twice in one interpreter) need every patch undone."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._handles: list[Any] = []
+
+    def patch(self, owner: Any, name: str, replacement: Any) -> Any:
+        """Set owner.name = replacement; returns the value it replaces."""
+        own = owner.__dict__ if isinstance(owner, type) else vars(owner)
+        previous = own.get(name, self._MISSING)
+        original = getattr(owner, name)
+        self._undo.append((owner, name, previous))
+        setattr(owner, name, replacement)
+        return original
+
+    def keep(self, handle: Any) -> Any:
+        """A hook handle (anything with .remove()) to remove on restore."""
+        self._handles.append(handle)
+        return handle
+
+    def restore(self) -> None:
+        for handle in reversed(self._handles):
+            handle.remove()
+        self._handles.clear()
+        for owner, name, previous in reversed(self._undo):
+            if previous is self._MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, previous)
+        self._undo.clear()
+
+
+class ApplyContext:
+    """What an applier gets at install time: the runtime, a patcher, and shared state
+    (several appliers patch the same constructor through one shared patch)."""
+
+    def __init__(self, runtime: RuntimeLike, patcher: Patcher) -> None:
+        self.runtime = runtime
+        self.patcher = patcher
+        self.shared: dict[str, Any] = {}
+        self.install_pid = os.getpid()
+
+
+class Applier:
+    """One optimization id. Subclasses set `id` and implement install/verify."""
+
+    id: ClassVar[str]
+    needs_roots: ClassVar[bool] = False  # acts on the root models: nothing happens without
+
+    def __init__(self) -> None:
+        self.applied: bool | None = None  # None: not decided yet
+        self.verified: bool | None = None
+        self.detail = ""
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def install(self, ctx: ApplyContext) -> None:
+        """Before the script: patch constructors or register callbacks."""
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        """Did it take effect? (ok, one-line evidence); None: nothing to say at this point."""
+        return None
+
+    # ------------------------------------------------------------------ outcomes
+
+    def refuse(self, reason: str) -> None:
+        self.applied = False
+        self.verified = False
+        self.detail = one_line(reason)
+
+    def mark_applied(self, detail: str) -> None:
+        self.applied = True
+        self.detail = one_line(detail)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(one_line(text, 120))
+
+    def run_verify(self, final: bool) -> None:
+        if self.applied is not True:
+            return
+        try:
+            outcome = self.verify(final)
+        except Exception as exc:  # a check must never take the user's run down
+            log.warning("verifying %s failed", self.id, exc_info=True)
+            outcome = (False, f"check raised {type(exc).__name__}: {one_line(exc, 120)}")
+        if outcome is None:
+            return
+        ok, evidence = outcome
+        # Once a check failed it stays failed: a later pass cannot undo a missed effect.
+        self.verified = ok if self.verified is None else (self.verified and ok)
+        if evidence:
+            self.note(evidence)
+
+    def result(self) -> dict[str, Any]:
+        if self.applied is None:
+            applied, verified = False, False
+            detail = self.detail or (
+                "the root model was never identified (no optimizer step was seen)"
+                if self.needs_roots
+                else "never triggered"
+            )
+        else:
+            applied, verified = self.applied, bool(self.verified) and self.applied
+            detail = self.detail
+            if self.applied and self.verified is None:
+                detail = f"{detail}; not verified: the run ended before the check"
+        parts = [detail, *[n for n in self.notes if n != detail]]
+        return {
+            "id": self.id,
+            "applied": applied,
+            "verified": verified,
+            "detail": one_line("; ".join(p for p in parts if p), 300),
+        }

@@ -1,0 +1,337 @@
+"""Input-pipeline appliers: DataLoader workers, pinned memory, non-blocking copies.
+
+DataLoader arguments are changed by patching DataLoader.__init__ once, with the arguments
+bound through inspect.signature so it is known exactly what the script passed (positionally
+or by keyword): an explicit choice is never overridden. Workers are refused where they are
+unsafe (mechanics §3.b): an IterableDataset (each worker would yield the whole stream), a
+dataset or collate_fn that does not pickle when the start method is not fork, a script
+without a __main__ guard under spawn/forkserver, and a dataset holding CUDA tensors.
+persistent_workers is never turned on: it freezes the workers' copy of the dataset, and a
+script that changes its dataset between epochs would silently train on stale data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import multiprocessing
+import pickle
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from perfdoctor.collect.appliers.base import (
+    Applier,
+    ApplyContext,
+    cuda_available,
+    is_compiling,
+    one_line,
+    usable_cores,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_WORKERS = 4
+_MULTIPROCESS_ITER = "_MultiProcessingDataLoaderIter"
+_SHARED_KEY = "dataloader_patch"
+
+Adjuster = Callable[[DataLoader, dict[str, Any]], dict[str, Any] | None]
+
+
+def _where() -> str:
+    """file:line of the script code that built the DataLoader (first frame outside torch
+    and perfdoctor)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (name.startswith("torch") or name.startswith("perfdoctor")):
+            return f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+class LoaderPatch:
+    """One patch of DataLoader.__init__/__iter__ shared by every data applier."""
+
+    def __init__(self, ctx: ApplyContext) -> None:
+        self.adjusters: list[tuple[Applier, Adjuster]] = []
+        # What the latest iterator of each changed loader was. Not the iterator itself: a
+        # reference would keep a stopped epoch's worker processes alive.
+        self.iterators: weakref.WeakKeyDictionary[DataLoader, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.changed: weakref.WeakKeyDictionary[DataLoader, dict[str, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        original_init = DataLoader.__init__
+        original_iter = DataLoader.__iter__
+        signature = inspect.signature(original_init)
+        patch = self
+
+        def init(loader: DataLoader, *args: Any, **kwargs: Any) -> None:
+            try:
+                bound = signature.bind(loader, *args, **kwargs)
+            except TypeError:
+                original_init(loader, *args, **kwargs)  # let torch report the bad call
+                return
+            explicit = dict(bound.arguments)
+            changes: dict[str, dict[str, Any]] = {}
+            for applier, adjust in patch.adjusters:
+                change = adjust(loader, explicit)
+                if change:
+                    changes[applier.id] = change
+                    bound.arguments.update(change)
+            if not changes:
+                original_init(loader, *args, **kwargs)
+                return
+            try:
+                original_init(*bound.args, **bound.kwargs)
+            except (ValueError, TypeError, RuntimeError) as exc:
+                for applier, _ in patch.adjusters:
+                    if applier.id in changes:
+                        applier.note(f"DataLoader rejected the change: {one_line(exc, 100)}")
+                original_init(loader, *args, **kwargs)
+                return
+            patch.changed[loader] = changes
+
+        def iterate(loader: DataLoader) -> Any:
+            iterator = original_iter(loader)
+            if loader in patch.changed:
+                patch.iterators[loader] = {
+                    "class": type(iterator).__name__,
+                    "workers": getattr(iterator, "_num_workers", 0),
+                    "pin_memory": bool(getattr(iterator, "_pin_memory", False)),
+                }
+            return iterator
+
+        ctx.patcher.patch(DataLoader, "__init__", init)
+        ctx.patcher.patch(DataLoader, "__iter__", iterate)
+
+    @classmethod
+    def shared(cls, ctx: ApplyContext) -> LoaderPatch:
+        if _SHARED_KEY not in ctx.shared:
+            ctx.shared[_SHARED_KEY] = cls(ctx)
+        return ctx.shared[_SHARED_KEY]
+
+    def loaders_changed_by(self, applier_id: str) -> list[tuple[DataLoader, dict[str, Any]]]:
+        return [(ld, ch[applier_id]) for ld, ch in list(self.changed.items()) if applier_id in ch]
+
+    def latest_iterator(self, loader: DataLoader) -> dict[str, Any] | None:
+        return self.iterators.get(loader)
+
+
+def start_method(context: Any) -> str:
+    """The multiprocessing start method DataLoader workers will use, without fixing the
+    global default (multiprocessing.get_start_method() would, and a later
+    set_start_method() in the script would then fail)."""
+    if isinstance(context, str):
+        return context
+    if context is not None and hasattr(context, "get_start_method"):
+        return str(context.get_start_method())
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    if chosen:
+        return chosen
+    if sys.platform == "linux":
+        return "fork" if sys.version_info < (3, 14) else "forkserver"
+    return "spawn"
+
+
+def _holds_cuda_tensors(dataset: Any) -> bool:
+    values = list(getattr(dataset, "__dict__", {}).values())
+    for value in list(values):
+        if isinstance(value, (tuple, list)):
+            values.extend(value[:8])
+    return any(isinstance(v, torch.Tensor) and v.is_cuda for v in values)
+
+
+def _main_has_guard() -> bool:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            source = fh.read()
+    except OSError:
+        return True
+    return "__name__" in source and "__main__" in source
+
+
+def worker_refusal(args: dict[str, Any]) -> str | None:
+    """Why worker processes are unsafe for a DataLoader built with `args` (None: safe)."""
+    dataset = args.get("dataset")
+    if isinstance(dataset, IterableDataset):
+        return (
+            f"{type(dataset).__name__} is an IterableDataset: without sharding by "
+            "get_worker_info() every worker would yield the whole stream"
+        )
+    if _holds_cuda_tensors(dataset):
+        return f"{type(dataset).__name__} holds CUDA tensors: workers cannot use them"
+    method = start_method(args.get("multiprocessing_context"))
+    if method != "fork":
+        for what in ("dataset", "collate_fn", "worker_init_fn"):
+            value = args.get(what)
+            if value is None:
+                continue
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                return f"{what} cannot be pickled for {method} workers: {one_line(exc, 100)}"
+        if not _main_has_guard():
+            return (
+                f"the script has no `if __name__ == '__main__'` guard: {method} workers "
+                "would run it again"
+            )
+    return None
+
+
+class DataloaderWorkers(Applier):
+    id = "dataloader-workers"
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.patch = LoaderPatch.shared(ctx)
+        self.workers = min(MAX_WORKERS, usable_cores())
+        self.patch.adjusters.append((self, self._adjust))
+
+    def _adjust(self, loader: DataLoader, args: dict[str, Any]) -> dict[str, Any] | None:
+        where = _where()
+        user_workers = args.get("num_workers") or 0
+        if user_workers:
+            self.note(f"{where}: kept num_workers={user_workers} set by the script")
+            return None
+        reason = worker_refusal(args)
+        if reason is not None:
+            self.note(f"{where}: {reason}")
+            if self.applied is None:
+                self.detail = one_line(f"{where}: {reason}")
+            return None
+        change = f"{where}: num_workers 0 -> {self.workers}"
+        if self.applied:
+            self.note(change)
+        else:
+            self.mark_applied(change)
+        return {"num_workers": self.workers}
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        changed = self.patch.loaders_changed_by(self.id)
+        iterators = [self.patch.latest_iterator(loader) for loader, _ in changed]
+        seen = [it for it in iterators if it is not None]
+        if not seen:
+            return (False, "the DataLoader given workers was never iterated") if final else None
+        multi = [it for it in seen if it["class"] == _MULTIPROCESS_ITER]
+        workers = max((it["workers"] for it in multi), default=0)
+        ok = len(multi) == len(seen)
+        return ok, f"{len(multi)}/{len(seen)} iterated loaders multi-process ({workers} workers)"
+
+
+class PinMemory(Applier):
+    id = "pin-memory"
+
+    def install(self, ctx: ApplyContext) -> None:
+        if not cuda_available():
+            self.refuse("pinned memory only helps copies to a CUDA device; this run has none")
+            return
+        self.patch = LoaderPatch.shared(ctx)
+        self.patch.adjusters.append((self, self._adjust))
+
+    def _adjust(self, loader: DataLoader, args: dict[str, Any]) -> dict[str, Any] | None:
+        where = _where()
+        if "pin_memory" in args:
+            self.note(f"{where}: kept pin_memory={args['pin_memory']} set by the script")
+            return None
+        change = f"{where}: pin_memory False -> True"
+        if self.applied:
+            self.note(change)
+        else:
+            self.mark_applied(change)
+        return {"pin_memory": True}
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        changed = self.patch.loaders_changed_by(self.id)
+        seen = [self.patch.latest_iterator(loader) for loader, _ in changed]
+        seen = [it for it in seen if it is not None]
+        if not seen:
+            return (False, "the pinned DataLoader was never iterated") if final else None
+        pinned = sum(it["pin_memory"] for it in seen)
+        return pinned == len(seen), f"{pinned}/{len(seen)} iterated loaders pin their batches"
+
+
+def _target_device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    target = args[0] if args else kwargs.get("device")
+    if isinstance(target, torch.Tensor):
+        return target.device.type
+    if isinstance(target, torch.device):
+        return target.type
+    if isinstance(target, str):
+        return target.split(":", 1)[0]
+    if isinstance(target, int) and not isinstance(target, bool):
+        return "cuda"
+    return None
+
+
+class NonBlockingCopies(Applier):
+    """Tensor.to / Tensor.cuda from pinned CPU memory to CUDA get non_blocking=True when the
+    call did not say. Only pinned sources: from pageable memory the copy is synchronous
+    anyway, and there is nothing to gain."""
+
+    id = "non-blocking-copies"
+
+    def install(self, ctx: ApplyContext) -> None:
+        if not cuda_available():
+            self.refuse("non-blocking copies are CPU -> CUDA copies; this run has no CUDA device")
+            return
+        self.converted = 0
+        self.pageable = 0
+        original_to = torch.Tensor.to
+        original_cuda = torch.Tensor.cuda
+        applier = self
+
+        def to(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if (
+                "non_blocking" not in kwargs
+                and not is_compiling()
+                and tensor.device.type == "cpu"
+                and len(args) < (2 if args and isinstance(args[0], torch.Tensor) else 3)
+                and _target_device_type(args, kwargs) == "cuda"
+            ):
+                if tensor.is_pinned():
+                    kwargs["non_blocking"] = True
+                    applier.converted += 1
+                else:
+                    applier.pageable += 1
+            return original_to(tensor, *args, **kwargs)
+
+        def cuda(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if (
+                "non_blocking" not in kwargs
+                and len(args) < 2
+                and not is_compiling()
+                and tensor.device.type == "cpu"
+            ):
+                if tensor.is_pinned():
+                    kwargs["non_blocking"] = True
+                    applier.converted += 1
+                else:
+                    applier.pageable += 1
+            return original_cuda(tensor, *args, **kwargs)
+
+        ctx.patcher.patch(torch.Tensor, "to", to)
+        ctx.patcher.patch(torch.Tensor, "cuda", cuda)
+        self.mark_applied("pinned CPU -> CUDA copies issued with non_blocking=True")
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        if self.converted == 0:
+            if not final:
+                return None
+            return False, (
+                f"no copy from pinned memory was seen ({self.pageable} from pageable memory): "
+                "needs pin-memory"
+            )
+        return True, f"{self.converted} copies made non-blocking, {self.pageable} pageable left"
+
+
+APPLIERS: tuple[type[Applier], ...] = (DataloaderWorkers, PinMemory, NonBlockingCopies)

@@ -1,0 +1,221 @@
+"""Debug settings off: autograd anomaly detection, the script's own profiler / emit_nvtx, and
+the CUDA sync debug mode.
+
+The script's calls are turned into no-ops (its code keeps working: a profiler object still
+answers step(), key_averages(), export_chrome_trace(), ...), while perfdoctor's own profiler
+window, which calls the same torch API, is told apart by the calling module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.autograd.anomaly_mode as anomaly_mode
+import torch.autograd.profiler as autograd_profiler
+import torch.profiler
+import torch.profiler.profiler as profiler_module
+from torch.autograd.profiler_util import EventList
+
+from perfdoctor.collect.appliers.base import (
+    VERIFY_STEP,
+    Applier,
+    ApplyContext,
+    called_from_perfdoctor,
+    cuda_available,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- anomaly detection
+
+
+class AnomalyOff(Applier):
+    id = "anomaly-off"
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.suppressed = 0
+        applier = self
+
+        class set_detect_anomaly:  # noqa: N801 - same name as the torch API it replaces
+            """No-op stand-in: usable as a call or a context manager, like the original."""
+
+            def __init__(self, mode: bool = True, *args: Any, **kwargs: Any) -> None:
+                if mode:
+                    applier.suppressed += 1
+
+            def __enter__(self) -> None:
+                return None
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+        class detect_anomaly:  # noqa: N801
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                applier.suppressed += 1
+
+            def __enter__(self) -> None:
+                return None
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+        for owner in (torch.autograd, anomaly_mode):
+            ctx.patcher.patch(owner, "set_detect_anomaly", set_detect_anomaly)
+            ctx.patcher.patch(owner, "detect_anomaly", detect_anomaly)
+        was_on = torch.is_anomaly_enabled()
+        torch._C._set_anomaly_enabled(False)
+        self.mark_applied(
+            "autograd anomaly detection forced off"
+            + (" (it was on before the script)" if was_on else "")
+        )
+        # A script could still flip the C switch directly: switch it off again at each check.
+        ctx.runtime.on_roots_known(lambda roots, optimizers: torch._C._set_anomaly_enabled(False))
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        enabled = torch.is_anomaly_enabled()
+        return not enabled, (
+            f"anomaly mode reads {enabled}; {self.suppressed} enable call(s) of the script ignored"
+        )
+
+
+# --------------------------------------------------------------------------- profilers / nvtx
+
+
+class InertProfiler:
+    """Answers the profiler API the way an empty profile would, and records nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.step_num = 0
+        self.profiler = None
+
+    def __enter__(self) -> InertProfiler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def step(self) -> None:
+        self.step_num += 1
+
+    def key_averages(self, *args: Any, **kwargs: Any) -> EventList:
+        return EventList([])
+
+    def events(self) -> EventList:
+        return EventList([])
+
+    def export_chrome_trace(self, path: str) -> None:
+        # Scripts sometimes open the file they asked for: leave a valid, empty trace.
+        Path(path).write_text(json.dumps({"traceEvents": []}))
+
+    def __getattr__(self, name: str) -> Any:
+        # export_stacks, add_metadata, export_memory_timeline, ...: accept and do nothing.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+class InertContext:
+    """No-op stand-in for emit_nvtx / emit_itt."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> InertContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class DebugModesOff(Applier):
+    id = "debug-modes-off"
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.suppressed: dict[str, int] = {"profiler": 0, "emit_nvtx": 0, "sync_debug_mode": 0}
+        self._patch_profilers(ctx)
+        self._patch_nvtx(ctx)
+        self._patch_sync_debug(ctx)
+        self.mark_applied("the script's profiler, emit_nvtx and sync debug mode made no-ops")
+
+    def _count(self, what: str) -> None:
+        self.suppressed[what] += 1
+
+    def _patch_profilers(self, ctx: ApplyContext) -> None:
+        applier = self
+        for owner, original in (
+            (torch.profiler, torch.profiler.profile),
+            (profiler_module, profiler_module.profile),
+            (autograd_profiler, autograd_profiler.profile),
+        ):
+
+            def make(original: type = original) -> type:
+                class profile(original):  # type: ignore[misc,valid-type]  # noqa: N801
+                    """The script gets an inert profiler; perfdoctor gets the real one."""
+
+                    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                        if called_from_perfdoctor():
+                            return original(*args, **kwargs)
+                        if kwargs.get("enabled", True) is not False:
+                            applier._count("profiler")
+                        return InertProfiler(*args, **kwargs)
+
+                return profile
+
+            ctx.patcher.patch(owner, "profile", make())
+
+    def _patch_nvtx(self, ctx: ApplyContext) -> None:
+        applier = self
+        for name in ("emit_nvtx", "emit_itt"):
+            original = getattr(autograd_profiler, name, None)
+            if original is None:
+                continue
+
+            def factory(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                if called_from_perfdoctor():
+                    return _original(*args, **kwargs)
+                applier._count("emit_nvtx")
+                return InertContext()
+
+            ctx.patcher.patch(autograd_profiler, name, factory)
+
+    def _patch_sync_debug(self, ctx: ApplyContext) -> None:
+        original = getattr(torch.cuda, "set_sync_debug_mode", None)
+        if original is None:
+            return
+        applier = self
+
+        def set_sync_debug_mode(mode: Any) -> None:
+            if called_from_perfdoctor():
+                original(mode)
+            elif mode not in (0, "default"):
+                applier._count("sync_debug_mode")
+
+        ctx.patcher.patch(torch.cuda, "set_sync_debug_mode", set_sync_debug_mode)
+        if cuda_available():
+            original(0)
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        counts = ", ".join(f"{n} {what}" for what, n in self.suppressed.items())
+        if final:
+            # perfdoctor's own profiler window may be the last thing that ran: nothing to read.
+            return True, f"ignored: {counts}"
+        profiling = bool(torch._C._autograd._profiler_enabled())
+        if cuda_available():
+            sync_mode = torch.cuda.get_sync_debug_mode()
+            ok = not profiling and sync_mode == 0
+            return ok, f"profiler on={profiling}, sync debug mode={sync_mode} at step {VERIFY_STEP}"
+        return not profiling, f"profiler on={profiling} at step {VERIFY_STEP}; ignored: {counts}"
+
+
+APPLIERS: tuple[type[Applier], ...] = (AnomalyOff, DebugModesOff)

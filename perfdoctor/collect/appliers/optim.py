@@ -1,0 +1,196 @@
+"""Optimizer appliers: fused kernels, and zero_grad(set_to_none=True).
+
+Fused: the constructors of the exact classes Adam/AdamW/SGD/Adagrad are patched (the class
+attribute, so `from torch.optim import AdamW` aliases are covered; subclasses, bitsandbytes,
+apex are left alone) to add fused=True only when the script chose no implementation itself
+(none of fused/foreach/differentiable/capturable) and every parameter is floating point on
+a device with fused kernels. Numerics were identical to 5 decimals (mechanics §3.f).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+from typing import Any
+
+import torch
+
+from perfdoctor.collect.appliers.base import Applier, ApplyContext, one_line
+
+log = logging.getLogger(__name__)
+
+FUSED_CLASSES = ("Adam", "AdamW", "SGD", "Adagrad")
+_USER_CHOICES = ("fused", "foreach", "differentiable", "capturable")
+
+
+def _fused_devices() -> tuple[str, ...]:
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        return tuple(_get_fused_kernels_supported_devices())
+    except ImportError:
+        return ("cuda",)
+
+
+def _materialize(params: Any) -> list[Any]:
+    """The params argument as a list (a generator can be read only once); param-group dicts
+    get their own list too."""
+    items = list(params)
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and "params" in item:
+            group = dict(item)
+            value = group["params"]
+            group["params"] = [value] if isinstance(value, torch.Tensor) else list(value)
+            out.append(group)
+        else:
+            out.append(item)
+    return out
+
+
+def _tensors(params: list[Any]) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for item in params:
+        if isinstance(item, dict):
+            found.extend(p for p in item["params"] if isinstance(p, torch.Tensor))
+        elif isinstance(item, tuple) and len(item) == 2:  # named parameters
+            found.append(item[1])
+        elif isinstance(item, torch.Tensor):
+            found.append(item)
+    return found
+
+
+def fused_refusal(cls_name: str, tensors: list[torch.Tensor]) -> str | None:
+    if not tensors:
+        return "no parameters"
+    not_float = [t for t in tensors if not t.is_floating_point()]
+    if not_float:
+        return f"{len(not_float)} parameters are not floating point"
+    devices = {t.device.type for t in tensors}
+    unsupported = devices - set(_fused_devices())
+    if unsupported:
+        return f"no fused {cls_name} kernels for {', '.join(sorted(unsupported))}"
+    return None
+
+
+class FusedOptimizer(Applier):
+    id = "fused-optimizer"
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.fused: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.patched: list[str] = []
+        for name in FUSED_CLASSES:
+            cls = getattr(torch.optim, name, None)
+            if cls is None:
+                continue
+            signature = inspect.signature(cls.__init__)
+            if "fused" not in signature.parameters:
+                continue
+            ctx.patcher.patch(cls, "__init__", self._make_init(cls, cls.__init__, signature))
+            self.patched.append(name)
+        if not self.patched:
+            self.refuse("this torch has no fused optimizer implementations")
+            return
+        self.detail = "no Adam/AdamW/SGD/Adagrad was built without an implementation choice"
+
+    def _make_init(self, cls: type, original: Any, signature: inspect.Signature) -> Any:
+        applier = self
+
+        def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            if type(optimizer) is not cls:  # a subclass: its own __init__ knows best
+                original(optimizer, *args, **kwargs)
+                return
+            try:
+                bound = signature.bind(optimizer, *args, **kwargs)
+            except TypeError:
+                original(optimizer, *args, **kwargs)
+                return
+            chosen = [
+                f"{k}={bound.arguments[k]}"
+                for k in _USER_CHOICES
+                if bound.arguments.get(k) not in (None, False)
+                or (k in ("fused", "foreach") and bound.arguments.get(k) is False)
+            ]
+            if chosen:
+                applier.note(f"{cls.__name__}: kept the script's {', '.join(chosen)}")
+                original(optimizer, *args, **kwargs)
+                return
+            params = _materialize(bound.arguments["params"])
+            bound.arguments["params"] = params
+            reason = fused_refusal(cls.__name__, _tensors(params))
+            if reason is not None:
+                applier.note(f"{cls.__name__}: not fused: {reason}")
+                original(*bound.args, **bound.kwargs)
+                return
+            bound.arguments["fused"] = True
+            try:
+                original(*bound.args, **bound.kwargs)
+            except (RuntimeError, ValueError, TypeError) as exc:
+                applier.note(f"{cls.__name__}: fused refused by torch: {one_line(exc, 100)}")
+                del bound.arguments["fused"]
+                original(*bound.args, **bound.kwargs)
+                return
+            applier.fused.add(optimizer)
+            change = f"{cls.__name__}(fused=True)"
+            if applier.applied:
+                applier.note(change)
+            else:
+                applier.mark_applied(change)
+
+        return init
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        optimizers = list(self.fused)
+        if not optimizers:
+            return (False, "the fused optimizer no longer exists") if final else None
+        fused = sum(bool(o.param_groups[0].get("fused")) for o in optimizers)
+        return fused == len(optimizers), f"param_groups[0]['fused'] True on {fused}/{len(optimizers)}"
+
+
+class ZeroGradSetToNone(Applier):
+    """zero_grad() defaults to set_to_none=True since torch 2.0, so a finding means the script
+    passes set_to_none=False: the applier turns that into True."""
+
+    id = "zero-grad-set-to-none"
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.calls = 0
+        self.overridden = 0
+        self.cleared = 0
+        self.not_cleared = 0
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            ctx.patcher.patch(owner, "zero_grad", self._make(owner.zero_grad))
+        self.mark_applied("zero_grad(set_to_none=False) -> set_to_none=True")
+
+    def _make(self, original: Any) -> Any:
+        applier = self
+
+        def zero_grad(obj: Any, set_to_none: bool = True) -> None:
+            applier.calls += 1
+            if not set_to_none:
+                applier.overridden += 1
+            original(obj, set_to_none=True)
+            if applier.cleared + applier.not_cleared < 3:  # a few checks are enough
+                grads = (
+                    [p.grad for g in obj.param_groups for p in g["params"]]
+                    if isinstance(obj, torch.optim.Optimizer)
+                    else [p.grad for p in obj.parameters()]
+                )
+                if all(g is None for g in grads):
+                    applier.cleared += 1
+                else:
+                    applier.not_cleared += 1
+
+        return zero_grad
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        if self.calls == 0:
+            return (False, "zero_grad was never called") if final else None
+        return self.not_cleared == 0 and self.cleared > 0, (
+            f"{self.calls} zero_grad calls, {self.overridden} asked set_to_none=False; "
+            f"grads None after {self.cleared}/{self.cleared + self.not_cleared} checked calls"
+        )
+
+
+APPLIERS: tuple[type[Applier], ...] = (FusedOptimizer, ZeroGradSetToNone)

@@ -1,0 +1,376 @@
+"""Precision appliers: bf16/fp16 autocast (fp16 with a GradScaler) and TF32.
+
+Autocast wraps each root model's forward, as Accelerate does, so the loss computed outside
+the model runs in fp32 (outputs are cast back). fp16 also needs loss scaling: scalar
+`torch.autograd.backward` calls are scaled (below Tensor.backward, so a loss probe patched on
+Tensor.backward still records the unscaled loss), each optimizer's step becomes
+`scaler.step(opt); scaler.update()`, and gradient clipping unscales first (mechanics §3.a:
+without that, clipping saw a grad norm of 2.75e5 instead of 1.85 and training was crippled).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Callable, MutableMapping
+from typing import Any, ClassVar
+
+import torch
+
+from perfdoctor.collect.appliers.base import (
+    ApplyContext,
+    Applier,
+    called_from_perfdoctor,
+    cuda_available,
+    is_compiling,
+)
+
+log = logging.getLogger(__name__)
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+_PROBED_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def autocast_enabled(device_type: str) -> bool:
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except TypeError:  # torch < 2.4 has no device argument
+        if device_type == "cpu":
+            return bool(torch.is_autocast_cpu_enabled())
+        return bool(torch.is_autocast_enabled())
+
+
+def to_float32(obj: Any) -> Any:
+    """fp16/bf16 tensors in a forward's output -> fp32, through tuples, lists and dicts."""
+    if isinstance(obj, torch.Tensor):
+        return obj.float() if obj.dtype in _LOW_PRECISION else obj
+    if isinstance(obj, tuple):
+        converted = [to_float32(v) for v in obj]
+        return type(obj)(*converted) if hasattr(obj, "_fields") else type(obj)(converted)
+    if isinstance(obj, list):
+        return [to_float32(v) for v in obj]
+    if type(obj) is dict:
+        return {k: to_float32(v) for k, v in obj.items()}
+    if isinstance(obj, MutableMapping):  # e.g. transformers' ModelOutput: update in place
+        for key in list(obj.keys()):
+            obj[key] = to_float32(obj[key])
+    return obj
+
+
+def _plain_forward(module: torch.nn.Module) -> Callable[..., Any]:
+    return types.MethodType(type(module).forward, module)
+
+
+class AutocastForward:
+    """Instance `forward` of a root model: runs the original under autocast.
+
+    Pickling (torch.save(model), copy.deepcopy) stores the class's plain forward instead, so
+    a saved model does not depend on perfdoctor."""
+
+    def __init__(self, module: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:
+        self.module = module
+        self.original = module.forward
+        self.device_type = device_type
+        self.dtype = dtype
+        self.calls = 0
+        self.user_autocast_calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autocast_enabled(self.device_type):
+            # The script autocasts already (perhaps in another dtype): its choice stands.
+            self.user_autocast_calls += 1
+            return self.original(*args, **kwargs)
+        self.calls += 1
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            output = self.original(*args, **kwargs)
+        return to_float32(output)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_plain_forward, (self.module,))
+
+
+def _root_device_type(root: torch.nn.Module) -> str | None:
+    for param in root.parameters():
+        return param.device.type
+    return None
+
+
+class _AutocastApplier(Applier):
+    needs_roots = True
+    dtype: ClassVar[torch.dtype]
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.ctx = ctx
+        self.wrappers: list[AutocastForward] = []
+        self.probed_dtypes: list[torch.dtype] = []
+        self.user_scalers = 0
+        self._watch_user_scalers(ctx)
+        ctx.runtime.on_roots_known(self._on_roots_known)
+
+    def _watch_user_scalers(self, ctx: ApplyContext) -> None:
+        """Notice a GradScaler the script builds itself (its loss scaling then stays theirs)."""
+        scaler_cls = torch.amp.GradScaler
+        original_init = scaler_cls.__init__
+        applier = self
+
+        def init(scaler: Any, *args: Any, **kwargs: Any) -> None:
+            if not called_from_perfdoctor():
+                applier.user_scalers += 1
+            original_init(scaler, *args, **kwargs)
+
+        ctx.patcher.patch(scaler_cls, "__init__", init)
+
+    def _on_roots_known(self, roots: list[Any], optimizers: list[Any]) -> None:
+        if not roots:
+            self.refuse("no root model trains parameters of the optimizer")
+            return
+        device_type = _root_device_type(roots[0])
+        if device_type not in ("cuda", "cpu"):
+            self.refuse(f"autocast is not supported for device {device_type!r}")
+            return
+        reason = self.precondition(device_type, optimizers)
+        if reason:
+            self.refuse(reason)
+            return
+        for root in roots:
+            wrapper = AutocastForward(root, device_type, self.dtype)
+            self.ctx.patcher.patch(root, "forward", wrapper)
+            self.wrappers.append(wrapper)
+            self._add_probe(root)
+        names = ", ".join(type(r).__name__ for r in roots)
+        self.mark_applied(f"{names} forward under {self.dtype_name} autocast ({device_type})")
+        self.after_wrap(device_type, optimizers)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+    def precondition(self, device_type: str, optimizers: list[Any]) -> str | None:
+        return None
+
+    def after_wrap(self, device_type: str, optimizers: list[Any]) -> None:
+        """fp16 adds its GradScaler here."""
+
+    def _add_probe(self, root: torch.nn.Module) -> None:
+        """A one-shot hook on the first Linear/Conv records the dtype autocast gave it."""
+        layer = next((m for m in root.modules() if isinstance(m, _PROBED_LAYERS)), None)
+        if layer is None:
+            return
+        probed = self.probed_dtypes
+
+        def probe(_module: Any, _inputs: Any, output: Any) -> None:
+            if is_compiling() or probed:
+                return
+            if isinstance(output, torch.Tensor) and autocast_enabled(output.device.type):
+                probed.append(output.dtype)
+
+        self.ctx.patcher.keep(layer.register_forward_hook(probe))
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        calls = sum(w.calls for w in self.wrappers)
+        user_calls = sum(w.user_autocast_calls for w in self.wrappers)
+        if calls == 0 and user_calls:
+            self.refuse("the script already runs its model under autocast")
+            return None
+        if calls == 0:
+            return (False, "the root model was not called again after the change") if final else None
+        if self.probed_dtypes:
+            seen = self.probed_dtypes[0]
+            ok = seen == self.dtype
+            return ok, f"first Linear/Conv output is {str(seen).replace('torch.', '')}"
+        # No Linear/Conv to probe (or it ran compiled): the wrapper itself is the evidence.
+        return True, f"{calls} root forwards ran under autocast"
+
+
+class AmpBf16(_AutocastApplier):
+    id = "amp-bf16"
+    dtype = torch.bfloat16
+
+    def precondition(self, device_type: str, optimizers: list[Any]) -> str | None:
+        if device_type == "cuda" and not torch.cuda.is_bf16_supported():
+            return "this GPU has no native bf16 (compute capability < 8.0): use amp-fp16"
+        return None
+
+
+class ScaledStep:
+    """Per-instance optimizer.step: scaler.step(opt) then scaler.update().
+
+    GradScaler.step calls optimizer.step again, which lands here: the inner call runs the
+    original step. A step the scaler skips (inf/NaN grads) never reaches the optimizer, so its
+    global step hooks do not fire; they are fired here so that a skipped step still counts as
+    a training step for perfdoctor's step detection."""
+
+    def __init__(self, optimizer: Any, scaler: Any, applier: AmpFp16) -> None:
+        self.optimizer = optimizer
+        self.original = optimizer.step
+        self.scaler = scaler
+        self.applier = applier
+        self.inside = False
+        self.reached = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.inside:
+            self.reached = True
+            return self.original(*args, **kwargs)
+        self.inside, self.reached = True, False
+        try:
+            result = self.scaler.step(self.optimizer, *args, **kwargs)
+        finally:
+            self.inside = False
+        self.scaler.update()
+        self.applier.scaled_steps += 1
+        if not self.reached:
+            self.applier.skipped_steps += 1
+            _fire_global_step_hooks(self.optimizer, args, kwargs)
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (getattr, (self.optimizer, "step"))
+
+
+def _fire_global_step_hooks(optimizer: Any, args: Any, kwargs: Any) -> None:
+    module = torch.optim.optimizer
+    for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"):
+        for hook in list(getattr(module, name, {}).values()):
+            try:
+                hook(optimizer, args, kwargs)
+            except Exception:  # someone else's hook: never break the step over it
+                log.debug("global optimizer hook failed on a skipped step", exc_info=True)
+
+
+class AmpFp16(_AutocastApplier):
+    id = "amp-fp16"
+    dtype = torch.float16
+
+    def install(self, ctx: ApplyContext) -> None:
+        self.scaler: Any = None
+        self.scaled_optimizers: list[Any] = []
+        self.scaled_steps = 0
+        self.skipped_steps = 0
+        self.scaled_backwards = 0
+        self.unscaled_for_clip = 0
+        super().install(ctx)
+
+    def precondition(self, device_type: str, optimizers: list[Any]) -> str | None:
+        if device_type == "cpu" and not hasattr(torch.amp, "GradScaler"):
+            return "this torch has no CPU GradScaler"
+        if not optimizers:
+            return "no optimizer to step through a GradScaler"
+        return None
+
+    def after_wrap(self, device_type: str, optimizers: list[Any]) -> None:
+        if self.user_scalers:
+            self.note("the script builds its own GradScaler: loss scaling left to it")
+            return
+        self.scaler = torch.amp.GradScaler(device_type)
+        for optimizer in optimizers:
+            self.ctx.patcher.patch(optimizer, "step", ScaledStep(optimizer, self.scaler, self))
+            self.scaled_optimizers.append(optimizer)
+        self._patch_backward()
+        self._patch_clipping()
+
+    def _patch_backward(self) -> None:
+        original = torch.autograd.backward
+        applier = self
+
+        def backward(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if (
+                grad_tensors is None
+                and isinstance(tensors, torch.Tensor)
+                and tensors.numel() == 1
+                and tensors.is_floating_point()
+                and not is_compiling()
+                and torch._C._current_graph_task_id() == -1  # not a nested backward
+                and any(w.calls for w in applier.wrappers)
+            ):
+                applier.scaled_backwards += 1
+                tensors = applier.scaler.scale(tensors)
+            return original(tensors, grad_tensors, *args, **kwargs)
+
+        self.ctx.patcher.patch(torch.autograd, "backward", backward)
+
+    def _patch_clipping(self) -> None:
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(torch.nn.utils.clip_grad, name)
+            clip = self._unscaling_clip(original)
+            self.ctx.patcher.patch(torch.nn.utils.clip_grad, name, clip)
+            if getattr(torch.nn.utils, name, None) is original:
+                self.ctx.patcher.patch(torch.nn.utils, name, clip)
+
+    def _unscaling_clip(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        applier = self
+
+        def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(parameters, torch.Tensor):
+                parameters = [parameters]
+            parameters = list(parameters)
+            applier.unscale_owners(parameters)
+            return original(parameters, *args, **kwargs)
+
+        return clip
+
+    def unscale_owners(self, parameters: list[torch.Tensor]) -> None:
+        """Unscale the grads of every optimizer owning one of `parameters`, once per step."""
+        wanted = {id(p) for p in parameters}
+        for optimizer in self.scaled_optimizers:
+            owned = any(id(p) in wanted for g in optimizer.param_groups for p in g["params"])
+            if not owned:
+                continue
+            try:
+                self.scaler.unscale_(optimizer)
+                self.unscaled_for_clip += 1
+            except RuntimeError:
+                pass  # already unscaled since the last update(): nothing to do
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        outcome = super().verify(final)
+        if outcome is None or not outcome[0] or self.scaler is None:
+            return outcome
+        if self.scaled_steps == 0:
+            return (False, "no optimizer step went through the GradScaler") if final else None
+        return True, (
+            f"{outcome[1]}; GradScaler stepped {self.scaled_steps} times "
+            f"({self.skipped_steps} skipped on inf/NaN, still counted), "
+            f"{self.unscaled_for_clip} unscale-before-clip"
+        )
+
+
+class Tf32(Applier):
+    """TF32 for fp32 matmuls, through the legacy API only (mixing it with the new
+    fp32_precision API raises at read time, mechanics §3.c). Set at install, so iteration 1
+    already benefits, and again after the script's own setup (first optimizer step), unless
+    the script itself asked for a precision: that choice stands."""
+
+    id = "tf32"
+
+    def install(self, ctx: ApplyContext) -> None:
+        if not cuda_available():
+            self.refuse("TF32 is a CUDA tensor-core mode; this run has no CUDA device")
+            return
+        self.user_choice: str | None = None
+        original = torch.set_float32_matmul_precision
+        applier = self
+
+        def set_precision(precision: str) -> None:
+            if not called_from_perfdoctor():
+                applier.user_choice = precision
+            original(precision)
+
+        ctx.patcher.patch(torch, "set_float32_matmul_precision", set_precision)
+        original("high")
+        self.mark_applied("float32 matmul precision 'highest' -> 'high' (TF32)")
+
+        def after_setup(roots: list[Any], optimizers: list[Any]) -> None:
+            if self.user_choice is not None:
+                self.refuse(f"the script sets float32 matmul precision {self.user_choice!r}")
+                return
+            original("high")
+
+        ctx.runtime.on_roots_known(after_setup)
+
+    def verify(self, final: bool) -> tuple[bool, str] | None:
+        precision = torch.get_float32_matmul_precision()
+        return precision in ("high", "medium"), f"matmul precision reads {precision!r}"
+
+
+APPLIERS: tuple[type[Applier], ...] = (AmpBf16, AmpFp16, Tf32)

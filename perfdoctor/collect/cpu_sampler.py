@@ -1,0 +1,98 @@
+"""psutil sampler: per-core CPU utilization, and the child's (and its workers') RSS and CPU.
+
+This is the device sampler of CPU-only runs and the host view on GPU runs: a DataLoader-bound
+job shows as busy worker processes, or as one core pinned by the main process. Rows
+(docs/run-directory.md)::
+
+    {"kind": "cpu", "cpu_percent": [..per core..], "rss_bytes": ..., "child_cpu_percent": ...,
+     "workers": n, "workers_rss_bytes": ..., "workers_cpu_percent": ...}
+
+`rss_bytes` and `child_cpu_percent` are the child process itself; the `workers_*` fields sum
+its descendants (DataLoader workers). RSS of forked workers counts shared copy-on-write pages
+once per process, so the sum overstates what they use together.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+from typing import Any
+
+from perfdoctor.collect.sampling import Row, note
+
+logger = logging.getLogger(__name__)
+
+
+class CpuSampler:
+    name = "cpu"
+
+    def __init__(self, pid: int, *, psutil_module: ModuleType | None = None) -> None:
+        self._pid = pid
+        self._psutil = psutil_module
+        self._process: Any = None
+        # psutil's cpu_percent() is "since the previous call on this object", so the Process
+        # objects of the workers are kept from one tick to the next.
+        self._workers: dict[int, Any] = {}
+        self._child_gone = False
+
+    def start(self) -> list[Row]:
+        if self._psutil is None:
+            try:
+                import psutil
+            except ImportError:
+                self._psutil = None
+                return [note("CPU sampling unavailable: psutil is not installed")]
+            self._psutil = psutil
+        ps = self._psutil
+        ps.cpu_percent(percpu=True)  # primes the per-core counters; the first reading is 0
+        try:
+            self._process = ps.Process(self._pid)
+            self._process.cpu_percent()
+        except ps.Error as err:
+            self._child_gone = True
+            return [note(f"CPU sampling: child process {self._pid} not found ({err})")]
+        return []
+
+    def sample(self) -> list[Row]:
+        ps = self._psutil
+        if ps is None:
+            return []
+        row: Row = {"kind": "cpu", "cpu_percent": ps.cpu_percent(percpu=True)}
+        if self._process is not None and not self._child_gone:
+            row.update(self._child_fields(ps))
+        return [row]
+
+    def stop(self) -> None:
+        self._workers.clear()
+
+    def _child_fields(self, ps: ModuleType) -> Row:
+        proc = self._process
+        try:
+            with proc.oneshot():
+                fields: Row = {
+                    "rss_bytes": proc.memory_info().rss,
+                    "child_cpu_percent": proc.cpu_percent(),
+                }
+            descendants = proc.children(recursive=True)
+        except ps.Error:
+            # The child ended between two ticks: keep reporting the machine's cores.
+            self._child_gone = True
+            return {}
+        alive: dict[int, Any] = {}
+        rss = 0
+        cpu = 0.0
+        for found in descendants:
+            worker = self._workers.get(found.pid, found)
+            try:
+                with worker.oneshot():
+                    rss += worker.memory_info().rss
+                    cpu += worker.cpu_percent()
+            except ps.Error:
+                continue
+            alive[found.pid] = worker
+        self._workers = alive
+        fields["workers"] = len(alive)
+        if alive:
+            fields["workers_rss_bytes"] = rss
+            fields["workers_cpu_percent"] = round(cpu, 1)
+        return fields

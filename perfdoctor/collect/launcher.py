@@ -1,0 +1,619 @@
+"""Parent side of one child run: spawn, watch, bound, and always leave a manifest behind.
+
+`launch(spec)` writes spec.json, runs `python -m perfdoctor.collect.bootstrap spec.json` in its
+own process group (so a timeout or Ctrl-C can end DataLoader workers with it), tees the
+script's stdout/stderr to the terminal and to stdout.log / stderr.log, tails progress.jsonl
+for the live display, samples devices in a thread, and writes manifest.json whatever
+happened: success, crash, sys.exit(n), timeout, Ctrl-C, or a child that never started.
+
+The parent never imports torch or the user's script; the run directory contract is
+docs/run-directory.md.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any
+
+from perfdoctor import __version__
+from perfdoctor.collect.cpu_sampler import CpuSampler
+from perfdoctor.collect.nvml import NvmlSampler
+from perfdoctor.collect.sampling import DEFAULT_PERIOD_S, SamplingThread
+from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_TIMEOUT
+from perfdoctor.model import AppliedOptimization, DeviceInfo, RunManifest, RunSpec, RunStatus
+from perfdoctor.rundir import (
+    MANIFEST_FILE,
+    MEMORY_SNAPSHOT_FILE,
+    OBSERVATIONS_FILE,
+    PROGRESS_FILE,
+    SAMPLES_FILE,
+    SPEC_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    STEPS_FILE,
+    find_traces,
+    read_json,
+    read_jsonl,
+    write_json,
+)
+
+logger = logging.getLogger(__name__)
+
+BOOTSTRAP_MODULE = "perfdoctor.collect.bootstrap"
+# The child measures its step times on the same origin as the parent's samples.
+T0_ENV = "PERFDOCTOR_T0_UNIX"
+GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
+LEFTOVER_GRACE_S = 2.0  # processes the script left behind after it exited
+POLL_S = 0.1
+_STEP_DETECTIONS = ("optimizer", "backward", "time")
+# Profiler chatter from kineto (mechanics §6.4); kept in stderr.log, hidden from the terminal.
+_NOISE_PREFIX = b"USDT:"
+_STDERR_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step the child reported, for a live display."""
+
+    label: str
+    step: int
+    phase: str
+    planned_steps: int
+    elapsed_s: float
+
+
+def launch(
+    spec: RunSpec,
+    *,
+    timeout_s: float | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    echo_output: bool = True,
+    python: str = sys.executable,
+) -> RunManifest:
+    """Run one child to its end and return (and write) its manifest.
+
+    The target is not validated here: call perfdoctor.collect.target.validate_target first.
+    KeyboardInterrupt ends the child, writes the manifest with status "interrupted" and is
+    re-raised.
+    """
+    run_dir = Path(spec.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_artifacts(run_dir)
+    spec_path = run_dir / SPEC_FILE
+    write_json(spec_path, spec)
+    watch = _Watch(spec, run_dir, on_progress)
+    watch.start_clock()
+    env = _child_env(spec, watch.t0_unix)
+    command = [python, "-m", BOOTSTRAP_MODULE, str(spec_path)]
+    try:
+        proc = subprocess.Popen(
+            command,
+            cwd=spec.cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: killpg reaches its workers
+        )
+    except OSError as err:
+        where = f"working directory {spec.cwd}" if not Path(spec.cwd).is_dir() else python
+        failed = _Outcome(spawn_error=f"{where}: {err.strerror or err}")
+        return _write_manifest(spec, run_dir, failed, watch)
+    tees = [
+        _Tee(proc.stdout, run_dir / STDOUT_FILE, sys.stdout if echo_output else None),
+        _Tee(proc.stderr, run_dir / STDERR_FILE, sys.stderr if echo_output else None),
+    ]
+    for tee in tees:
+        tee.start()
+    sampler = SamplingThread(
+        [NvmlSampler(visible_devices=env.get("CUDA_VISIBLE_DEVICES")), CpuSampler(proc.pid)],
+        run_dir / SAMPLES_FILE,
+        origin=watch.t0,
+        origin_unix=watch.t0_unix,
+        period_s=DEFAULT_PERIOD_S,
+    )
+    sampler.start()
+    outcome = _Outcome()
+    pending: BaseException | None = None
+    try:
+        outcome = _supervise(proc, watch, timeout_s)
+    except BaseException as err:  # KeyboardInterrupt, or a failing on_progress callback
+        pending = err
+        outcome = _Outcome(interrupted=True)
+        if not isinstance(err, KeyboardInterrupt):
+            outcome.internal_error = f"perfdoctor: {type(err).__name__}: {err}"
+        outcome.exit_code = _terminate_group(proc, GRACE_S)
+    finally:
+        outcome.exit_code = proc.wait() if outcome.exit_code is None else outcome.exit_code
+        outcome.wall_s = time.monotonic() - watch.t0
+        if _end_leftovers(proc.pid):
+            outcome.warnings.append("processes the script left behind were terminated")
+        sampler.stop()
+        for tee in tees:
+            tee.join(5.0)
+        try:
+            watch.poll()
+        except Exception:  # a failing display must not cost the manifest
+            logger.debug("progress callback failed", exc_info=True)
+        outcome.stderr_tail = tees[1].tail
+        manifest = _write_manifest(spec, run_dir, outcome, watch)
+    if pending is not None:
+        raise pending
+    return manifest
+
+
+def _write_manifest(spec: RunSpec, run_dir: Path, outcome: _Outcome, watch: _Watch) -> RunManifest:
+    try:
+        manifest = _assemble_manifest(spec, run_dir, outcome, watch)
+    except Exception:
+        # A bug in reading the child's artifacts must not cost the manifest itself.
+        logger.exception("could not read the child's artifacts; writing a minimal manifest")
+        status, exit_code, error = _classify(outcome, None, watch.rows)
+        manifest = RunManifest(
+            label=spec.label,
+            status=status,
+            exit_code=exit_code,
+            wall_s=round(outcome.wall_s, 3),
+            steps_seen=watch.rows,
+            step_detection=None,
+            plan_complete=False,
+            error=error,
+        )
+    write_json(run_dir / MANIFEST_FILE, manifest)
+    return manifest
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+@dataclass
+class _Outcome:
+    exit_code: int | None = None  # raw child return code (negative: killed by that signal)
+    wall_s: float = 0.0
+    timed_out: bool = False
+    interrupted: bool = False
+    spawn_error: str | None = None
+    internal_error: str | None = None
+    stderr_tail: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+
+
+def _supervise(proc: subprocess.Popen[bytes], watch: _Watch, timeout_s: float | None) -> _Outcome:
+    while True:
+        try:
+            code = proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            watch.poll()
+            if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
+                logger.info("timeout after %.1f s: stopping the child", timeout_s)
+                code = _terminate_group(proc, GRACE_S)
+                return _Outcome(exit_code=code, timed_out=True)
+            continue
+        return _Outcome(exit_code=code)
+
+
+def _terminate_group(proc: subprocess.Popen[bytes], grace_s: float) -> int:
+    """SIGTERM the child's group, give it `grace_s` to flush, then SIGKILL; return its code.
+
+    A second Ctrl-C during the grace period skips the rest of it.
+    """
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        logger.info("child ignored SIGTERM for %.0f s: killing it", grace_s)
+    except KeyboardInterrupt:
+        logger.info("second interrupt: killing the child")
+    _signal_group(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def _end_leftovers(pgid: int) -> bool:
+    """End processes still in the child's group (e.g. DataLoader workers); True if any were."""
+    if not _group_alive(pgid):
+        return False
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return True
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group runs; zombies waiting for their reaper do not count.
+
+    (kill(0) succeeds on zombies, and in containers whose PID 1 does not reap orphans they
+    would make every run look like it left processes behind.)
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        import psutil
+    except ImportError:
+        return True
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+# --------------------------------------------------------------------------- live progress
+
+
+class _Watch:
+    """Start time of the child, and the progress.jsonl rows it wrote so far."""
+
+    def __init__(
+        self, spec: RunSpec, run_dir: Path, on_progress: Callable[[Progress], None] | None
+    ) -> None:
+        self._spec = spec
+        self._path = run_dir / PROGRESS_FILE
+        self._on_progress = on_progress
+        self._offset = 0
+        self.t0 = 0.0
+        self.t0_unix = 0.0
+        self.rows = 0
+        self.last_step: int | None = None
+
+    def start_clock(self) -> None:
+        """Both clocks read together, just before the spawn: `t` = 0 for parent and child."""
+        self.t0_unix = time.time()
+        self.t0 = time.monotonic()
+
+    def poll(self) -> None:
+        """Read complete new lines only: the child may be halfway through writing one."""
+        try:
+            with self._path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        self._offset += end + 1
+        for line in chunk[: end + 1].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict):
+                continue
+            self.rows += 1
+            step = row.get("step")
+            if isinstance(step, int):
+                self.last_step = step
+            if self._on_progress is not None:
+                self._on_progress(
+                    Progress(
+                        label=self._spec.label,
+                        step=step if isinstance(step, int) else self.rows,
+                        phase=str(row.get("phase", "")),
+                        planned_steps=self._spec.plan.total_steps,
+                        elapsed_s=round(time.monotonic() - self.t0, 3),
+                    )
+                )
+
+
+# --------------------------------------------------------------------------- output tee
+
+
+class _Tee(threading.Thread):
+    """Copies one pipe of the child into a log file (raw) and to the terminal (filtered)."""
+
+    def __init__(self, pipe: IO[bytes] | None, log_path: Path, echo: IO[str] | None) -> None:
+        super().__init__(name=f"perfdoctor-tee-{log_path.stem}", daemon=True)
+        self._pipe = pipe
+        self._log_path = log_path
+        self._echo = echo
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lines: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._partial = ""
+        self._at_line_start = True
+        self._held = b""  # the start of a line that may turn out to be profiler noise
+        self._dropping = False
+
+    @property
+    def tail(self) -> tuple[str, ...]:
+        """The last lines the script wrote on this pipe (profiler noise excluded)."""
+        return (*self._lines, *([self._partial] if self._partial.strip() else []))
+
+    def run(self) -> None:
+        if self._pipe is None:
+            return
+        fd = self._pipe.fileno()
+        with self._log_path.open("wb") as log:
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                log.write(chunk)
+                log.flush()
+                self._filter(chunk)
+            if self._held:
+                self._emit(self._held)
+            self._emit(b"", final=True)
+        self._pipe.close()
+
+    def _filter(self, chunk: bytes) -> None:
+        for piece in chunk.splitlines(keepends=True):
+            if self._at_line_start:
+                piece = self._held + piece
+                self._held = b""
+                undecided = (
+                    not piece.endswith((b"\n", b"\r"))
+                    and len(piece) < len(_NOISE_PREFIX)
+                    and _NOISE_PREFIX.startswith(piece)
+                )
+                if undecided:
+                    self._held = piece  # wait for more bytes of this line
+                    continue
+                self._dropping = piece.startswith(_NOISE_PREFIX)
+            self._at_line_start = piece.endswith((b"\n", b"\r"))
+            if not self._dropping:
+                self._emit(piece)
+
+    def _emit(self, data: bytes, *, final: bool = False) -> None:
+        text = self._decoder.decode(data, final=final)
+        if not text:
+            return
+        combined = self._partial + text
+        parts = combined.splitlines(keepends=True)
+        self._partial = "" if combined.endswith(("\n", "\r")) else parts.pop()
+        self._lines.extend(part.rstrip("\r\n") for part in parts)
+        if self._echo is not None:
+            try:
+                self._echo.write(text)
+                self._echo.flush()
+            except (OSError, ValueError):
+                self._echo = None  # the terminal went away (closed pipe); keep logging
+
+
+# --------------------------------------------------------------------------- child environment
+
+
+def _child_env(spec: RunSpec, t0_unix: float) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in spec.env.items()})
+    env["PYTHONUNBUFFERED"] = "1"  # the script's prints reach the terminal as they happen
+    env[T0_ENV] = repr(t0_unix)
+    if not _perfdoctor_installed():
+        # A plain checkout: let `-m perfdoctor.collect.bootstrap` import from the cwd it runs in.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _perfdoctor_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution("perfdoctor")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _remove_stale_artifacts(run_dir: Path) -> None:
+    """A run directory belongs to one child run: never mix in files from an earlier one."""
+    names = (
+        MANIFEST_FILE,
+        OBSERVATIONS_FILE,
+        STEPS_FILE,
+        PROGRESS_FILE,
+        SAMPLES_FILE,
+        STDOUT_FILE,
+        STDERR_FILE,
+        MEMORY_SNAPSHOT_FILE,
+    )
+    stale = [run_dir / name for name in names] + find_traces(run_dir)
+    for path in stale:
+        if path.is_file():
+            logger.debug("removing stale %s", path)
+            path.unlink()
+
+
+# --------------------------------------------------------------------------- the manifest
+
+
+def _assemble_manifest(
+    spec: RunSpec, run_dir: Path, outcome: _Outcome, watch: _Watch
+) -> RunManifest:
+    observations = _read_observations(run_dir)
+    step_rows = sum(1 for _ in read_jsonl(run_dir / STEPS_FILE))
+    reported = observations.get("steps_seen") if observations else None
+    steps_seen = max(step_rows, watch.rows, reported if isinstance(reported, int) else 0)
+    status, exit_code, error = _classify(outcome, observations, steps_seen)
+    obs = observations or {}
+    detection = obs.get("step_detection")
+    plan_complete = bool(
+        obs.get("stopped_by_perfdoctor")
+        or obs.get("plan_complete")
+        or steps_seen >= spec.plan.total_steps
+    )
+    warnings = [str(w) for w in _as_list(obs.get("warnings"))] + outcome.warnings
+    if outcome.timed_out:
+        warnings.append("the script ran past the timeout and was stopped")
+    return RunManifest(
+        label=spec.label,
+        status=status,
+        exit_code=exit_code,
+        wall_s=round(outcome.wall_s, 3),
+        steps_seen=steps_seen,
+        step_detection=detection if detection in _STEP_DETECTIONS else None,
+        plan_complete=plan_complete,
+        versions=_versions(obs),
+        device=_device(obs),
+        artifacts=_artifacts(run_dir),
+        applied=_applied(obs),
+        warnings=tuple(warnings),
+        error=error,
+    )
+
+
+def _classify(
+    outcome: _Outcome, observations: dict[str, Any] | None, steps_seen: int
+) -> tuple[RunStatus, int, str | None]:
+    """(status, exit code, one-line error) from how the child ended and what it wrote."""
+    obs = observations or {}
+    script_error = _one_line(obs.get("error"))
+    if outcome.spawn_error is not None:
+        return "launch_failed", EXIT_MISSING_TOOL, f"could not start Python: {outcome.spawn_error}"
+    if outcome.interrupted:
+        return "interrupted", EXIT_INTERRUPTED, outcome.internal_error or script_error
+    if outcome.timed_out:
+        return "timeout", EXIT_TIMEOUT, script_error
+    code = outcome.exit_code if outcome.exit_code is not None else 1
+    if code < 0:  # killed by a signal nobody in perfdoctor sent (OOM killer, kill -9, ...)
+        name = _signal_name(-code)
+        error = f"killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+        status: RunStatus = "script_crashed" if observations or steps_seen else "launch_failed"
+        return status, 128 - code, error
+    if obs.get("launch_error"):
+        return "launch_failed", code or 1, _one_line(obs.get("launch_error"))
+    if code == 0:
+        status = "completed" if obs.get("stopped_by_perfdoctor") else "finished_early"
+        return status, 0, None
+    if observations is None and steps_seen == 0:
+        # The child died before the bootstrap got going (broken environment, import error).
+        return "launch_failed", code, _last_error_line(outcome.stderr_tail)
+    if script_error is not None:
+        return "script_crashed", code, script_error
+    if observations is None and _has_traceback(outcome.stderr_tail):
+        return "script_crashed", code, _last_error_line(outcome.stderr_tail)
+    return "script_exited", code, None
+
+
+def _read_observations(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = read_json(run_dir / OBSERVATIONS_FILE)
+    except (OSError, ValueError):
+        return None  # missing, or torn by a killed child
+    return data if isinstance(data, dict) else None
+
+
+def _versions(obs: Mapping[str, Any]) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    reported = obs.get("versions")
+    if isinstance(reported, Mapping):
+        versions.update({str(k): str(v) for k, v in reported.items() if v is not None})
+    torch_info = obs.get("torch")
+    if "torch" not in versions and isinstance(torch_info, Mapping) and torch_info.get("version"):
+        versions["torch"] = str(torch_info["version"])
+    versions.setdefault("python", platform.python_version())
+    versions.setdefault("perfdoctor", __version__)
+    return versions
+
+
+def _device(obs: Mapping[str, Any]) -> DeviceInfo | None:
+    device = obs.get("device")
+    if not isinstance(device, Mapping) or device.get("kind") not in ("cpu", "cuda"):
+        return None
+    known = {f.name for f in fields(DeviceInfo)}
+    values = {k: v for k, v in device.items() if k in known}
+    values.setdefault("name", "")
+    cpu = obs.get("cpu")
+    if isinstance(cpu, Mapping):
+        values.setdefault("cpu_cores_logical", cpu.get("logical_cores"))
+        values.setdefault("cpu_cores_physical", cpu.get("physical_cores"))
+    try:
+        return DeviceInfo(**values)
+    except TypeError:
+        return None
+
+
+def _applied(obs: Mapping[str, Any]) -> tuple[AppliedOptimization, ...]:
+    applied = []
+    for entry in _as_list(obs.get("applied")):
+        if not isinstance(entry, Mapping) or "id" not in entry:
+            continue
+        applied.append(
+            AppliedOptimization(
+                id=str(entry["id"]),
+                applied=bool(entry.get("applied")),
+                verified=bool(entry.get("verified")),
+                detail=str(entry.get("detail", "")),
+            )
+        )
+    return tuple(applied)
+
+
+def _artifacts(run_dir: Path) -> dict[str, str]:
+    """Artifact id -> path relative to the run directory, for the files that exist."""
+    named = {
+        "spec": SPEC_FILE,
+        "observations": OBSERVATIONS_FILE,
+        "steps": STEPS_FILE,
+        "progress": PROGRESS_FILE,
+        "samples": SAMPLES_FILE,
+        "stdout": STDOUT_FILE,
+        "stderr": STDERR_FILE,
+        "memory_snapshot": MEMORY_SNAPSHOT_FILE,
+    }
+    found = {key: name for key, name in named.items() if (run_dir / name).is_file()}
+    for number, trace in enumerate(find_traces(run_dir), start=1):
+        found["trace" if number == 1 else f"trace-{number}"] = trace.name
+    return found
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _one_line(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, Mapping):
+        kind, message = value.get("type"), value.get("message")
+        value = f"{kind}: {message}" if kind else message
+    lines = [line.strip() for line in str(value).splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def _has_traceback(lines: tuple[str, ...]) -> bool:
+    return any(line.startswith("Traceback (most recent call last)") for line in lines)
+
+
+def _last_error_line(lines: tuple[str, ...]) -> str | None:
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

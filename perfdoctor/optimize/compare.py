@@ -1,0 +1,462 @@
+"""A/B statistics and verdicts: is a variant faster beyond the noise, and are its numbers sane?
+
+Baseline and variant runs alternate (A B A B ...), so run k of the variant is paired with run
+k of the baseline: a machine that drifts (thermal, a neighbour job) affects both members of a
+pair alike. Per pair, ratio_k = median(baseline steps) / median(variant steps); the speedup is
+the median of the pair ratios.
+
+Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
+replacement within each run, fixed seed, so the same runs always give the same verdict),
+widened by the baseline's own run-to-run spread (half the range of its run medians, relative)
+when at least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside
+a run, not the run-to-run noise that separates two launches of the same script.
+
+Verdicts, first match wins, each with a one-line reason:
+    failed     a variant run crashed, OOMed, timed out, or recorded no timed step
+    rejected   an applier refused or its check failed ("not applied: ...")
+    rejected   NaN/inf loss, or the loss trajectory drifts beyond tolerance (numerics.py)
+    accepted   speed goal: speedup - noise > 1;  memory goal: peak memory down >= 5%
+    rejected   otherwise: "slower: 0.91x ± 0.03" / "within noise: 1.02x ± 0.05"
+
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfdoctor import rundir
+from perfdoctor.model import AppliedOptimization, VariantResult
+from perfdoctor.optimize import numerics
+from perfdoctor.optimize.catalog import CATALOG, tolerance_for
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240601
+CONFIDENCE = 0.95
+# A memory optimization must cut the peak by at least this share to be worth its cost.
+MIN_MEMORY_SAVING_FRAC = 0.05
+# Run statuses whose timed steps can be compared.
+OK_STATUSES = ("completed", "finished_early")
+
+
+@dataclass(frozen=True)
+class RunSample:
+    """What the statistics need from one child run (baseline or variant)."""
+
+    label: str
+    step_ms: tuple[float, ...]  # timed steps only (no warm-up, no profiler window)
+    losses: tuple[float | None, ...] = ()  # one per step from step 0, None where not captured
+    peak_memory_bytes: int | None = None  # CUDA max allocated; process RSS peak on CPU
+    peak_reserved_bytes: int | None = None  # CUDA max reserved
+    energy_j_per_step: float | None = None
+    batch_size: int | None = None  # samples per optimizer step
+    status: str = "completed"
+    exit_code: int = 0
+    error: str | None = None  # one line
+    applied: tuple[AppliedOptimization, ...] = ()
+    run_dir: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.status in OK_STATUSES and len(self.step_ms) > 0
+
+    def failure_line(self) -> str:
+        if self.status in OK_STATUSES:
+            return "no timed step was recorded"
+        detail = self.error or f"exit code {self.exit_code}"
+        return f"{self.status.replace('_', ' ')}: {detail}"
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    speedup: float  # > 1 is faster
+    noise: float  # half-width of the band around `speedup`
+    pair_ratios: tuple[float, ...]
+    bootstrap_half_width: float
+    baseline_spread: float  # relative half-range of the baseline run medians (0 if one run)
+
+    @property
+    def low(self) -> float:
+        return self.speedup - self.noise
+
+    @property
+    def high(self) -> float:
+        return self.speedup + self.noise
+
+    def describe(self) -> str:
+        return f"{self.speedup:.2f}x ± {self.noise:.2f}"
+
+
+@dataclass(frozen=True)
+class Deltas:
+    """Variant against baseline, for the report's table (None = not measured on both)."""
+
+    throughput_ratio: float | None = None
+    peak_memory_delta_bytes: int | None = None
+    peak_memory_ratio: float | None = None
+    energy_delta_j_per_step: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of an empty sequence")
+    position = (len(ordered) - 1) * q / 100.0
+    lower = math.floor(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def paired_runs(
+    baseline_runs: Sequence[RunSample], variant_runs: Sequence[RunSample]
+) -> list[tuple[RunSample, RunSample]]:
+    """Pair run k with run k; pairs where either side has no usable timing are dropped."""
+    return [
+        (b, v) for b, v in zip(baseline_runs, variant_runs, strict=False) if b.usable and v.usable
+    ]
+
+
+def baseline_run_spread(baseline_runs: Sequence[RunSample]) -> float:
+    medians = [statistics.median(r.step_ms) for r in baseline_runs if r.usable]
+    if len(medians) < 2:
+        return 0.0
+    return (max(medians) - min(medians)) / 2.0 / statistics.median(medians)
+
+
+def estimate_speedup(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> SpeedEstimate | None:
+    pairs = paired_runs(baseline_runs, variant_runs)
+    if not pairs:
+        return None
+    ratios = [statistics.median(b.step_ms) / statistics.median(v.step_ms) for b, v in pairs]
+    speedup = statistics.median(ratios)
+
+    rng = random.Random(seed)
+    boot: list[float] = []
+    for _ in range(resamples):
+        resampled = [
+            statistics.median(rng.choices(b.step_ms, k=len(b.step_ms)))
+            / statistics.median(rng.choices(v.step_ms, k=len(v.step_ms)))
+            for b, v in pairs
+        ]
+        boot.append(statistics.median(resampled))
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
+    spread = baseline_run_spread(baseline_runs)
+    return SpeedEstimate(
+        speedup=speedup,
+        noise=half_width + speedup * spread,
+        pair_ratios=tuple(ratios),
+        bootstrap_half_width=half_width,
+        baseline_spread=spread,
+    )
+
+
+def _pooled(runs: Sequence[RunSample]) -> list[float]:
+    return [ms for r in runs if r.usable for ms in r.step_ms]
+
+
+def _peak(runs: Sequence[RunSample], reserved: bool = False) -> int | None:
+    values = [
+        (r.peak_reserved_bytes if reserved else r.peak_memory_bytes)
+        for r in runs
+        if r.status in OK_STATUSES
+    ]
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _throughput(runs: Sequence[RunSample]) -> float | None:
+    pooled = _pooled(runs)
+    sizes = [r.batch_size for r in runs if r.usable and r.batch_size]
+    if not pooled or not sizes:
+        return None
+    return statistics.median(sizes) * 1000.0 / statistics.median(pooled)
+
+
+def deltas(baseline_runs: Sequence[RunSample], variant_runs: Sequence[RunSample]) -> Deltas:
+    base_tp, var_tp = _throughput(baseline_runs), _throughput(variant_runs)
+    base_mem, var_mem = _peak(baseline_runs), _peak(variant_runs)
+    base_energy = _mean([r.energy_j_per_step for r in baseline_runs if r.usable])
+    var_energy = _mean([r.energy_j_per_step for r in variant_runs if r.usable])
+    return Deltas(
+        throughput_ratio=var_tp / base_tp if base_tp and var_tp else None,
+        peak_memory_delta_bytes=(
+            var_mem - base_mem if base_mem is not None and var_mem is not None else None
+        ),
+        peak_memory_ratio=var_mem / base_mem if base_mem and var_mem is not None else None,
+        energy_delta_j_per_step=(
+            var_energy - base_energy if base_energy is not None and var_energy is not None else None
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def not_applied_reason(
+    variant_runs: Sequence[RunSample], optimization_ids: Sequence[str]
+) -> str | None:
+    """Why an optimization did not demonstrably take effect in some run (None: all did)."""
+    for run in variant_runs:
+        if not run.usable:
+            continue
+        by_id = {a.id: a for a in run.applied}
+        for opt_id in optimization_ids:
+            result = by_id.get(opt_id)
+            if result is None:
+                return f"{opt_id}: the child reported no applier result"
+            if not result.applied:
+                return f"{opt_id}: {result.detail}"
+            if not result.verified:
+                return f"{opt_id}: check failed: {result.detail}"
+    return None
+
+
+def _goal(optimization_ids: Sequence[str]) -> str:
+    goals = {CATALOG[i].goal for i in optimization_ids if i in CATALOG}
+    # A stack that contains any speed optimization is judged on speed.
+    return "memory" if goals == {"memory"} else "speed"
+
+
+def _fmt_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(size) < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _memory_verdict(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    speed: SpeedEstimate | None,
+) -> tuple[str, str]:
+    use_reserved = _peak(baseline_runs, True) is not None and _peak(variant_runs, True) is not None
+    base = _peak(baseline_runs, use_reserved)
+    var = _peak(variant_runs, use_reserved)
+    what = "reserved" if use_reserved else "peak"
+    speed_note = f"; speed {speed.describe()}" if speed else ""
+    if not base or var is None:
+        return "rejected", f"memory optimization, but peak memory was not measured{speed_note}"
+    saved = 1.0 - var / base
+    change = f"{what} memory {_fmt_bytes(base)} -> {_fmt_bytes(var)} ({-saved:+.0%})"
+    if saved >= MIN_MEMORY_SAVING_FRAC:
+        return "accepted", f"{change}{speed_note}"
+    return "rejected", f"{change}: less than {MIN_MEMORY_SAVING_FRAC:.0%} saved{speed_note}"
+
+
+def _speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
+    if speed is None:
+        return "rejected", "no paired timing to compare"
+    if speed.low > 1.0:
+        return "accepted", f"faster: {speed.describe()}{extra}"
+    if speed.high < 1.0:
+        return "rejected", f"slower: {speed.describe()}{extra}"
+    return "rejected", f"within noise: {speed.describe()}{extra}"
+
+
+def compare_variant(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    optimization_ids: Sequence[str],
+    tolerance: float | None = None,
+    *,
+    label: str | None = None,
+    seed: int = BOOTSTRAP_SEED,
+) -> VariantResult:
+    """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
+    (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
+    Pass the runs in run order: baseline run k is paired with variant run k."""
+    ids = tuple(optimization_ids)
+    name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
+    category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
+    usable = [r for r in variant_runs if r.usable]
+    pooled = _pooled(usable)
+    applied = next((r.applied for r in variant_runs if r.applied), ())
+    common = {
+        "label": name,
+        "optimizations": ids,
+        "step_ms_p50": statistics.median(pooled) if pooled else None,
+        "step_ms_p90": percentile(pooled, 90) if pooled else None,
+        "peak_memory_bytes": _peak(variant_runs),
+        "throughput_samples_s": _throughput(usable),
+        "energy_j_per_step": _mean([r.energy_j_per_step for r in usable]),
+        "applied": applied,
+        "run_dirs": tuple(r.run_dir for r in variant_runs),
+    }
+
+    broken = next((r for r in variant_runs if not r.usable), None)
+    if not variant_runs or broken is not None:
+        reason = broken.failure_line() if broken else "the variant never ran"
+        return VariantResult(
+            speedup=None,
+            speedup_noise=None,
+            loss_delta=None,
+            verdict="failed",
+            reason=reason,
+            **common,
+        )
+
+    speed = estimate_speedup(baseline_runs, usable, seed=seed)
+    speed_fields = {
+        "speedup": speed.speedup if speed else None,
+        "speedup_noise": speed.noise if speed else None,
+    }
+    missing = not_applied_reason(usable, ids)
+    if missing is not None:
+        return VariantResult(
+            loss_delta=None,
+            verdict="rejected",
+            reason=f"not applied: {missing}",
+            **speed_fields,
+            **common,
+        )
+
+    guard = numerics.check_losses(
+        [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
+        [r.losses for r in usable if r.losses],
+        category_tolerance,
+    )
+    if not guard.ok:
+        return VariantResult(
+            loss_delta=guard.loss_delta,
+            verdict="rejected",
+            reason=guard.reason,
+            **speed_fields,
+            **common,
+        )
+
+    extra = "" if guard.checked else f" ({guard.reason})"
+    if _goal(ids) == "memory":
+        verdict, reason = _memory_verdict(baseline_runs, usable, speed)
+        reason += extra
+    else:
+        verdict, reason = _speed_verdict(speed, extra)
+    log.debug("variant %s: %s (%s)", name, verdict, reason)
+    return VariantResult(
+        loss_delta=guard.loss_delta,
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+        **speed_fields,
+        **common,
+    )
+
+
+def stack_candidates(results: Sequence[VariantResult]) -> list[str]:
+    """Accepted single optimizations to stack, best first; of mutually exclusive ones
+    (amp-bf16/amp-fp16, compile/compile-cudagraphs) only the faster is kept."""
+    accepted = [
+        r
+        for r in results
+        if r.verdict == "accepted" and len(r.optimizations) == 1 and r.optimizations[0] in CATALOG
+    ]
+    accepted.sort(key=lambda r: -(r.speedup or 0.0))
+    chosen: list[str] = []
+    for result in accepted:
+        opt_id = result.optimizations[0]
+        if any(opt_id in CATALOG[c].excludes or c in CATALOG[opt_id].excludes for c in chosen):
+            continue
+        chosen.append(opt_id)
+    return chosen
+
+
+# --------------------------------------------------------------------------- run directories
+
+
+def load_run_sample(run_dir: Path) -> RunSample:
+    """A RunSample from a child run directory (manifest.json + steps.jsonl + samples.jsonl).
+
+    Peak memory is the CUDA max-allocated peak on CUDA runs and the process RSS peak on CPU
+    runs. Energy per step is NVML's mean board power times the median step time: the samples
+    carry no step boundaries, so this is an estimate over the run."""
+    manifest = rundir.load_manifest(run_dir)
+    steps = sorted(rundir.load_steps(run_dir), key=lambda s: s.index)
+    timed = [s.wall_ms for s in steps if s.phase == "timed"]
+    losses = tuple(s.loss for s in steps)
+    cuda_peaks = [s.cuda_max_allocated_bytes for s in steps if s.cuda_max_allocated_bytes]
+    rss_peaks = [s.rss_bytes for s in steps if s.rss_bytes]
+    peak = max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
+    reserved = None
+    applied = manifest.applied
+    observations = _read_observations(run_dir)
+    cuda_memory = observations.get("cuda_memory") or {}
+    reserved = cuda_memory.get("max_reserved_bytes")
+    peak = cuda_memory.get("max_allocated_bytes") or peak
+    if not applied:
+        # The child writes applier results into observations; the manifest may not copy them.
+        applied = tuple(
+            AppliedOptimization(
+                id=str(row.get("id")),
+                applied=bool(row.get("applied")),
+                verified=bool(row.get("verified")),
+                detail=str(row.get("detail", "")),
+            )
+            for row in observations.get("applied") or ()
+            if isinstance(row, dict)
+        )
+    batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in steps if s.batch_size]
+    watts = _board_power_w(run_dir)
+    energy = watts * statistics.median(timed) / 1000.0 if watts is not None and timed else None
+    return RunSample(
+        label=manifest.label,
+        step_ms=tuple(timed),
+        losses=losses,
+        peak_memory_bytes=peak,
+        peak_reserved_bytes=reserved,
+        energy_j_per_step=energy,
+        batch_size=int(statistics.median(batch_sizes)) if batch_sizes else None,
+        status=manifest.status,
+        exit_code=manifest.exit_code,
+        error=manifest.error,
+        applied=applied,
+        run_dir=str(run_dir),
+    )
+
+
+def _read_observations(run_dir: Path) -> dict:
+    path = run_dir / rundir.OBSERVATIONS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = rundir.read_json(path)
+    except ValueError:
+        log.warning("unreadable %s in %s", rundir.OBSERVATIONS_FILE, run_dir)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _board_power_w(run_dir: Path) -> float | None:
+    """Mean power of all GPUs together (sum over devices of each device's mean)."""
+    by_device: dict[int, list[float]] = {}
+    for row in rundir.read_jsonl(run_dir / rundir.SAMPLES_FILE):
+        if row.get("kind") == "gpu" and row.get("power_w") is not None:
+            by_device.setdefault(int(row.get("index", 0)), []).append(float(row["power_w"]))
+    if not by_device:
+        return None
+    return sum(statistics.fmean(values) for values in by_device.values())

@@ -1,0 +1,411 @@
+"""The report's charts: matplotlib figures rendered to inline SVG strings.
+
+Only `Report.series` (and the baseline breakdown) is read; see the comment on `Report.series`
+in model.py and docs/report-schema.md for its shape. A chart whose data is missing is not
+drawn: it comes back with a one-line reason instead.
+
+No pyplot and no GUI backend: a bare `Figure` renders through matplotlib's SVG backend, so
+nothing global changes in the process. `svg.fonttype = none` keeps text as text (small files,
+selectable labels); matplotlib escapes that text for XML, so a variant label such as
+`<script>` stays text. Long series are reduced to per-bucket min/max so spikes survive and
+a 10k-step run stays a few hundred KB.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfdoctor.model import Report
+from perfdoctor.render import format as fmt
+from perfdoctor.render.summary import BREAKDOWN_PARTS
+from perfdoctor.rundir import BASELINE_LABEL
+
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+
+MAX_POINTS = 1200  # per line, after min/max bucketing
+_LEGEND_LABEL_CHARS = 40
+_TICK_LABEL_CHARS = 24
+
+_RC = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "perfdoctor",  # stable element ids: the same report gives the same SVG
+    "text.parse_math": False,  # `$` in a variant label is text, not mathtext
+    "text.usetex": False,
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.prop_cycle": None,  # set below once matplotlib is imported
+}
+_PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
+_BASELINE_COLOR = "#555555"
+_PART_COLORS = {
+    "data": "#c44e52",
+    "forward": "#4c72b0",
+    "backward": "#8172b3",
+    "optimizer": "#55a868",
+    "other": "#b0b0b0",
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str  # stable id: step_time, breakdown, utilization, memory, loss
+    title: str
+    svg: str | None  # inline `<svg ...>` markup; None when the chart was skipped
+    missing: str = ""  # "not measured: why", when skipped
+
+
+def build_charts(report: Report) -> list[Chart]:
+    series = report.series or {}
+    colors = _label_colors(report, series)
+    builders = (
+        _step_time_chart,
+        _breakdown_chart,
+        _utilization_chart,
+        _memory_chart,
+        _loss_chart,
+    )
+    return [build(report, series, colors) for build in builders]
+
+
+# --------------------------------------------------------------------------- data helpers
+
+
+def _label_colors(report: Report, series: Mapping[str, Any]) -> dict[str, str]:
+    """One colour per variant across every chart, the baseline always grey."""
+    labels: list[str] = [BASELINE_LABEL, *(v.label for v in report.variants)]
+    for group in series.values():
+        if isinstance(group, Mapping):
+            labels += [str(k) for k in group]
+    colors: dict[str, str] = {}
+    for label in labels:
+        if label in colors:
+            continue
+        colors[label] = (
+            _BASELINE_COLOR
+            if label == BASELINE_LABEL
+            else _PALETTE[(len(colors) - (BASELINE_LABEL in colors)) % len(_PALETTE)]
+        )
+    return colors
+
+
+def _ordered(group: Mapping[str, Any]) -> list[str]:
+    """Baseline first, then the variants in the order the report lists them."""
+    labels = [str(k) for k in group]
+    return sorted(labels, key=lambda k: (k != BASELINE_LABEL, labels.index(k)))
+
+
+def _pairs(xs: Sequence[Any] | None, ys: Sequence[Any] | None) -> tuple[list[float], list[float]]:
+    """Aligned (x, y) with missing or non-finite values dropped."""
+    if not xs or not ys:
+        return [], []
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for x, y in zip(xs, ys, strict=False):
+        if _finite(x) and _finite(y):
+            out_x.append(float(x))
+            out_y.append(float(y))
+    return out_x, out_y
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def downsample(
+    xs: list[float], ys: list[float], max_points: int = MAX_POINTS
+) -> tuple[list[float], list[float]]:
+    """Keep each bucket's min and max (in x order) so spikes stay visible."""
+    n = len(xs)
+    if n <= max_points:
+        return xs, ys
+    buckets = max(max_points // 2, 1)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo >= hi:
+            continue
+        window = range(lo, hi)
+        i_min = min(window, key=ys.__getitem__)
+        i_max = max(window, key=ys.__getitem__)
+        for i in sorted({i_min, i_max}):
+            out_x.append(xs[i])
+            out_y.append(ys[i])
+    return out_x, out_y
+
+
+def _legend_label(label: str) -> str:
+    return fmt.one_line(label, _LEGEND_LABEL_CHARS)
+
+
+def _group(series: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    group = series.get(name)
+    return group if isinstance(group, Mapping) else {}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _figure(height: float = 3.0) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(5.8, height), layout="constrained")
+
+
+def _to_svg(fig: Any) -> str:
+    buf = io.StringIO()
+    # No date and no creator URL: the SVG is reproducible and names no web address.
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    # Inline SVG in HTML5 needs neither the XML prolog and DOCTYPE (which names a DTD URL)
+    # nor the RDF metadata block (which names vocabulary URLs): keep from `<svg` on, minus it.
+    start = text.find("<svg")
+    text = text[start:] if start >= 0 else text
+    return _METADATA.sub("", text, count=1).strip()
+
+
+def _render(draw: Any, *args: Any, height: float = 3.0) -> str:
+    import matplotlib
+    from cycler import cycler
+
+    rc = dict(_RC, **{"axes.prop_cycle": cycler(color=list(_PALETTE))})
+    with matplotlib.rc_context(rc):
+        fig = _figure(height)
+        draw(fig, *args)
+        return _to_svg(fig)
+
+
+def _legend(ax: Any, count: int) -> None:
+    if count > 1:
+        ax.legend(loc="best", fontsize=8, frameon=False, ncol=1 if count <= 4 else 2)
+
+
+# --------------------------------------------------------------------------- the charts
+
+
+def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
+    steps = _group(series, "steps")
+    lines = []
+    warmup_end: float | None = None
+    for label in _ordered(steps):
+        row = steps[label] if isinstance(steps[label], Mapping) else {}
+        xs, ys = _pairs(row.get("index"), row.get("wall_ms"))
+        if xs:
+            lines.append((label, *downsample(xs, ys)))
+        if label == BASELINE_LABEL and row.get("phase") and row.get("index"):
+            warm = [i for i, p in zip(row["index"], row["phase"], strict=False) if p == "warmup"]
+            warmup_end = max(warm) + 0.5 if warm and _finite(max(warm)) else None
+    title = "Step time over steps"
+    if not lines:
+        return Chart("step_time", title, None, "not measured: no per-step timing was recorded")
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        if warmup_end is not None:
+            ax.axvspan(-0.5, warmup_end, color="#999999", alpha=0.12, lw=0)
+            ax.text(0, 1.0, " warm-up", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+        for label, xs, ys in lines:
+            ax.plot(xs, ys, lw=1.2, color=colors.get(label), label=_legend_label(label))
+        ax.set_xlabel("step")
+        ax.set_ylabel("step time (ms)")
+        ax.set_ylim(bottom=0)
+        _legend(ax, len(lines))
+
+    return Chart("step_time", title, _render(draw))
+
+
+def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
+    table = dict(_group(series, "breakdown_ms"))
+    if BASELINE_LABEL not in table and report.baseline.breakdown_ms:
+        table[BASELINE_LABEL] = dict(report.baseline.breakdown_ms)
+    rows = []
+    for label in _ordered(table):
+        parts = table[label] if isinstance(table[label], Mapping) else {}
+        values = {str(k): float(v) for k, v in parts.items() if _finite(v)}
+        if values:
+            rows.append((label, values))
+    title = "Where a step goes (data / forward / backward / optimizer / other)"
+    if not rows:
+        return Chart("breakdown", title, None, "not measured: no per-phase timing was recorded")
+    parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]
+    parts_seen += sorted({p for _, v in rows for p in v} - set(parts_seen))
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        names = [fmt.one_line(label, _TICK_LABEL_CHARS) for label, _ in rows]
+        positions = list(range(len(rows)))
+        left = [0.0] * len(rows)
+        for i, part in enumerate(parts_seen):
+            widths = [values.get(part, 0.0) for _, values in rows]
+            color = _PART_COLORS.get(part, _PALETTE[i % len(_PALETTE)])
+            ax.barh(
+                positions, widths, left=left, color=color, label=_legend_label(part), height=0.6
+            )
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        for pos, total in zip(positions, left, strict=True):
+            ax.text(total, pos, f" {fmt.ms(total)}", va="center", fontsize=8)
+        ax.set_yticks(positions, names)
+        ax.invert_yaxis()
+        ax.set_xlabel("time per step (ms)")
+        ax.set_xlim(right=max(left) * 1.18 if max(left) > 0 else 1)
+        ax.grid(axis="y", visible=False)
+        ax.legend(
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.28),
+            ncol=min(len(parts_seen), 6),
+            fontsize=8,
+            frameon=False,
+        )
+
+    height = 1.6 + 0.45 * len(rows)
+    return Chart("breakdown", title, _render(draw, height=height))
+
+
+def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
+    samples = _group(series, "samples")
+    util_lines, power_lines = [], []
+    uses_gpu = any(
+        isinstance(row, Mapping) and _pairs(row.get("t"), row.get("gpu_util"))[0]
+        for row in samples.values()
+    )
+    util_key = "gpu_util" if uses_gpu else "cpu_util"
+    for label in _ordered(samples):
+        row = samples[label] if isinstance(samples[label], Mapping) else {}
+        xs, ys = _pairs(row.get("t"), row.get(util_key))
+        if xs:
+            util_lines.append((label, *downsample(xs, ys)))
+        xs, ys = _pairs(row.get("t"), row.get("power_w"))
+        if xs:
+            power_lines.append((label, *downsample(xs, ys)))
+    title = "GPU utilization and power over time" if uses_gpu else "CPU utilization over time"
+    if power_lines and not uses_gpu:
+        title = "CPU utilization and power over time"
+    if not util_lines and not power_lines:
+        return Chart(
+            "utilization",
+            "Utilization over time",
+            None,
+            "not measured: no device samples (NVML or psutil) were recorded",
+        )
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        for label, xs, ys in util_lines:
+            ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
+        ax.set_xlabel("time since the script started (s)")
+        ax.set_ylabel("GPU utilization (%)" if uses_gpu else "CPU utilization (% of all cores)")
+        ax.set_ylim(0, 105)
+        handles, names = ax.get_legend_handles_labels()
+        if power_lines:
+            ax2 = ax.twinx()
+            ax2.grid(False)
+            for label, xs, ys in power_lines:
+                ax2.plot(
+                    xs,
+                    ys,
+                    lw=1.0,
+                    ls="--",
+                    color=colors.get(label),
+                    label=_legend_label(f"{label} power"),
+                )
+            ax2.set_ylabel("power (W, dashed)")
+            ax2.set_ylim(bottom=0)
+            more_handles, more_names = ax2.get_legend_handles_labels()
+            handles, names = handles + more_handles, names + more_names
+        if len(handles) > 1:
+            ax.legend(handles, names, loc="lower right", fontsize=8, frameon=False)
+
+    return Chart("utilization", title, _render(draw))
+
+
+_MemoryLine = tuple[str, list[float], list[float], float, float]  # label, xs, ys, peak x, y
+
+
+def _memory_lines(series: Mapping[str, Any]) -> tuple[str, list[_MemoryLine]]:
+    """Device allocator history when there is one (CUDA), else the sampled memory."""
+    candidates = (
+        ("memory", "t_s", "allocated_bytes", "allocated device memory"),
+        ("samples", "t", "mem_used_bytes", "device memory used"),
+        ("samples", "t", "rss_bytes", "process RSS"),
+    )
+    for group_name, x_key, y_key, source in candidates:
+        group = _group(series, group_name)
+        lines: list[_MemoryLine] = []
+        for label in _ordered(group):
+            row = group[label] if isinstance(group[label], Mapping) else {}
+            xs, ys = _pairs(row.get(x_key), row.get(y_key))
+            if not xs:
+                continue
+            # The peak is taken from the full series: downsampling keeps it, but the
+            # marker must not depend on that.
+            peak = max(range(len(ys)), key=ys.__getitem__)
+            lines.append((label, *downsample(xs, ys), xs[peak], ys[peak]))
+        if lines:
+            return source, lines
+    return "", []
+
+
+def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
+    source, lines = _memory_lines(series)
+    if not lines:
+        return Chart(
+            "memory",
+            "Memory over time",
+            None,
+            "not measured: no memory history or memory samples were recorded",
+        )
+    title = f"Memory over time ({source}), peak marked"
+    top = max(peak_y for *_, peak_y in lines)
+    unit, scale = ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20)
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        for label, xs, ys, peak_x, peak_y in lines:
+            color = colors.get(label)
+            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
+            ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
+            ax.annotate(
+                f"peak {fmt.nbytes(peak_y)}",
+                (peak_x, peak_y / scale),
+                textcoords="offset points",
+                xytext=(4, 6),
+                fontsize=8,
+            )
+        ax.set_xlabel("time since the script started (s)")
+        ax.set_ylabel(f"{source} ({unit})")
+        ax.set_ylim(bottom=0, top=top / scale * 1.15)
+        _legend(ax, len(lines))
+
+    return Chart("memory", title, _render(draw))
+
+
+def _loss_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
+    steps = _group(series, "steps")
+    lines = []
+    for label in _ordered(steps):
+        row = steps[label] if isinstance(steps[label], Mapping) else {}
+        xs, ys = _pairs(row.get("index"), row.get("loss"))
+        if xs:
+            lines.append((label, *downsample(xs, ys)))
+    title = "Loss per step (same seed in every variant)"
+    if not lines:
+        return Chart("loss", title, None, "not measured: no loss value was captured")
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        for label, xs, ys in lines:
+            ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        _legend(ax, len(lines))
+
+    return Chart("loss", title, _render(draw))

@@ -1,0 +1,256 @@
+"""report.md: GitHub-flavoured Markdown, ready to paste into a pull request or a wiki page.
+
+Text from traces, scripts and paths goes through `md_text`, which collapses it to one line
+and backslash-escapes every character Markdown (and GitHub's extensions: tables, math,
+strikethrough) would read as syntax, so an op named `a|b` cannot split a table cell and a
+path holding `<script>` stays text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import format as fmt
+from perfdoctor.render import summary
+
+# CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
+# inline syntax (emphasis, code, links, HTML, entities, tables, GitHub math, strikethrough).
+_INLINE_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~$&])")
+# Line starts that open a block: "- x" / "+ x" bullets, a "---" rule, and "1." / "1)" list
+# items (digits cannot be escaped, so the escape goes on the "." or ")"). Quotes and headings
+# start with ">" and "#", which the inline set already escapes.
+_BLOCK_MARKER = re.compile(r"^(\s*)([-+])(?=\s|$|-)")
+_ORDERED_ITEM = re.compile(r"^(\s*\d+)([.)])(?=\s|$)")
+
+_SEVERITY_MARK = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def md_text(text: str) -> str:
+    """Untrusted text as one line of literal Markdown."""
+    escaped = _INLINE_SPECIAL.sub(r"\\\1", fmt.one_line(str(text)))
+    escaped = _BLOCK_MARKER.sub(r"\1\\\2", escaped)
+    return _ORDERED_ITEM.sub(r"\1\\\2", escaped)
+
+
+def _code_block(code: str, language: str = "") -> list[str]:
+    # A fence longer than any backtick run inside, so the snippet cannot close it early.
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{language}", *code.splitlines(), fence]
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> list[str]:
+    """Cells are already escaped. `align` holds one of l/r per column (default left)."""
+    marks = [("---:" if a == "r" else "---") for a in (align or "l" * len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def render_markdown(report: Report) -> str:
+    lines: list[str] = []
+    lines += _title(report)
+    lines += _headline(report)
+    lines += _step(report)
+    lines += _findings(report)
+    lines += _recommendations(report)
+    lines += _variants(report)
+    lines += _skipped(report)
+    lines += _warnings(report)
+    lines += _environment(report)
+    lines += _artifacts(report)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _title(report: Report) -> list[str]:
+    meta = [
+        f"**Device:** {md_text(summary.device_text(report))}",
+        f"**Status:** {md_text(report.status)} (exit code {report.exit_code})",
+    ]
+    if report.created_at:
+        meta.append(f"**Created:** {md_text(report.created_at)}")
+    return [f"# perfdoctor report: {md_text(summary.run_title(report))}", "", " · ".join(meta), ""]
+
+
+def _headline(report: Report) -> list[str]:
+    head = summary.headline(report)
+    lines = ["## Diagnosis", ""]
+    if head.status_note:
+        lines += [f"> **{md_text(head.status_note)}**", ""]
+    lines += _table(
+        ["", ""],
+        [
+            ["**Slow**", md_text(head.slow)],
+            ["**Fix**", md_text(head.fix)],
+            ["**Measured**", md_text(head.measured)],
+        ],
+    )
+    return [*lines, ""]
+
+
+def _step(report: Report) -> list[str]:
+    lines = ["## Baseline step", ""]
+    lines += _table(
+        ["measure", "value"], [[md_text(k), md_text(v)] for k, v in summary.step_rows(report)], "lr"
+    )
+    parts = summary.breakdown_rows(report.baseline.breakdown_ms)
+    lines += ["", "### Where a step goes", ""]
+    if not parts:
+        return [*lines, "Not measured: no per-phase timing was recorded for this run.", ""]
+    rows = [[md_text(p), fmt.ms(v), fmt.percent(share)] for p, v, share in parts]
+    return [*lines, *_table(["part", "time", "share of step"], rows, "lrr"), ""]
+
+
+def _finding(rank: int, finding: Finding) -> list[str]:
+    mark = _SEVERITY_MARK.get(finding.severity, "")
+    lines = [
+        f"### {rank}. {mark} {md_text(finding.severity)}: {md_text(finding.title)}",
+        "",
+        f"Rule `{finding.rule_id}`"
+        if _plain_id(finding.rule_id)
+        else f"Rule {md_text(finding.rule_id)}",
+        "",
+        md_text(finding.explanation),
+        "",
+    ]
+    if finding.evidence:
+        rows = [
+            [
+                md_text(e.name),
+                md_text(fmt.scalar(e.value, e.unit)),
+                md_text(
+                    f"{e.comparison} {fmt.scalar(e.threshold, e.unit)}"
+                    if e.threshold is not None
+                    else fmt.MISSING
+                ),
+                md_text(e.note) if e.note else "",
+            ]
+            for e in finding.evidence
+        ]
+        lines += [*_table(["evidence", "measured", "threshold", "note"], rows, "lrrl"), ""]
+    if finding.locations:
+        lines += ["Where in the code:", ""]
+        lines += [f"- {md_text(fmt.location(loc))}" for loc in finding.locations]
+        lines.append("")
+    gain = summary.gain_text(finding.gain)
+    if finding.optimizations or gain:
+        fix = ", ".join(md_text(o) for o in finding.optimizations) or fmt.MISSING
+        lines += [f"**Fix:** {fix}" + (f"; {md_text(gain)}" if gain else ""), ""]
+    return lines
+
+
+def _plain_id(value: str) -> bool:
+    """Our own kebab-case ids read best as code; anything else is escaped text."""
+    return re.fullmatch(r"[A-Za-z0-9._-]+", value) is not None
+
+
+def _findings(report: Report) -> list[str]:
+    lines = ["## Findings", ""]
+    if not report.findings:
+        return [*lines, "No rule fired on this run.", ""]
+    for rank, finding in enumerate(report.findings, start=1):
+        lines += _finding(rank, finding)
+    return lines
+
+
+def _recommendation(rec: Recommendation) -> list[str]:
+    ident = (
+        f"`{rec.optimization_id}`"
+        if _plain_id(rec.optimization_id)
+        else md_text(rec.optimization_id)
+    )
+    lines = [f"### {md_text(rec.title)} ({ident})", ""]
+    facts = [f"**Kind:** {md_text(rec.kind)}", f"**Risk:** {md_text(rec.risk)}"]
+    gain = summary.gain_text(rec.expected_gain)
+    if gain:
+        facts.append(f"**Expected:** {md_text(gain)}")
+    if rec.addresses:
+        facts.append("**Addresses:** " + ", ".join(md_text(a) for a in rec.addresses))
+    lines += [" · ".join(facts), ""]
+    for conflict in rec.conflicts:
+        lines.append(f"- Trade-off: {md_text(conflict)}")
+    for loc in rec.locations:
+        lines.append(f"- At {md_text(fmt.location(loc))}")
+    if rec.conflicts or rec.locations:
+        lines.append("")
+    if rec.code_change:
+        lines += [*_code_block(rec.code_change, "python"), ""]
+    return lines
+
+
+def _recommendations(report: Report) -> list[str]:
+    if not report.recommendations:
+        return []
+    lines = ["## Recommendations", ""]
+    for rec in report.recommendations:
+        lines += _recommendation(rec)
+    return lines
+
+
+def _variants(report: Report) -> list[str]:
+    lines = ["## Variants", ""]
+    if not report.variants:
+        return [*lines, "None measured: no runtime optimization was applied in this run.", ""]
+    header = ["variant", "applied", "step p50", "step p90", "speedup", "peak memory", "loss Δ"]
+    header += ["verdict", "reason"]
+    rows = [
+        [
+            md_text(r.label),
+            md_text(r.applied),
+            md_text(r.step_p50),
+            md_text(r.step_p90),
+            md_text(r.speedup),
+            md_text(r.memory),
+            md_text(r.loss_delta),
+            f"**{md_text(r.verdict)}**",
+            md_text(r.reason),
+        ]
+        for r in summary.variant_rows(report)
+    ]
+    lines += _table(header, rows, "llrrrrrll")
+    lines += ["", "Speedup is baseline median step time / variant median, ± the noise band.", ""]
+    return lines
+
+
+def _skipped(report: Report) -> list[str]:
+    if not report.skipped_rules:
+        return []
+    count = len(report.skipped_rules)
+    rows = [[md_text(s.rule_id), md_text(s.reason)] for s in report.skipped_rules]
+    return [
+        "## Skipped rules",
+        "",
+        "<details>",
+        f"<summary>{count} rule(s) skipped: their facts were not measured on this run</summary>",
+        "",
+        *_table(["rule", "why"], rows),
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _warnings(report: Report) -> list[str]:
+    if not report.warnings:
+        return []
+    return ["## Warnings", "", *(f"- {md_text(w)}" for w in report.warnings), ""]
+
+
+def _environment(report: Report) -> list[str]:
+    rows = [["device", md_text(summary.device_text(report))]]
+    rows += [[md_text(k), md_text(v)] for k, v in sorted(report.versions.items())]
+    return ["## Environment", "", *_table(["", ""], rows), ""]
+
+
+def _artifacts(report: Report) -> list[str]:
+    rows = summary.artifact_rows(report)
+    if not rows:
+        return []
+    return [
+        "## Artifacts",
+        "",
+        *_table(["artifact", "where"], [[md_text(k), md_text(v)] for k, v in rows]),
+        "",
+    ]

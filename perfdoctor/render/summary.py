@@ -1,0 +1,248 @@
+"""What every report says, worded once: the headline, the step table, the variants table.
+
+Renderers differ in markup only; the sentences and the figures they show come from here so
+the terminal, Markdown and HTML reports never disagree. Nothing here measures or judges:
+it words what the Report already holds. Returned text is raw (unescaped): each renderer
+escapes it for its own format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perfdoctor.model import Finding, GainEstimate, Recommendation, Report, VariantResult
+from perfdoctor.render import format as fmt
+from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
+
+BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
+
+_STATUS_NOTES = {
+    "finished_early": "The script ended on its own before the step plan was done; "
+    "the figures use the steps it ran.",
+    "script_exited": "The script exited with code {code} before the plan was done; "
+    "this report is partial.",
+    "script_crashed": "The script crashed (exit code {code}); this report is partial.",
+    "timeout": "The script ran past --timeout and was stopped; this report is partial.",
+    "launch_failed": "The script never started (exit code {code}); see the warnings.",
+    "interrupted": "The run was interrupted; this report is partial.",
+}
+
+_DETECTION_NOTES = {
+    "optimizer": "optimizer.step calls",
+    "backward": "backward calls (no torch.optim optimizer seen)",
+    "time": "time windows (no optimizer step and no backward seen)",
+}
+
+
+@dataclass(frozen=True)
+class Headline:
+    slow: str  # what holds training back
+    fix: str  # what fixes it
+    measured: str  # what perfdoctor measured when it applied the fix
+    status_note: str | None = None  # set when the run did not complete its plan
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    label: str
+    applied: str
+    step_p50: str
+    step_p90: str
+    speedup: str
+    memory: str
+    loss_delta: str
+    verdict: str
+    reason: str
+
+
+def headline(report: Report) -> Headline:
+    note = _STATUS_NOTES.get(report.status)
+    status_note = note.format(code=report.exit_code) if note else None
+    if not report.findings:
+        return Headline(
+            slow="No bottleneck rule fired on this run.",
+            fix="Nothing to fix from what was measured.",
+            measured=_measured_overall(report),
+            status_note=status_note,
+        )
+    top = report.findings[0]
+    recs = recommendations_for(report, top)
+    return Headline(
+        slow=_slow_sentence(top),
+        fix=_fix_sentence(top, recs),
+        measured=_measured_sentence(report, top, recs),
+        status_note=status_note,
+    )
+
+
+def recommendations_for(report: Report, finding: Finding) -> list[Recommendation]:
+    by_rule = [r for r in report.recommendations if finding.rule_id in r.addresses]
+    if by_rule:
+        return by_rule
+    wanted = set(finding.optimizations)
+    return [r for r in report.recommendations if r.optimization_id in wanted]
+
+
+def gain_text(gain: GainEstimate) -> str:
+    parts = []
+    if gain.step_time_frac is not None:
+        parts.append(f"~{fmt.percent(gain.step_time_frac, 0)} of step time")
+    if gain.memory_bytes is not None:
+        parts.append(f"~{fmt.nbytes(gain.memory_bytes)} of peak memory")
+    if not parts:
+        return ""
+    text = "saves " + " and ".join(parts)
+    return f"{text} ({gain.method})" if gain.method else text
+
+
+def _slow_sentence(top: Finding) -> str:
+    if top.evidence:
+        return f"{top.title}: {fmt.evidence(top.evidence[0])}."
+    return f"{top.title}."
+
+
+def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
+    if recs:
+        parts = []
+        for rec in recs[:2]:
+            gain = gain_text(rec.expected_gain)
+            parts.append(f"{rec.title} ({gain})" if gain else rec.title)
+        return "; ".join(parts) + "."
+    if top.optimizations:
+        return "Apply " + ", ".join(top.optimizations) + "."
+    return "No automatic fix: see the explanation of this finding."
+
+
+def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
+    if variant.verdict == "failed":
+        return f"{variant.label}: failed ({variant.reason})."
+    direction = "faster" if (variant.speedup or 0) >= 1 else "slower"
+    text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)} {direction}"
+    if baseline_ms is not None and variant.step_ms_p50 is not None:
+        text += f", step {fmt.ms(baseline_ms)} → {fmt.ms(variant.step_ms_p50)}"
+    return f"{text}, {variant.verdict} ({variant.reason})."
+
+
+def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation]) -> str:
+    if not report.variants:
+        return _measured_overall(report)
+    fix_ids = {r.optimization_id for r in recs} | set(top.optimizations)
+    relevant = [v for v in report.variants if fix_ids & set(v.optimizations)]
+    if not relevant:
+        return "No variant applied a fix for this finding; see the variants table."
+    accepted = [v for v in relevant if v.verdict == "accepted"]
+    pool = accepted or relevant
+    best = max(pool, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
+    return _variant_sentence(best, report.baseline.step_ms_p50)
+
+
+def _measured_overall(report: Report) -> str:
+    if not report.variants:
+        return "Not measured: no optimization was applied and re-measured in this run."
+    accepted = [v for v in report.variants if v.verdict == "accepted"]
+    if not accepted:
+        return f"{len(report.variants)} variant(s) measured, none accepted."
+    best = max(accepted, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
+    return _variant_sentence(best, report.baseline.step_ms_p50)
+
+
+def step_rows(report: Report) -> list[tuple[str, str]]:
+    """The baseline's step figures as (label, value) pairs."""
+    base = report.baseline
+    micro = base.micro_batches_per_step
+    rows = [
+        ("step time p50", fmt.ms(base.step_ms_p50)),
+        ("step time p90", fmt.ms(base.step_ms_p90)),
+        ("throughput", fmt.throughput(base.throughput_samples_s)),
+        ("waiting for data", fmt.percent(base.data_wait_frac)),
+        ("peak memory", fmt.nbytes(base.peak_memory_bytes)),
+        ("steps timed", fmt.number(base.steps_timed)),
+        ("optimizer steps", fmt.number(base.optimizer_steps)),
+        ("micro-batches per step", fmt.number(micro)),
+        ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
+    ]
+    return rows
+
+
+def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, float]]:
+    """(part, ms, share of the total) in the canonical order, unknown parts last."""
+    parts = [p for p in BREAKDOWN_PARTS if p in breakdown_ms]
+    parts += sorted(p for p in breakdown_ms if p not in BREAKDOWN_PARTS)
+    values = [(p, float(breakdown_ms[p])) for p in parts if breakdown_ms[p] is not None]
+    total = sum(v for _, v in values)
+    return [(p, v, v / total if total > 0 else 0.0) for p, v in values]
+
+
+def variant_rows(report: Report) -> list[VariantRow]:
+    """The baseline first (the reference every speedup is relative to), then each variant."""
+    base = report.baseline
+    rows = [
+        VariantRow(
+            label=BASELINE_LABEL,
+            applied=fmt.MISSING,
+            step_p50=fmt.ms(base.step_ms_p50),
+            step_p90=fmt.ms(base.step_ms_p90),
+            speedup=fmt.speedup(1.0) if base.step_ms_p50 is not None else fmt.MISSING,
+            memory=fmt.nbytes(base.peak_memory_bytes),
+            loss_delta=fmt.MISSING,
+            verdict="reference",
+            reason="the unmodified script",
+        )
+    ]
+    for v in report.variants:
+        rows.append(
+            VariantRow(
+                label=v.label,
+                applied=fmt.applied(v.applied, v.optimizations, v.label),
+                step_p50=fmt.ms(v.step_ms_p50),
+                step_p90=fmt.ms(v.step_ms_p90),
+                speedup=fmt.speedup(v.speedup, v.speedup_noise),
+                memory=fmt.nbytes(v.peak_memory_bytes),
+                loss_delta=fmt.signed_percent(v.loss_delta),
+                verdict=v.verdict,
+                reason=v.reason,
+            )
+        )
+    return rows
+
+
+def run_title(report: Report) -> str:
+    return " ".join([report.script, *report.argv])
+
+
+def device_text(report: Report) -> str:
+    dev = report.device
+    if dev is None:
+        return fmt.MISSING
+    text = dev.name if dev.count <= 1 else f"{dev.count}x {dev.name}"
+    extras = []
+    if dev.total_memory_bytes:
+        extras.append(fmt.nbytes(dev.total_memory_bytes))
+    if dev.compute_capability:
+        extras.append(f"sm {dev.compute_capability}")
+    if dev.kind == "cpu" and dev.cpu_cores_logical:
+        extras.append(f"{dev.cpu_cores_logical} logical cores")
+    return f"{dev.kind}: {text}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def tensorboard_command(report: Report) -> str:
+    return f"perfdoctor tensorboard {report.run_dir}" if report.run_dir else ""
+
+
+def artifact_rows(report: Report) -> list[tuple[str, str]]:
+    """Where to look next: the reports, then the run's own artifacts, then TensorBoard."""
+    rows: list[tuple[str, str]] = []
+    if report.run_dir:
+        rows.append(("run directory", report.run_dir))
+        for name in (REPORT_HTML, REPORT_MD, REPORT_JSON):
+            rows.append((name, f"{report.run_dir.rstrip('/')}/{name}"))
+    root = report.run_dir.rstrip("/")
+    for name, path in sorted(report.artifacts.items()):
+        # Artifact paths are relative to the run directory (RunManifest.artifacts).
+        relative = root and not path.startswith("/") and not path.startswith(root)
+        rows.append((name, f"{root}/{path}" if relative else path))
+    command = tensorboard_command(report)
+    if command:
+        rows.append(("traces and scalars", command))
+    return rows

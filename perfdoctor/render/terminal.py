@@ -1,0 +1,227 @@
+"""The terminal summary printed right after a run: rich panels and tables in 100 columns.
+
+Every string that comes from a trace, a script or a path is wrapped in `rich.text.Text`, so
+rich never reads it as markup (`[/]` in an op name would otherwise raise, and `[red]` would
+restyle the report). Colour comes from the Console: `make_console()` gives one that is
+plain when stdout is not a TTY and has no colour at all when NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+from rich import box
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import format as fmt
+from perfdoctor.render import summary
+
+MAX_WIDTH = 100
+
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_VERDICT_STYLE = {
+    "accepted": "bold green",
+    "rejected": "yellow",
+    "failed": "red",
+    "reference": "dim",
+}
+_BAR_WIDTH = 24
+_MAX_LOCATIONS = 5
+
+
+def make_console(file: TextIO | None = None) -> Console:
+    """A Console at most 100 columns wide; no styling at all when NO_COLOR is set.
+
+    rich alone only drops *colours* under NO_COLOR and keeps bold/underline escapes;
+    `color_system=None` drops every escape, which is what scripts piping our output expect.
+    Non-TTY files get no escapes from rich already.
+    """
+    no_color = bool(os.environ.get("NO_COLOR"))
+    console = (
+        Console(file=file, color_system=None, no_color=True) if no_color else Console(file=file)
+    )
+    if console.width > MAX_WIDTH:
+        console.width = MAX_WIDTH
+    return console
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    console.print(_header(report))
+    console.print(_headline_panel(report))
+    console.print(_step_section(report))
+    if report.findings:
+        console.print(_findings_section(report))
+    if report.recommendations:
+        console.print(_recommendations_section(report))
+    console.print(_variants_table(report))
+    for line in _footer_lines(report):
+        console.print(line)
+
+
+def _header(report: Report) -> Text:
+    text = Text("perfdoctor ", style="bold")
+    text.append(summary.run_title(report))
+    text.append(f"\n{summary.device_text(report)}", style="dim")
+    text.append(f"  ·  status {report.status}, exit code {report.exit_code}", style="dim")
+    return text
+
+
+def _headline_panel(report: Report) -> Panel:
+    head = summary.headline(report)
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row("Slow", Text(head.slow))
+    grid.add_row("Fix", Text(head.fix))
+    grid.add_row("Measured", Text(head.measured))
+    parts: list[Table | Text] = [grid]
+    if head.status_note:
+        parts.append(Text(head.status_note, style="bold yellow"))
+    return Panel(Group(*parts), title="Diagnosis", title_align="left", box=box.ROUNDED)
+
+
+def _step_section(report: Report) -> Table:
+    figures = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, title="Baseline step", title_justify="left"
+    )
+    figures.add_column("measure")
+    figures.add_column("value", justify="right")
+    for label, value in summary.step_rows(report):
+        figures.add_row(label, Text(value))
+
+    parts = summary.breakdown_rows(report.baseline.breakdown_ms)
+    outer = Table.grid(padding=(0, 3))
+    outer.add_column()
+    outer.add_column()
+    if not parts:
+        outer.add_row(figures, Text("step breakdown: not measured", style="dim"))
+        return outer
+    breakdown = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
+    )
+    breakdown.add_column("part")
+    breakdown.add_column("time", justify="right")
+    breakdown.add_column("share", justify="right")
+    breakdown.add_column("", no_wrap=True)
+    for part, value, share in parts:
+        bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
+        breakdown.add_row(Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue"))
+    outer.add_row(figures, breakdown)
+    return outer
+
+
+def _indented(text: Text, indent: int = 3) -> Padding:
+    return Padding(text, (0, 0, 0, indent))
+
+
+def _finding_block(rank: int, finding: Finding) -> Group:
+    title = Text(f"{rank}. ")
+    title.append(f"[{finding.severity}]", style=_SEVERITY_STYLE.get(finding.severity, ""))
+    title.append(" ")
+    title.append(finding.title, style="bold")
+    title.append(f"  ({finding.rule_id})", style="dim")
+    lines: list[Text | Padding] = [title, _indented(Text(fmt.one_line(finding.explanation)))]
+    for item in finding.evidence:
+        lines.append(_indented(Text("• " + fmt.evidence(item))))
+    for loc in finding.locations[:_MAX_LOCATIONS]:
+        lines.append(_indented(Text("at " + fmt.location(loc), style="cyan")))
+    hidden = len(finding.locations) - _MAX_LOCATIONS
+    if hidden > 0:
+        lines.append(_indented(Text(f"… and {hidden} more places", style="dim")))
+    gain = summary.gain_text(finding.gain)
+    if finding.optimizations or gain:
+        fix = ", ".join(finding.optimizations) or fmt.MISSING
+        lines.append(_indented(Text(f"fix: {fix}" + (f"; {gain}" if gain else ""), style="green")))
+    return Group(*lines)
+
+
+def _spaced(blocks: list[Group]) -> Group:
+    parts: list[Group | Text] = []
+    for i, block in enumerate(blocks):
+        if i:
+            parts.append(Text(""))
+        parts.append(block)
+    return Group(*parts)
+
+
+def _findings_section(report: Report) -> Panel:
+    blocks = [_finding_block(i, f) for i, f in enumerate(report.findings, start=1)]
+    return Panel(_spaced(blocks), title="Findings", title_align="left", box=box.ROUNDED)
+
+
+def _recommendation_block(rec: Recommendation) -> Group:
+    title = Text("→ ")
+    title.append(rec.title, style="bold")
+    title.append(f"  ({rec.optimization_id}, {rec.kind})", style="dim")
+    lines: list[Text | Padding] = [title]
+    gain = summary.gain_text(rec.expected_gain)
+    details = [f"risk: {fmt.one_line(rec.risk)}"] + ([f"expected: {gain}"] if gain else [])
+    lines.append(_indented(Text("; ".join(details))))
+    for conflict in rec.conflicts:
+        lines.append(_indented(Text("trade-off: " + fmt.one_line(conflict), style="yellow")))
+    if rec.locations:
+        lines.append(_indented(Text("at " + fmt.location(rec.locations[0]), style="cyan")))
+    if rec.code_change:
+        lines.append(_indented(Text(rec.code_change, style="green"), indent=5))
+    return Group(*lines)
+
+
+def _recommendations_section(report: Report) -> Panel:
+    blocks = [_recommendation_block(r) for r in report.recommendations]
+    return Panel(_spaced(blocks), title="Recommendations", title_align="left", box=box.ROUNDED)
+
+
+def _variants_table(report: Report) -> Table | Text:
+    if not report.variants:
+        return Text(
+            "Variants: none measured (no runtime optimization applied in this run).", style="dim"
+        )
+    table = Table(title="Variants", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("variant", overflow="fold", min_width=12)
+    table.add_column("applied", overflow="fold")
+    table.add_column("step p50", justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("memory", justify="right", no_wrap=True)
+    table.add_column("loss Δ", justify="right", no_wrap=True)
+    table.add_column("verdict", overflow="fold", ratio=1)
+    for row in summary.variant_rows(report):
+        verdict = Text(row.verdict, style=_VERDICT_STYLE.get(row.verdict, ""))
+        verdict.append(": " + fmt.one_line(row.reason), style="dim")
+        table.add_row(
+            Text(row.label),
+            Text(row.applied),
+            Text(row.step_p50),
+            Text(row.speedup),
+            Text(row.memory),
+            Text(row.loss_delta),
+            verdict,
+        )
+    return table
+
+
+def _footer_lines(report: Report) -> list[Text]:
+    lines: list[Text] = []
+    if report.skipped_rules:
+        lines.append(
+            Text(
+                f"{len(report.skipped_rules)} rule(s) skipped: their facts were not measured "
+                "on this run (listed in report.md / report.html).",
+                style="dim",
+            )
+        )
+    for warning in report.warnings:
+        lines.append(Text("warning: " + fmt.one_line(warning, 300), style="yellow"))
+    rows = summary.artifact_rows(report)
+    if rows:
+        lines.append(Text("Artifacts", style="bold"))
+        for name, path in rows:
+            line = Text(f"  {name}: ", style="dim")
+            line.append(path)
+            lines.append(line)
+    return lines

@@ -1,0 +1,256 @@
+"""Run rules over facts: skip what cannot be decided, merge one root cause, rank by gain.
+
+Ranking: severity first (a critical finding is never shown below a warning), then the
+expected step-time saving, then the expected memory saving, then catalog order. Severity is
+itself derived from the expected gain in most rules (base.GAIN_WARNING / GAIN_CRITICAL), so
+within the ladder the order is the order of expected gain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.model import Evidence, Facts, Finding, GainEstimate, SkippedRule, SourceLocation
+from perfdoctor.rules.base import SEVERITY_RANK, Rule, flag
+
+log = logging.getLogger(__name__)
+
+# Facts that only a CUDA run can produce: on a CPU run their absence is expected, and the
+# skip reason says so instead of suggesting something went wrong.
+GPU_ONLY_FACTS = frozenset(
+    {
+        "gpu_compute_capability",
+        "device_total_memory_bytes",
+        "cuda_allocated_growth_bytes_per_step",
+        "gpu_busy_frac",
+        "gpu_idle_host_wait_frac",
+        "gpu_idle_between_kernels_frac",
+        "kernels_per_step",
+        "kernel_us_p50",
+        "memcpy_htod_ms_per_step",
+        "memcpy_dtoh_ms_per_step",
+        "pageable_htod_count_per_step",
+        "pageable_htod_frac",
+        "tensor_core_kernel_frac",
+        "triton_kernel_count_per_step",
+        "comm_kernel_frac",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "peak_allocated_frac",
+        "fragmentation_frac",
+        "alloc_retries",
+        "oom_events",
+        "activation_bytes_frac",
+        "gpu_util_mean_frac",
+        "gpu_power_w_mean",
+        "energy_j_per_step",
+        "gpu_throttled_frac",
+        "sm_active_frac",
+        "tensor_active_frac",
+    }
+)
+
+_SOURCE_REASONS = {
+    "trace": "not found in the profiler trace",
+    "memory": "no CUDA memory snapshot was read",
+    "samples": "no device samples were recorded",
+    "obs": "the child did not observe it",
+    "steps": "not enough timed steps to measure it",
+    "manifest": "not in the run manifest",
+}
+_MAX_MERGED_LOCATIONS = 8
+
+
+@dataclass(frozen=True)
+class RuleResults:
+    findings: tuple[Finding, ...]  # merged and ranked, headline first
+    skipped: tuple[SkippedRule, ...]
+    passed: tuple[str, ...] = ()  # rule ids that were evaluated and found nothing
+
+
+def missing_reason(facts: Facts, name: str) -> str:
+    """Why a fact is None, in words a user can act on."""
+    doc = FACTS.get(name)
+    if doc is None:
+        return "not a documented fact"
+    if name in GPU_ONLY_FACTS and flag(facts, "device_is_cuda") is False:
+        return "not measured on a CPU run"
+    if doc.source == "trace" and facts.get("trace_steps") is None:
+        return "no profiler trace in this run"
+    return _SOURCE_REASONS.get(doc.source, "not measured in this run")
+
+
+def skip_reason(rule: Rule, facts: Facts) -> str | None:
+    """None when the rule can run; else one line saying why it cannot."""
+    on_cuda = flag(facts, "device_is_cuda")
+    if rule.device == "cuda" and on_cuda is False:
+        return "applies to CUDA training; this run trained on the CPU"
+    if rule.device == "cpu" and on_cuda is True:
+        return "applies to CPU training; this run trained on a CUDA device"
+    missing = [name for name in rule.needs if facts.get(name) is None]
+    if not missing:
+        return None
+    by_reason: dict[str, list[str]] = {}
+    for name in missing:
+        by_reason.setdefault(missing_reason(facts, name), []).append(name)
+    return "; ".join(f"needs {', '.join(names)}: {reason}" for reason, names in by_reason.items())
+
+
+def _run_one(
+    rule: Rule, facts: Facts, overrides: Mapping[str, Mapping[str, float]]
+) -> Finding | None:
+    thresholds = {**rule.thresholds, **overrides.get(rule.id, {})}
+    finding = rule.check(facts, thresholds)
+    if finding is None:
+        return None
+    if finding.rule_id != rule.id:
+        raise ValueError(f"rule {rule.id} returned a finding for {finding.rule_id}")
+    unknown = [o for o in finding.optimizations if o not in rule.optimizations]
+    if unknown:
+        raise ValueError(f"rule {rule.id} names undeclared optimizations {unknown}")
+    return finding
+
+
+def evaluate_rules(
+    facts: Facts,
+    rules: Sequence[Rule],
+    overrides: Mapping[str, Mapping[str, float]] | None = None,
+) -> RuleResults:
+    """Every rule once; `overrides` replaces named thresholds per rule id (for tuning)."""
+    overrides = overrides or {}
+    fired: list[tuple[Rule, Finding]] = []
+    skipped: list[SkippedRule] = []
+    passed: list[str] = []
+    for rule in rules:
+        reason = skip_reason(rule, facts)
+        if reason is not None:
+            skipped.append(SkippedRule(rule.id, reason))
+            continue
+        try:
+            finding = _run_one(rule, facts, overrides)
+        except Exception as err:  # one broken rule must not cost the user the diagnosis
+            log.exception("rule %s failed", rule.id)
+            skipped.append(SkippedRule(rule.id, f"internal error: {type(err).__name__}: {err}"))
+            continue
+        if finding is None:
+            passed.append(rule.id)
+        else:
+            fired.append((rule, finding))
+    return RuleResults(
+        findings=merge_and_rank(fired, rules), skipped=tuple(skipped), passed=tuple(passed)
+    )
+
+
+# --------------------------------------------------------------------------- merge / rank
+
+
+def _rank_key(finding: Finding, order: Mapping[str, int]) -> tuple[int, float, float, int]:
+    return (
+        SEVERITY_RANK.get(finding.severity, len(SEVERITY_RANK)),
+        -(finding.gain.step_time_frac or 0.0),
+        -float(finding.gain.memory_bytes or 0),
+        order.get(finding.rule_id, len(order)),
+    )
+
+
+def _groups(fired: Sequence[tuple[Rule, Finding]]) -> list[list[Finding]]:
+    """Union of findings that share a root cause or name each other in `related`."""
+    parent = list(range(len(fired)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(i: int, j: int) -> None:
+        parent[find(i)] = find(j)
+
+    index_of_id = {finding.rule_id: i for i, (_, finding) in enumerate(fired)}
+    first_of_key: dict[str, int] = {}
+    for i, (rule, finding) in enumerate(fired):
+        key = rule.merge_key
+        if key in first_of_key:
+            union(i, first_of_key[key])
+        else:
+            first_of_key[key] = i
+        for other in finding.related:
+            if other in index_of_id:
+                union(i, index_of_id[other])
+    groups: dict[int, list[Finding]] = {}
+    for i, (_, finding) in enumerate(fired):
+        groups.setdefault(find(i), []).append(finding)
+    return list(groups.values())
+
+
+def _unique(items: Sequence, key) -> list:  # type: ignore[no-untyped-def]
+    out: dict = {}
+    for item in items:
+        out.setdefault(key(item), item)
+    return list(out.values())
+
+
+def _merge(group: Sequence[Finding]) -> Finding:
+    head, rest = group[0], list(group[1:])
+    if not rest:
+        return replace(head, related=())
+    evidence: list[Evidence] = _unique(
+        [e for f in group for e in f.evidence], key=lambda e: (e.name, repr(e.value))
+    )
+    locs: list[SourceLocation] = _unique(
+        [loc for f in group for loc in f.locations], key=lambda loc: (loc.file, loc.line)
+    )
+    optimizations = list(dict.fromkeys(o for f in group for o in f.optimizations))
+    time_best = max(group, key=lambda f: f.gain.step_time_frac or 0.0)
+    mem_best = max(group, key=lambda f: f.gain.memory_bytes or 0)
+    methods = dict.fromkeys(m for m in (time_best.gain.method, mem_best.gain.method) if m)
+    gain = GainEstimate(
+        step_time_frac=time_best.gain.step_time_frac,
+        memory_bytes=mem_best.gain.memory_bytes,
+        method="; ".join(methods),
+    )
+    also = "; ".join(f.title for f in rest)
+    return replace(
+        head,
+        explanation=f"{head.explanation} Same root cause: {also}.",
+        evidence=tuple(evidence),
+        locations=tuple(locs[:_MAX_MERGED_LOCATIONS]),
+        optimizations=tuple(optimizations),
+        gain=gain,
+        related=tuple(f.rule_id for f in rest),
+    )
+
+
+def merge_and_rank(
+    fired: Sequence[tuple[Rule, Finding]], rules: Sequence[Rule]
+) -> tuple[Finding, ...]:
+    order = {rule.id: i for i, rule in enumerate(rules)}
+    merged = []
+    for group in _groups(fired):
+        group.sort(key=lambda f: _rank_key(f, order))
+        merged.append(_merge(group))
+    merged.sort(key=lambda f: _rank_key(f, order))
+    return tuple(merged)
+
+
+def describe(rules: Sequence[Rule]) -> list[dict[str, object]]:
+    """Rows for `perfdoctor rules`, in catalog order."""
+    return [
+        {
+            "id": r.id,
+            "title": r.title,
+            "area": r.area,
+            "device": r.device,
+            "needs": list(r.needs),
+            "uses": list(r.uses),
+            "thresholds": dict(r.thresholds),
+            "source": r.source,
+            "description": r.description,
+            "optimizations": list(r.optimizations),
+            "root_cause": r.merge_key,
+        }
+        for r in rules
+    ]

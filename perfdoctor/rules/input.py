@@ -1,0 +1,241 @@
+"""Input pipeline: DataLoader-bound steps, pageable host-to-device copies, CPU-made tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import (
+    Rule,
+    ev,
+    flag,
+    is_cuda,
+    locations,
+    num,
+    pct,
+    seen,
+    severity_for_gain,
+    where,
+)
+
+INPUT_BOUND = "input-bound"
+PAGEABLE_HTOD = "pageable-htod-copies"
+CPU_TENSOR_TO_DEVICE = "cpu-tensor-to-device"
+
+_DATALOADER_SETTINGS = (
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_prefetch_factor",
+    "dataloader_persistent_workers",
+    "dataloader_is_iterable",
+)
+
+
+def _settings_line(facts: Facts) -> str:
+    workers = facts.get("dataloader_num_workers")
+    if workers is None:
+        return ""
+    parts = [f"num_workers={workers}"]
+    for name, label in (
+        ("dataloader_pin_memory", "pin_memory"),
+        ("dataloader_prefetch_factor", "prefetch_factor"),
+        ("dataloader_persistent_workers", "persistent_workers"),
+    ):
+        if facts.get(name) is not None:
+            parts.append(f"{label}={facts.get(name)}")
+    return " The DataLoader runs with " + ", ".join(parts) + "."
+
+
+def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    wait = num(facts, "data_wait_frac")
+    if wait is None or wait <= t["warning_frac"]:
+        return None
+    workers = num(facts, "dataloader_num_workers")
+    cpu_util = num(facts, "cpu_util_mean_frac")
+    cpu_saturated = cpu_util is not None and cpu_util >= t["cpu_saturated_frac"]
+    iterable = flag(facts, "dataloader_is_iterable") is True
+    optimizations: list[str] = []
+    advice: str
+    if cpu_saturated:
+        advice = (
+            f"The CPU is already {pct(cpu_util or 0.0)} busy, so more workers will not help: "
+            "make the Dataset/collate code cheaper (cache decoded samples, vectorise, move "
+            "augmentation to the GPU)."
+        )
+    elif not workers:
+        advice = "Loading runs in the training process (num_workers=0): worker processes "
+        advice += "would prepare the next batches while the model trains."
+        if iterable:
+            advice += (
+                " The dataset is an IterableDataset: shard it with get_worker_info() first, "
+                "or each worker yields the full stream."
+            )
+        optimizations.append("dataloader-workers")
+    else:
+        advice = "The workers do not keep up: add workers or raise prefetch_factor."
+        optimizations.append("dataloader-workers")
+    if is_cuda(facts) and flag(facts, "dataloader_pin_memory") is False:
+        optimizations.append("pin-memory")
+    optimizations.append("faster-data-pipeline")
+    locs = locations(facts, "data_loading")
+    wait_ms = num(facts, "data_wait_ms_p50")
+    per_step = f" ({wait_ms:.1f} ms per step at the median)" if wait_ms is not None else ""
+    return Finding(
+        rule_id=INPUT_BOUND,
+        severity="critical" if wait >= t["critical_frac"] else "warning",
+        title=f"Input-bound: {pct(wait)} of each step waits for the DataLoader",
+        explanation=(
+            f"The training loop waited for the next batch {pct(wait)} of the step time{per_step}"
+            f", above the {pct(t['warning_frac'])} at which torch-tb-profiler flags input "
+            f"loading.{_settings_line(facts)} {advice}{where(locs)}"
+        ),
+        evidence=(
+            ev("data_wait_frac", wait, t["warning_frac"], ">"),
+            *seen(facts, "data_wait_ms_p50", *_DATALOADER_SETTINGS, "cpu_util_mean_frac"),
+        ),
+        locations=locs,
+        optimizations=tuple(optimizations),
+        gain=GainEstimate(
+            step_time_frac=wait,
+            method="data wait share of step time, assuming workers hide it fully",
+        ),
+    )
+
+
+def check_pageable_htod(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    pageable = num(facts, "pageable_htod_frac")
+    htod_ms = num(facts, "memcpy_htod_ms_per_step")
+    step_ms = num(facts, "step_ms_p50")
+    if pageable is None or htod_ms is None or not step_ms:
+        return None
+    htod_share = htod_ms / step_ms
+    if pageable < t["pageable_frac"] or htod_share < t["min_htod_step_frac"]:
+        return None
+    gain = htod_share * t["assumed_copy_saving"]
+    locs = locations(facts, "htod_copy")
+    return Finding(
+        rule_id=PAGEABLE_HTOD,
+        severity=severity_for_gain(gain),
+        title=f"Host-to-device copies from pageable memory ({pct(htod_share)} of the step)",
+        explanation=(
+            f"{pct(pageable)} of the bytes copied to the GPU come from pageable host memory; "
+            f"those copies take {htod_ms:.2f} ms per step ({pct(htod_share)}) and block the "
+            "host, so `non_blocking=True` cannot overlap them. Pinned batches "
+            "(DataLoader pin_memory=True) plus `.to(device, non_blocking=True)` copy faster and "
+            f"overlap with compute.{where(locs)}"
+        ),
+        evidence=(
+            ev("pageable_htod_frac", pageable, t["pageable_frac"], ">="),
+            ev(
+                "memcpy_htod_ms_per_step",
+                htod_ms,
+                note=f"{pct(htod_share)} of step_ms_p50 (min {pct(t['min_htod_step_frac'])})",
+                unit=" ms",
+            ),
+            *seen(facts, "pageable_htod_count_per_step", "dataloader_pin_memory"),
+        ),
+        locations=locs,
+        optimizations=("pin-memory", "non-blocking-copies"),
+        gain=GainEstimate(
+            step_time_frac=gain,
+            method=(
+                f"HtoD copy share of the step x {t['assumed_copy_saving']:g}, assuming pinned, "
+                "asynchronous copies save that part of the copy time"
+            ),
+        ),
+    )
+
+
+def check_cpu_tensor_to_device(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    count = num(facts, "tensor_to_device_per_step")
+    if count is None or count < t["min_per_step"]:
+        return None
+    locs = locations(facts, "tensor_to_device")
+    return Finding(
+        rule_id=CPU_TENSOR_TO_DEVICE,
+        severity="info",
+        title=f"{count:g} tensors per step are filled on the CPU, then copied to the GPU",
+        explanation=(
+            "Tensors created with zeros/ones/rand/full on the CPU and moved with .to(device) "
+            "every step pay an allocation, a fill and a host-to-device copy; creating them with "
+            f"device=... fills them on the GPU directly (PyTorch's ExtraCUDACopyPattern)."
+            f"{where(locs)}"
+        ),
+        evidence=(ev("tensor_to_device_per_step", count, t["min_per_step"], ">="),),
+        locations=locs,
+        optimizations=("create-on-device",),
+        gain=GainEstimate(method="not estimated: a copy per tensor per step; re-run measures"),
+    )
+
+
+RULES = (
+    Rule(
+        id=INPUT_BOUND,
+        title="Input-bound: steps wait for the DataLoader",
+        area="input",
+        needs=("data_wait_frac",),
+        uses=(
+            "data_wait_ms_p50",
+            *_DATALOADER_SETTINGS,
+            "cpu_util_mean_frac",
+            "device_is_cuda",
+        ),
+        thresholds={"warning_frac": 0.05, "critical_frac": 0.20, "cpu_saturated_frac": 0.85},
+        source=(
+            "warning > 5%: torch-tb-profiler profiler/data.py (DataLoader share rule); "
+            "critical >= 20%: TF-xprof op_stats_to_input_pipeline_analysis.cc (HIGHLY "
+            "input-bound) and loadtune src/loadtune/heuristic.py; CPU saturated >= 85%: "
+            "loadtune heuristic.py"
+        ),
+        description=(
+            "Share of timed step time spent inside DataLoader __next__, with the DataLoader "
+            "settings and the user's Dataset/collate lines where the loading time goes. With a "
+            "saturated CPU it advises cheaper data code instead of more workers."
+        ),
+        check=check_input_bound,
+        topics=("data_loading",),
+        optimizations=("dataloader-workers", "pin-memory", "faster-data-pipeline"),
+    ),
+    Rule(
+        id=PAGEABLE_HTOD,
+        title="Pageable host-to-device copies (no pin_memory / non_blocking)",
+        area="input",
+        needs=("pageable_htod_frac", "memcpy_htod_ms_per_step", "step_ms_p50"),
+        uses=("pageable_htod_count_per_step", "dataloader_pin_memory"),
+        thresholds={
+            "pageable_frac": 0.5,
+            "min_htod_step_frac": 0.02,
+            "assumed_copy_saving": 0.5,
+        },
+        source=(
+            "pageable copies: nsys analyze cuda_memcpy_async (flags any pageable async copy) and "
+            "Kineto memcpy names '(Pageable -> Device)'; perfdoctor requires >= half the HtoD "
+            "bytes pageable and the copies >= 2% of the step so that a stray copy does not "
+            "warn; the 0.5 saving is an assumption the re-run measures"
+        ),
+        description=(
+            "Host-to-device copies from pageable memory are staged and synchronous; pinned "
+            "memory plus non_blocking copies overlap them with compute."
+        ),
+        check=check_pageable_htod,
+        device="cuda",
+        topics=("htod_copy",),
+        optimizations=("pin-memory", "non-blocking-copies"),
+    ),
+    Rule(
+        id=CPU_TENSOR_TO_DEVICE,
+        title="Tensors created on the CPU and moved to the GPU every step",
+        area="input",
+        needs=("tensor_to_device_per_step",),
+        thresholds={"min_per_step": 1.0},
+        source=(
+            "torch/profiler/_pattern_matcher.py ExtraCUDACopyPattern (any occurrence); "
+            "perfdoctor counts them per step"
+        ),
+        description="fill/zero/rand on the CPU followed by .to(cuda) of the same dtype.",
+        check=check_cpu_tensor_to_device,
+        device="cuda",
+        topics=("tensor_to_device",),
+        optimizations=("create-on-device",),
+    ),
+)

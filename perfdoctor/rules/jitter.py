@@ -1,0 +1,189 @@
+"""Step-time jitter, torch.compile recompilations, and input shapes that keep changing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen
+
+STEP_JITTER = "step-jitter"
+RECOMPILATIONS = "recompilations"
+SHAPE_CHANGES = "shape-changes"
+
+_SHAPES = "shape-changes"
+
+
+def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    ratio = num(facts, "step_jitter_ratio")
+    steps = num(facts, "steps_timed")
+    if ratio is None or steps is None or steps < t["min_steps"] or ratio < t["info_ratio"]:
+        return None
+    mean = num(facts, "step_ms_mean")
+    p50 = num(facts, "step_ms_p50")
+    gain = (mean - p50) / mean if mean and p50 is not None and mean > p50 else None
+    hints: list[str] = []
+    optimizations: list[str] = []
+    related: tuple[str, ...] = ()
+    shapes = num(facts, "input_shape_changes")
+    recompiles = num(facts, "recompile_count")
+    if (shapes or 0) >= t["min_distinct_shapes"] or (recompiles or 0) >= 1:
+        hints.append("input shapes change (re-tuning or recompiling for each new shape)")
+        optimizations.append("static-shapes")
+        related = (SHAPE_CHANGES, RECOMPILATIONS)
+    data_wait = num(facts, "data_wait_frac")
+    if data_wait is not None and data_wait > t["data_wait_frac"]:
+        hints.append(f"the DataLoader stalls ({pct(data_wait)} of step time waiting)")
+        optimizations.append("dataloader-workers")
+    cause = (
+        " Likely cause: " + "; ".join(hints) + "."
+        if hints
+        else " Nothing measured explains it: look for periodic work in the loop (logging, "
+        "checkpointing, evaluation) or other load on the machine."
+    )
+    slow = f" Slow steps cost {pct(gain)} of the mean step time." if gain else ""
+    return Finding(
+        rule_id=STEP_JITTER,
+        severity="warning" if ratio >= t["warning_ratio"] else "info",
+        title=f"Step time is uneven: p90 is {ratio:.2f}x the median",
+        explanation=f"The slowest tenth of the steps take {ratio:.2f}x the median step.{slow}"
+        + cause,
+        evidence=(
+            ev("step_jitter_ratio", ratio, t["info_ratio"], ">="),
+            ev("steps_timed", int(steps), int(t["min_steps"]), ">="),
+            *seen(facts, "step_ms_p50", "step_ms_p90", "input_shape_changes", "recompile_count"),
+        ),
+        optimizations=tuple(optimizations),
+        gain=GainEstimate(
+            step_time_frac=gain,
+            method="(mean - median) / mean: the time slow steps add above a typical step"
+            if gain is not None
+            else "",
+        ),
+        related=related,
+    )
+
+
+def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    count = num(facts, "recompile_count")
+    if flag(facts, "model_compiled") is not True or count is None or count < t["min_recompiles"]:
+        return None
+    limit = count >= t["recompile_limit"]
+    fallback = (
+        " It reached dynamo's recompile limit, after which the model runs eagerly: compile "
+        "bought nothing."
+        if limit
+        else ""
+    )
+    return Finding(
+        rule_id=RECOMPILATIONS,
+        severity="critical" if limit else "warning",
+        title=f"torch.compile recompiled {count:g} times",
+        explanation=(
+            f"The compiled model was recompiled {count:g} times, each costing seconds of "
+            f"compilation inside training, usually because input shapes or Python values "
+            f"guarded by the graph changed.{fallback} Pad or bucket shapes, use drop_last=True, "
+            "or compile with dynamic=True."
+        ),
+        evidence=(
+            ev("recompile_count", int(count), int(t["min_recompiles"]), ">="),
+            *seen(facts, "input_shape_changes"),
+        ),
+        optimizations=("static-shapes",),
+        gain=GainEstimate(method="not estimated: compile time depends on the graph"),
+    )
+
+
+def check_shape_changes(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    shapes = num(facts, "input_shape_changes")
+    if shapes is None or shapes < t["min_distinct_shapes"]:
+        return None
+    benchmark = flag(facts, "cudnn_benchmark") is True
+    compiled = flag(facts, "model_compiled") is True
+    if not (benchmark or compiled):
+        return None
+    defeated = " and ".join(
+        name for name, on in (("cudnn.benchmark", benchmark), ("torch.compile", compiled)) if on
+    )
+    return Finding(
+        rule_id=SHAPE_CHANGES,
+        severity="warning",
+        title=f"{shapes:g} distinct input shapes after warm-up defeat {defeated}",
+        explanation=(
+            f"The model saw {shapes:g} different input shapes after warm-up. {defeated} "
+            "specialises on shapes, so each new one re-runs autotuning or compilation in the "
+            "middle of training. Pad or bucket to a few fixed sizes and drop the last partial "
+            "batch."
+        ),
+        evidence=(
+            ev("input_shape_changes", int(shapes), int(t["min_distinct_shapes"]), ">="),
+            *seen(facts, "cudnn_benchmark", "model_compiled"),
+        ),
+        optimizations=("static-shapes",),
+        gain=GainEstimate(method="not estimated: cost per new shape depends on the model"),
+    )
+
+
+RULES = (
+    Rule(
+        id=STEP_JITTER,
+        title="Step-time jitter (p90 / p50)",
+        area="jitter",
+        needs=("step_jitter_ratio", "steps_timed"),
+        uses=(
+            "step_ms_mean",
+            "step_ms_p50",
+            "step_ms_p90",
+            "input_shape_changes",
+            "recompile_count",
+            "data_wait_frac",
+        ),
+        thresholds={
+            "info_ratio": 1.5,
+            "warning_ratio": 2.0,
+            "min_steps": 10.0,
+            "min_distinct_shapes": 3.0,
+            "data_wait_frac": 0.05,
+        },
+        source=(
+            "p90/p50 >= 1.5: loadtune src/loadtune/heuristic.py; warning only at 2.0 because a "
+            "well-tuned CNN reached 1.38 on this shared 2-core machine "
+            "(perfdoctor/rules/threshold_measurements.md)"
+        ),
+        description="Uneven steps, with the measured cause when there is one.",
+        check=check_step_jitter,
+        optimizations=("static-shapes", "dataloader-workers"),
+    ),
+    Rule(
+        id=RECOMPILATIONS,
+        title="torch.compile recompilations",
+        area="jitter",
+        needs=("model_compiled", "recompile_count"),
+        uses=("input_shape_changes",),
+        thresholds={"min_recompiles": 2.0, "recompile_limit": 8.0},
+        source=(
+            "torch._dynamo config.recompile_limit (8) falls back to eager (mechanics.md §3.0); "
+            "one recompile is dynamo marking a dimension dynamic, so >= 2 warns"
+        ),
+        description="Recompilations of the compiled root model seen during training.",
+        check=check_recompilations,
+        optimizations=("static-shapes",),
+        root_cause=_SHAPES,
+    ),
+    Rule(
+        id=SHAPE_CHANGES,
+        title="Input shape changes that defeat cudnn.benchmark or torch.compile",
+        area="jitter",
+        needs=("input_shape_changes",),
+        uses=("cudnn_benchmark", "model_compiled"),
+        thresholds={"min_distinct_shapes": 3.0},
+        source=(
+            "mechanics.md §3.c (benchmark re-tunes every new shape) and §3.e (compile "
+            "recompiles); >= 3 because a last partial batch alone gives 2"
+        ),
+        description="Distinct root input shapes after warm-up with shape-specialising modes on.",
+        check=check_shape_changes,
+        optimizations=("static-shapes",),
+        root_cause=_SHAPES,
+    ),
+)

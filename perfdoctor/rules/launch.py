@@ -1,0 +1,138 @@
+"""Kernel launch and Python overhead: the GPU waits for the host, or for tiny kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import Rule, ev, num, pct, seen, severity_for_gain
+
+LAUNCH_BOUND = "launch-bound"
+TINY_KERNELS = "tiny-kernels"
+
+_LAUNCH_OVERHEAD = "launch-overhead"
+
+
+def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    host_wait = num(facts, "gpu_idle_host_wait_frac")
+    kernel_us = num(facts, "kernel_us_p50")
+    if host_wait is None or kernel_us is None or kernel_us > t["max_kernel_us_p50"]:
+        return None
+    # Idle time while the host waits for data belongs to the input-bound rule, not here.
+    data_wait = num(facts, "data_wait_frac") or 0.0
+    launch_wait = max(0.0, host_wait - data_wait)
+    if launch_wait < t["host_wait_frac"]:
+        return None
+    kernels = num(facts, "kernels_per_step")
+    count = f" {kernels:.0f} kernels per step," if kernels is not None else ""
+    return Finding(
+        rule_id=LAUNCH_BOUND,
+        severity=severity_for_gain(launch_wait, floor="warning"),
+        title=f"Launch-bound: the GPU waits for the host {pct(launch_wait)} of the step",
+        explanation=(
+            f"The GPU sat idle waiting for the next launch {pct(launch_wait)} of the step "
+            f"(beyond data waits), with{count} a median kernel of {kernel_us:.0f} µs: Python "
+            "and launch overhead outrun the kernels. torch.compile fuses kernels, "
+            "mode='reduce-overhead' replays them as a CUDA graph, and a larger batch makes each "
+            "kernel longer."
+        ),
+        evidence=(
+            ev(
+                "gpu_idle_host_wait_frac",
+                host_wait,
+                t["host_wait_frac"],
+                ">=",
+                note=f"{pct(launch_wait)} after subtracting data_wait_frac",
+            ),
+            ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
+            *seen(facts, "kernels_per_step", "gpu_busy_frac", "cpu_op_count_per_step"),
+        ),
+        optimizations=("compile-cudagraphs", "compile", "larger-batch"),
+        gain=GainEstimate(
+            step_time_frac=launch_wait,
+            method="host-wait idle share of the step, assuming graphs/fusion remove it",
+        ),
+    )
+
+
+def check_tiny_kernels(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    gaps = num(facts, "gpu_idle_between_kernels_frac")
+    kernel_us = num(facts, "kernel_us_p50")
+    kernels = num(facts, "kernels_per_step")
+    if gaps is None or kernel_us is None or kernels is None:
+        return None
+    if gaps < t["between_kernels_frac"] or kernel_us > t["max_kernel_us_p50"]:
+        return None
+    if kernels < t["min_kernels_per_step"]:
+        return None
+    return Finding(
+        rule_id=TINY_KERNELS,
+        severity=severity_for_gain(gaps),
+        title=f"{kernels:.0f} tiny kernels per step (median {kernel_us:.0f} µs)",
+        explanation=(
+            f"Kernels are so short (median {kernel_us:.1f} µs) that the gaps between them "
+            f"take {pct(gaps)} of the step. Fusing element-wise chains with torch.compile "
+            "removes both the launches and the memory round trips."
+        ),
+        evidence=(
+            ev("gpu_idle_between_kernels_frac", gaps, t["between_kernels_frac"], ">="),
+            ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
+            ev("kernels_per_step", kernels, t["min_kernels_per_step"], ">="),
+        ),
+        optimizations=("compile", "compile-cudagraphs"),
+        gain=GainEstimate(
+            step_time_frac=gaps,
+            method="inter-kernel idle share, assuming fusion removes the gaps",
+        ),
+    )
+
+
+RULES = (
+    Rule(
+        id=LAUNCH_BOUND,
+        title="GPU waits for kernel launches (host/Python overhead)",
+        area="launch",
+        needs=("device_is_cuda", "gpu_idle_host_wait_frac", "kernel_us_p50"),
+        uses=("data_wait_frac", "kernels_per_step", "gpu_busy_frac", "cpu_op_count_per_step"),
+        thresholds={"host_wait_frac": 0.15, "max_kernel_us_p50": 50.0},
+        source=(
+            "host wait: HTA get_idle_time_breakdown (hta/analyzers/breakdown_analysis.py, "
+            "'host wait' idle); 15%: TF-xprof op_stats_to_overview_page.cc kernel-launch "
+            "'high' >= 15%; 50 µs: HTA get_cuda_kernel_launch_stats runtime_cutoff=50"
+        ),
+        description=(
+            "Idle GPU time where the next kernel's launch started after the previous kernel "
+            "ended (minus data waits), with short kernels."
+        ),
+        check=check_launch_bound,
+        device="cuda",
+        optimizations=("compile-cudagraphs", "compile", "larger-batch"),
+        root_cause=_LAUNCH_OVERHEAD,
+    ),
+    Rule(
+        id=TINY_KERNELS,
+        title="Many tiny back-to-back kernels",
+        area="launch",
+        needs=(
+            "device_is_cuda",
+            "gpu_idle_between_kernels_frac",
+            "kernel_us_p50",
+            "kernels_per_step",
+        ),
+        thresholds={
+            "between_kernels_frac": 0.10,
+            "max_kernel_us_p50": 20.0,
+            "min_kernels_per_step": 100.0,
+        },
+        source=(
+            "HTA get_idle_time_breakdown 'kernel wait' and get_frequent_cuda_kernel_sequences "
+            "(fusion candidates); 20 µs: HTA docs 'launch time on the CPU side is usually "
+            "5-20 µs'; 10% idle and 100 kernels per step: choices here"
+        ),
+        description="Short kernels with idle gaps between them: fusion candidates.",
+        check=check_tiny_kernels,
+        device="cuda",
+        optimizations=("compile", "compile-cudagraphs"),
+        root_cause=_LAUNCH_OVERHEAD,
+    ),
+)

@@ -1,0 +1,398 @@
+"""Memory: near capacity, allocator retries/OOM, barely used, fragmentation, creep per step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import (
+    Rule,
+    compute_capability,
+    ev,
+    flag,
+    human_bytes,
+    locations,
+    num,
+    pct,
+    seen,
+    where,
+)
+
+MEMORY_NEAR_CAPACITY = "memory-near-capacity"
+ALLOCATOR_PRESSURE = "allocator-retries"
+MEMORY_UNDERUSED = "memory-underused"
+FRAGMENTATION = "memory-fragmentation"
+GROWTH_HOST = "memory-growth-host"
+GROWTH_DEVICE = "memory-growth-device"
+
+_PRESSURE = "memory-pressure"
+_CREEP = "memory-creep"
+_SMALL_BATCH = "small-batch"
+_PROJECTION_STEPS = 1000
+_CHECKPOINT_TRADE = (
+    "Activation checkpointing trades memory for time: it recomputes each block's forward in "
+    "backward (about a third more compute); gradient accumulation keeps the effective batch "
+    "with smaller micro-batches."
+)
+
+_PRESSURE_OPTIMIZATIONS = (
+    "activation-checkpointing",
+    "amp-bf16",
+    "amp-fp16",
+    "grad-accumulation",
+    "expandable-segments",
+)
+
+
+def _pressure_fixes(facts: Facts, t: Mapping[str, float]) -> tuple[tuple[str, ...], int | None]:
+    """Optimizations for a memory-bound run, and the activation memory they could free."""
+    fixes: list[str] = []
+    activations = num(facts, "activation_bytes_frac")
+    peak = num(facts, "peak_allocated_bytes")
+    if activations is None or activations >= t["activation_frac"]:
+        fixes.append("activation-checkpointing")
+    if flag(facts, "autocast_used") is False:
+        cc = compute_capability(facts)
+        fixes.append("amp-bf16" if cc is not None and cc >= 8.0 else "amp-fp16")
+    fixes.append("grad-accumulation")
+    frag = num(facts, "fragmentation_frac")
+    if frag is not None and frag >= t["fragmentation_frac"]:
+        fixes.append("expandable-segments")
+    freed = int(peak * activations * 0.5) if peak is not None and activations is not None else None
+    return tuple(fixes), freed
+
+
+def check_near_capacity(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    frac = num(facts, "peak_allocated_frac")
+    if frac is None or frac <= t["warning_frac"]:
+        return None
+    fixes, freed = _pressure_fixes(facts, t)
+    total = num(facts, "device_total_memory_bytes")
+    of_total = f" of {human_bytes(total)}" if total else ""
+    locs = locations(facts, "peak_memory")
+    return Finding(
+        rule_id=MEMORY_NEAR_CAPACITY,
+        severity="critical" if frac >= t["critical_frac"] else "warning",
+        title=f"Peak memory at {pct(frac)} of the device",
+        explanation=(
+            f"Allocated memory peaked at {pct(frac)}{of_total}: one longer sequence or a "
+            f"fragmented heap away from an out-of-memory error, and no room for a larger batch. "
+            f"{_CHECKPOINT_TRADE}{where(locs)}"
+        ),
+        evidence=(
+            ev("peak_allocated_frac", frac, t["warning_frac"], ">"),
+            *seen(facts, "peak_allocated_bytes", "activation_bytes_frac", "fragmentation_frac"),
+        ),
+        locations=locs,
+        optimizations=fixes,
+        gain=GainEstimate(
+            memory_bytes=freed,
+            method="half the activation memory (checkpointing keeps block inputs only)",
+        ),
+    )
+
+
+def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    retries = num(facts, "alloc_retries")
+    ooms = num(facts, "oom_events")
+    if retries is None or ooms is None:
+        return None
+    if ooms < t["min_oom_events"] and retries < t["min_retries"]:
+        return None
+    fixes, freed = _pressure_fixes(facts, t)
+    if "expandable-segments" not in fixes:
+        fixes = (*fixes, "expandable-segments")
+    what = (
+        f"ran out of memory {ooms:g} time(s)"
+        if ooms >= t["min_oom_events"]
+        else f"had to free its cache and retry cudaMalloc {retries:g} times"
+    )
+    return Finding(
+        rule_id=ALLOCATOR_PRESSURE,
+        severity="critical" if ooms >= t["min_oom_events"] else "warning",
+        title=f"The CUDA allocator {what}",
+        explanation=(
+            f"The caching allocator {what}. Each retry synchronizes the device and releases "
+            f"cached blocks, which stalls the step. {_CHECKPOINT_TRADE}"
+        ),
+        evidence=(
+            ev("oom_events", ooms, t["min_oom_events"], ">="),
+            ev("alloc_retries", retries, t["min_retries"], ">="),
+            *seen(facts, "peak_allocated_frac", "fragmentation_frac"),
+        ),
+        locations=locations(facts, "peak_memory"),
+        optimizations=fixes,
+        gain=GainEstimate(
+            memory_bytes=freed,
+            method="half the activation memory (checkpointing keeps block inputs only)",
+        ),
+    )
+
+
+def check_underused(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    frac = num(facts, "peak_allocated_frac")
+    busy = num(facts, "gpu_busy_frac")
+    if frac is None or busy is None or frac >= t["max_used_frac"] or busy >= t["max_busy_frac"]:
+        return None
+    return Finding(
+        rule_id=MEMORY_UNDERUSED,
+        severity="info",
+        title=f"Only {pct(frac)} of GPU memory is used while the GPU is busy {pct(busy)}",
+        explanation=(
+            f"Peak allocated memory is {pct(frac)} of the device and kernels keep the GPU busy "
+            f"only {pct(busy)} of the step: a batch about {1 / max(frac, 0.01):.0f}x larger "
+            "would fit and give each kernel more work. A larger batch changes the "
+            "optimization (scale the learning rate and re-check convergence)."
+        ),
+        evidence=(
+            ev("peak_allocated_frac", frac, t["max_used_frac"], "<"),
+            ev("gpu_busy_frac", busy, t["max_busy_frac"], "<"),
+            *seen(facts, "batch_size"),
+        ),
+        optimizations=("larger-batch",),
+        gain=GainEstimate(method="not estimated: depends on how kernels scale with batch"),
+    )
+
+
+def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    frag = num(facts, "fragmentation_frac")
+    reserved = num(facts, "peak_reserved_bytes")
+    total = num(facts, "device_total_memory_bytes")
+    if frag is None or reserved is None or not total or frag < t["fragmentation_frac"]:
+        return None
+    retries = num(facts, "alloc_retries") or 0.0
+    reserved_frac = reserved / total
+    if reserved_frac < t["reserved_frac"] and retries < 1:
+        return None
+    wasted = int(frag * reserved)
+    return Finding(
+        rule_id=FRAGMENTATION,
+        severity="warning",
+        title=f"{pct(frag)} of reserved GPU memory is cached but unusable (fragmentation)",
+        explanation=(
+            f"At the peak, {human_bytes(wasted)} ({pct(frag)}) of the "
+            f"{human_bytes(reserved)} the allocator reserved held no tensor, and the "
+            f"reservation is at {pct(reserved_frac)} of the device. "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
+            "leaving gaps between fixed-size blocks."
+        ),
+        evidence=(
+            ev("fragmentation_frac", frag, t["fragmentation_frac"], ">="),
+            ev(
+                "peak_reserved_bytes",
+                int(reserved),
+                note=f"{pct(reserved_frac)} of device (>= {pct(t['reserved_frac'])}) or retries",
+            ),
+            *seen(facts, "alloc_retries"),
+        ),
+        optimizations=("expandable-segments",),
+        gain=GainEstimate(memory_bytes=wasted, method="reserved minus allocated at the peak"),
+    )
+
+
+def _growth(
+    facts: Facts,
+    t: Mapping[str, float],
+    rule_id: str,
+    slope_fact: str,
+    size_fact: str,
+    what: str,
+) -> Finding | None:
+    steps = num(facts, "steps_timed")
+    slope = num(facts, slope_fact)
+    size = num(facts, size_fact)
+    if steps is None or slope is None or not size or steps < t["min_steps"]:
+        return None
+    window = slope * steps
+    frac = window / size
+    if slope < t["min_slope_bytes"] or frac < t["growth_frac"]:
+        return None
+    locs = locations(facts, "memory_growth")
+    projected = int(slope * _PROJECTION_STEPS)
+    return Finding(
+        rule_id=rule_id,
+        severity="critical" if frac >= t["critical_growth_frac"] else "warning",
+        title=f"{what} grows {human_bytes(slope)} every step",
+        explanation=(
+            f"{what} grew {human_bytes(slope)} per step, {human_bytes(window)} over "
+            f"{steps:.0f} timed steps ({pct(frac)} of {human_bytes(size)}); at this rate it "
+            f"adds {human_bytes(projected)} every {_PROJECTION_STEPS:,} steps until it runs "
+            "out. The usual cause is keeping tensors that carry their autograd graph across "
+            "steps (a loss appended to a list, outputs stored for logging): keep "
+            f"loss.item() or .detach() instead.{where(locs)}"
+        ),
+        evidence=(
+            ev(slope_fact, int(slope), int(t["min_slope_bytes"]), ">=", unit=" B"),
+            ev(
+                size_fact,
+                int(size),
+                unit=" B",
+                note=f"grew {pct(frac)} over the window (>= {pct(t['growth_frac'])})",
+            ),
+            ev("steps_timed", int(steps), int(t["min_steps"]), ">="),
+        ),
+        locations=locs,
+        optimizations=("detach-logged-tensors",),
+        gain=GainEstimate(
+            memory_bytes=projected,
+            method=f"growth per step x {_PROJECTION_STEPS:,} steps; unbounded in a long run",
+        ),
+    )
+
+
+def check_growth_host(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    return _growth(
+        facts, t, GROWTH_HOST, "rss_growth_bytes_per_step", "rss_bytes_max", "Process memory (RSS)"
+    )
+
+
+def check_growth_device(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    return _growth(
+        facts,
+        t,
+        GROWTH_DEVICE,
+        "cuda_allocated_growth_bytes_per_step",
+        "peak_allocated_bytes",
+        "CUDA allocated memory",
+    )
+
+
+_PRESSURE_THRESHOLDS = {"activation_frac": 0.3, "fragmentation_frac": 0.1}
+_GROWTH_THRESHOLDS = {
+    "min_steps": 10.0,
+    "min_slope_bytes": 65536.0,
+    "growth_frac": 0.01,
+    "critical_growth_frac": 0.10,
+}
+_GROWTH_SOURCE = (
+    "growth >= 1% of the footprint: Scalene scalene_leak_analysis.py (growth rate >= 1%); "
+    "TraceML step_memory/policy.py needs a minimum step count (50; 10 here, the default plan "
+    "times 20); 64 KiB/step floor: a well-tuned MLP and CNN moved RSS by <= 11 KiB/step on "
+    "this CPU while a loop keeping one graph per step grew 389 KiB/step "
+    "(perfdoctor/rules/threshold_measurements.md); critical at 10%: choice here"
+)
+
+RULES = (
+    Rule(
+        id=MEMORY_NEAR_CAPACITY,
+        title="Peak GPU memory near capacity",
+        area="memory",
+        needs=("device_is_cuda", "peak_allocated_frac"),
+        uses=(
+            "peak_allocated_bytes",
+            "device_total_memory_bytes",
+            "activation_bytes_frac",
+            "fragmentation_frac",
+            "autocast_used",
+            "gpu_compute_capability",
+        ),
+        thresholds={"warning_frac": 0.90, "critical_frac": 0.97, **_PRESSURE_THRESHOLDS},
+        source=(
+            "> 90%: torch-tb-profiler profiler/data.py rule 7 (peak allocated vs "
+            "totalGlobalMem); 97% critical: TraceML step_memory/policy.py pressure bands; "
+            "checkpointing when activations >= 30% of the peak: choice here"
+        ),
+        description=(
+            "Peak allocated memory as a share of the device, with the fixes that free memory "
+            "and what they cost in time."
+        ),
+        check=check_near_capacity,
+        device="cuda",
+        topics=("peak_memory",),
+        optimizations=_PRESSURE_OPTIMIZATIONS,
+        root_cause=_PRESSURE,
+    ),
+    Rule(
+        id=ALLOCATOR_PRESSURE,
+        title="CUDA allocator retries or out-of-memory events",
+        area="memory",
+        needs=("device_is_cuda", "alloc_retries", "oom_events"),
+        uses=("peak_allocated_frac", "fragmentation_frac", "activation_bytes_frac"),
+        thresholds={"min_retries": 2.0, "min_oom_events": 1.0, **_PRESSURE_THRESHOLDS},
+        source=(
+            "Composer (auto micro-batching: OOM, or num_alloc_retries increasing over >= 2 "
+            "batches); torch.cuda.memory_stats num_alloc_retries / num_ooms"
+        ),
+        description="The allocator had to flush its cache and retry, or ran out of memory.",
+        check=check_allocator_pressure,
+        device="cuda",
+        topics=("peak_memory",),
+        optimizations=_PRESSURE_OPTIMIZATIONS,
+        root_cause=_PRESSURE,
+    ),
+    Rule(
+        id=MEMORY_UNDERUSED,
+        title="GPU memory barely used while the GPU idles (batch could grow)",
+        area="memory",
+        needs=("device_is_cuda", "peak_allocated_frac", "gpu_busy_frac"),
+        uses=("batch_size",),
+        thresholds={"max_used_frac": 0.25, "max_busy_frac": 0.5},
+        source=(
+            "DLProf 'GPU Memory is underutilized: only 7% ... increase batch size by 4x' (a 4x "
+            "batch fits below 25%); busy < 50%: torch-tb-profiler rule 5 (low GPU utilization)"
+        ),
+        description="Little memory used and the GPU not busy: a larger batch would fit.",
+        check=check_underused,
+        device="cuda",
+        optimizations=("larger-batch",),
+        root_cause=_SMALL_BATCH,
+    ),
+    Rule(
+        id=FRAGMENTATION,
+        title="Fragmented CUDA cache under memory pressure",
+        area="memory",
+        needs=(
+            "device_is_cuda",
+            "fragmentation_frac",
+            "peak_reserved_bytes",
+            "device_total_memory_bytes",
+        ),
+        uses=("alloc_retries",),
+        thresholds={"fragmentation_frac": 0.25, "reserved_frac": 0.90},
+        source=(
+            "PyTorch CUDA semantics docs (expandable_segments against fragmentation); "
+            "pressure at >= 90% reserved mirrors tb_plugin's 90% capacity rule; 25% unusable: "
+            "choice here (harmless gaps are not reported without pressure)"
+        ),
+        description="Reserved-but-unallocated memory at the peak when memory is tight.",
+        check=check_fragmentation,
+        device="cuda",
+        optimizations=("expandable-segments",),
+        root_cause=_PRESSURE,
+    ),
+    Rule(
+        id=GROWTH_HOST,
+        title="Process memory grows step after step",
+        area="memory",
+        needs=("steps_timed", "rss_growth_bytes_per_step", "rss_bytes_max"),
+        thresholds=dict(_GROWTH_THRESHOLDS),
+        source=_GROWTH_SOURCE,
+        description=(
+            "RSS slope over the timed steps relative to the process size: tensors kept with "
+            "their graphs, growing caches."
+        ),
+        check=check_growth_host,
+        topics=("memory_growth",),
+        optimizations=("detach-logged-tensors",),
+        root_cause=_CREEP,
+    ),
+    Rule(
+        id=GROWTH_DEVICE,
+        title="CUDA memory grows step after step",
+        area="memory",
+        needs=(
+            "device_is_cuda",
+            "steps_timed",
+            "cuda_allocated_growth_bytes_per_step",
+            "peak_allocated_bytes",
+        ),
+        thresholds=dict(_GROWTH_THRESHOLDS),
+        source=_GROWTH_SOURCE,
+        description="Slope of CUDA allocated memory over the timed steps relative to the peak.",
+        check=check_growth_device,
+        device="cuda",
+        topics=("memory_growth",),
+        optimizations=("detach-logged-tensors",),
+        root_cause=_CREEP,
+    ),
+)

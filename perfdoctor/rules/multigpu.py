@@ -1,0 +1,127 @@
+"""Multi-GPU: DataParallel, DDP without NCCL, communication share of the step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_gain, text
+
+DATA_PARALLEL = "data-parallel"
+DDP_WITHOUT_NCCL = "ddp-without-nccl"
+COMMUNICATION_HEAVY = "communication-heavy"
+
+
+def check_data_parallel(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    devices = num(facts, "device_count")
+    if flag(facts, "uses_data_parallel") is not True or devices is None:
+        return None
+    if devices < t["min_devices"]:
+        return None
+    return Finding(
+        rule_id=DATA_PARALLEL,
+        severity="warning",
+        title=f"nn.DataParallel over {devices:.0f} GPUs: use DistributedDataParallel",
+        explanation=(
+            "DataParallel runs one Python thread per GPU in a single process, scatters inputs "
+            "and replicates the model every step, and gathers outputs on GPU 0. "
+            "DistributedDataParallel (one process per GPU, overlapped all-reduce) is faster "
+            "even on one machine, as PyTorch's docs recommend."
+        ),
+        evidence=(
+            ev("uses_data_parallel", True),
+            ev("device_count", int(devices), int(t["min_devices"]), ">="),
+        ),
+        optimizations=("ddp-over-dataparallel",),
+        gain=GainEstimate(method="not estimated: depends on model size and GPU count"),
+    )
+
+
+def check_ddp_without_nccl(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    backend = (text(facts, "dist_backend") or "").lower()
+    if flag(facts, "uses_ddp") is not True or not backend or "nccl" in backend:
+        return None
+    return Finding(
+        rule_id=DDP_WITHOUT_NCCL,
+        severity="warning",
+        title=f"DDP on GPUs with the {backend} backend instead of NCCL",
+        explanation=(
+            f"DistributedDataParallel trains on CUDA devices but communicates through "
+            f"{backend}, which stages gradients through host memory. NCCL moves them "
+            "GPU-to-GPU (NVLink/PCIe/InfiniBand) and is the backend PyTorch recommends for GPUs."
+        ),
+        evidence=(ev("dist_backend", backend, "nccl", "!="), *seen(facts, "world_size")),
+        optimizations=("nccl-backend",),
+        gain=GainEstimate(method="not estimated: depends on gradient size and interconnect"),
+    )
+
+
+def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    comm = num(facts, "comm_frac")
+    if comm is None or comm <= t["comm_frac"]:
+        return None
+    gain = comm * t["assumed_hidden"]
+    return Finding(
+        rule_id=COMMUNICATION_HEAVY,
+        severity=severity_for_gain(gain, floor="warning"),
+        title=f"Communication takes {pct(comm)} of the step",
+        explanation=(
+            f"Collectives (all-reduce and friends) take {pct(comm)} of the step. Gradient "
+            "accumulation or a larger batch communicates less often per sample; DDP comm hooks "
+            "(fp16/bf16 compression) shrink each message. Accumulation raises the effective "
+            "batch, so re-check the learning rate."
+        ),
+        evidence=(
+            ev("comm_frac", comm, t["comm_frac"], ">"),
+            *seen(facts, "comm_kernel_frac", "world_size", "dist_backend"),
+        ),
+        optimizations=("grad-accumulation", "larger-batch"),
+        gain=GainEstimate(
+            step_time_frac=gain,
+            method=f"communication share x {t['assumed_hidden']:g} (assumed hidden or saved)",
+        ),
+    )
+
+
+RULES = (
+    Rule(
+        id=DATA_PARALLEL,
+        title="nn.DataParallel where DDP is better",
+        area="multi-gpu",
+        needs=("device_is_cuda", "uses_data_parallel", "device_count"),
+        thresholds={"min_devices": 2.0},
+        source="torch-tb-profiler profiler/data.py rule 2 (DataParallel.forward and > 1 device)",
+        description="DataParallel with more than one GPU visible.",
+        check=check_data_parallel,
+        device="cuda",
+        optimizations=("ddp-over-dataparallel",),
+    ),
+    Rule(
+        id=DDP_WITHOUT_NCCL,
+        title="DDP on GPUs without the NCCL backend",
+        area="multi-gpu",
+        needs=("device_is_cuda", "uses_ddp", "dist_backend"),
+        uses=("world_size",),
+        thresholds={},
+        source="torch-tb-profiler profiler/data.py rule 3 (DDP with no nccl:* op, CC >= 3.5)",
+        description="DistributedDataParallel with gloo/mpi on CUDA devices.",
+        check=check_ddp_without_nccl,
+        device="cuda",
+        optimizations=("nccl-backend",),
+    ),
+    Rule(
+        id=COMMUNICATION_HEAVY,
+        title="Communication share of step time",
+        area="multi-gpu",
+        needs=("comm_frac",),
+        uses=("comm_kernel_frac", "world_size", "dist_backend"),
+        thresholds={"comm_frac": 0.10, "assumed_hidden": 0.5},
+        source=(
+            "> 10%: torch-tb-profiler profiler/data.py rule 4 (communication / step time); "
+            "the 0.5 saving is an assumption the re-run measures"
+        ),
+        description="Time in nccl/gloo collectives as a share of the step.",
+        check=check_communication,
+        optimizations=("grad-accumulation", "larger-batch"),
+    ),
+)

@@ -1,0 +1,163 @@
+"""GPU under-utilization, with its biggest cause named (input, host launches, syncs, batch).
+
+The finding names the rule of its cause in `related`, so that when that rule fires too the
+engine merges both into one headline: one root cause, one finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules.base import Rule, ev, num, pct, seen
+from perfdoctor.rules.input import INPUT_BOUND
+from perfdoctor.rules.launch import LAUNCH_BOUND
+from perfdoctor.rules.memory import MEMORY_UNDERUSED
+from perfdoctor.rules.sync import HOST_SYNCS
+
+GPU_UNDERUTILIZED = "gpu-underutilized"
+
+
+@dataclass(frozen=True)
+class _Cause:
+    name: str
+    share: float | None  # of the step; None when not estimable
+    rule_id: str
+    optimizations: tuple[str, ...]
+    advice: str
+
+
+def _causes(facts: Facts) -> list[_Cause]:
+    data_wait = num(facts, "data_wait_frac")
+    host_wait = num(facts, "gpu_idle_host_wait_frac")
+    sync_ms = num(facts, "host_sync_ms_per_step")
+    step_ms = num(facts, "step_ms_p50")
+    causes = []
+    if data_wait is not None:
+        causes.append(
+            _Cause(
+                "waiting for input data",
+                data_wait,
+                INPUT_BOUND,
+                ("dataloader-workers", "pin-memory", "faster-data-pipeline"),
+                "feed it faster (DataLoader workers, pinned memory)",
+            )
+        )
+    if host_wait is not None:
+        causes.append(
+            _Cause(
+                "kernel launch / Python overhead",
+                max(0.0, host_wait - (data_wait or 0.0)),
+                LAUNCH_BOUND,
+                ("compile-cudagraphs", "compile", "larger-batch"),
+                "launch less often (torch.compile, CUDA graphs, a larger batch)",
+            )
+        )
+    if sync_ms is not None and step_ms:
+        causes.append(
+            _Cause(
+                "host synchronizations",
+                min(1.0, sync_ms / step_ms),
+                HOST_SYNCS,
+                ("remove-host-syncs",),
+                "remove the per-step syncs",
+            )
+        )
+    return causes
+
+
+def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    busy = num(facts, "gpu_busy_frac")
+    if busy is None or busy >= t["busy_frac"]:
+        return None
+    idle = 1.0 - busy
+    known = [c for c in _causes(facts) if c.share is not None and c.share >= t["cause_frac"]]
+    cause = max(known, key=lambda c: c.share or 0.0, default=None)
+    if cause is None:
+        mem = num(facts, "peak_allocated_frac")
+        small = mem is not None and mem < t["small_batch_mem_frac"]
+        cause = _Cause(
+            "small batch: each kernel has too little work" if small else "no single cause",
+            None,
+            MEMORY_UNDERUSED,
+            ("larger-batch",),
+            "give each kernel more work (a larger batch)",
+        )
+    gain = None if cause.share is None else min(cause.share, idle)
+    share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
+    return Finding(
+        rule_id=GPU_UNDERUTILIZED,
+        severity="critical" if busy < t["critical_busy_frac"] else "warning",
+        title=f"GPU busy only {pct(busy)} of the step; biggest cause: {cause.name}",
+        explanation=(
+            f"Kernels and copies keep the GPU busy {pct(busy)} of each step, so it idles "
+            f"{pct(idle)}. The biggest measured cause is {cause.name}{share_text}: "
+            f"{cause.advice}."
+        ),
+        evidence=(
+            ev("gpu_busy_frac", busy, t["busy_frac"], "<"),
+            *seen(
+                facts,
+                "gpu_util_mean_frac",
+                "data_wait_frac",
+                "gpu_idle_host_wait_frac",
+                "host_sync_ms_per_step",
+                "peak_allocated_frac",
+            ),
+        ),
+        optimizations=cause.optimizations,
+        gain=GainEstimate(
+            step_time_frac=gain,
+            method=(
+                "share of the step lost to the biggest cause, at most the GPU's idle share"
+                if gain is not None
+                else "not estimated: depends on how kernels scale with batch"
+            ),
+        ),
+        related=(cause.rule_id,),
+    )
+
+
+RULES = (
+    Rule(
+        id=GPU_UNDERUTILIZED,
+        title="GPU under-utilized, with its biggest cause",
+        area="utilization",
+        needs=("device_is_cuda", "gpu_busy_frac"),
+        uses=(
+            "data_wait_frac",
+            "gpu_idle_host_wait_frac",
+            "host_sync_ms_per_step",
+            "step_ms_p50",
+            "peak_allocated_frac",
+            "gpu_util_mean_frac",
+        ),
+        thresholds={
+            "busy_frac": 0.5,
+            "critical_busy_frac": 0.3,
+            "cause_frac": 0.05,
+            "small_batch_mem_frac": 0.25,
+        },
+        source=(
+            "< 50%: torch-tb-profiler profiler/data.py rule 5 and nsys gpu_time_util "
+            "(DEFAULT_THRESHOLD = 50); < 30% critical: TraceML system/policy.py 'low' band; "
+            "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message"
+        ),
+        description=(
+            "Union of kernel and copy time over the step span; names the biggest of input "
+            "waits, host launch waits, syncs, or a small batch."
+        ),
+        check=check_gpu_underutilized,
+        device="cuda",
+        optimizations=(
+            "dataloader-workers",
+            "pin-memory",
+            "faster-data-pipeline",
+            "compile-cudagraphs",
+            "compile",
+            "larger-batch",
+            "remove-host-syncs",
+        ),
+    ),
+)

@@ -1,0 +1,74 @@
+"""Errors a user can cause: one clear line, a documented exit code, no perfdoctor traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import errors
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess[str], code: int, words: str) -> None:
+    assert proc.returncode == code, proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    error_lines = [line for line in proc.stderr.splitlines() if "perfdoctor: error:" in line]
+    assert len(error_lines) == 1, proc.stderr
+    assert words in error_lines[0]
+
+
+def test_missing_script(tmp_path: Path) -> None:
+    proc = run_cli("profile", "nope.py", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "nope.py")
+
+
+def test_directory_instead_of_script(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    proc = run_cli("profile", "pkg", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "directory")
+
+
+def test_non_python_file(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    proc = run_cli("profile", "data.csv", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_TARGET_INVALID, "data.csv")
+
+
+def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("import os\n\ndef f(:\n    pass\n")
+    proc = run_cli("profile", "bad.py", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_TARGET_INVALID, "bad.py:3")
+
+
+def test_not_a_run_dir(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    proc = run_cli("report", "empty", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_BAD_RUN_DIR, "not a perfdoctor run directory")
+
+
+def test_script_that_never_trains(tmp_path: Path) -> None:
+    (tmp_path / "idle.py").write_text("import torch\nprint('hello', torch.ones(2).sum().item())\n")
+    proc = run_cli("profile", "--no-apply", "idle.py", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_NO_TRAINING, "never trained")
+    assert "hello 2.0" in proc.stdout
+    latest = tmp_path / "perfdoctor-runs" / "latest"
+    assert (latest / "report.json").is_file()
+
+
+def test_unknown_module(tmp_path: Path) -> None:
+    proc = run_cli("profile", "--no-apply", "-m", "no_such_pkg.train", cwd=tmp_path)
+    assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "no_such_pkg")

@@ -1,0 +1,128 @@
+"""report.html in a real browser: headless Chromium draws the charts and fetches nothing.
+
+Three checks: the DOM Chromium built holds the five chart SVGs; a screenshot (saved under
+test-artifacts/ for people to look at) shows the charts' colours; and Chromium's own network
+log holds no http(s) request made by the page. Chromium makes background requests of its
+own (component updates, time sync) even with background networking disabled; those carry
+no page initiator, so the check counts only requests a document initiated, and a control
+page that does load a remote image proves the check can see one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+
+from render.fixtures import cpu_report
+
+from perfdoctor.render.html import render_html
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHART_IDS = ("step_time", "breakdown", "utilization", "memory", "loss")
+BROWSER_TIMEOUT_S = 120
+# Colours the charts paint with (render/charts.py): the data share and forward bars.
+CHART_COLOURS = ((0xC4, 0x4E, 0x52), (0x4C, 0x72, 0xB0))
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+
+def _run_browser(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *extra,
+        page.as_uri(),
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False
+    )
+
+
+def _page_requests(net_log: Path) -> list[str]:
+    """http(s) URLs that a document asked for, from Chromium's --log-net-log JSON."""
+    data = json.loads(net_log.read_text())
+    names = {value: key for key, value in data["constants"]["logEventTypes"].items()}
+    urls = []
+    for event in data["events"]:
+        if names.get(event.get("type")) != "URL_REQUEST_START_JOB":
+            continue
+        params = event.get("params", {})
+        url = params.get("url", "")
+        if url.startswith(("http://", "https://")) and params.get("initiator") != "not an origin":
+            urls.append(url)
+    return urls
+
+
+@pytest.fixture(scope="module")
+def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / "report.html"
+    page.write_text(render_html(cpu_report()), encoding="utf-8")
+    return page
+
+
+def test_charts_are_in_the_dom(report_page: Path, tmp_path: Path):
+    result = _run_browser(report_page, tmp_path / "profile", "--dump-dom")
+    dom = result.stdout
+    assert "<h2>Charts</h2>" in dom, result.stderr[-2000:]
+    for key in CHART_IDS:
+        start = dom.index(f'id="chart-{key}"')
+        figure = dom[start : dom.index("</figure>", start)]
+        assert "<svg" in figure and "<path" in figure, key
+
+
+def test_screenshot_shows_the_charts(report_page: Path, tmp_path: Path):
+    import numpy as np
+    from PIL import Image
+
+    shot = ARTIFACTS / "report-html.png"
+    shot.unlink(missing_ok=True)
+    result = _run_browser(
+        report_page, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,4000"
+    )
+    assert shot.is_file(), result.stderr[-2000:]
+    with Image.open(shot) as image:
+        assert image.size == (1280, 4000)
+        pixels = np.asarray(image.convert("RGB"), dtype=np.int16).reshape(-1, 3)
+    for colour in CHART_COLOURS:
+        close = int((np.abs(pixels - np.array(colour)) <= 6).all(axis=1).sum())
+        assert close > 500, f"chart colour {colour} barely on screen ({close} px)"
+
+
+def test_nothing_is_fetched_from_the_network(report_page: Path, tmp_path: Path):
+    net_log = tmp_path / "netlog.json"
+    _run_browser(report_page, tmp_path / "profile", f"--log-net-log={net_log}", "--dump-dom")
+    assert net_log.is_file()
+    assert _page_requests(net_log) == []
+
+
+def test_network_check_sees_a_page_that_does_fetch(tmp_path: Path):
+    control = tmp_path / "control.html"
+    # Port 9 (discard) on loopback: the request is made and fails, nothing leaves the machine.
+    control.write_text('<!DOCTYPE html><img src="http://127.0.0.1:9/pixel.png">')
+    net_log = tmp_path / "netlog.json"
+    _run_browser(control, tmp_path / "profile", f"--log-net-log={net_log}", "--dump-dom")
+    assert _page_requests(net_log) == ["http://127.0.0.1:9/pixel.png"]

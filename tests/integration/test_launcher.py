@@ -1,0 +1,215 @@
+"""launch(): real child processes (the real bootstrap) on CPU, kept short.
+
+Each test that spawns a child costs a few seconds (the child imports torch), so the scripts
+are tiny and the step plans small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from perfdoctor.collect.launcher import Progress, launch
+from perfdoctor.collect.target import validate_target
+from perfdoctor.errors import TargetInvalid, TargetNotFound
+from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.rundir import load_manifest, read_jsonl, to_jsonable
+
+pytestmark = pytest.mark.integration
+
+TINY_PLAN = StepPlan(warmup_steps=2, timed_steps=3, profiled_steps=0)
+
+TRAIN = """
+import os
+import sys
+import torch
+
+print("hello from stdout", os.environ.get("PERFDOCTOR_TEST_ENV"))
+print("USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start",
+      file=sys.stderr)
+print("hello from stderr", file=sys.stderr)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range({steps}):
+    if step == {crash_at}:
+        raise RuntimeError(f"bad batch at step {{step}}")
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+HANG_WITH_WORKERS = """
+import subprocess, sys, time
+from pathlib import Path
+
+workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+           for _ in range(2)]
+Path("workers.txt").write_text(" ".join(str(w.pid) for w in workers))
+print("workers started", flush=True)
+time.sleep(600)
+"""
+
+
+def make_spec(tmp_path: Path, source: str, *, name: str = "train.py", **kwargs: object) -> RunSpec:
+    (tmp_path / name).write_text(textwrap.dedent(source))
+    return RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=name),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=TINY_PLAN,
+        profile=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper (containers whose PID 1 does not reap)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_completed_run_streams_progress_and_keeps_the_logs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_spec(
+        tmp_path, TRAIN.format(steps=1000, crash_at=-1), env={"PERFDOCTOR_TEST_ENV": "from-spec"}
+    )
+    seen: list[Progress] = []
+    manifest = launch(spec, timeout_s=120, on_progress=seen.append)
+    run_dir = Path(spec.run_dir)
+
+    assert manifest.status == "completed", manifest
+    assert manifest.exit_code == 0
+    assert manifest.steps_seen == TINY_PLAN.total_steps
+    assert manifest.plan_complete and manifest.step_detection == "optimizer"
+    assert manifest.wall_s > 0
+    assert load_manifest(run_dir) == manifest  # what was returned is what is on disk
+
+    assert [p.step for p in seen] == list(range(TINY_PLAN.total_steps))
+    assert {p.planned_steps for p in seen} == {TINY_PLAN.total_steps}
+    assert {p.label for p in seen} == {"baseline"}
+
+    assert "hello from stdout from-spec" in (run_dir / "stdout.log").read_text()
+    stderr_log = (run_dir / "stderr.log").read_text()
+    assert "hello from stderr" in stderr_log and "USDT:" in stderr_log
+    terminal = capfd.readouterr()
+    assert "hello from stdout" in terminal.out
+    assert "hello from stderr" in terminal.err and "USDT:" not in terminal.err
+
+    assert {"spec", "stdout", "stderr", "samples", "steps"} <= set(manifest.artifacts)
+    samples = list(read_jsonl(run_dir / "samples.jsonl"))
+    assert samples[0]["kind"] == "clock"
+    assert any(row["kind"] == "cpu" and "rss_bytes" in row for row in samples)
+
+
+def test_crash_keeps_the_error_line_exit_code_and_logs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    spec = make_spec(tmp_path, TRAIN.format(steps=1000, crash_at=3))
+    manifest = launch(spec, timeout_s=120)
+    run_dir = Path(spec.run_dir)
+
+    assert manifest.status == "script_crashed", manifest
+    assert manifest.exit_code == 1
+    assert manifest.error == "RuntimeError: bad batch at step 3"
+    assert manifest.steps_seen == 3 and not manifest.plan_complete
+    assert load_manifest(run_dir) == manifest
+    stderr_log = (run_dir / "stderr.log").read_text()
+    assert "Traceback (most recent call last)" in stderr_log
+    assert "RuntimeError: bad batch at step 3" in capfd.readouterr().err
+
+
+def test_timeout_kills_the_child_and_its_workers(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, HANG_WITH_WORKERS)
+    started = time.monotonic()
+    manifest = launch(spec, timeout_s=10, echo_output=False)
+    took = time.monotonic() - started
+
+    assert manifest.status == "timeout", manifest
+    assert manifest.exit_code == 124
+    assert load_manifest(Path(spec.run_dir)) == manifest
+    assert took < 10 + 10 + 5  # the timeout, the SIGTERM grace, and slack for teardown
+    workers = [int(pid) for pid in (tmp_path / "workers.txt").read_text().split()]
+    assert len(workers) == 2
+    assert all(ended(pid) for pid in workers)
+    assert "workers started" in (Path(spec.run_dir) / "stdout.log").read_text()
+
+
+def test_ctrl_c_ends_the_child_writes_the_manifest_and_reraises(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, HANG_WITH_WORKERS)
+    driver = textwrap.dedent(
+        """
+        import json, signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        from perfdoctor.collect.launcher import launch
+        from perfdoctor.rundir import spec_from_dict
+        try:
+            launch(spec_from_dict(json.loads(sys.argv[1])), timeout_s=120, echo_output=False)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(to_jsonable(spec))])
+    workers_file = tmp_path / "workers.txt"
+    deadline = time.monotonic() + 90
+    while not workers_file.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.2)  # the file is written before the script prints; let it finish writing
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+
+    manifest = load_manifest(Path(spec.run_dir))
+    assert manifest.status == "interrupted"
+    assert manifest.exit_code == 130
+    workers = [int(pid) for pid in workers_file.read_text().split()]
+    assert workers and all(ended(pid) for pid in workers)
+
+
+def test_unknown_module_is_a_launch_failure(tmp_path: Path) -> None:
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind="module", name="surely_not_a_module_perfdoctor"),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run"),
+        plan=TINY_PLAN,
+        profile=False,
+    )
+    manifest = launch(spec, timeout_s=120, echo_output=False)
+    assert manifest.status == "launch_failed", manifest
+    assert manifest.exit_code == 66
+    assert manifest.error is not None and "surely_not_a_module_perfdoctor" in manifest.error
+    assert load_manifest(Path(spec.run_dir)) == manifest
+
+
+def test_python_that_cannot_start_still_leaves_a_manifest(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "print('never runs')\n")
+    manifest = launch(spec, python=str(tmp_path / "no-such-python"), echo_output=False)
+    assert manifest.status == "launch_failed"
+    assert manifest.exit_code == 69
+    assert manifest.error is not None and "no-such-python" in manifest.error
+    assert manifest.steps_seen == 0
+    assert load_manifest(Path(spec.run_dir)) == manifest
+
+
+def test_target_errors_are_caught_before_any_launch(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("for i in range(3)\n    pass\n")
+    with pytest.raises(TargetInvalid, match=r"^broken\.py:1: SyntaxError: "):
+        validate_target(Target(kind="script", name="broken.py"), tmp_path)
+    with pytest.raises(TargetNotFound, match="no such file"):
+        validate_target(Target(kind="script", name="missing.py"), tmp_path)
+    (tmp_path / "notes.txt").write_text("hello\n")
+    with pytest.raises(TargetInvalid, match="not a Python script"):
+        validate_target(Target(kind="script", name="notes.txt"), tmp_path)

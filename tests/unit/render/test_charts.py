@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+from perfdoctor.render.charts import MAX_POINTS, build_charts, downsample
+from perfdoctor.render.format import nbytes
+
+from .fixtures import cpu_report
+
+
+def test_downsample_keeps_extremes_and_bounds_length():
+    xs = [float(i) for i in range(10_000)]
+    ys = [1.0] * 10_000
+    ys[1234] = 50.0  # a spike
+    ys[8000] = -3.0  # a dip
+    dx, dy = downsample(xs, ys)
+    assert len(dx) <= MAX_POINTS
+    assert 50.0 in dy and -3.0 in dy
+    assert dx == sorted(dx)
+
+
+def test_downsample_leaves_short_series_alone():
+    xs, ys = [0.0, 1.0, 2.0], [3.0, 1.0, 2.0]
+    assert downsample(xs, ys) == (xs, ys)
+
+
+def test_charts_are_svg_without_prolog_or_metadata():
+    charts = build_charts(cpu_report())
+    assert [c.key for c in charts] == ["step_time", "breakdown", "utilization", "memory", "loss"]
+    for chart in charts:
+        assert chart.svg is not None and chart.svg.startswith("<svg")
+        assert "<metadata>" not in chart.svg
+        assert "<!DOCTYPE" not in chart.svg
+
+
+def test_charts_are_reproducible():
+    first = [c.svg for c in build_charts(cpu_report())]
+    second = [c.svg for c in build_charts(cpu_report())]
+    assert first == second
+
+
+def test_memory_peak_is_marked_from_the_full_series():
+    report = cpu_report()
+    rss = report.series["samples"]["baseline"]["rss_bytes"]
+    memory = build_charts(report)[3]
+    assert f"peak {nbytes(max(rss))}" in (memory.svg or "")
+
+
+def test_cuda_memory_history_is_preferred_over_rss():
+    report = cpu_report()
+    series = dict(report.series)
+    series["memory"] = {
+        "baseline": {"t_s": [0.0, 1.0, 2.0], "allocated_bytes": [2**30, 3 * 2**30, 2**30]}
+    }
+    memory = build_charts(replace(report, series=series))[3]
+    assert "allocated device memory" in memory.title
+    assert "peak 3.0 GiB" in (memory.svg or "")
+
+
+def test_gpu_samples_switch_the_utilization_chart():
+    report = cpu_report()
+    series = dict(report.series)
+    series["samples"] = {
+        "baseline": {"t": [0.0, 0.1, 0.2], "gpu_util": [90, 95, 97], "power_w": [300, 310, 305]}
+    }
+    util = build_charts(replace(report, series=series))[2]
+    assert util.title == "GPU utilization and power over time"
+    assert "power (W, dashed)" in (util.svg or "")

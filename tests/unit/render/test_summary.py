@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from perfdoctor.model import AppliedOptimization, Evidence
+from perfdoctor.render import format as fmt
+from perfdoctor.render.summary import breakdown_rows, headline, variant_rows
+
+from .fixtures import cpu_report, empty_series_report
+
+
+def test_headline_names_the_top_finding_its_fix_and_the_measurement():
+    head = headline(cpu_report())
+    assert head.slow.startswith("Training waits for the DataLoader")
+    assert "Load batches in worker processes" in head.fix
+    assert head.measured.startswith("dataloader-workers: 2.41x ± 0.06 faster")
+    assert head.status_note is None
+
+
+def test_headline_prefers_an_accepted_variant_for_the_finding():
+    report = cpu_report()
+    slower = replace(report.variants[0], label="dl-8", speedup=3.0, verdict="rejected")
+    head = headline(replace(report, variants=(slower, *report.variants)))
+    assert head.measured.startswith("dataloader-workers:")
+
+
+def test_headline_without_variants_says_not_measured():
+    head = headline(cpu_report(variants=()))
+    assert head.measured.startswith("Not measured")
+
+
+def test_headline_without_findings():
+    head = headline(cpu_report(findings=()))
+    assert head.slow == "No bottleneck rule fired on this run."
+
+
+def test_crash_note():
+    assert "crashed (exit code 1)" in (headline(empty_series_report()).status_note or "")
+
+
+def test_variant_rows_start_with_the_baseline():
+    rows = variant_rows(cpu_report())
+    assert [r.label for r in rows] == ["baseline", "dataloader-workers", "set-num-threads"]
+    assert rows[0].speedup == "1.00x"
+    assert rows[1].applied == "✓ applied"
+    assert rows[1].loss_delta == "+0.31%"
+
+
+def test_applied_marks_for_stacked_variants():
+    items = (
+        AppliedOptimization("a", True, True, ""),
+        AppliedOptimization("b", True, False, ""),
+        AppliedOptimization("c", False, False, "refused"),
+    )
+    assert fmt.applied(items, ("a", "b", "c"), "stacked") == "✓ a, ? b, ✗ c"
+
+
+def test_breakdown_shares_sum_to_one_in_canonical_order():
+    rows = breakdown_rows({"other": 1.0, "data": 2.0, "extra": 1.0, "forward": 4.0})
+    assert [r[0] for r in rows] == ["data", "forward", "other", "extra"]
+    assert sum(r[2] for r in rows) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (0.62, "frac", "62.0%"),
+        (1536, "bytes", "1.5 KiB"),
+        (3, "", "3"),
+        (12.3456, "ms", "12.3 ms"),
+        (True, "", "yes"),
+        (None, "", "—"),
+        ("fused", "", "fused"),
+    ],
+)
+def test_scalar_format(value, unit, text):
+    assert fmt.scalar(value, unit) == text
+
+
+def test_evidence_shows_value_and_threshold():
+    item = Evidence("data_wait_frac", 0.62, 0.1, ">", "frac")
+    assert fmt.evidence(item) == "data_wait_frac = 62.0% (> 10.0%)"
+
+
+def test_number_format_never_shows_nan():
+    assert fmt.number(float("nan")) == "—"
+    assert fmt.speedup(None) == "—"
+    assert fmt.nbytes(5 * 2**30) == "5.0 GiB"
