@@ -131,6 +131,7 @@ class StepRecord:
     rss_bytes: int | None = None
     cuda_allocated_bytes: int | None = None
     cuda_max_allocated_bytes: int | None = None
+    loss_finite: bool | None = None  # False: the loss was NaN/inf (JSON stores it as null)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,14 @@ _STEP_TAGS = (
     ("loss", "step/loss", 1.0, "loss captured at each step (same seed in every variant)"),
 )
 _SAMPLE_TAGS = (
-    ("cpu_util", "util/cpu_percent", 1.0, "CPU utilization, % of all cores; step = ms since start"),
-    ("gpu_util", "util/gpu_percent", 1.0, "NVML GPU utilization (%); step = ms since start"),
+    # Series hold utilization as fractions (0..1); TensorBoard shows percent.
+    (
+        "cpu_util",
+        "util/cpu_percent",
+        100.0,
+        "CPU utilization, % of all cores; step = ms since start",
+    ),
+    ("gpu_util", "util/gpu_percent", 100.0, "NVML GPU utilization (%); step = ms since start"),
     ("power_w", "power/watts", 1.0, "board power (W); step = ms since start"),
     ("rss_bytes", "memory/rss_MiB", 1 / _MIB, "process RSS (MiB); step = ms since start"),
     (

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from perfdoctor.errors import BadRunDir, MissingTool, PerfdoctorError
+from perfdoctor.errors import EXIT_MISSING_TOOL, BadRunDir, MissingTool, PerfdoctorError
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +56,20 @@ def start_tensorboard(
 
     Without `port`, a free one is picked, and another is tried if TensorBoard loses the race
     for it. Raises MissingTool when tensorboard is not installed, BadRunDir when `logdir` is
-    not a directory, PerfdoctorError when the server does not come up in time.
+    not a directory, TensorBoardFailed (exit code 69) when the server does not come up.
     """
     if importlib.util.find_spec("tensorboard") is None:
         raise MissingTool("tensorboard is not installed", hint="pip install tensorboard")
     if not logdir.is_dir():
         raise BadRunDir(f"not a directory: {logdir}")
     attempts = 1 if port is not None else _PORT_ATTEMPTS
-    last_error: PerfdoctorError | None = None
+    last_error: TensorBoardFailed | None = None
     for _ in range(attempts):
         chosen = port if port is not None else free_port()
         try:
             return _start_once(logdir, chosen, ready_timeout_s)
         except _PortTaken as err:
-            last_error = PerfdoctorError(str(err))
+            last_error = TensorBoardFailed(str(err), hint="choose another port, or leave it out")
             log.debug("port %d taken, trying another", chosen)
     assert last_error is not None
     raise last_error
@@ -87,7 +87,13 @@ def stop_tensorboard(process: subprocess.Popen[bytes], timeout_s: float = 10.0) 
         process.wait(timeout=timeout_s)
 
 
-class _PortTaken(PerfdoctorError):
+class TensorBoardFailed(PerfdoctorError):
+    """TensorBoard is installed but did not come up: for the user, the tool is unavailable."""
+
+    exit_code = EXIT_MISSING_TOOL
+
+
+class _PortTaken(TensorBoardFailed):
     pass
 
 
@@ -136,7 +142,7 @@ def _wait_until_ready(
             tail = _tail(output)
             if "already in use" in tail or "Address already in use" in tail:
                 raise _PortTaken(f"port of {url} is already in use")
-            raise PerfdoctorError(
+            raise TensorBoardFailed(
                 f"TensorBoard exited with code {process.returncode} before it served {url}",
                 hint=tail or None,
             )
@@ -147,7 +153,7 @@ def _wait_until_ready(
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
         time.sleep(0.2)
-    raise PerfdoctorError(
+    raise TensorBoardFailed(
         f"TensorBoard did not answer on {url} within {timeout_s:.0f} s",
         hint=_tail(output) or None,
     )

@@ -18,7 +18,7 @@ What fixes it: `dataloader-workers` (num_workers > 0 so workers prepare batches 
 trains; with spare cores most of the wait disappears), with `pin_memory=True` on CUDA. Moving the
 work out of `__getitem__` (pre-decoded images, GPU-side augmentation) would be the by-hand fix.
 
-Run: python sample_models/cnn_slow_dataloader.py [--epochs 1] [--batch-size 64] [--max-steps N]
+Run: python sample_models/cnn_slow_dataloader.py [--epochs 2] [--batch-size 64] [--max-steps N]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ CHANNEL_STD = np.array([0.25, 0.25, 0.25], dtype=np.float32)
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -119,9 +119,7 @@ def gaussian_blur(image: np.ndarray, sigma: float) -> np.ndarray:
     kernel = gaussian_kernel(sigma, radius)
     padded = np.pad(image, ((radius, radius), (radius, radius), (0, 0)), mode="reflect")
     height, width = image.shape[:2]
-    rows = sum(
-        kernel[i] * padded[i : i + height, :, :] for i in range(kernel.size)
-    )  # blur along y
+    rows = sum(kernel[i] * padded[i : i + height, :, :] for i in range(kernel.size))  # blur along y
     return sum(kernel[i] * rows[:, i : i + width, :] for i in range(kernel.size))  # along x
 
 

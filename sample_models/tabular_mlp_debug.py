@@ -18,11 +18,11 @@ What perfdoctor should find: anomaly detection enabled; and forward passes that 
 with no backward (about one evaluation forward per `--eval-every` training steps), with the
 source line of `evaluate()` in this file.
 
-What fixes it: `disable-anomaly-detection` (turn anomaly mode off) and `eval-no-grad` (run the
-evaluation forward under inference mode); by hand, delete the `set_detect_anomaly(True)` line
-and decorate `evaluate()` with `@torch.inference_mode()`.
+What fixes it: `anomaly-off` (applied at runtime: anomaly mode switched off) and `no-grad-eval`
+(a by-hand change); by hand, delete the `set_detect_anomaly(True)` line and decorate
+`evaluate()` with `@torch.inference_mode()`.
 
-Run: python sample_models/tabular_mlp_debug.py [--epochs 1] [--batch-size 256] [--max-steps N]
+Run: python sample_models/tabular_mlp_debug.py [--epochs 3] [--batch-size 256] [--max-steps N]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ NUM_CLASSES = 6
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -95,9 +95,7 @@ def make_table(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(features), torch.from_numpy(labels.astype(np.int64))
 
 
-def standardise(
-    train: torch.Tensor, *others: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
+def standardise(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
     mean, std = train.mean(dim=0), train.std(dim=0).clamp_min(1e-6)
     return tuple((t - mean) / std for t in (train, *others))
 

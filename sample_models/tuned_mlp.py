@@ -18,7 +18,7 @@ Known inefficiency: none, on purpose. What makes it tuned:
 What perfdoctor should find: nothing to fix - no warning on CPU. (On a large GPU this model is
 tiny, so a "larger batch" or "GPU under-utilised" note there would be fair.)
 
-Run: python sample_models/tuned_mlp.py [--epochs 2] [--batch-size 512] [--max-steps N]
+Run: python sample_models/tuned_mlp.py [--epochs 5] [--batch-size 512] [--max-steps N]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ NUM_CLASSES = 6
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")

@@ -206,7 +206,9 @@ def make_big_trace(base: Path, out: Path, size_mb: float, synthetic_gpu: bool = 
     spans = [
         (e["ts"], e["ts"] + e["dur"])
         for e in events
-        if e.get("ph") == "X" and _STEP.match(e.get("name", "")) and e.get("cat") != "gpu_user_annotation"
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and _STEP.match(e.get("name", ""))
     ]
     if not spans:
         raise SystemExit(f"{base}: no ProfilerStep spans to repeat")

@@ -122,8 +122,12 @@ FACTS: dict[str, FactDoc] = {
     "gpu_idle_between_kernels_frac": _f("frac", "trace", "idle share in short inter-kernel gaps"),
     "kernels_per_step": _f("count", "trace", "GPU kernels launched per step"),
     "kernel_us_p50": _f("us", "trace", "median kernel duration"),
+    "kernel_launches_per_step": _f(
+        "count", "trace", "kernel launch calls per step (cudaLaunch* and cuLaunch* for Triton)"
+    ),
     "memcpy_htod_ms_per_step": _f("ms", "trace", "host-to-device copy time per step"),
     "memcpy_dtoh_ms_per_step": _f("ms", "trace", "device-to-host copy time per step"),
+    "memcpy_dtod_ms_per_step": _f("ms", "trace", "device-to-device copy time per step"),
     "pageable_htod_count_per_step": _f("count", "trace", "HtoD copies from pageable memory"),
     "pageable_htod_frac": _f("frac", "trace", "share of HtoD bytes from pageable memory"),
     "tensor_core_kernel_frac": _f("frac", "trace", "share of kernel time in tensor-core kernels"),
@@ -137,6 +141,9 @@ FACTS: dict[str, FactDoc] = {
     "alloc_retries": _f("count", "memory", "allocator cudaMalloc retries"),
     "oom_events": _f("count", "memory", "out-of-memory events"),
     "activation_bytes_frac": _f("frac", "memory", "share of the peak that is activations"),
+    "memory_history_truncated": _f(
+        "bool", "memory", "the allocator history hit max_entries (older events dropped)"
+    ),
     # ---- samples (NVML / psutil) ---------------------------------------------------------
     "gpu_util_mean_frac": _f("frac", "samples", "NVML utilization.gpu mean over timed steps"),
     "gpu_power_w_mean": _f("W", "samples", "mean board power"),
@@ -146,6 +153,9 @@ FACTS: dict[str, FactDoc] = {
     "tensor_active_frac": _f("frac", "samples", "GPM tensor-core activity (Hopper)"),
     "cpu_util_mean_frac": _f("frac", "samples", "mean CPU utilization over the cores"),
     "cpu_busy_cores": _f("count", "samples", "cores busy on average (sum of per-core util)"),
+    "child_cpu_busy_cores": _f(
+        "count", "samples", "cores the training process kept busy on average (its CPU %/100)"
+    ),
 }
 
 # Topics of `Facts.locations`: the user's file:line behind a finding, biggest share first.
@@ -156,10 +166,11 @@ LOCATION_TOPICS: dict[str, str] = {
     "htod_copy": "host-to-device copies (.to / .cuda), pageable ones first",
     "tensor_to_device": "tensors filled on the CPU then moved to the device each step",
     "misaligned_gemm": "fp16/bf16 GEMMs with a dimension not a multiple of 8",
-    "optimizer": "where the optimizer was constructed",
+    "dataloader_construct": "where the training DataLoader was constructed",
+    "optimizer_construct": "where the optimizer was constructed",
     "zero_grad": "zero_grad(set_to_none=False) call sites",
     "conv_bias_before_bn": "Conv modules with bias followed by BatchNorm (definition lines)",
-    "peak_memory": "top allocation sites at the memory peak",
+    "memory_peak": "top allocation sites at the memory peak",
     "memory_growth": "allocation sites whose live bytes grow across steps",
     "debug_mode": "where anomaly detection, a profiler or emit_nvtx was switched on",
 }

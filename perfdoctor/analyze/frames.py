@@ -13,7 +13,7 @@ A frame is library code when it is a builtin (`<built-in ...>`, `<frozen ...>`),
 site-packages / dist-packages / a Python installation, or when its top-level name is a
 standard-library module, an installed distribution, or one of the frameworks below. A
 relative path that exists under one of the user's roots (script directory, cwd) is the
-user's, whatever its name.
+user's, whatever its name -- except perfdoctor's own frames, which never are.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def _installed_top_levels() -> frozenset[str]:
         from importlib.metadata import packages_distributions
 
         return frozenset(packages_distributions())
-    except Exception:  # noqa: BLE001 (broken metadata must not break the analysis)
+    except Exception:  # broken distribution metadata must not break the analysis
         return frozenset()
 
 
@@ -114,6 +114,17 @@ class UserCode:
             cached = self._cache[path] = self._classify(path)
         return cached
 
+    def display(self, path: str) -> str:
+        """An absolute path under one of the roots, shown relative to it (cwd first)."""
+        if not path.startswith("/"):
+            return path
+        for root in reversed(self.roots):
+            try:
+                return str(Path(path).relative_to(root))
+            except ValueError:
+                continue
+        return path
+
     def is_user_frame_name(self, name: str) -> bool:
         frame = parse_frame_name(name)
         return frame is not None and self.is_user_file(frame.file)
@@ -129,10 +140,12 @@ class UserCode:
         if norm.startswith("/"):
             prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
             return not any(p and norm.startswith(p.rstrip("/") + "/lib") for p in prefixes)
+        top = _top_level(norm)
+        if top == "perfdoctor":
+            return False  # our own hooks, also when the user runs from a perfdoctor checkout
         for root in self.roots:
             if (root / norm).is_file():
                 return True
-        top = _top_level(norm)
         if top in KNOWN_LIBRARIES or top in sys.stdlib_module_names:
             return False
         return top not in _installed_top_levels()

@@ -33,7 +33,7 @@ def clip(
         return np.empty(0), np.empty(0)
     out_s: list[np.ndarray] = []
     out_e: list[np.ndarray] = []
-    for a, b in zip(lo.tolist(), hi.tolist()):
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
         i = int(np.searchsorted(ends, a, side="right"))
         j = int(np.searchsorted(starts, b, side="left"))
         if i >= j:

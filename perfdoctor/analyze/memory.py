@@ -20,13 +20,16 @@ segment_alloc/map (+) and segment_free/unmap (-).
 Split at the peak (heuristic, from each live block's allocation stack; the `category` field
 that torch's profiler-derived snapshots carry wins when present):
   optimizer_state  a frame in torch/optim/ (exp_avg, momentum buffers, ...)
-  gradients        allocated under backward (torch/autograd/, Tensor.backward) -- this also
-                   holds backward's temporaries, which are rarely live at the peak
+  gradients        allocated under backward (torch/autograd/, Tensor.backward, or with no
+                   Python stack at all: on CUDA backward runs in the autograd engine's device
+                   threads, which have none) -- this also holds backward's temporaries,
+                   which are rarely live at the peak
   activations      allocated under a module's forward (torch/nn/modules/, _call_impl)
   parameters       allocated by Module.to/cuda/_apply, nn/init or nn/parameter.py
   other            everything else (input batches, user tensors, unknown stacks)
 Blocks allocated before the history began and still live have no trace entry; they count as
-"before_history" (usually parameters, moved to the GPU before training).
+"before_history" (usually parameters, moved to the GPU before training). A history recorded
+without stacks gives no split at all.
 """
 
 from __future__ import annotations
@@ -333,7 +336,11 @@ def _sites(
         f = _user_frame(frames, user)
         if f is None:
             continue
-        key = (str(f.get("filename", "")), _int(f.get("line")), str(f.get("name", "")))
+        key = (
+            user.display(str(f.get("filename", ""))),
+            _int(f.get("line")),
+            str(f.get("name", "")),
+        )
         by_site[key].append(size)
     ranked = sorted(by_site.items(), key=lambda kv: -sum(kv[1]))[:top]
     return tuple(
@@ -360,16 +367,21 @@ def _category(frames: list[Any]) -> str:
         return "optimizer_state"
     if (
         any("torch/autograd/" in f for f in files)
-        or any(f.endswith("torch/_tensor.py") and n == "backward" for f, n in zip(files, names))
+        or any(
+            f.endswith("torch/_tensor.py") and n == "backward"
+            for f, n in zip(files, names, strict=True)
+        )
         or any("autograd::Engine" in n or "AccumulateGrad" in n for n in names)
     ):
         return "gradients"
-    if any("torch/nn/modules/" in f and n in ("forward", "_call_impl", "_wrapped_call_impl")
-           for f, n in zip(files, names)):
+    if any(
+        "torch/nn/modules/" in f and n in ("forward", "_call_impl", "_wrapped_call_impl")
+        for f, n in zip(files, names, strict=True)
+    ):
         return "activations"
     if any(f.endswith(("torch/nn/parameter.py", "torch/nn/init.py")) for f in files) or any(
         "torch/nn/modules/module.py" in f and n in ("_apply", "to", "cuda", "convert")
-        for f, n in zip(files, names)
+        for f, n in zip(files, names, strict=True)
     ):
         return "parameters"
     return "other"

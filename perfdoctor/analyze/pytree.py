@@ -19,6 +19,7 @@ class PyTree:
     parent: np.ndarray  # row of the calling frame, -1 for a root
     self_us: np.ndarray  # duration minus the durations of the frame's callees
     order: np.ndarray  # rows sorted by (thread, start)
+    sorted_ts: np.ndarray  # start times in `order`
     thread_bounds: dict[int, tuple[int, int]]  # thread code -> slice of `order`
 
 
@@ -31,7 +32,7 @@ def build_pytree(py: Table) -> PyTree:
         cuts = np.flatnonzero(np.diff(tids_sorted)) + 1
         starts = np.r_[0, cuts]
         ends = np.r_[cuts, n]
-        for s, e in zip(starts.tolist(), ends.tolist()):
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             bounds[int(tids_sorted[s])] = (s, e)
     py_id = py.extra.get("py_id")
     if n and py_id is not None and bool(np.all(py_id >= 0)):
@@ -43,7 +44,13 @@ def build_pytree(py: Table) -> PyTree:
     if n:
         child_time = np.bincount(parent[has_parent], weights=py.dur[has_parent], minlength=n)
     self_us = np.maximum(py.dur - child_time, 0.0)
-    return PyTree(parent=parent, self_us=self_us, order=order, thread_bounds=bounds)
+    return PyTree(
+        parent=parent,
+        self_us=self_us,
+        order=order,
+        sorted_ts=py.ts[order] if n else np.empty(0),
+        thread_bounds=bounds,
+    )
 
 
 def _parents_from_ids(py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
@@ -94,18 +101,27 @@ def nearest_flagged(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
 
 def innermost_at(py: Table, tree: PyTree, tid: int, t: float) -> int:
     """Row of the innermost frame on thread `tid` running at time t, -1 when none."""
-    span = tree.thread_bounds.get(tid)
-    if span is None:
-        return -1
-    rows = tree.order[span[0] : span[1]]
-    i = int(np.searchsorted(py.ts[rows], t, side="right")) - 1
-    if i < 0:
-        return -1
-    row = int(rows[i])
-    # The latest frame started before t either still runs at t or has returned; in the
-    # second case the frame running at t is one of its callers.
-    for _ in range(len(py)):
-        if row < 0 or py.ts[row] + py.dur[row] >= t:
-            return row
-        row = int(tree.parent[row])
-    return -1
+    return int(innermost_many(py, tree, np.array([tid]), np.array([t], dtype=np.float64))[0])
+
+
+def innermost_many(py: Table, tree: PyTree, tids: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """innermost_at for many points at once (rows, -1 where no frame runs)."""
+    out = np.full(times.size, -1, dtype=np.int64)
+    ends = py.end
+    for tid in np.unique(tids).tolist():
+        span = tree.thread_bounds.get(int(tid))
+        if span is None:
+            continue
+        sel = np.flatnonzero(tids == tid)
+        t = times[sel]
+        i = np.searchsorted(tree.sorted_ts[span[0] : span[1]], t, side="right") - 1
+        row = np.where(i >= 0, tree.order[span[0] + np.maximum(i, 0)], -1)
+        # The latest frame started before t either still runs at t or has returned; in the
+        # second case the frame running at t is one of its callers: climb until one covers t.
+        for _ in range(len(py)):
+            done = (row < 0) | (ends[np.maximum(row, 0)] >= t)
+            if done.all():
+                break
+            row = np.where(done, row, tree.parent[np.maximum(row, 0)])
+        out[sel] = row
+    return out

@@ -115,11 +115,11 @@ def load_run(child_dir: Path) -> RunRecord:
     memory = None
     snapshot = child_dir / rundir.MEMORY_SNAPSHOT_FILE
     if snapshot.is_file():
-        memory = load_memory(
-            snapshot,
-            user_roots=roots,
-            max_entries=spec.memory_history_max_entries if spec else None,
-        )
+        history = observations.get("memory_history")
+        max_entries = spec.memory_history_max_entries if spec else None
+        if max_entries is None and isinstance(history, dict):
+            max_entries = history.get("max_entries")
+        memory = load_memory(snapshot, user_roots=roots, max_entries=max_entries)
     return RunRecord(
         dir=child_dir,
         spec=spec,

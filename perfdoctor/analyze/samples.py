@@ -106,7 +106,9 @@ def summarize_samples(
         ]
 
     util = field(inside, "util_gpu")
-    throttle = [int(r["throttle_reasons"]) for r in inside if isinstance(r.get("throttle_reasons"), int)]
+    throttle = [
+        int(r["throttle_reasons"]) for r in inside if isinstance(r.get("throttle_reasons"), int)
+    ]
     mem_used = field(inside, "mem_used_bytes")
     per_core = [r["cpu_percent"] for r in cpu if isinstance(r.get("cpu_percent"), list)]
     core_sums = [float(sum(c)) / 100.0 for c in per_core if c]

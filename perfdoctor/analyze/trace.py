@@ -1,25 +1,30 @@
 """A profiler trace -> TraceSummary: the per-step host and GPU facts the rules read.
 
-Parsing lives in trace_events.py (msgspec -> numpy arrays), host-side facts in
-trace_host.py, GPU facts in trace_gpu.py; this module ties them together. Per-step values
-are over the ProfilerStep#N spans; a trace without them gives totals-based fractions only.
+Parsing is in trace_events.py (msgspec -> numpy arrays); the analyses are in trace_host.py
+(syncs, optimizer, copies, comms), trace_ops.py (conv/GEMM/precision), dataloading.py and
+trace_gpu.py; this module runs them. Per-step values are over the ProfilerStep#N spans; a
+trace without them still gives fractions, and per-step values are None.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from perfdoctor.analyze import trace_host
+from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_gpu import GpuSummary, summarize_gpu
+from perfdoctor.analyze.trace_index import find_steps
+from perfdoctor.analyze.trace_ops import op_shares
 from perfdoctor.model import SourceLocation
 
 log = logging.getLogger(__name__)
@@ -34,24 +39,24 @@ class TraceSummary:
     step_numbers: tuple[int, ...]
     step_ms: tuple[float, ...]
     step_ms_p50: float | None
-    host_syncs_per_step: float | None
+    host_syncs_per_step: float | None  # None on CPU-only traces (nothing to wait for)
     host_sync_ms_per_step: float | None
-    host_sync_locations: tuple[SourceLocation, ...]
     aten_ops_per_step: float | None
     single_tensor_optimizer: bool | None
     zero_grad_zeroing: bool | None
-    tensor_to_device_per_step: float | None
+    tensor_to_device_per_step: float | None  # None without GPU copies in the trace
     conv_frac: float | None
     matmul_frac: float | None
-    fp32_matmul_conv_frac: float | None
+    fp32_matmul_conv_frac: float | None  # None without record_shapes
     op_share_basis: str  # "gpu_kernel_time" or "cpu_op_time"
-    misaligned_lowp_gemm_count: int
+    misaligned_lowp_gemm_count: int | None  # None without record_shapes
     dataloader_ms_per_step: float | None
-    data_loading_locations: tuple[SourceLocation, ...]
     comm_frac: float | None
     gpu: GpuSummary | None
     has_stacks: bool
     has_shapes: bool
+    # Facts.locations topics (fact_catalog.LOCATION_TOPICS) found in the trace.
+    locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
     device_properties: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -62,8 +67,7 @@ def load_trace(path: Path, user_roots: Sequence[str | Path] = ()) -> TraceSummar
 
 
 def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> TraceSummary:
-    user = UserCode(user_roots)
-    steps = trace_host.find_steps(ev)
+    steps = find_steps(ev)
     notes: list[str] = []
     if not steps.count:
         notes.append("the trace has no ProfilerStep spans: per-step trace facts are missing")
@@ -71,44 +75,51 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
     if not has_stacks:
         notes.append("the trace has no Python stacks (with_stack=False): no source lines")
     tree = build_pytree(ev.python) if has_stacks else None
+    attributor = Attributor(ev, tree, UserCode(user_roots))
 
-    syncs = trace_host.host_syncs(ev, steps, tree, user)
-    shares = trace_host.op_shares(ev, steps)
-    loading = trace_host.data_loading(ev, steps, tree, user)
-    zeroing, _ = trace_host.zero_grad_zeroing(ev)
-    to_device = trace_host.tensors_created_then_copied(ev, steps)
+    syncs = trace_host.host_syncs(ev, steps, attributor)
+    shares = op_shares(ev, steps, attributor)
+    user_flags = attributor.user_flags() if has_stacks else np.empty(0, dtype=bool)
+    loading = data_loading(ev, steps, tree, user_flags)
+    zero_grad = trace_host.zero_grad_zeroing(ev, steps, attributor)
+    copies = trace_host.host_to_device_copies(ev, steps, attributor)
     step_ms = steps.durations_ms()
-
-    def per_step(value: float | None) -> float | None:
-        return None if value is None else trace_host.per_step(value, steps)
-
     window = steps.total_us
+    locations = {
+        "host_sync": syncs.locations,
+        "data_loading": loading.locations,
+        "htod_copy": copies.htod_locations,
+        "tensor_to_device": copies.created_locations,
+        "misaligned_gemm": shares.misaligned_locations,
+        "zero_grad": zero_grad.locations,
+    }
     return TraceSummary(
         path=ev.path,
         steps=steps.count,
         step_numbers=steps.numbers,
-        step_ms=tuple(float(x) for x in step_ms.tolist()),
+        step_ms=tuple(step_ms.tolist()),
         step_ms_p50=float(np.median(step_ms)) if step_ms.size else None,
-        host_syncs_per_step=per_step(None if syncs.count is None else float(syncs.count)),
-        host_sync_ms_per_step=per_step(
+        host_syncs_per_step=steps.per_step(None if syncs.count is None else float(syncs.count)),
+        host_sync_ms_per_step=steps.per_step(
             None if syncs.blocked_us is None else syncs.blocked_us / 1000.0
         ),
-        host_sync_locations=syncs.locations,
-        aten_ops_per_step=per_step(float(trace_host.aten_ops_in_steps(ev, steps))),
+        aten_ops_per_step=steps.per_step(float(trace_host.aten_ops_in_steps(ev, steps))),
         single_tensor_optimizer=trace_host.single_tensor_optimizer(ev),
-        zero_grad_zeroing=zeroing,
-        tensor_to_device_per_step=per_step(None if to_device is None else float(to_device)),
+        zero_grad_zeroing=zero_grad.zeroing,
+        tensor_to_device_per_step=steps.per_step(
+            None if copies.created_then_copied is None else float(copies.created_then_copied)
+        ),
         conv_frac=shares.conv_frac,
         matmul_frac=shares.matmul_frac,
-        fp32_matmul_conv_frac=shares.fp32_frac if len(ev.shapes) else None,
+        fp32_matmul_conv_frac=shares.fp32_frac,
         op_share_basis=shares.basis,
         misaligned_lowp_gemm_count=shares.misaligned_lowp_gemms,
-        dataloader_ms_per_step=per_step(loading.total_us / 1000.0),
-        data_loading_locations=loading.locations,
+        dataloader_ms_per_step=steps.per_step(loading.total_us / 1000.0),
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
         gpu=summarize_gpu(ev, steps),
         has_stacks=has_stacks,
-        has_shapes=len(ev.shapes) > 0,
+        has_shapes=bool(ev.shapes),
+        locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
         notes=tuple(notes),
     )

@@ -100,10 +100,11 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _TraceFile(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] = []  # noqa: N815 (the trace's own key)
-    deviceProperties: list[dict[str, Any]] = []  # noqa: N815
-    distributedInfo: dict[str, Any] | None = None  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
+    # Field names are the trace's own keys.
+    traceEvents: list[_Event] = []
+    deviceProperties: list[dict[str, Any]] = []
+    distributedInfo: dict[str, Any] | None = None
+    baseTimeNanoseconds: int | None = None
 
 
 _DECODER = msgspec.json.Decoder(_TraceFile | list[_Event])
@@ -117,7 +118,7 @@ class Table:
     name: np.ndarray  # int32 codes into TraceEvents.names
     ts: np.ndarray  # float64 microseconds
     dur: np.ndarray  # float64 microseconds
-    tid: np.ndarray  # int64 thread codes (GPU rows: stream id)
+    tid: np.ndarray  # int64 codes of (pid, tid): a CPU thread, or a device's stream
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -148,9 +149,7 @@ class TraceEvents:
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
-        return np.fromiter(
-            (i for i, n in enumerate(self.names) if predicate(n)), dtype=np.int32
-        )
+        return np.fromiter((i for i, n in enumerate(self.names) if predicate(n)), dtype=np.int32)
 
     def code_mask(self, predicate: Any) -> np.ndarray:
         """Boolean lookup table over name codes: mask[codes] selects matching rows."""
@@ -176,7 +175,9 @@ def parse_trace(path: Path) -> TraceEvents:
         decoded = _DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise CorruptArtifact(f"corrupt trace {path}: {err}") from err
-    del data  # the Raw slices below keep only what they reference alive
+    # The Raw shape payloads reference `data`, so the buffer lives until build_events has
+    # decoded the few it needs and the structs are dropped.
+    del data
     if isinstance(decoded, list):
         return build_events(str(path), decoded)
     return build_events(
@@ -197,9 +198,7 @@ class _Codes:
         index = self.index
         setdefault = index.setdefault
         # A bound setdefault in a comprehension is the cheapest interning loop in CPython.
-        return np.fromiter(
-            (setdefault(v, len(index)) for v in values), dtype=np.int64
-        )
+        return np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
 
 
 def _ids(values: Sequence[Any]) -> np.ndarray:
@@ -266,10 +265,16 @@ def build_events(
     gpu.extra["correlation"] = _ids([a.correlation for a in gpu_args])
     # The GPU row's own pid is the device; args.device says the same where present.
     gpu.extra["device"] = _ids(
-        [a.device if type(a.device) is int else e.pid for a, e in zip(gpu_args, gpu_events)]
+        [
+            a.device if type(a.device) is int else e.pid
+            for a, e in zip(gpu_args, gpu_events, strict=True)
+        ]
     )
     gpu.extra["stream"] = _ids(
-        [a.stream if type(a.stream) is int else e.tid for a, e in zip(gpu_args, gpu_events)]
+        [
+            a.stream if type(a.stream) is int else e.tid
+            for a, e in zip(gpu_args, gpu_events, strict=True)
+        ]
     )
     gpu.extra["bytes"] = np.fromiter(
         (float(a.bytes) if isinstance(a.bytes, (int, float)) else np.nan for a in gpu_args),

@@ -26,11 +26,13 @@ from perfdoctor.analyze.trace_events import (
     GPU_KIND_MEMCPY,
     TraceEvents,
 )
-from perfdoctor.analyze.trace_host import Steps
+from perfdoctor.analyze.trace_index import Steps, launch_rows
 
 
 @dataclass(frozen=True)
 class GpuSummary:
+    """The three *_frac time shares are of the step window and add up to 1."""
+
     device: int
     busy_frac: float | None
     idle_host_wait_frac: float | None
@@ -48,26 +50,12 @@ class GpuSummary:
     kernel_ms_per_step: float | None
 
 
-def _launch_rows(ev: TraceEvents, gpu_rows: np.ndarray) -> np.ndarray:
-    """Runtime/driver row that launched each GPU row, -1 when it is not in the trace."""
-    rt = ev.runtime
-    out = np.full(gpu_rows.size, -1, dtype=np.int64)
-    if len(rt) == 0 or gpu_rows.size == 0:
-        return out
-    launch = ev.code_mask(is_launch_call)[rt.name] | ev.code_mask(
-        lambda n: n.startswith(("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset"))
-    )[rt.name]
-    rt_rows = np.flatnonzero(launch & (rt.col("correlation") >= 0))
-    corr = rt.col("correlation")[rt_rows]
-    order = np.argsort(corr, kind="stable")
-    corr_sorted = corr[order]
-    want = ev.gpu.col("correlation")[gpu_rows]
-    if corr_sorted.size == 0:
-        return out
-    pos = np.clip(np.searchsorted(corr_sorted, want), 0, corr_sorted.size - 1)
-    hit = (want >= 0) & (corr_sorted[pos] == want)
-    out[hit] = rt_rows[order[pos[hit]]]
-    return out
+@dataclass(frozen=True)
+class _Copies:
+    ms: dict[str, float]
+    bytes: dict[str, float]
+    pageable_htod: int
+    pageable_htod_frac: float | None
 
 
 def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
@@ -75,103 +63,98 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
     if len(gpu) == 0:
         return None
     devices = gpu.col("device")
-    uniq = np.unique(devices)
-    busiest = max(uniq.tolist(), key=lambda d: float(gpu.dur[devices == d].sum()))
+    busiest = max(np.unique(devices).tolist(), key=lambda d: float(gpu.dur[devices == d].sum()))
     rows = np.flatnonzero(devices == busiest)
     rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
-    starts, ends = gpu.ts[rows], gpu.end[rows]
-    launch = _launch_rows(ev, rows)
+    starts, ends, durs = gpu.ts[rows], gpu.end[rows], gpu.dur[rows]
+    launch = launch_rows(ev, rows)
     has_launch = launch >= 0
     launch_ts = np.where(has_launch, ev.runtime.ts[np.maximum(launch, 0)], np.nan)
 
     if steps.count:
         lo, hi = steps.lo, steps.hi
-        n_steps = steps.count
         # A GPU op belongs to the step whose host code launched it (it may run later).
-        anchor = np.where(has_launch, launch_ts, starts)
-        in_steps = steps.contains(anchor)
+        in_steps = steps.contains(np.where(has_launch, launch_ts, starts))
     else:
         lo, hi = np.array([starts.min()]), np.array([ends.max()])
-        n_steps = 0
         in_steps = np.ones(rows.size, dtype=bool)
     window = intervals.total(lo, hi)
-
     us, ue = intervals.union(starts, ends)
     busy = intervals.total(*intervals.clip(us, ue, lo, hi))
     host_wait, between = _idle_split(us, ue, starts, launch_ts, lo, hi)
 
-    kind = gpu.col("kind")[rows]
     names = gpu.name[rows]
-    is_kernel = (kind == GPU_KIND_KERNEL) & in_steps
-    kernel_time = float(gpu.dur[rows][is_kernel].sum())
-    tc = ev.code_mask(is_tensor_core_kernel)[names] & is_kernel
-    comm = ev.code_mask(is_comm_kernel)[names] & is_kernel
+    kind = gpu.col("kind")[rows]
+    kernels = (kind == GPU_KIND_KERNEL) & in_steps
+    kernel_time = float(durs[kernels].sum())
     driver_launch = np.zeros(rows.size, dtype=bool)
     if len(ev.runtime):
         driver_launch[has_launch] = ev.runtime.col("driver")[launch[has_launch]]
-    triton = (ev.code_mask(is_triton_kernel)[names] | driver_launch) & is_kernel
 
-    memcpy_ms: dict[str, float] = {}
-    memcpy_bytes: dict[str, float] = {}
-    copies = np.flatnonzero((kind == GPU_KIND_MEMCPY) & in_steps)
-    copy_bytes = gpu.col("bytes")[rows]
-    pageable_count = 0
-    pageable_bytes = htod_bytes = 0.0
-    htod_count = 0
-    for i in copies.tolist():
-        label = ev.names[int(names[i])]
-        parts = label.split()
-        copy_kind = parts[1] if len(parts) > 1 and parts[0] == "Memcpy" else "other"
-        memcpy_ms[copy_kind] = memcpy_ms.get(copy_kind, 0.0) + float(gpu.dur[rows[i]]) / 1000.0
-        nbytes = float(copy_bytes[i]) if np.isfinite(copy_bytes[i]) else 0.0
-        memcpy_bytes[copy_kind] = memcpy_bytes.get(copy_kind, 0.0) + nbytes
-        if copy_kind == "HtoD":
-            htod_count += 1
-            htod_bytes += nbytes
-            if "Pageable" in label:
-                pageable_count += 1
-                pageable_bytes += nbytes
+    def kernel_share(flags: np.ndarray) -> float | None:
+        return float(durs[flags & kernels].sum()) / kernel_time if kernel_time > 0 else None
 
-    def per_step(value: float) -> float | None:
-        return value / n_steps if n_steps else None
-
-    if htod_bytes > 0:
-        pageable_frac: float | None = pageable_bytes / htod_bytes
-    elif htod_count:
-        pageable_frac = pageable_count / htod_count
-    else:
-        pageable_frac = None
-    launches = (
-        np.flatnonzero(ev.code_mask(is_launch_call)[ev.runtime.name])
-        if len(ev.runtime)
-        else np.empty(0, dtype=np.int64)
-    )
-    if n_steps:
-        launches = launches[steps.contains(ev.runtime.ts[launches])]
-    kernel_durs = gpu.dur[rows][is_kernel]
+    triton = (ev.code_mask(is_triton_kernel)[names] | driver_launch) & kernels
+    copies = _copies(ev, rows, (kind == GPU_KIND_MEMCPY) & in_steps)
+    launches = _launch_calls(ev, steps)
     return GpuSummary(
         device=int(busiest),
         busy_frac=busy / window if window > 0 else None,
         idle_host_wait_frac=host_wait / window if window > 0 else None,
         idle_between_kernels_frac=between / window if window > 0 else None,
-        kernels_per_step=per_step(float(is_kernel.sum())),
-        kernel_launches_per_step=per_step(float(launches.size)) if len(ev.runtime) else None,
-        kernel_us_p50=float(np.median(kernel_durs)) if kernel_durs.size else None,
-        memcpy_ms_per_step={k: v / n_steps for k, v in memcpy_ms.items()} if n_steps else {},
-        memcpy_bytes_per_step={k: v / n_steps for k, v in memcpy_bytes.items()}
-        if n_steps
-        else {},
-        pageable_htod_count_per_step=per_step(float(pageable_count)),
-        pageable_htod_frac=pageable_frac,
-        tensor_core_kernel_frac=float(gpu.dur[rows][tc].sum()) / kernel_time
-        if kernel_time > 0
-        else None,
-        triton_kernels_per_step=per_step(float(triton.sum())),
-        comm_kernel_frac=float(gpu.dur[rows][comm].sum()) / kernel_time
-        if kernel_time > 0
-        else None,
-        kernel_ms_per_step=per_step(kernel_time / 1000.0),
+        kernels_per_step=steps.per_step(float(kernels.sum())),
+        kernel_launches_per_step=steps.per_step(launches),
+        kernel_us_p50=float(np.median(durs[kernels])) if kernels.any() else None,
+        memcpy_ms_per_step=_each_per_step(copies.ms, steps),
+        memcpy_bytes_per_step=_each_per_step(copies.bytes, steps),
+        pageable_htod_count_per_step=steps.per_step(float(copies.pageable_htod)),
+        pageable_htod_frac=copies.pageable_htod_frac,
+        tensor_core_kernel_frac=kernel_share(ev.code_mask(is_tensor_core_kernel)[names]),
+        triton_kernels_per_step=steps.per_step(float(triton.sum())),
+        comm_kernel_frac=kernel_share(ev.code_mask(is_comm_kernel)[names]),
+        kernel_ms_per_step=steps.per_step(kernel_time / 1000.0),
     )
+
+
+def _each_per_step(totals: dict[str, float], steps: Steps) -> dict[str, float]:
+    return {k: v / steps.count for k, v in totals.items()} if steps.count else {}
+
+
+def _launch_calls(ev: TraceEvents, steps: Steps) -> float | None:
+    """cudaLaunch* / cuLaunch* (Triton) / cudaGraphLaunch calls issued inside the steps."""
+    rt = ev.runtime
+    if len(rt) == 0:
+        return None
+    calls = np.flatnonzero(ev.code_mask(is_launch_call)[rt.name])
+    return float(steps.contains(rt.ts[calls]).sum())
+
+
+def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
+    """Copy time and bytes by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
+    gpu = ev.gpu
+    ms: dict[str, float] = {}
+    nbytes: dict[str, float] = {}
+    pageable = htod = 0
+    pageable_bytes = htod_bytes = 0.0
+    for i in np.flatnonzero(selected).tolist():
+        label = ev.names[int(gpu.name[rows[i]])]
+        parts = label.split()
+        kind = parts[1] if len(parts) > 1 and parts[0] == "Memcpy" else "other"
+        size = float(gpu.col("bytes")[rows[i]])
+        size = size if np.isfinite(size) else 0.0
+        ms[kind] = ms.get(kind, 0.0) + float(gpu.dur[rows[i]]) / 1000.0
+        nbytes[kind] = nbytes.get(kind, 0.0) + size
+        if kind == "HtoD":
+            htod += 1
+            htod_bytes += size
+            if "Pageable" in label:
+                pageable += 1
+                pageable_bytes += size
+    if htod_bytes > 0:
+        frac: float | None = pageable_bytes / htod_bytes
+    else:
+        frac = pageable / htod if htod else None
+    return _Copies(ms, nbytes, pageable, frac)
 
 
 def _idle_split(

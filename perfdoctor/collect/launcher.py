@@ -116,8 +116,6 @@ def launch(
         _Tee(proc.stdout, run_dir / STDOUT_FILE, sys.stdout if echo_output else None),
         _Tee(proc.stderr, run_dir / STDERR_FILE, sys.stderr if echo_output else None),
     ]
-    for tee in tees:
-        tee.start()
     sampler = SamplingThread(
         [NvmlSampler(visible_devices=env.get("CUDA_VISIBLE_DEVICES")), CpuSampler(proc.pid)],
         run_dir / SAMPLES_FILE,
@@ -125,10 +123,12 @@ def launch(
         origin_unix=watch.t0_unix,
         period_s=DEFAULT_PERIOD_S,
     )
-    sampler.start()
     outcome = _Outcome()
     pending: BaseException | None = None
     try:
+        for tee in tees:
+            tee.start()
+        sampler.start()
         outcome = _supervise(proc, watch, timeout_s)
     except BaseException as err:  # KeyboardInterrupt, or a failing on_progress callback
         pending = err
@@ -143,7 +143,8 @@ def launch(
             outcome.warnings.append("processes the script left behind were terminated")
         sampler.stop()
         for tee in tees:
-            tee.join(5.0)
+            if tee.is_alive():
+                tee.join(5.0)
         try:
             watch.poll()
         except Exception:  # a failing display must not cost the manifest
@@ -281,7 +282,6 @@ class _Watch:
         self.t0 = 0.0
         self.t0_unix = 0.0
         self.rows = 0
-        self.last_step: int | None = None
 
     def start_clock(self) -> None:
         """Both clocks read together, just before the spawn: `t` = 0 for parent and child."""
@@ -309,8 +309,6 @@ class _Watch:
                 continue
             self.rows += 1
             step = row.get("step")
-            if isinstance(step, int):
-                self.last_step = step
             if self._on_progress is not None:
                 self._on_progress(
                     Progress(
@@ -489,7 +487,8 @@ def _classify(
     obs = observations or {}
     script_error = _one_line(obs.get("error"))
     if outcome.spawn_error is not None:
-        return "launch_failed", EXIT_MISSING_TOOL, f"could not start Python: {outcome.spawn_error}"
+        error = f"could not start the child: {outcome.spawn_error}"
+        return "launch_failed", EXIT_MISSING_TOOL, error
     if outcome.interrupted:
         return "interrupted", EXIT_INTERRUPTED, outcome.internal_error or script_error
     if outcome.timed_out:

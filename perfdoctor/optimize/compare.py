@@ -3,13 +3,15 @@
 Baseline and variant runs alternate (A B A B ...), so run k of the variant is paired with run
 k of the baseline: a machine that drifts (thermal, a neighbour job) affects both members of a
 pair alike. Per pair, ratio_k = median(baseline steps) / median(variant steps); the speedup is
-the median of the pair ratios.
+the median of the pair ratios (in log space: the geometric mean of two pairs).
 
 Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
 replacement within each run, fixed seed, so the same runs always give the same verdict),
-widened by the baseline's own run-to-run spread (half the range of its run medians, relative)
-when at least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside
-a run, not the run-to-run noise that separates two launches of the same script.
+widened by the baseline's own run-to-run spread (half the range of its run medians) when at
+least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside a run,
+not the run-to-run noise that separates two launches of the same script. Both are taken in
+log space (see estimate_speedup); `speedup_noise` is the distance down to the band's lower
+end, so "speedup - noise > 1" is exactly "the whole band is above 1".
 
 Verdicts, first match wins, each with a one-line reason:
     failed     a variant run crashed, OOMed, timed out, or recorded no timed step
@@ -27,12 +29,15 @@ import logging
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from perfdoctor import rundir
-from perfdoctor.model import AppliedOptimization, VariantResult
+from perfdoctor.analyze.record import RunRecord
+from perfdoctor.analyze.samples import summarize_samples, timed_window
+from perfdoctor.model import AppliedOptimization, RunManifest, StepRecord, VariantResult
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_for
 
@@ -78,18 +83,20 @@ class RunSample:
 @dataclass(frozen=True)
 class SpeedEstimate:
     speedup: float  # > 1 is faster
-    noise: float  # half-width of the band around `speedup`
+    noise: float  # distance from `speedup` down to the band's lower end
     pair_ratios: tuple[float, ...]
-    bootstrap_half_width: float
-    baseline_spread: float  # relative half-range of the baseline run medians (0 if one run)
+    bootstrap_half_width: float  # in log space
+    baseline_spread: float  # half-range of the log baseline run medians (0 with one run)
+    log_width: float = 0.0  # bootstrap half-width + baseline spread
 
     @property
     def low(self) -> float:
+        """Lower end of the band: the speedup that is safe to claim."""
         return self.speedup - self.noise
 
     @property
     def high(self) -> float:
-        return self.speedup + self.noise
+        return self.speedup * math.exp(self.log_width)
 
     def describe(self) -> str:
         return f"{self.speedup:.2f}x ± {self.noise:.2f}"
@@ -129,11 +136,36 @@ def paired_runs(
     ]
 
 
+def adjacent_baselines(
+    run_order: Sequence[str], baseline_runs: Sequence[str], variant_runs: Sequence[str]
+) -> list[str]:
+    """For each run of one variant, the baseline run of its round: the latest baseline run
+    before it (else the first one after it), each used once for this variant. These are the
+    pairs for `compare_variant`, also for a variant measured long after the first baseline
+    runs (the stacked one)."""
+    position = {run: index for index, run in enumerate(run_order)}
+    free = sorted((b for b in baseline_runs if b in position), key=position.__getitem__)
+    paired: list[str] = []
+    for run in variant_runs:
+        if run not in position or not free:
+            continue
+        before = [b for b in free if position[b] < position[run]]
+        chosen = before[-1] if before else free[0]
+        free.remove(chosen)
+        paired.append(chosen)
+    return paired
+
+
 def baseline_run_spread(baseline_runs: Sequence[RunSample]) -> float:
+    """Half the range of the baseline run medians, in log space (0 with one run)."""
     medians = [statistics.median(r.step_ms) for r in baseline_runs if r.usable]
     if len(medians) < 2:
         return 0.0
-    return (max(medians) - min(medians)) / 2.0 / statistics.median(medians)
+    return (math.log(max(medians)) - math.log(min(medians))) / 2.0
+
+
+def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> float:
+    return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
 
 
 def estimate_speedup(
@@ -144,30 +176,40 @@ def estimate_speedup(
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
 ) -> SpeedEstimate | None:
+    """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
+    machine that is 30% slower for one run scales every step of it): the pairs combine by
+    the median of their log ratios (the geometric mean for two pairs), and the band is
+    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread."""
     pairs = paired_runs(baseline_runs, variant_runs)
     if not pairs:
         return None
-    ratios = [statistics.median(b.step_ms) / statistics.median(v.step_ms) for b, v in pairs]
-    speedup = statistics.median(ratios)
+    logs = [_log_ratio(b.step_ms, v.step_ms) for b, v in pairs]
+    center = statistics.median(logs)
 
     rng = random.Random(seed)
     boot: list[float] = []
     for _ in range(resamples):
-        resampled = [
-            statistics.median(rng.choices(b.step_ms, k=len(b.step_ms)))
-            / statistics.median(rng.choices(v.step_ms, k=len(v.step_ms)))
-            for b, v in pairs
-        ]
-        boot.append(statistics.median(resampled))
+        boot.append(
+            statistics.median(
+                _log_ratio(
+                    rng.choices(b.step_ms, k=len(b.step_ms)),
+                    rng.choices(v.step_ms, k=len(v.step_ms)),
+                )
+                for b, v in pairs
+            )
+        )
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
     spread = baseline_run_spread(baseline_runs)
+    width = half_width + spread
+    speedup = math.exp(center)
     return SpeedEstimate(
         speedup=speedup,
-        noise=half_width + speedup * spread,
-        pair_ratios=tuple(ratios),
+        noise=speedup - math.exp(center - width),
+        pair_ratios=tuple(math.exp(x) for x in logs),
         bootstrap_half_width=half_width,
         baseline_spread=spread,
+        log_width=width,
     )
 
 
@@ -389,27 +431,57 @@ def stack_candidates(results: Sequence[VariantResult]) -> list[str]:
 # --------------------------------------------------------------------------- run directories
 
 
-def load_run_sample(run_dir: Path) -> RunSample:
-    """A RunSample from a child run directory (manifest.json + steps.jsonl + samples.jsonl).
+def run_sample_from_record(record: RunRecord) -> RunSample:
+    """A RunSample from a loaded child run (analyze.record.load_run)."""
+    return build_run_sample(
+        run_dir=record.dir,
+        manifest=record.manifest,
+        steps=record.steps,
+        observations=record.observations,
+        samples=record.samples,
+        progress=record.progress,
+    )
 
-    Peak memory is the CUDA max-allocated peak on CUDA runs and the process RSS peak on CPU
-    runs. Energy per step is NVML's mean board power times the median step time: the samples
-    carry no step boundaries, so this is an estimate over the run."""
-    manifest = rundir.load_manifest(run_dir)
-    steps = sorted(rundir.load_steps(run_dir), key=lambda s: s.index)
-    timed = [s.wall_ms for s in steps if s.phase == "timed"]
-    losses = tuple(s.loss for s in steps)
-    cuda_peaks = [s.cuda_max_allocated_bytes for s in steps if s.cuda_max_allocated_bytes]
-    rss_peaks = [s.rss_bytes for s in steps if s.rss_bytes]
-    peak = max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
-    reserved = None
-    applied = manifest.applied
-    observations = _read_observations(run_dir)
+
+def load_run_sample(run_dir: Path) -> RunSample:
+    """A RunSample straight from a child run directory, without parsing its trace."""
+    manifest_path = run_dir / rundir.MANIFEST_FILE
+    return build_run_sample(
+        run_dir=run_dir,
+        manifest=rundir.load_manifest(run_dir) if manifest_path.is_file() else None,
+        steps=rundir.load_steps(run_dir),
+        observations=_read_observations(run_dir),
+        samples=tuple(rundir.read_jsonl(run_dir / rundir.SAMPLES_FILE)),
+        progress=tuple(rundir.read_jsonl(run_dir / rundir.PROGRESS_FILE)),
+    )
+
+
+def build_run_sample(
+    *,
+    run_dir: Path,
+    manifest: RunManifest | None,
+    steps: Sequence[StepRecord],
+    observations: Mapping[str, Any],
+    samples: Sequence[Mapping[str, Any]] = (),
+    progress: Sequence[Mapping[str, Any]] = (),
+) -> RunSample:
+    """Peak memory: CUDA max allocated (observations, else the per-step maxima) on CUDA runs,
+    the process RSS peak on CPU runs. Energy per step: NVML's energy counter over the timed
+    window (analyze.samples), None without a GPU."""
+    ordered = sorted(steps, key=lambda s: s.index)
+    timed = [s.wall_ms for s in ordered if s.phase == "timed"]
     cuda_memory = observations.get("cuda_memory") or {}
-    reserved = cuda_memory.get("max_reserved_bytes")
-    peak = cuda_memory.get("max_allocated_bytes") or peak
+    cuda_peaks = [s.cuda_max_allocated_bytes for s in ordered if s.cuda_max_allocated_bytes]
+    rss_peaks = [s.rss_bytes for s in ordered if s.rss_bytes]
+    peak = cuda_memory.get("max_allocated_bytes") or (
+        max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
+    )
+    window, steps_in_window = timed_window(progress)
+    energy = summarize_samples(samples, window, steps_in_window).energy_j_per_step
+    batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in ordered if s.batch_size]
+    applied = manifest.applied if manifest is not None else ()
     if not applied:
-        # The child writes applier results into observations; the manifest may not copy them.
+        # The child writes applier results into observations; prefer the manifest's copy.
         applied = tuple(
             AppliedOptimization(
                 id=str(row.get("id")),
@@ -420,26 +492,23 @@ def load_run_sample(run_dir: Path) -> RunSample:
             for row in observations.get("applied") or ()
             if isinstance(row, dict)
         )
-    batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in steps if s.batch_size]
-    watts = _board_power_w(run_dir)
-    energy = watts * statistics.median(timed) / 1000.0 if watts is not None and timed else None
     return RunSample(
-        label=manifest.label,
+        label=manifest.label if manifest is not None else Path(run_dir).name,
         step_ms=tuple(timed),
-        losses=losses,
+        losses=tuple(math.nan if s.loss_finite is False else s.loss for s in ordered),
         peak_memory_bytes=peak,
-        peak_reserved_bytes=reserved,
+        peak_reserved_bytes=cuda_memory.get("max_reserved_bytes"),
         energy_j_per_step=energy,
         batch_size=int(statistics.median(batch_sizes)) if batch_sizes else None,
-        status=manifest.status,
-        exit_code=manifest.exit_code,
-        error=manifest.error,
+        status=manifest.status if manifest is not None else "launch_failed",
+        exit_code=manifest.exit_code if manifest is not None else 1,
+        error=manifest.error if manifest is not None else "the run left no manifest",
         applied=applied,
         run_dir=str(run_dir),
     )
 
 
-def _read_observations(run_dir: Path) -> dict:
+def _read_observations(run_dir: Path) -> dict[str, Any]:
     path = run_dir / rundir.OBSERVATIONS_FILE
     if not path.is_file():
         return {}
@@ -449,14 +518,3 @@ def _read_observations(run_dir: Path) -> dict:
         log.warning("unreadable %s in %s", rundir.OBSERVATIONS_FILE, run_dir)
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _board_power_w(run_dir: Path) -> float | None:
-    """Mean power of all GPUs together (sum over devices of each device's mean)."""
-    by_device: dict[int, list[float]] = {}
-    for row in rundir.read_jsonl(run_dir / rundir.SAMPLES_FILE):
-        if row.get("kind") == "gpu" and row.get("power_w") is not None:
-            by_device.setdefault(int(row.get("index", 0)), []).append(float(row["power_w"]))
-    if not by_device:
-        return None
-    return sum(statistics.fmean(values) for values in by_device.values())

@@ -42,7 +42,6 @@ _RC = {
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
-    "axes.prop_cycle": None,  # set below once matplotlib is imported
 }
 _PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 _BASELINE_COLOR = "#555555"
@@ -98,7 +97,7 @@ def _label_colors(report: Report, series: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _ordered(group: Mapping[str, Any]) -> list[str]:
-    """Baseline first, then the variants in the order the report lists them."""
+    """Baseline first, then the other variants in the order the series holds them."""
     labels = [str(k) for k in group]
     return sorted(labels, key=lambda k: (k != BASELINE_LABEL, labels.index(k)))
 
@@ -177,7 +176,7 @@ def _render(draw: Any, *args: Any, height: float = 3.0) -> str:
     import matplotlib
     from cycler import cycler
 
-    rc = dict(_RC, **{"axes.prop_cycle": cycler(color=list(_PALETTE))})
+    rc = {**_RC, "axes.prop_cycle": cycler(color=list(_PALETTE))}
     with matplotlib.rc_context(rc):
         fig = _figure(height)
         draw(fig, *args)
@@ -233,7 +232,7 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         values = {str(k): float(v) for k, v in parts.items() if _finite(v)}
         if values:
             rows.append((label, values))
-    title = "Where a step goes (data / forward / backward / optimizer / other)"
+    title = "Step breakdown per variant"
     if not rows:
         return Chart("breakdown", title, None, "not measured: no per-phase timing was recorded")
     parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]
@@ -282,7 +281,8 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
         row = samples[label] if isinstance(samples[label], Mapping) else {}
         xs, ys = _pairs(row.get("t"), row.get(util_key))
         if xs:
-            util_lines.append((label, *downsample(xs, ys)))
+            # Utilization arrives as a fraction (0..1); people read percent.
+            util_lines.append((label, *downsample(xs, [y * 100 for y in ys])))
         xs, ys = _pairs(row.get("t"), row.get("power_w"))
         if xs:
             power_lines.append((label, *downsample(xs, ys)))

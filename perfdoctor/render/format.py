@@ -115,12 +115,24 @@ def scalar(value: Scalar, unit: str = "") -> str:
     return f"{text}{unit}" if unit in ("%", "x") else f"{text} {unit}"
 
 
+def unit_for(name: str, unit: str = "") -> str:
+    """The unit a rule gave, else the one the fact's name carries (fact names end in their
+    unit: `_frac`, `_bytes`, `_ms`, see analyze/fact_catalog.py)."""
+    if unit:
+        return unit
+    parts = name.split("_")
+    for token, implied in (("frac", "frac"), ("bytes", "bytes"), ("ms", "ms")):
+        if token in parts:
+            return implied
+    return ""
+
+
 def evidence(item: Evidence) -> str:
     """`data_wait_frac = 62.3% (> 10.0%)`: the measured value and the threshold it crossed."""
-    value = scalar(item.value, item.unit)
-    text = f"{item.name} = {value}"
+    unit = unit_for(item.name, item.unit)
+    text = f"{item.name} = {scalar(item.value, unit)}"
     if item.threshold is not None:
-        text += f" ({item.comparison or 'vs'} {scalar(item.threshold, item.unit)})"
+        text += f" ({item.comparison or 'vs'} {scalar(item.threshold, unit)})"
     if item.note:
         text += f"; {item.note}"
     return text

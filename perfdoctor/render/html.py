@@ -70,7 +70,7 @@ section, .card {
 .grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 18px; }
 table { border-collapse: collapse; width: 100%; font-size: 0.92rem; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
-  vertical-align: top; }
+  vertical-align: top; overflow-wrap: anywhere; }
 th { color: var(--muted); font-weight: 600; }
 td.num, th.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 .barcol { display: inline-block; width: 160px; }
@@ -212,13 +212,13 @@ def _step(report: Report) -> str:
 
 def _evidence_row(item: Evidence) -> list[str]:
     threshold = (
-        f"{item.comparison} {fmt.scalar(item.threshold, item.unit)}"
+        f"{item.comparison} {fmt.scalar(item.threshold, fmt.unit_for(item.name, item.unit))}"
         if item.threshold is not None
         else fmt.MISSING
     )
     return [
         f"<code>{esc(item.name)}</code>",
-        esc(fmt.scalar(item.value, item.unit)),
+        esc(fmt.scalar(item.value, fmt.unit_for(item.name, item.unit))),
         esc(threshold),
         esc(item.note),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -25,9 +26,25 @@ from perfdoctor.rundir import SCHEMA_VERSION, to_jsonable
 
 def report_to_dict(report: Report) -> dict[str, Any]:
     """Plain JSON values; `schema_version` is the first key. NaN and inf become null."""
-    data = to_jsonable(report)
+    data = _plain(to_jsonable(report))
     data["schema_version"] = report.schema_version
     return data
+
+
+def _plain(value: Any) -> Any:
+    """Numpy scalars and arrays (which analysis code may leave in facts or series) become
+    plain numbers and lists, and non-finite floats become null, so the file is strict JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "tolist"):  # numpy scalar or array, without importing numpy
+        return _plain(value.tolist())
+    return value
 
 
 def render_json(report: Report) -> str:

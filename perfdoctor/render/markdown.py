@@ -119,9 +119,9 @@ def _finding(rank: int, finding: Finding) -> list[str]:
         rows = [
             [
                 md_text(e.name),
-                md_text(fmt.scalar(e.value, e.unit)),
+                md_text(fmt.scalar(e.value, fmt.unit_for(e.name, e.unit))),
                 md_text(
-                    f"{e.comparison} {fmt.scalar(e.threshold, e.unit)}"
+                    f"{e.comparison} {fmt.scalar(e.threshold, fmt.unit_for(e.name, e.unit))}"
                     if e.threshold is not None
                     else fmt.MISSING
                 ),

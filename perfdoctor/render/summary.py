@@ -8,6 +8,7 @@ escapes it for its own format.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -84,7 +85,7 @@ def recommendations_for(report: Report, finding: Finding) -> list[Recommendation
     return [r for r in report.recommendations if r.optimization_id in wanted]
 
 
-def gain_text(gain: GainEstimate) -> str:
+def gain_text(gain: GainEstimate, with_method: bool = True) -> str:
     parts = []
     if gain.step_time_frac is not None:
         parts.append(f"~{fmt.percent(gain.step_time_frac, 0)} of step time")
@@ -93,7 +94,7 @@ def gain_text(gain: GainEstimate) -> str:
     if not parts:
         return ""
     text = "saves " + " and ".join(parts)
-    return f"{text} ({gain.method})" if gain.method else text
+    return f"{text} ({gain.method})" if gain.method and with_method else text
 
 
 def _slow_sentence(top: Finding) -> str:
@@ -104,11 +105,9 @@ def _slow_sentence(top: Finding) -> str:
 
 def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
     if recs:
-        parts = []
-        for rec in recs[:2]:
-            gain = gain_text(rec.expected_gain)
-            parts.append(f"{rec.title} ({gain})" if gain else rec.title)
-        return "; ".join(parts) + "."
+        titles = "; ".join(rec.title for rec in recs[:2])
+        gain = next((g for g in (gain_text(r.expected_gain, False) for r in recs) if g), "")
+        return f"{titles} — {gain}." if gain else f"{titles}."
     if top.optimizations:
         return "Apply " + ", ".join(top.optimizations) + "."
     return "No automatic fix: see the explanation of this finding."
@@ -117,8 +116,10 @@ def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
 def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "failed":
         return f"{variant.label}: failed ({variant.reason})."
-    direction = "faster" if (variant.speedup or 0) >= 1 else "slower"
-    text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)} {direction}"
+    text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)}"
+    if variant.verdict == "accepted":
+        # Only an accepted speedup is a measured direction; a rejected one may be noise.
+        text += " faster" if (variant.speedup or 0) >= 1 else " slower"
     if baseline_ms is not None and variant.step_ms_p50 is not None:
         text += f", step {fmt.ms(baseline_ms)} → {fmt.ms(variant.step_ms_p50)}"
     return f"{text}, {variant.verdict} ({variant.reason})."
@@ -230,18 +231,31 @@ def tensorboard_command(report: Report) -> str:
     return f"perfdoctor tensorboard {report.run_dir}" if report.run_dir else ""
 
 
-def artifact_rows(report: Report) -> list[tuple[str, str]]:
-    """Where to look next: the reports, then the run's own artifacts, then TensorBoard."""
+_BRIEF_ARTIFACT_WORDS = ("trace", "snapshot", "memory")
+
+
+def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
+    """Where to look next: the reports, then the run's own artifacts, then TensorBoard.
+
+    Artifact paths may be relative to the run directory (RunManifest.artifacts) or absolute;
+    a path already listed (the reports, the logdir itself) is listed once. `brief` keeps
+    only the artifacts a person opens (traces, memory snapshots), not the raw logs.
+    """
     rows: list[tuple[str, str]] = []
-    if report.run_dir:
-        rows.append(("run directory", report.run_dir))
-        for name in (REPORT_HTML, REPORT_MD, REPORT_JSON):
-            rows.append((name, f"{report.run_dir.rstrip('/')}/{name}"))
     root = report.run_dir.rstrip("/")
+    if root:
+        rows.append(("run directory", root))
+        rows.extend((name, f"{root}/{name}") for name in (REPORT_HTML, REPORT_MD, REPORT_JSON))
+    shown = {os.path.normpath(path) for _, path in rows}
     for name, path in sorted(report.artifacts.items()):
-        # Artifact paths are relative to the run directory (RunManifest.artifacts).
-        relative = root and not path.startswith("/") and not path.startswith(root)
-        rows.append((name, f"{root}/{path}" if relative else path))
+        relative = root and not os.path.isabs(path) and not path.startswith(root)
+        full = f"{root}/{path}" if relative else path
+        if os.path.normpath(full) in shown:
+            continue
+        if brief and not any(word in name.lower() for word in _BRIEF_ARTIFACT_WORDS):
+            continue
+        shown.add(os.path.normpath(full))
+        rows.append((name, full))
     command = tensorboard_command(report)
     if command:
         rows.append(("traces and scalars", command))

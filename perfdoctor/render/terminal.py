@@ -33,6 +33,8 @@ _VERDICT_STYLE = {
 }
 _BAR_WIDTH = 24
 _MAX_LOCATIONS = 5
+_SIDE_BY_SIDE_WIDTH = 96  # below this the step figures and the breakdown are stacked
+_APPLIED_COLUMN_WIDTH = 90  # below this "applied" moves from its column to the reason lines
 
 
 def make_console(file: TextIO | None = None) -> Console:
@@ -43,9 +45,10 @@ def make_console(file: TextIO | None = None) -> Console:
     Non-TTY files get no escapes from rich already.
     """
     no_color = bool(os.environ.get("NO_COLOR"))
-    console = (
-        Console(file=file, color_system=None, no_color=True) if no_color else Console(file=file)
-    )
+    if no_color:
+        console = Console(file=file, color_system=None, no_color=True, highlight=False)
+    else:
+        console = Console(file=file, highlight=False)
     if console.width > MAX_WIDTH:
         console.width = MAX_WIDTH
     return console
@@ -54,12 +57,12 @@ def make_console(file: TextIO | None = None) -> Console:
 def render_terminal(report: Report, console: Console) -> None:
     console.print(_header(report))
     console.print(_headline_panel(report))
-    console.print(_step_section(report))
+    console.print(_step_section(report, side_by_side=console.width >= _SIDE_BY_SIDE_WIDTH))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
         console.print(_recommendations_section(report))
-    console.print(_variants_table(report))
+    console.print(_variants_table(report, with_applied=console.width >= _APPLIED_COLUMN_WIDTH))
     for line in _footer_lines(report):
         console.print(line)
 
@@ -86,33 +89,40 @@ def _headline_panel(report: Report) -> Panel:
     return Panel(Group(*parts), title="Diagnosis", title_align="left", box=box.ROUNDED)
 
 
-def _step_section(report: Report) -> Table:
+def _step_section(report: Report, side_by_side: bool) -> Table:
     figures = Table(
         box=box.SIMPLE_HEAD, show_edge=False, title="Baseline step", title_justify="left"
     )
-    figures.add_column("measure")
+    figures.add_column("measure", no_wrap=True)
     figures.add_column("value", justify="right")
     for label, value in summary.step_rows(report):
         figures.add_row(label, Text(value))
 
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
+    if parts:
+        breakdown: Table | Text = Table(
+            box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
+        )
+        breakdown.add_column("part", no_wrap=True)
+        breakdown.add_column("time", justify="right", no_wrap=True)
+        breakdown.add_column("share", justify="right", no_wrap=True)
+        breakdown.add_column("", no_wrap=True)
+        for part, value, share in parts:
+            bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
+            breakdown.add_row(
+                Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue")
+            )
+    else:
+        breakdown = Text("step breakdown: not measured", style="dim")
     outer = Table.grid(padding=(0, 3))
-    outer.add_column()
-    outer.add_column()
-    if not parts:
-        outer.add_row(figures, Text("step breakdown: not measured", style="dim"))
-        return outer
-    breakdown = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
-    )
-    breakdown.add_column("part")
-    breakdown.add_column("time", justify="right")
-    breakdown.add_column("share", justify="right")
-    breakdown.add_column("", no_wrap=True)
-    for part, value, share in parts:
-        bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
-        breakdown.add_row(Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue"))
-    outer.add_row(figures, breakdown)
+    if side_by_side:
+        outer.add_column()
+        outer.add_column()
+        outer.add_row(figures, breakdown)
+    else:
+        outer.add_column()
+        outer.add_row(figures)
+        outer.add_row(breakdown)
     return outer
 
 
@@ -177,32 +187,42 @@ def _recommendations_section(report: Report) -> Panel:
     return Panel(_spaced(blocks), title="Recommendations", title_align="left", box=box.ROUNDED)
 
 
-def _variants_table(report: Report) -> Table | Text:
+def _variants_table(report: Report, with_applied: bool = True) -> Table | Text | Group:
     if not report.variants:
         return Text(
             "Variants: none measured (no runtime optimization applied in this run).", style="dim"
         )
     table = Table(title="Variants", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
-    table.add_column("variant", overflow="fold", min_width=12)
-    table.add_column("applied", overflow="fold")
+    table.add_column("variant", overflow="fold", ratio=1, min_width=10)
+    if with_applied:
+        table.add_column("applied", overflow="fold", ratio=1, min_width=9)
     table.add_column("step p50", justify="right", no_wrap=True)
     table.add_column("speedup", justify="right", no_wrap=True)
     table.add_column("memory", justify="right", no_wrap=True)
     table.add_column("loss Δ", justify="right", no_wrap=True)
-    table.add_column("verdict", overflow="fold", ratio=1)
-    for row in summary.variant_rows(report):
-        verdict = Text(row.verdict, style=_VERDICT_STYLE.get(row.verdict, ""))
-        verdict.append(": " + fmt.one_line(row.reason), style="dim")
-        table.add_row(
-            Text(row.label),
-            Text(row.applied),
+    table.add_column("verdict", no_wrap=True)
+    rows = summary.variant_rows(report)
+    for i, row in enumerate(rows):
+        # The baseline row is the reference; a dash keeps the verdict column narrow.
+        verdict = fmt.MISSING if i == 0 else row.verdict
+        cells = [Text(row.label), Text(row.applied)] if with_applied else [Text(row.label)]
+        cells += [
             Text(row.step_p50),
             Text(row.speedup),
             Text(row.memory),
             Text(row.loss_delta),
-            verdict,
-        )
-    return table
+            Text(verdict, style=_VERDICT_STYLE.get(verdict, "")),
+        ]
+        table.add_row(*cells)
+    # The reasons get whole lines under the table: in a column they would be squeezed.
+    reasons = []
+    for row in rows[1:]:
+        label = row.label if with_applied else f"{row.label} ({row.applied})"
+        line = Text(f"  {label}: ", style="bold")
+        line.append(row.verdict, style=_VERDICT_STYLE.get(row.verdict, ""))
+        line.append(" — " + fmt.one_line(row.reason))
+        reasons.append(line)
+    return Group(table, *reasons)
 
 
 def _footer_lines(report: Report) -> list[Text]:
@@ -217,7 +237,7 @@ def _footer_lines(report: Report) -> list[Text]:
         )
     for warning in report.warnings:
         lines.append(Text("warning: " + fmt.one_line(warning, 300), style="yellow"))
-    rows = summary.artifact_rows(report)
+    rows = summary.artifact_rows(report, brief=True)
     if rows:
         lines.append(Text("Artifacts", style="bold"))
         for name, path in rows:

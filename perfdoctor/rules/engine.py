@@ -9,14 +9,16 @@ within the ladder the order is the order of expected gain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from perfdoctor.analyze.fact_catalog import FACTS
-from perfdoctor.model import Evidence, Facts, Finding, GainEstimate, SkippedRule, SourceLocation
+from perfdoctor.model import Facts, Finding, GainEstimate, SkippedRule
 from perfdoctor.rules.base import SEVERITY_RANK, Rule, flag
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Facts that only a CUDA run can produce: on a CPU run their absence is expected, and the
 # skip reason says so instead of suggesting something went wrong.
@@ -111,6 +113,10 @@ def _run_one(
     unknown = [o for o in finding.optimizations if o not in rule.optimizations]
     if unknown:
         raise ValueError(f"rule {rule.id} names undeclared optimizations {unknown}")
+    gain = finding.gain
+    if gain.step_time_frac is not None:
+        # Estimates are coarse; four decimals keep reports and JSON free of float noise.
+        finding = replace(finding, gain=replace(gain, step_time_frac=round(gain.step_time_frac, 4)))
     return finding
 
 
@@ -186,8 +192,8 @@ def _groups(fired: Sequence[tuple[Rule, Finding]]) -> list[list[Finding]]:
     return list(groups.values())
 
 
-def _unique(items: Sequence, key) -> list:  # type: ignore[no-untyped-def]
-    out: dict = {}
+def _unique(items: Sequence[T], key: Callable[[T], Hashable]) -> list[T]:
+    out: dict[Hashable, T] = {}
     for item in items:
         out.setdefault(key(item), item)
     return list(out.values())
@@ -197,10 +203,10 @@ def _merge(group: Sequence[Finding]) -> Finding:
     head, rest = group[0], list(group[1:])
     if not rest:
         return replace(head, related=())
-    evidence: list[Evidence] = _unique(
+    evidence = _unique(
         [e for f in group for e in f.evidence], key=lambda e: (e.name, repr(e.value))
     )
-    locs: list[SourceLocation] = _unique(
+    locs = _unique(
         [loc for f in group for loc in f.locations], key=lambda loc: (loc.file, loc.line)
     )
     optimizations = list(dict.fromkeys(o for f in group for o in f.optimizations))

@@ -43,7 +43,9 @@ def _settings_line(facts: Facts) -> str:
     ):
         if facts.get(name) is not None:
             parts.append(f"{label}={facts.get(name)}")
-    return " The DataLoader runs with " + ", ".join(parts) + "."
+    built = locations(facts, "dataloader_construct", limit=1)
+    at = f" built at {built[0]}" if built else ""
+    return f" The DataLoader{at} runs with " + ", ".join(parts) + "."
 
 
 def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
@@ -52,13 +54,16 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         return None
     workers = num(facts, "dataloader_num_workers")
     cpu_util = num(facts, "cpu_util_mean_frac")
-    cpu_saturated = cpu_util is not None and cpu_util >= t["cpu_saturated_frac"]
+    # With num_workers=0 the busy CPU is the training itself, so workers still help; a CPU
+    # pegged while workers already run means the data code itself is too expensive.
+    cpu_saturated = bool(workers) and cpu_util is not None and cpu_util >= t["cpu_saturated_frac"]
     iterable = flag(facts, "dataloader_is_iterable") is True
     optimizations: list[str] = []
     advice: str
     if cpu_saturated:
         advice = (
-            f"The CPU is already {pct(cpu_util or 0.0)} busy, so more workers will not help: "
+            f"The CPU is already {pct(cpu_util or 0.0)} busy with {workers:.0f} workers, so "
+            "more workers will not help: "
             "make the Dataset/collate code cheaper (cache decoded samples, vectorise, move "
             "augmentation to the GPU)."
         )
@@ -78,6 +83,7 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("pin-memory")
     optimizations.append("faster-data-pipeline")
     locs = locations(facts, "data_loading")
+    all_locs = locations(facts, "data_loading", "dataloader_construct", limit=6)
     wait_ms = num(facts, "data_wait_ms_p50")
     per_step = f" ({wait_ms:.1f} ms per step at the median)" if wait_ms is not None else ""
     return Finding(
@@ -93,7 +99,7 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("data_wait_frac", wait, t["warning_frac"], ">"),
             *seen(facts, "data_wait_ms_p50", *_DATALOADER_SETTINGS, "cpu_util_mean_frac"),
         ),
-        locations=locs,
+        locations=all_locs,
         optimizations=tuple(optimizations),
         gain=GainEstimate(
             step_time_frac=wait,
@@ -193,7 +199,7 @@ RULES = (
             "saturated CPU it advises cheaper data code instead of more workers."
         ),
         check=check_input_bound,
-        topics=("data_loading",),
+        topics=("data_loading", "dataloader_construct"),
         optimizations=("dataloader-workers", "pin-memory", "faster-data-pipeline"),
     ),
     Rule(

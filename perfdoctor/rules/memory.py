@@ -69,7 +69,7 @@ def check_near_capacity(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     fixes, freed = _pressure_fixes(facts, t)
     total = num(facts, "device_total_memory_bytes")
     of_total = f" of {human_bytes(total)}" if total else ""
-    locs = locations(facts, "peak_memory")
+    locs = locations(facts, "memory_peak")
     return Finding(
         rule_id=MEMORY_NEAR_CAPACITY,
         severity="critical" if frac >= t["critical_frac"] else "warning",
@@ -120,7 +120,7 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
             ev("alloc_retries", retries, t["min_retries"], ">="),
             *seen(facts, "peak_allocated_frac", "fragmentation_frac"),
         ),
-        locations=locations(facts, "peak_memory"),
+        locations=locations(facts, "memory_peak"),
         optimizations=fixes,
         gain=GainEstimate(
             memory_bytes=freed,
@@ -298,7 +298,7 @@ RULES = (
         ),
         check=check_near_capacity,
         device="cuda",
-        topics=("peak_memory",),
+        topics=("memory_peak",),
         optimizations=_PRESSURE_OPTIMIZATIONS,
         root_cause=_PRESSURE,
     ),
@@ -316,7 +316,7 @@ RULES = (
         description="The allocator had to flush its cache and retry, or ran out of memory.",
         check=check_allocator_pressure,
         device="cuda",
-        topics=("peak_memory",),
+        topics=("memory_peak",),
         optimizations=_PRESSURE_OPTIMIZATIONS,
         root_cause=_PRESSURE,
     ),

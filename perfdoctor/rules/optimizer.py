@@ -36,7 +36,7 @@ def check_single_tensor(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if share is None or not single or share < t["optimizer_frac"]:
         return None
     gain = share * t["assumed_saving"]
-    locs = locations(facts, "optimizer")
+    locs = locations(facts, "optimizer_construct")
     cls = text(facts, "optimizer_class") or "the optimizer"
     return Finding(
         rule_id=SINGLE_TENSOR_OPTIMIZER,
@@ -115,7 +115,7 @@ RULES = (
             "visible share of the time."
         ),
         check=check_single_tensor,
-        topics=("optimizer",),
+        topics=("optimizer_construct",),
         optimizations=("fused-optimizer",),
     ),
     Rule(

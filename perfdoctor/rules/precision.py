@@ -62,7 +62,7 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
         severity=severity_for_gain(gain, floor="warning"),
         title=f"{pct(share)} of op time is fp32 matmul/conv on a tensor-core GPU",
         explanation=(
-            f"This GPU (compute capability {cc:g}) has tensor cores, but {pct(share)} of the op "
+            f"This GPU (compute capability {cc:.1f}) has tensor cores, but {pct(share)} of the op "
             f"time runs matmuls and convolutions in fp32 and the script does not autocast. "
             f"Mixed precision in {dtype} runs them on tensor cores.{mem_text}"
         ),
@@ -102,7 +102,7 @@ def check_tf32_off(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity=severity_for_gain(gain),
         title=f"TF32 is off: fp32 matmuls ({pct(share)} of op time) skip the tensor cores",
         explanation=(
-            f"On compute capability {cc:g} fp32 matmuls can run as TF32 on tensor cores, but "
+            f"On compute capability {cc:.1f} fp32 matmuls can run as TF32 on tensor cores, but "
             "`torch.backends.cuda.matmul.allow_tf32` is off (PyTorch's default since 1.12). "
             "TF32 keeps fp32 range with a 10-bit mantissa: "
             "`torch.set_float32_matmul_precision('high')`."
@@ -274,8 +274,8 @@ RULES = (
         id=FP16_WITHOUT_SCALER,
         title="fp16 autocast without GradScaler",
         area="precision",
-        needs=("autocast_used", "autocast_dtype", "grad_scaler_used"),
-        uses=("gpu_compute_capability", "loss_is_finite"),
+        needs=("autocast_used", "grad_scaler_used"),
+        uses=("autocast_dtype", "gpu_compute_capability", "loss_is_finite"),
         thresholds={"bf16_compute_capability": 8.0},
         source=(
             "PyTorch AMP docs (torch.amp: fp16 training needs GradScaler); gap noted in "
@@ -289,8 +289,8 @@ RULES = (
         id=SCALER_WITH_BF16,
         title="GradScaler used with bf16",
         area="precision",
-        needs=("autocast_used", "autocast_dtype", "grad_scaler_used"),
-        uses=("optimizer_impl",),
+        needs=("autocast_used", "grad_scaler_used"),
+        uses=("autocast_dtype", "optimizer_impl"),
         thresholds={},
         source=(
             "PyTorch AMP docs (bf16 needs no loss scaling); torch/amp/grad_scaler.py "

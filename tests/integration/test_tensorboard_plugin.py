@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -21,16 +22,20 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch_tb_profiler", reason="torch-tb-profiler is not installed")
-
+from perfdoctor.errors import EXIT_MISSING_TOOL, BadRunDir
 from perfdoctor.tensorboard_export import write_scalars
 from perfdoctor.tensorboard_launch import (
+    TensorBoardFailed,
     profiler_plugin_installed,
     start_tensorboard,
     stop_tensorboard,
 )
 
 pytestmark = pytest.mark.integration
+needs_plugin = pytest.mark.skipif(
+    not profiler_plugin_installed(),
+    reason="torch-tb-profiler is not installed (pip install torch-tb-profiler)",
+)
 
 VARIANT = "dataloader-workers"
 LOAD_TIMEOUT_S = 90
@@ -116,10 +121,7 @@ def _worker_span(base: str, run: str) -> tuple[str, str]:
     return workers[0], (spans[0] if spans else "")
 
 
-def test_plugin_is_detected():
-    assert profiler_plugin_installed()
-
-
+@needs_plugin
 def test_runs_and_views(tensorboard):
     runs = _loaded_runs(tensorboard)
     assert "baseline" in runs and VARIANT in runs
@@ -127,6 +129,7 @@ def test_runs_and_views(tensorboard):
     assert {"Overview", "Operator", "Trace", "Memory"} <= set(views)
 
 
+@needs_plugin
 def test_overview_steps(tensorboard):
     _loaded_runs(tensorboard)
     worker, span = _worker_span(tensorboard, "baseline")
@@ -137,6 +140,7 @@ def test_overview_steps(tensorboard):
     assert any(e["value"] == "CPU" for e in overview["environments"])
 
 
+@needs_plugin
 def test_operator_memory_and_trace_views(tensorboard):
     _loaded_runs(tensorboard)
     worker, span = _worker_span(tensorboard, "baseline")
@@ -156,6 +160,7 @@ def test_operator_memory_and_trace_views(tensorboard):
     assert trace["traceEvents"]
 
 
+@needs_plugin
 def test_diff_between_variants(tensorboard):
     _loaded_runs(tensorboard)
     worker, span = _worker_span(tensorboard, "baseline")
@@ -173,7 +178,23 @@ def test_diff_between_variants(tensorboard):
     assert diff["left"]["aggs"] and diff["right"]["aggs"]
 
 
+@needs_plugin
 def test_scalars_sit_in_the_same_runs(tensorboard):
     tags = _get(f"{tensorboard}data/plugin/scalars/tags")
     assert "step/wall_ms" in tags["baseline"]
     assert "step/wall_ms" in tags[VARIANT]
+
+
+def test_missing_logdir_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(BadRunDir, match="not a directory"):
+        start_tensorboard(tmp_path / "absent")
+
+
+def test_a_taken_port_is_reported_not_hung(tmp_path: Path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(TensorBoardFailed, match="already in use") as err:
+            start_tensorboard(tmp_path, port=port, ready_timeout_s=60)
+    assert err.value.exit_code == EXIT_MISSING_TOOL

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from perfdoctor.collect.appliers.base import Applier, ApplyContext, cuda_available
+from perfdoctor.collect.appliers import base
+from perfdoctor.collect.appliers.base import Applier, ApplyContext
 
 ENV_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 OPTION = "expandable_segments"
@@ -24,12 +25,14 @@ class ExpandableSegments(Applier):
     id = "expandable-segments"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("expandable segments belong to the CUDA caching allocator; no CUDA here")
             return
         conf = os.environ.get(ENV_VAR, "")
         if not _enabled(conf):
-            self.refuse(f"{ENV_VAR} in the child is {conf or 'unset'!r}: the launcher did not set it")
+            self.refuse(
+                f"{ENV_VAR} in the child is {conf or 'unset'!r}: the launcher did not set it"
+            )
             return
         self.mark_applied(f"{ENV_VAR}={conf}")
 

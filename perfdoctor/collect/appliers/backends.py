@@ -11,20 +11,21 @@ from typing import Any
 
 import torch
 
-from perfdoctor.collect.appliers.base import Applier, ApplyContext, cuda_available
+from perfdoctor.collect.appliers import base
+from perfdoctor.collect.appliers.base import Applier, ApplyContext
 
 
 class CudnnBenchmark(Applier):
     id = "cudnn-benchmark"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("cuDNN autotuning needs a CUDA device; this run has none")
             return
         before = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = True
         self.mark_applied(f"torch.backends.cudnn.benchmark {before} -> True")
-        ctx.runtime.on_roots_known(self._after_setup)
+        ctx.when_roots_known(self, self._after_setup)
 
     def _after_setup(self, roots: list[Any], optimizers: list[Any]) -> None:
         torch.backends.cudnn.benchmark = True
@@ -38,12 +39,12 @@ class CudnnNondeterministic(Applier):
     id = "cudnn-nondeterministic"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("cuDNN determinism only matters on a CUDA device; this run has none")
             return
         self._relax()
         self.mark_applied("cudnn.deterministic and deterministic algorithms -> False")
-        ctx.runtime.on_roots_known(lambda roots, optimizers: self._relax())
+        ctx.when_roots_known(self, lambda roots, optimizers: self._relax())
 
     def _relax(self) -> None:
         torch.backends.cudnn.deterministic = False

@@ -60,10 +60,24 @@ def is_compiling() -> bool:
 
 
 def called_from_perfdoctor(depth: int = 2) -> bool:
-    """True when the caller `depth` frames up is perfdoctor's own code (not the script's)."""
+    """True when the code that called (`depth` frames up, past torch's own frames) is
+    perfdoctor's, not the script's. Torch frames are skipped because torch calls its own
+    public API internally (torch.profiler.profile builds a torch.autograd.profiler.profile)."""
     frame = sys._getframe(depth)
-    name = frame.f_globals.get("__name__", "")
-    return name == _PERFDOCTOR_PACKAGE or name.startswith(_PERFDOCTOR_PACKAGE + ".")
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name != "torch" and not name.startswith("torch."):
+            return name == _PERFDOCTOR_PACKAGE or name.startswith(_PERFDOCTOR_PACKAGE + ".")
+        frame = frame.f_back
+    return False
+
+
+def called_from_library(depth: int = 2) -> bool:
+    """True when the direct caller (`depth` frames up) is torch itself or perfdoctor: torch
+    calls its own public API internally (torch.profiler.profile builds an autograd profiler),
+    and perfdoctor opens its own profiler window; only the script's calls are its choices."""
+    name = sys._getframe(depth).f_globals.get("__name__", "")
+    return any(name == p or name.startswith(p + ".") for p in ("torch", _PERFDOCTOR_PACKAGE))
 
 
 def one_line(text: object, limit: int = 200) -> str:
@@ -92,21 +106,29 @@ class Patcher:
         setattr(owner, name, replacement)
         return original
 
+    def mark(self) -> tuple[int, int]:
+        return len(self._undo), len(self._handles)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Undo what was patched since `mark` (an applier whose install failed halfway)."""
+        undo, handles = mark
+        for handle in reversed(self._handles[handles:]):
+            handle.remove()
+        del self._handles[handles:]
+        for owner, name, previous in reversed(self._undo[undo:]):
+            if previous is self._MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, previous)
+        del self._undo[undo:]
+
     def keep(self, handle: Any) -> Any:
         """A hook handle (anything with .remove()) to remove on restore."""
         self._handles.append(handle)
         return handle
 
     def restore(self) -> None:
-        for handle in reversed(self._handles):
-            handle.remove()
-        self._handles.clear()
-        for owner, name, previous in reversed(self._undo):
-            if previous is self._MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, previous)
-        self._undo.clear()
+        self.rollback((0, 0))
 
 
 class ApplyContext:
@@ -118,6 +140,21 @@ class ApplyContext:
         self.patcher = patcher
         self.shared: dict[str, Any] = {}
         self.install_pid = os.getpid()
+
+    def when_roots_known(
+        self, applier: Applier, fn: Callable[[list[Any], list[Any]], None]
+    ) -> None:
+        """Run fn(roots, optimizers) at the first optimizer step; an exception turns into a
+        refusal of `applier` instead of a runtime warning with no owner."""
+
+        def call(roots: list[Any], optimizers: list[Any]) -> None:
+            try:
+                fn(roots, optimizers)
+            except Exception as exc:
+                log.warning("%s failed at the first step", applier.id, exc_info=True)
+                applier.refuse(f"failed at the first step: {type(exc).__name__}: {exc}")
+
+        self.runtime.on_roots_known(call)
 
 
 class Applier:
@@ -131,6 +168,8 @@ class Applier:
         self.verified: bool | None = None
         self.detail = ""
         self.notes: list[str] = []
+        self.evidence = ""  # what the latest check saw
+        self._failed_evidence = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,8 +208,10 @@ class Applier:
         ok, evidence = outcome
         # Once a check failed it stays failed: a later pass cannot undo a missed effect.
         self.verified = ok if self.verified is None else (self.verified and ok)
-        if evidence:
-            self.note(evidence)
+        # Keep the evidence of a failed check: it says why, a later pass would not.
+        if evidence and not self._failed_evidence:
+            self.evidence = one_line(evidence, 160)
+            self._failed_evidence = not ok
 
     def result(self) -> dict[str, Any]:
         if self.applied is None:
@@ -185,7 +226,7 @@ class Applier:
             detail = self.detail
             if self.applied and self.verified is None:
                 detail = f"{detail}; not verified: the run ended before the check"
-        parts = [detail, *[n for n in self.notes if n != detail]]
+        parts = [detail, *[n for n in self.notes if n != detail], self.evidence]
         return {
             "id": self.id,
             "applied": applied,

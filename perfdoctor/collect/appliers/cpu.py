@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+
 import torch
 
 from perfdoctor.collect.appliers.base import Applier, ApplyContext, usable_cores
@@ -37,8 +38,10 @@ class CpuThreads(Applier):
 
         ctx.patcher.patch(torch, "set_num_threads", set_num_threads)
         original(self.target)
-        self.mark_applied(f"intra-op threads {before} -> {self.target} (usable cores)")
-        ctx.runtime.on_roots_known(lambda roots, optimizers: original(self.target))
+        self.mark_applied(
+            f"intra-op threads held at {self.target} (usable cores; {before} at startup)"
+        )
+        ctx.when_roots_known(self, lambda roots, optimizers: original(self.target))
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         threads = torch.get_num_threads()

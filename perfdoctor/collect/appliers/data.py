@@ -8,6 +8,8 @@ dataset or collate_fn that does not pickle when the start method is not fork, a 
 without a __main__ guard under spawn/forkserver, and a dataset holding CUDA tensors.
 persistent_workers is never turned on: it freezes the workers' copy of the dataset, and a
 script that changes its dataset between epochs would silently train on stale data.
+prefetch_factor keeps torch's default (2 batches in flight per worker) unless the script set
+it: with min(4, cores) workers that already hides a steady per-batch cost.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
     Applier,
     ApplyContext,
-    cuda_available,
     is_compiling,
     one_line,
     usable_cores,
@@ -232,7 +234,7 @@ class PinMemory(Applier):
     id = "pin-memory"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("pinned memory only helps copies to a CUDA device; this run has none")
             return
         self.patch = LoaderPatch.shared(ctx)
@@ -281,7 +283,7 @@ class NonBlockingCopies(Applier):
     id = "non-blocking-copies"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("non-blocking copies are CPU -> CUDA copies; this run has no CUDA device")
             return
         self.converted = 0

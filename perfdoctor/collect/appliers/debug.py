@@ -20,12 +20,12 @@ import torch.profiler
 import torch.profiler.profiler as profiler_module
 from torch.autograd.profiler_util import EventList
 
+from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
     VERIFY_STEP,
     Applier,
     ApplyContext,
-    called_from_perfdoctor,
-    cuda_available,
+    called_from_library,
 )
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class AnomalyOff(Applier):
         self.suppressed = 0
         applier = self
 
-        class set_detect_anomaly:  # noqa: N801 - same name as the torch API it replaces
+        class set_detect_anomaly:
             """No-op stand-in: usable as a call or a context manager, like the original."""
 
             def __init__(self, mode: bool = True, *args: Any, **kwargs: Any) -> None:
@@ -54,7 +54,7 @@ class AnomalyOff(Applier):
             def __exit__(self, *exc: object) -> None:
                 return None
 
-        class detect_anomaly:  # noqa: N801
+        class detect_anomaly:
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 applier.suppressed += 1
 
@@ -68,13 +68,13 @@ class AnomalyOff(Applier):
             ctx.patcher.patch(owner, "set_detect_anomaly", set_detect_anomaly)
             ctx.patcher.patch(owner, "detect_anomaly", detect_anomaly)
         was_on = torch.is_anomaly_enabled()
-        torch._C._set_anomaly_enabled(False)
+        torch.set_anomaly_enabled(False)
         self.mark_applied(
             "autograd anomaly detection forced off"
             + (" (it was on before the script)" if was_on else "")
         )
         # A script could still flip the C switch directly: switch it off again at each check.
-        ctx.runtime.on_roots_known(lambda roots, optimizers: torch._C._set_anomaly_enabled(False))
+        ctx.when_roots_known(self, lambda roots, optimizers: torch.set_anomaly_enabled(False))
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         enabled = torch.is_anomaly_enabled()
@@ -160,11 +160,11 @@ class DebugModesOff(Applier):
         ):
 
             def make(original: type = original) -> type:
-                class profile(original):  # type: ignore[misc,valid-type]  # noqa: N801
+                class profile(original):  # type: ignore[misc,valid-type]
                     """The script gets an inert profiler; perfdoctor gets the real one."""
 
                     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-                        if called_from_perfdoctor():
+                        if called_from_library():
                             return original(*args, **kwargs)
                         if kwargs.get("enabled", True) is not False:
                             applier._count("profiler")
@@ -182,7 +182,7 @@ class DebugModesOff(Applier):
                 continue
 
             def factory(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                if called_from_perfdoctor():
+                if called_from_library():
                     return _original(*args, **kwargs)
                 applier._count("emit_nvtx")
                 return InertContext()
@@ -196,13 +196,13 @@ class DebugModesOff(Applier):
         applier = self
 
         def set_sync_debug_mode(mode: Any) -> None:
-            if called_from_perfdoctor():
+            if called_from_library():
                 original(mode)
             elif mode not in (0, "default"):
                 applier._count("sync_debug_mode")
 
         ctx.patcher.patch(torch.cuda, "set_sync_debug_mode", set_sync_debug_mode)
-        if cuda_available():
+        if base.cuda_available():
             original(0)
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
@@ -211,7 +211,7 @@ class DebugModesOff(Applier):
             # perfdoctor's own profiler window may be the last thing that ran: nothing to read.
             return True, f"ignored: {counts}"
         profiling = bool(torch._C._autograd._profiler_enabled())
-        if cuda_available():
+        if base.cuda_available():
             sync_mode = torch.cuda.get_sync_debug_mode()
             ok = not profiling and sync_mode == 0
             return ok, f"profiler on={profiling}, sync debug mode={sync_mode} at step {VERIFY_STEP}"

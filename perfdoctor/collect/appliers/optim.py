@@ -145,7 +145,9 @@ class FusedOptimizer(Applier):
         if not optimizers:
             return (False, "the fused optimizer no longer exists") if final else None
         fused = sum(bool(o.param_groups[0].get("fused")) for o in optimizers)
-        return fused == len(optimizers), f"param_groups[0]['fused'] True on {fused}/{len(optimizers)}"
+        return fused == len(
+            optimizers
+        ), f"param_groups[0]['fused'] True on {fused}/{len(optimizers)}"
 
 
 class ZeroGradSetToNone(Applier):

@@ -4,30 +4,37 @@ Autocast wraps each root model's forward, as Accelerate does, so the loss comput
 the model runs in fp32 (outputs are cast back). fp16 also needs loss scaling: scalar
 `torch.autograd.backward` calls are scaled (below Tensor.backward, so a loss probe patched on
 Tensor.backward still records the unscaled loss), each optimizer's step becomes
-`scaler.step(opt); scaler.update()`, and gradient clipping unscales first (mechanics §3.a:
-without that, clipping saw a grad norm of 2.75e5 instead of 1.85 and training was crippled).
+`scaler.step(opt)` with a lazy `scaler.update()`, and gradient clipping unscales first
+(mechanics §3.a: without that, clipping saw a grad norm of 2.75e5 instead of 1.85 and
+training was crippled).
 """
 
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Callable, MutableMapping
 from typing import Any, ClassVar
 
 import torch
+import torch.optim.optimizer as optimizer_module
 
+from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
-    ApplyContext,
     Applier,
+    ApplyContext,
     called_from_perfdoctor,
-    cuda_available,
     is_compiling,
 )
 
 log = logging.getLogger(__name__)
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+# GradScaler's default initial scale (2**16) overflows on the first steps of most models and
+# skips them until the scale has come down: harmless in a long training run, but in a short
+# measured run it shifts the loss trajectory by a few steps against the baseline, which the
+# numerics guard would read as drift. 2**10 rarely overflows and still lifts gradients far
+# above fp16's underflow; the usual growth schedule raises it when there is room.
+INIT_SCALE = 2.0**10
 _PROBED_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
@@ -57,10 +64,6 @@ def to_float32(obj: Any) -> Any:
     return obj
 
 
-def _plain_forward(module: torch.nn.Module) -> Callable[..., Any]:
-    return types.MethodType(type(module).forward, module)
-
-
 class AutocastForward:
     """Instance `forward` of a root model: runs the original under autocast.
 
@@ -74,19 +77,29 @@ class AutocastForward:
         self.dtype = dtype
         self.calls = 0
         self.user_autocast_calls = 0
+        self.traced = False  # traced into a torch.compile graph
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Under torch.compile this body is traced: counting there would make Dynamo guard on
+        # the counters and recompile every call; a plain store is replayed without a guard.
+        compiling = is_compiling()
         if autocast_enabled(self.device_type):
             # The script autocasts already (perhaps in another dtype): its choice stands.
-            self.user_autocast_calls += 1
+            if not compiling:
+                self.user_autocast_calls += 1
             return self.original(*args, **kwargs)
-        self.calls += 1
+        if compiling:
+            self.traced = True
+        else:
+            self.calls += 1
         with torch.autocast(self.device_type, dtype=self.dtype):
             output = self.original(*args, **kwargs)
         return to_float32(output)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_plain_forward, (self.module,))
+        # Unpickled before the module's state is set, getattr finds the class's forward: the
+        # saved model references only builtins, never perfdoctor.
+        return (getattr, (self.module, "forward"))
 
 
 def _root_device_type(root: torch.nn.Module) -> str | None:
@@ -105,7 +118,7 @@ class _AutocastApplier(Applier):
         self.probed_dtypes: list[torch.dtype] = []
         self.user_scalers = 0
         self._watch_user_scalers(ctx)
-        ctx.runtime.on_roots_known(self._on_roots_known)
+        ctx.when_roots_known(self, self._on_roots_known)
 
     def _watch_user_scalers(self, ctx: ApplyContext) -> None:
         """Notice a GradScaler the script builds itself (its loss scaling then stays theirs)."""
@@ -152,19 +165,23 @@ class _AutocastApplier(Applier):
         """fp16 adds its GradScaler here."""
 
     def _add_probe(self, root: torch.nn.Module) -> None:
-        """A one-shot hook on the first Linear/Conv records the dtype autocast gave it."""
+        """Record the dtype autocast gives the root's first Linear/Conv, once. A global hook,
+        removed after it fired: a hook stored on the module would break torch.save(model)."""
         layer = next((m for m in root.modules() if isinstance(m, _PROBED_LAYERS)), None)
         if layer is None:
             return
         probed = self.probed_dtypes
+        handle: Any = None
 
-        def probe(_module: Any, _inputs: Any, output: Any) -> None:
-            if is_compiling() or probed:
+        def probe(module: Any, _inputs: Any, output: Any) -> None:
+            if module is not layer or is_compiling() or probed:
                 return
             if isinstance(output, torch.Tensor) and autocast_enabled(output.device.type):
                 probed.append(output.dtype)
+                handle.remove()
 
-        self.ctx.patcher.keep(layer.register_forward_hook(probe))
+        handle = torch.nn.modules.module.register_module_forward_hook(probe)
+        self.ctx.patcher.keep(handle)
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         calls = sum(w.calls for w in self.wrappers)
@@ -172,8 +189,12 @@ class _AutocastApplier(Applier):
         if calls == 0 and user_calls:
             self.refuse("the script already runs its model under autocast")
             return None
+        if calls == 0 and any(w.traced for w in self.wrappers):
+            return True, "autocast traced into the compiled model"
         if calls == 0:
-            return (False, "the root model was not called again after the change") if final else None
+            return (
+                (False, "the root model was not called again after the change") if final else None
+            )
         if self.probed_dtypes:
             seen = self.probed_dtypes[0]
             ok = seen == self.dtype
@@ -193,12 +214,16 @@ class AmpBf16(_AutocastApplier):
 
 
 class ScaledStep:
-    """Per-instance optimizer.step: scaler.step(opt) then scaler.update().
+    """Per-instance optimizer.step: scaler.step(opt); the scaler's update() follows lazily.
 
     GradScaler.step calls optimizer.step again, which lands here: the inner call runs the
     original step. A step the scaler skips (inf/NaN grads) never reaches the optimizer, so its
     global step hooks do not fire; they are fired here so that a skipped step still counts as
-    a training step for perfdoctor's step detection."""
+    a training step for perfdoctor's step detection, like any other iteration.
+
+    update() runs once the iteration's steps are done: before the next scaled backward (or
+    before the same optimizer steps again). Updating right after each step would be wrong for
+    two optimizers whose losses were both scaled before either stepped (GANs)."""
 
     def __init__(self, optimizer: Any, scaler: Any, applier: AmpFp16) -> None:
         self.optimizer = optimizer
@@ -212,12 +237,14 @@ class ScaledStep:
         if self.inside:
             self.reached = True
             return self.original(*args, **kwargs)
+        if self.optimizer in self.applier.stepped_since_update:
+            self.applier.flush_update()
         self.inside, self.reached = True, False
         try:
             result = self.scaler.step(self.optimizer, *args, **kwargs)
         finally:
             self.inside = False
-        self.scaler.update()
+        self.applier.stepped_since_update.append(self.optimizer)
         self.applier.scaled_steps += 1
         if not self.reached:
             self.applier.skipped_steps += 1
@@ -229,7 +256,7 @@ class ScaledStep:
 
 
 def _fire_global_step_hooks(optimizer: Any, args: Any, kwargs: Any) -> None:
-    module = torch.optim.optimizer
+    module = optimizer_module
     for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"):
         for hook in list(getattr(module, name, {}).values()):
             try:
@@ -249,7 +276,17 @@ class AmpFp16(_AutocastApplier):
         self.skipped_steps = 0
         self.scaled_backwards = 0
         self.unscaled_for_clip = 0
+        self.stepped_since_update: list[Any] = []
+        # The class's update as it is now, before perfdoctor's probes wrap it: the probes
+        # read GradScaler.update as a step boundary, and this scaler's lazy update() calls
+        # happen mid-iteration. Its optimizer steps are the step signal instead.
+        self._update = torch.amp.GradScaler.update
         super().install(ctx)
+
+    def flush_update(self) -> None:
+        if self.stepped_since_update and self.scaler is not None:
+            self._update(self.scaler)
+            self.stepped_since_update.clear()
 
     def precondition(self, device_type: str, optimizers: list[Any]) -> str | None:
         if device_type == "cpu" and not hasattr(torch.amp, "GradScaler"):
@@ -262,7 +299,7 @@ class AmpFp16(_AutocastApplier):
         if self.user_scalers:
             self.note("the script builds its own GradScaler: loss scaling left to it")
             return
-        self.scaler = torch.amp.GradScaler(device_type)
+        self.scaler = torch.amp.GradScaler(device_type, init_scale=INIT_SCALE)
         for optimizer in optimizers:
             self.ctx.patcher.patch(optimizer, "step", ScaledStep(optimizer, self.scaler, self))
             self.scaled_optimizers.append(optimizer)
@@ -284,6 +321,7 @@ class AmpFp16(_AutocastApplier):
                 and any(w.calls for w in applier.wrappers)
             ):
                 applier.scaled_backwards += 1
+                applier.flush_update()
                 tensors = applier.scaler.scale(tensors)
             return original(tensors, grad_tensors, *args, **kwargs)
 
@@ -344,7 +382,7 @@ class Tf32(Applier):
     id = "tf32"
 
     def install(self, ctx: ApplyContext) -> None:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("TF32 is a CUDA tensor-core mode; this run has no CUDA device")
             return
         self.user_choice: str | None = None
@@ -366,7 +404,7 @@ class Tf32(Applier):
                 return
             original("high")
 
-        ctx.runtime.on_roots_known(after_setup)
+        ctx.when_roots_known(self, after_setup)
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         precision = torch.get_float32_matmul_precision()

@@ -9,17 +9,16 @@ stay the same (the optimizer stays valid) and state_dict keys do not change.
 from __future__ import annotations
 
 import logging
-import types
 from collections import Counter
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
     Applier,
     ApplyContext,
-    cuda_available,
     is_compiling,
     one_line,
 )
@@ -60,7 +59,7 @@ class ChannelsLast(Applier):
         self.converted_inputs = 0
         self.roots: list[nn.Module] = []
         self._patch_ddp(ctx)
-        ctx.runtime.on_roots_known(self._on_roots_known)
+        ctx.when_roots_known(self, self._on_roots_known)
 
     def _patch_ddp(self, ctx: ApplyContext) -> None:
         """Convert a model before DDP builds its gradient buckets: converting afterwards
@@ -96,8 +95,9 @@ class ChannelsLast(Applier):
     def _convert_inputs(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        if is_compiling():
-            return None
+        # Under torch.compile the conversion is traced into the graph; only the count (our
+        # own Python state, which Dynamo would guard on) is left out.
+        compiling = is_compiling()
         changed = 0
         new_args = []
         for value in args:
@@ -110,14 +110,16 @@ class ChannelsLast(Applier):
             changed += n
         if not changed:
             return None
-        self.converted_inputs += changed
+        if not compiling:
+            self.converted_inputs += changed
         return tuple(new_args), new_kwargs
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         params = [p for r in self.roots for p in _four_d_params(r)]
         nhwc = sum(p.is_contiguous(memory_format=_CHANNELS_LAST) for p in params)
         return nhwc == len(params), (
-            f"{nhwc}/{len(params)} 4-D weights channels_last; {self.converted_inputs} inputs converted"
+            f"{nhwc}/{len(params)} 4-D weights channels_last; "
+            f"{self.converted_inputs} inputs converted"
         )
 
 
@@ -151,7 +153,7 @@ class Compile(Applier):
         self.before: dict[str, int] = {}
         if not self.device_ok():
             return
-        ctx.runtime.on_roots_known(self._on_roots_known)
+        ctx.when_roots_known(self, self._on_roots_known)
 
     def device_ok(self) -> bool:
         return True
@@ -188,7 +190,7 @@ class CompileCudagraphs(Compile):
     mode = "reduce-overhead"
 
     def device_ok(self) -> bool:
-        if not cuda_available():
+        if not base.cuda_available():
             self.refuse("CUDA graphs need a CUDA device; this run has none")
             return False
         # Outputs of a graph replay are overwritten by the next replay; marking each step
@@ -223,28 +225,31 @@ class CheckpointedForward:
         self.module = module
         self.original = module.forward
         self.calls = 0
+        self.traced = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return self.original(*args, **kwargs)
-        self.calls += 1
+        if is_compiling():
+            self.traced = True  # a store, not a count: Dynamo would guard on a counter
+        else:
+            self.calls += 1
         return torch.utils.checkpoint.checkpoint(
             self.original, *args, use_reentrant=False, **kwargs
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_plain_forward, (self.module,))
-
-
-def _plain_forward(module: nn.Module) -> Any:
-    return types.MethodType(type(module).forward, module)
+        # See precision.AutocastForward: the saved model gets the class's plain forward.
+        return (getattr, (self.module, "forward"))
 
 
 def _has_batchnorm(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
 
-def repeated_blocks(root: nn.Module, path: str = "") -> tuple[list[tuple[str, list[nn.Module]]], list[str]]:
+def repeated_blocks(
+    root: nn.Module, path: str = ""
+) -> tuple[list[tuple[str, list[nn.Module]]], list[str]]:
     """(container path, blocks) for every ModuleList/Sequential holding >= 2 non-leaf blocks of
     one class with parameters; and the containers refused because a block holds BatchNorm.
     Blocks found are not searched further (no nested checkpoints)."""
@@ -282,7 +287,7 @@ class ActivationCheckpointing(Applier):
     def install(self, ctx: ApplyContext) -> None:
         self.ctx = ctx
         self.wrappers: list[CheckpointedForward] = []
-        ctx.runtime.on_roots_known(self._on_roots_known)
+        ctx.when_roots_known(self, self._on_roots_known)
 
     def _on_roots_known(self, roots: list[Any], optimizers: list[Any]) -> None:
         found: list[tuple[str, list[nn.Module]]] = []
@@ -311,9 +316,16 @@ class ActivationCheckpointing(Applier):
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         calls = sum(w.calls for w in self.wrappers)
+        if calls == 0 and any(w.traced for w in self.wrappers):
+            return True, "checkpointed blocks traced into the compiled model"
         if calls == 0:
             return (False, "no checkpointed block ran with gradients") if final else None
         return True, one_line(f"{calls} block forwards ran under torch.utils.checkpoint")
 
 
-APPLIERS: tuple[type[Applier], ...] = (ChannelsLast, Compile, CompileCudagraphs, ActivationCheckpointing)
+APPLIERS: tuple[type[Applier], ...] = (
+    ChannelsLast,
+    Compile,
+    CompileCudagraphs,
+    ActivationCheckpointing,
+)

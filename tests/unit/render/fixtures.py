@@ -49,7 +49,7 @@ def _steps(label: str, n: int, base_ms: float, loss0: float) -> dict[str, list[A
 
 def _samples(n: int, util: float) -> dict[str, list[Any]]:
     t = [round(0.1 * i, 2) for i in range(n)]
-    cpu = [round(min(100.0, util + 8 * math.sin(i / 3)), 2) for i in range(n)]
+    cpu = [round(min(1.0, util + 0.08 * math.sin(i / 3)), 4) for i in range(n)]  # fraction
     rss = [int(410_000_000 + 1_500_000 * i + 4_000_000 * math.sin(i / 5)) for i in range(n)]
     return {"t": t, "cpu_util": cpu, "rss_bytes": rss}
 
@@ -85,8 +85,8 @@ def cpu_series(steps: int = 28, samples: int = 40) -> dict[str, Any]:
             },
         },
         "samples": {
-            "baseline": _samples(samples, 55.0),
-            "dataloader-workers": _samples(samples, 92.0),
+            "baseline": _samples(samples, 0.55),
+            "dataloader-workers": _samples(samples, 0.92),
         },
     }
 

@@ -61,7 +61,11 @@ def test_gpu_samples_switch_the_utilization_chart():
     report = cpu_report()
     series = dict(report.series)
     series["samples"] = {
-        "baseline": {"t": [0.0, 0.1, 0.2], "gpu_util": [90, 95, 97], "power_w": [300, 310, 305]}
+        "baseline": {
+            "t": [0.0, 0.1, 0.2],
+            "gpu_util": [0.90, 0.95, 0.97],
+            "power_w": [300, 310, 305],
+        }
     }
     util = build_charts(replace(report, series=series))[2]
     assert util.title == "GPU utilization and power over time"

@@ -110,3 +110,17 @@ def test_unknown_keys_are_ignored_and_optional_keys_default():
 
 def test_json_golden():
     assert_matches_golden("report.json", render_json(cpu_report()))
+
+
+def test_numpy_values_are_written_as_plain_numbers():
+    import numpy as np
+
+    report = cpu_report(
+        facts={"a": np.float64(1.5), "b": np.int64(3)},
+        series={
+            "memory": {"baseline": {"t_s": np.array([0.0, np.nan]), "peak_index": np.int64(0)}}
+        },
+    )
+    data = json.loads(render_json(report))
+    assert data["facts"] == {"a": 1.5, "b": 3}
+    assert data["series"]["memory"]["baseline"] == {"t_s": [0.0, None], "peak_index": 0}

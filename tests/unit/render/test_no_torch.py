@@ -19,7 +19,8 @@ from perfdoctor.tensorboard_export import write_scalars
 import perfdoctor.tensorboard_launch
 report = cpu_report()
 render_html(report); render_markdown(report); render_json(report)
-render_terminal(report, make_console(open("/dev/null", "w")))
+import os
+render_terminal(report, make_console(open(os.devnull, "w")))
 write_scalars(Path(tempfile.mkdtemp()), report)
 bad = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "pynvml"))
 print(bad)

@@ -6,7 +6,7 @@ import pytest
 
 from perfdoctor.model import AppliedOptimization, Evidence
 from perfdoctor.render import format as fmt
-from perfdoctor.render.summary import breakdown_rows, headline, variant_rows
+from perfdoctor.render.summary import artifact_rows, breakdown_rows, headline, variant_rows
 
 from .fixtures import cpu_report, empty_series_report
 
@@ -88,3 +88,30 @@ def test_number_format_never_shows_nan():
     assert fmt.number(float("nan")) == "—"
     assert fmt.speedup(None) == "—"
     assert fmt.nbytes(5 * 2**30) == "5.0 GiB"
+
+
+def test_artifacts_are_listed_once():
+    report = cpu_report(
+        run_dir="/runs/s1",
+        artifacts={
+            "report_html": "/runs/s1/report.html",
+            "tensorboard_logdir": "/runs/s1",
+            "trace": "baseline/t.pt.trace.json.gz",
+        },
+    )
+    rows = artifact_rows(report)
+    paths = [path for _, path in rows]
+    assert paths.count("/runs/s1/report.html") == 1
+    assert paths.count("/runs/s1") == 1
+    assert ("trace", "/runs/s1/baseline/t.pt.trace.json.gz") in rows
+    assert rows[-1] == ("traces and scalars", "perfdoctor tensorboard /runs/s1")
+
+
+@pytest.mark.parametrize(
+    ("name", "unit"),
+    [("data_wait_frac", "frac"), ("data_wait_ms_p50", "ms"), ("peak_allocated_bytes", "bytes")],
+)
+def test_evidence_unit_comes_from_the_fact_name(name, unit):
+    assert fmt.unit_for(name) == unit
+    assert fmt.unit_for(name, "x") == "x"
+    assert fmt.unit_for("dataloader_num_workers") == ""

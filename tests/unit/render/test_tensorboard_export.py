@@ -36,6 +36,8 @@ def test_scalars_round_trip_through_event_files(tmp_path):
     samples = report.series["samples"]["baseline"]
     cpu = _values(acc, "util/cpu_percent")
     assert [s for s, _ in cpu] == [round(t * 1000) for t in samples["t"]]
+    # Series carry fractions; TensorBoard shows percent.
+    assert [v for _, v in cpu] == pytest.approx([u * 100 for u in samples["cpu_util"]])
     # Variants without samples get only step scalars.
     assert "util/cpu_percent" not in _read(tmp_path / "set-num-threads").Tags()["tensors"]
 

@@ -60,3 +60,12 @@ def test_crashed_run_is_flagged(monkeypatch):
     text = _render(empty_series_report(), monkeypatch, COLUMNS="100")
     assert "crashed (exit code 1)" in " ".join(text.split())
     assert "none measured" in text
+
+
+def test_narrow_terminal_keeps_every_figure_whole(monkeypatch):
+    text = _render(cpu_report(), monkeypatch, COLUMNS="80")
+    assert max(len(line) for line in text.splitlines()) <= 80
+    # No no-wrap cell was cropped: verdicts and speedups read in full on one line.
+    assert re.search(r"dataloader-workers .*2\.41x ± 0\.06 .* accepted", text)
+    assert re.search(r"set-num-threads .*1\.01x ± 0\.04 .* rejected", text)
+    assert "dataloader-workers (✓ applied): accepted" in text

@@ -1,0 +1,591 @@
+"""RunRecord -> Facts (flat scalars named in fact_catalog.py), and chart series for one run.
+
+Step timing facts use the timed phase only: warm-up steps carry compilation, allocator growth
+and cold caches, and profiled steps carry the profiler's own overhead. A fact is None when
+what it needs was not measured (GPU facts on a CPU run, trace facts without a trace, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.record import RunRecord
+from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
+from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
+
+log = logging.getLogger(__name__)
+
+BREAKDOWN_PHASES = ("data", "forward", "backward", "optimizer", "other")
+
+
+def derive_facts(record: RunRecord) -> Facts:
+    samples = _samples_summary(record)
+    measured = fact_values(record, samples)
+    unknown = sorted(set(measured) - set(FACTS))
+    if unknown:
+        # A fact name missing from the catalog is a bug (a test checks it); the run's other
+        # facts are still good, so drop it rather than fail the whole report.
+        log.warning("facts missing from fact_catalog.FACTS, dropped: %s", ", ".join(unknown))
+    values: dict[str, Scalar] = dict.fromkeys(FACTS)
+    values.update({k: _plain(v) for k, v in measured.items() if k in FACTS})
+    return Facts(
+        values=values,
+        locations=_locations(record),
+        settings=_settings(record, samples),
+    )
+
+
+def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dict[str, Any]:
+    """Every fact the record can give, by name (only the measured ones)."""
+    values: dict[str, Any] = {}
+    values.update(_device_facts(record))
+    values.update(_step_facts(record))
+    values.update(_observation_facts(record.observations))
+    values.update(_memory_facts(record, values.get("device_total_memory_bytes")))
+    values.update(_sample_facts(samples if samples is not None else _samples_summary(record)))
+    values.update(_trace_facts(record))
+    if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
+        values["optimizer_impl"] = "single_tensor"  # the child's naming (collect/observe.py)
+    return values
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _plain(value: Any) -> Scalar:
+    """numpy scalars -> Python scalars; NaN/inf -> None (a fact is a JSON value)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(float(value)) else None
+    return value
+
+
+def _get(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _numbers(values: Iterable[Any]) -> list[float]:
+    return [
+        float(v)
+        for v in values
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+
+
+def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = mapping.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Least-squares slope; at least three points, so one outlier step is not a trend."""
+    if len(xs) < 3 or len(set(xs)) < 2:
+        return None
+    slope, _ = np.polyfit(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64), 1)
+    return float(slope)
+
+
+def _training_dataloader(obs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The DataLoader that fed the most batches (an eval loader feeds fewer)."""
+    loaders = [d for d in obs.get("dataloaders") or [] if isinstance(d, dict)]
+    if not loaders:
+        return None
+    return max(loaders, key=lambda d: d.get("batches") or 0)
+
+
+def _location(data: Any, **extra: Any) -> SourceLocation | None:
+    if not isinstance(data, Mapping) or not data.get("file"):
+        return None
+    line = data.get("line")
+    count = data.get("count")
+    return SourceLocation(
+        file=str(data["file"]),
+        line=int(line) if isinstance(line, int) else 0,
+        function=str(data.get("function") or ""),
+        count=int(count) if isinstance(count, int) else extra.get("count"),
+        share=extra.get("share"),
+    )
+
+
+# --------------------------------------------------------------------------- device / run
+
+
+def _device_facts(record: RunRecord) -> dict[str, Scalar]:
+    obs = record.observations
+    device = record.manifest.device if record.manifest else None
+    obs_dev = obs.get("device") if isinstance(obs.get("device"), dict) else {}
+    props = record.trace.device_properties if record.trace else ()
+    kind = device.kind if device else obs_dev.get("kind")
+    cc: Any = device.compute_capability if device else obs_dev.get("compute_capability")
+    if cc is None and props:
+        major, minor = props[0].get("computeMajor"), props[0].get("computeMinor")
+        if isinstance(major, int):
+            cc = f"{major}.{minor if isinstance(minor, int) else 0}"
+    try:
+        capability = float(cc) if cc is not None else None
+    except (TypeError, ValueError):
+        capability = None
+    total = device.total_memory_bytes if device else None
+    total = total or obs_dev.get("total_memory_bytes") or _get(obs, "cuda_memory", "total_bytes")
+    if total is None and props and isinstance(props[0].get("totalGlobalMem"), int):
+        total = props[0]["totalGlobalMem"]
+    cpu = obs.get("cpu") if isinstance(obs.get("cpu"), dict) else {}
+    detection = record.manifest.step_detection if record.manifest else None
+    return {
+        "device_is_cuda": None if kind is None else kind == "cuda",
+        "device_count": (device.count if device else obs_dev.get("count")),
+        "gpu_compute_capability": capability,
+        "device_total_memory_bytes": total,
+        "cpu_cores_logical": cpu.get("logical_cores")
+        or (device.cpu_cores_logical if device else None),
+        "cpu_cores_physical": cpu.get("physical_cores")
+        or (device.cpu_cores_physical if device else None),
+        "step_detection": detection or obs.get("step_detection"),
+    }
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _frac(steps: Sequence[StepRecord], attr: str) -> float | None:
+    pairs = [(getattr(s, attr), s.wall_ms) for s in steps if getattr(s, attr) is not None]
+    wall = sum(w for _, w in pairs)
+    return sum(v for v, _ in pairs) / wall if pairs and wall > 0 else None
+
+
+def _batch_size(record: RunRecord) -> int | None:
+    sizes = [s.batch_size for s in record.timed_steps if s.batch_size]
+    if sizes:
+        return int(np.median(sizes))
+    loader = _training_dataloader(record.observations)
+    size = loader.get("batch_size") if loader else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _step_facts(record: RunRecord) -> dict[str, Scalar]:
+    timed = record.timed_steps
+    out: dict[str, Scalar] = {"steps_timed": len(timed)}
+    walls = np.array([s.wall_ms for s in timed], dtype=np.float64)
+    out["loss_is_finite"] = (
+        all(s.loss is None or math.isfinite(s.loss) for s in record.steps)
+        if any(s.loss is not None for s in record.steps)
+        else None
+    )
+    if walls.size == 0:
+        return out
+    p50 = float(np.median(walls))
+    p90 = float(np.percentile(walls, 90))
+    out.update(
+        step_ms_p50=p50,
+        step_ms_p90=p90,
+        step_ms_mean=float(walls.mean()),
+        step_jitter_ratio=p90 / p50 if p50 > 0 else None,
+    )
+    waits = _numbers(s.data_wait_ms for s in timed)
+    out["data_wait_ms_p50"] = float(np.median(waits)) if waits else None
+    fracs = {
+        "data_wait_frac": _frac(timed, "data_wait_ms"),
+        "forward_frac": _frac(timed, "forward_ms"),
+        "backward_frac": _frac(timed, "backward_ms"),
+        "optimizer_frac": _frac(timed, "optimizer_ms"),
+    }
+    out.update(fracs)
+    parts = list(fracs.values())
+    out["other_frac"] = max(0.0, 1.0 - sum(parts)) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+    out["micro_batches_per_step"] = float(np.mean([s.micro_batches for s in timed]))
+    batch = _batch_size(record)
+    out["batch_size"] = batch
+    if batch is not None and walls.sum() > 0:
+        samples = sum((s.batch_size or batch) * s.micro_batches for s in timed)
+        out["throughput_samples_s"] = samples / (walls.sum() / 1000.0)
+    rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
+    out["rss_growth_bytes_per_step"] = _slope([x for x, _ in rss], [y for _, y in rss])
+    out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
+    cuda = [
+        (float(s.index), float(s.cuda_allocated_bytes))
+        for s in timed
+        if s.cuda_allocated_bytes is not None
+    ]
+    out["cuda_allocated_growth_bytes_per_step"] = _slope([x for x, _ in cuda], [y for _, y in cuda])
+    return out
+
+
+# --------------------------------------------------------------------------- observations
+
+
+def _observation_facts(obs: Mapping[str, Any]) -> dict[str, Scalar]:
+    loaders = [d for d in obs.get("dataloaders") or [] if isinstance(d, dict)]
+    loader = _training_dataloader(obs) or {}
+    optimizers = [o for o in obs.get("optimizers") or [] if isinstance(o, dict)]
+    opt = optimizers[0] if optimizers else {}
+    roots = [r for r in obs.get("roots") or [] if isinstance(r, dict)]
+    root_calls = _get(obs, "forwards", "root_calls")
+    without_bwd = _get(obs, "forwards", "grad_without_backward")
+
+    def any_root(key: str) -> bool | None:
+        flags = [r.get(key) for r in roots if isinstance(r.get(key), bool)]
+        return any(flags) if flags else None
+
+    def sum_roots(*keys: str) -> int | None:
+        total = None
+        for r in roots:
+            for key in keys:
+                if isinstance(r.get(key), int):
+                    total = (total or 0) + r[key]
+                    break
+        return total
+
+    conv_roots = [r for r in roots if (r.get("conv_count") or 0) > 0]
+    channels_last = [r.get("channels_last") for r in conv_roots or roots]
+    return {
+        "dataloader_count": len(loaders) if "dataloaders" in obs else None,
+        "dataloader_num_workers": loader.get("num_workers"),
+        "dataloader_pin_memory": loader.get("pin_memory"),
+        "dataloader_prefetch_factor": loader.get("prefetch_factor"),
+        "dataloader_persistent_workers": loader.get("persistent_workers"),
+        "dataloader_is_iterable": loader.get("iterable"),
+        "torch_num_threads": _get(obs, "torch", "num_threads"),
+        "anomaly_detection_enabled": _get(obs, "torch", "anomaly_enabled"),
+        "user_profiler_active": _get(obs, "profiler", "user_profiler"),
+        "emit_nvtx_enabled": _get(obs, "profiler", "emit_nvtx"),
+        "grad_forwards_without_backward": without_bwd,
+        "grad_forwards_without_backward_frac": without_bwd / root_calls
+        if isinstance(without_bwd, int) and isinstance(root_calls, int) and root_calls > 0
+        else None,
+        "cudnn_benchmark": _get(obs, "torch", "cudnn_benchmark"),
+        "cudnn_deterministic": _get(obs, "torch", "cudnn_deterministic"),
+        "deterministic_algorithms": _get(obs, "torch", "deterministic_algorithms"),
+        "tf32_matmul_enabled": _get(obs, "torch", "tf32_matmul"),
+        "autocast_used": _get(obs, "autocast", "used"),
+        "autocast_dtype": _get(obs, "autocast", "dtype"),
+        "grad_scaler_used": _get(obs, "autocast", "grad_scaler"),
+        "optimizer_class": opt.get("class"),
+        "optimizer_count": len(optimizers) if "optimizers" in obs else None,
+        "optimizer_impl": opt.get("impl"),
+        "zero_grad_set_to_none": _get(obs, "zero_grad", "set_to_none"),
+        "model_param_count": sum_roots("trainable_param_count", "param_count"),
+        "model_conv_count": sum_roots("conv_count"),
+        "model_channels_last": all(channels_last)
+        if channels_last and all(isinstance(c, bool) for c in channels_last)
+        else None,
+        "model_compiled": any_root("compiled"),
+        "conv_bias_before_bn_count": sum_roots("conv_bias_before_bn"),
+        "uses_data_parallel": any_root("data_parallel"),
+        "uses_ddp": any_root("ddp"),
+        "dist_backend": _get(obs, "dist", "backend"),
+        "world_size": _get(obs, "dist", "world_size"),
+        "recompile_count": _get(obs, "compile", "recompiles"),
+        "input_shape_changes": _get(obs, "inputs", "distinct_shapes_after_warmup"),
+    }
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
+    mem = record.memory
+    obs_mem = record.observations.get("cuda_memory")
+    obs_mem = obs_mem if isinstance(obs_mem, dict) else {}
+    step_peaks = [s.cuda_max_allocated_bytes for s in record.steps if s.cuda_max_allocated_bytes]
+    peak = mem.peak_allocated_bytes if mem else None
+    # The snapshot covers the profiled window only; the child's max_memory_allocated covers
+    # the whole run, so the larger of the two is the peak.
+    peak = max(
+        (
+            p
+            for p in (peak, obs_mem.get("max_allocated_bytes"), max(step_peaks, default=None))
+            if isinstance(p, int)
+        ),
+        default=None,
+    )
+    reserved = max(
+        (
+            p
+            for p in (mem.peak_reserved_bytes if mem else None, obs_mem.get("max_reserved_bytes"))
+            if isinstance(p, int)
+        ),
+        default=None,
+    )
+    # torch.cuda.memory_stats() over the whole run, as the child read it at the end.
+    stat_retries = _first_int(obs_mem, "alloc_retries", "num_alloc_retries")
+    stat_ooms = _first_int(obs_mem, "ooms", "num_ooms")
+    retries = mem.alloc_retries if mem and mem.alloc_retries is not None else stat_retries
+    ooms = mem.oom_events if mem else None
+    if stat_ooms is not None:
+        ooms = max(ooms or 0, stat_ooms)
+    history = record.observations.get("memory_history")
+    truncated = mem.history_truncated if mem else None
+    if isinstance(history, dict) and isinstance(history.get("truncated"), bool):
+        truncated = bool(truncated) or history["truncated"]
+    return {
+        "peak_allocated_bytes": peak,
+        "peak_reserved_bytes": reserved,
+        "peak_allocated_frac": peak / device_total
+        if peak is not None and isinstance(device_total, int) and device_total > 0
+        else None,
+        "fragmentation_frac": mem.fragmentation_frac if mem else None,
+        "alloc_retries": retries,
+        "oom_events": ooms,
+        "activation_bytes_frac": mem.activation_bytes_frac if mem else None,
+        "memory_history_truncated": truncated,
+    }
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def _samples_summary(record: RunRecord) -> SamplesSummary | None:
+    if not record.samples:
+        return None
+    window, steps = timed_window(record.progress)
+    if window is None:
+        steps = len(record.timed_steps)
+    return summarize_samples(record.samples, window, steps)
+
+
+def _sample_facts(s: SamplesSummary | None) -> dict[str, Scalar]:
+    if s is None:
+        return {}
+    return {
+        "gpu_util_mean_frac": s.gpu_util_mean_frac,
+        "gpu_power_w_mean": s.gpu_power_w_mean,
+        "energy_j_per_step": s.energy_j_per_step,
+        "gpu_throttled_frac": s.gpu_throttled_frac,
+        "sm_active_frac": s.sm_active_frac,
+        "tensor_active_frac": s.tensor_active_frac,
+        "cpu_util_mean_frac": s.cpu_util_mean_frac,
+        "cpu_busy_cores": s.cpu_busy_cores,
+        "child_cpu_busy_cores": s.child_cpu_cores,
+    }
+
+
+# --------------------------------------------------------------------------- trace
+
+
+def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
+    t = record.trace
+    if t is None:
+        return {}
+    out: dict[str, Scalar] = {
+        "trace_steps": t.steps,
+        "trace_step_ms_p50": t.step_ms_p50,
+        "host_syncs_per_step": t.host_syncs_per_step,
+        "host_sync_ms_per_step": t.host_sync_ms_per_step,
+        "cpu_op_count_per_step": t.aten_ops_per_step,
+        "single_tensor_optimizer": t.single_tensor_optimizer,
+        "zero_grad_zeroing": t.zero_grad_zeroing,
+        "tensor_to_device_per_step": t.tensor_to_device_per_step,
+        "conv_ms_frac": t.conv_frac,
+        "matmul_ms_frac": t.matmul_frac,
+        "fp32_matmul_conv_frac": t.fp32_matmul_conv_frac,
+        "misaligned_lowp_gemm_count": t.misaligned_lowp_gemm_count,
+        "dataloader_trace_ms_per_step": t.dataloader_ms_per_step,
+        "comm_frac": t.comm_frac,
+    }
+    g = t.gpu
+    if g is None:
+        return out
+    per_step_known = t.steps > 0
+    out.update(
+        {
+            "gpu_busy_frac": g.busy_frac,
+            "gpu_idle_host_wait_frac": g.idle_host_wait_frac,
+            "gpu_idle_between_kernels_frac": g.idle_between_kernels_frac,
+            "kernels_per_step": g.kernels_per_step,
+            "kernel_launches_per_step": g.kernel_launches_per_step,
+            "kernel_us_p50": g.kernel_us_p50,
+            "memcpy_htod_ms_per_step": g.memcpy_ms_per_step.get("HtoD", 0.0)
+            if per_step_known
+            else None,
+            "memcpy_dtoh_ms_per_step": g.memcpy_ms_per_step.get("DtoH", 0.0)
+            if per_step_known
+            else None,
+            "memcpy_dtod_ms_per_step": g.memcpy_ms_per_step.get("DtoD", 0.0)
+            if per_step_known
+            else None,
+            "pageable_htod_count_per_step": g.pageable_htod_count_per_step,
+            "pageable_htod_frac": g.pageable_htod_frac,
+            "tensor_core_kernel_frac": g.tensor_core_kernel_frac,
+            "triton_kernel_count_per_step": g.triton_kernels_per_step,
+            "comm_kernel_frac": g.comm_kernel_frac,
+        }
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
+    """Source lines by topic (fact_catalog.LOCATION_TOPICS), biggest share first."""
+    obs = record.observations
+    out: dict[str, tuple[SourceLocation, ...]] = {}
+    if record.trace is not None:
+        out.update(record.trace.locations)
+    grad = [_location(x) for x in _get(obs, "forwards", "locations") or []]
+    loaders = [
+        _location(d.get("location")) for d in obs.get("dataloaders") or [] if isinstance(d, dict)
+    ]
+    opts = [
+        _location(o.get("location")) for o in obs.get("optimizers") or [] if isinstance(o, dict)
+    ]
+    found: list[tuple[str, list[SourceLocation | None]]] = [
+        ("grad_without_backward", grad),
+        ("dataloader_construct", loaders),
+        ("optimizer_construct", opts),
+    ]
+    # Any other topic the child located itself (debug_mode, conv_bias_before_bn, ...).
+    extra = obs.get("locations")
+    if isinstance(extra, Mapping):
+        for topic, locs in extra.items():
+            if isinstance(locs, list):
+                found.append((str(topic), [_location(x) for x in locs]))
+    for topic, locs in found:
+        kept = tuple(x for x in locs if x is not None)
+        if kept:
+            out[topic] = merge_locations(out.get(topic, ()), kept, top=10)
+    if record.memory is not None and record.memory.top_sites:
+        out["memory_peak"] = tuple(site.location for site in record.memory.top_sites)
+    return out
+
+
+def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, Any]:
+    obs = record.observations
+    warnings: list[str] = [str(w) for w in obs.get("warnings") or []]
+    if record.manifest:
+        warnings.extend(record.manifest.warnings)
+    warnings.extend(record.notes)
+    if samples is not None:
+        warnings.extend(samples.notes)
+    settings: dict[str, Any] = {
+        "dataloader": _training_dataloader(obs),
+        "dataloaders": list(obs.get("dataloaders") or []),
+        "optimizer": (obs.get("optimizers") or [None])[0],
+        "optimizers": list(obs.get("optimizers") or []),
+        "roots": list(obs.get("roots") or []),
+        "torch": obs.get("torch"),
+        "cpu": obs.get("cpu"),
+        "autocast": obs.get("autocast"),
+        "applied": list(obs.get("applied") or []),
+    }
+    if record.trace is not None:
+        t = record.trace
+        warnings.extend(t.notes)
+        settings["trace"] = {
+            "file": t.path,
+            "op_share_basis": t.op_share_basis,
+            "has_stacks": t.has_stacks,
+            "has_shapes": t.has_shapes,
+            "memcpy_ms_per_step": dict(t.gpu.memcpy_ms_per_step) if t.gpu else {},
+        }
+    if record.memory is not None:
+        warnings.extend(record.memory.notes)
+        settings["memory"] = {
+            "categories_at_peak_bytes": dict(record.memory.categories_at_peak),
+            "reserved_at_peak_bytes": record.memory.reserved_at_peak_bytes,
+            "history_entries": record.memory.history_entries,
+            "top_sites_bytes": [s.bytes for s in record.memory.top_sites],
+        }
+    settings["warnings"] = list(dict.fromkeys(warnings))
+    return settings
+
+
+# --------------------------------------------------------------------------- chart series
+
+
+def series_for(record: RunRecord) -> dict[str, Any]:
+    """Chart data of one run; the pipeline files each part under the run's label:
+    {"steps": {...}, "breakdown_ms": {...}, "samples": {...}, "memory": {...}} (the shape of
+    Report.series in model.py, one level down)."""
+    return {
+        "steps": {
+            "index": [s.index for s in record.steps],
+            "wall_ms": [s.wall_ms for s in record.steps],
+            "loss": [s.loss for s in record.steps],
+            "data_wait_ms": [s.data_wait_ms for s in record.steps],
+            "phase": [s.phase for s in record.steps],
+        },
+        "breakdown_ms": breakdown_ms(record.timed_steps),
+        "samples": _sample_series(record.samples),
+        "memory": _memory_series(record),
+    }
+
+
+def breakdown_ms(steps: Sequence[StepRecord]) -> dict[str, float]:
+    """Mean ms per step in each phase; `other` is what the measured phases leave over."""
+    if not steps:
+        return {}
+    n = len(steps)
+    out = {
+        "data": sum(s.data_wait_ms or 0.0 for s in steps) / n,
+        "forward": sum(s.forward_ms or 0.0 for s in steps) / n,
+        "backward": sum(s.backward_ms or 0.0 for s in steps) / n,
+        "optimizer": sum(s.optimizer_ms or 0.0 for s in steps) / n,
+    }
+    wall = sum(s.wall_ms for s in steps) / n
+    out["other"] = max(0.0, wall - sum(out.values()))
+    return out
+
+
+def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """CPU and GPU rows merged on their timestamps (GPU values: mean util, summed power and
+    memory over the sampled devices)."""
+    by_t: dict[float, dict[str, Any]] = {}
+    for row in rows:
+        t = row.get("t")
+        if not isinstance(t, (int, float)) or row.get("kind") not in ("cpu", "gpu"):
+            continue
+        slot = by_t.setdefault(round(float(t), 3), {"util": [], "power": [], "mem": []})
+        if row["kind"] == "cpu":
+            cores = row.get("cpu_percent")
+            if isinstance(cores, list) and cores:
+                slot["cpu_util"] = float(np.mean(_numbers(cores))) / 100.0
+            if isinstance(row.get("rss_bytes"), int):
+                slot["rss_bytes"] = row["rss_bytes"]
+        else:
+            if isinstance(row.get("util_gpu"), (int, float)):
+                slot["util"].append(float(row["util_gpu"]) / 100.0)
+            if isinstance(row.get("power_w"), (int, float)):
+                slot["power"].append(float(row["power_w"]))
+            if isinstance(row.get("mem_used_bytes"), (int, float)):
+                slot["mem"].append(int(row["mem_used_bytes"]))
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("t", "cpu_util", "gpu_util", "power_w", "mem_used_bytes", "rss_bytes")
+    }
+    for t in sorted(by_t):
+        slot = by_t[t]
+        out["t"].append(t)
+        out["cpu_util"].append(slot.get("cpu_util"))
+        out["gpu_util"].append(float(np.mean(slot["util"])) if slot["util"] else None)
+        out["power_w"].append(float(sum(slot["power"])) if slot["power"] else None)
+        out["mem_used_bytes"].append(int(sum(slot["mem"])) if slot["mem"] else None)
+        out["rss_bytes"].append(slot.get("rss_bytes"))
+    return out
+
+
+def _memory_series(record: RunRecord) -> dict[str, Any]:
+    mem = record.memory
+    if mem is None or not mem.timeline_allocated_bytes:
+        return {"t_s": [], "allocated_bytes": [], "peak_index": None}
+    return {
+        "t_s": list(mem.timeline_t_s),
+        "allocated_bytes": list(mem.timeline_allocated_bytes),
+        "peak_index": mem.timeline_peak_index,
+    }

@@ -1,0 +1,162 @@
+"""What the step computes: time in convolutions and GEMMs, in fp32, and misaligned
+fp16/bf16 GEMMs (from record_shapes' "Input type" / "Input Dims")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, Table, TraceEvents
+from perfdoctor.analyze.trace_index import (
+    Steps,
+    launch_points,
+    points,
+    points_in_spans,
+    rows_named,
+    threads,
+    union_time,
+)
+from perfdoctor.model import SourceLocation
+
+CONV_OPS = frozenset(
+    {
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::convolution_backward",
+        "aten::cudnn_convolution",
+        "aten::cudnn_convolution_transpose",
+        "aten::mkldnn_convolution",
+        "aten::miopen_convolution",
+        "aten::_slow_conv2d_forward",
+        "aten::_slow_conv2d_backward",
+        "aten::slow_conv3d_forward",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::_nnpack_spatial_convolution",
+    }
+)
+MATMUL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::_addmm_activation",
+        "aten::addmv",
+        "aten::mv",
+        "aten::_scaled_mm",
+        "aten::_int_mm",
+    }
+)
+# TorchTidy's MatMulDimInFP16Pattern checks mm/bmm/addmm; baddbmm is the same GEMM.
+ALIGNMENT_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"})
+LOW_PRECISION = frozenset({"c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
+FLOAT_TYPES = LOW_PRECISION | {"float", "double"}
+
+
+@dataclass(frozen=True)
+class OpShares:
+    conv_frac: float | None
+    matmul_frac: float | None
+    fp32_frac: float | None  # None without record_shapes
+    misaligned_lowp_gemms: int | None  # None without record_shapes
+    misaligned_locations: tuple[SourceLocation, ...]
+    basis: str  # "gpu_kernel_time" or "cpu_op_time"
+
+
+def first_float_type(types: list[object]) -> str | None:
+    for t in types:
+        if isinstance(t, str) and t in FLOAT_TYPES:
+            return t
+    return None
+
+
+def misaligned(dims: list[object], multiple: int = 8) -> bool:
+    """Any tensor input whose last two dims are not all multiples of `multiple`."""
+    for shape in dims:
+        is_tensor = isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape)
+        if is_tensor and any(d % multiple for d in shape[-2:]):
+            return True
+    return False
+
+
+def op_shares(ev: TraceEvents, steps: Steps, attributor: Attributor) -> OpShares:
+    """Share of op time in convolutions / GEMMs, and in fp32 ones.
+
+    On a GPU trace the basis is kernel time, charged to the op whose span holds the kernel's
+    launch call; on a CPU trace it is op time against all top-level op time, per thread.
+    Precision comes from the innermost GEMM/conv op: under autocast the outer aten::linear
+    still sees fp32 inputs while its nested aten::addmm sees bf16.
+    """
+    ops = ev.cpu_ops
+    conv_mask = ev.code_mask(lambda n: n in CONV_OPS)
+    mm_mask = ev.code_mask(lambda n: n in MATMUL_OPS)
+    align_mask = ev.code_mask(lambda n: n in ALIGNMENT_OPS)
+    family = rows_named(ops, conv_mask | mm_mask)
+    family = family[steps.contains(ops.ts[family])]
+    fp32_rows: list[int] = []
+    bad_rows: list[int] = []
+    for row in _leaf_rows(ops, family).tolist():
+        types, dims = ev.shapes.get(row, ([], []))
+        dtype = first_float_type(types)
+        if dtype == "float":
+            fp32_rows.append(row)
+        elif dtype in LOW_PRECISION and align_mask[ops.name[row]] and misaligned(dims):
+            bad_rows.append(row)
+    fp32 = np.array(fp32_rows, dtype=np.int64)
+    bad = np.array(bad_rows, dtype=np.int64)
+    conv = family[conv_mask[ops.name[family]]]
+    mm = family[mm_mask[ops.name[family]]]
+    has_shapes = bool(ev.shapes)
+    bad_locations = attributor.locate(points(ops, bad), steps)
+    misaligned_count = len(bad_rows) if has_shapes else None
+
+    kernels = np.flatnonzero(ev.gpu.col("kind") == GPU_KIND_KERNEL) if len(ev.gpu) else None
+    if kernels is not None and kernels.size:
+        tids, times, rows = launch_points(ev, kernels)
+        keep = steps.contains(times)
+        tids, times, rows = tids[keep], times[keep], rows[keep]
+        durations = ev.gpu.dur[rows]
+        total = float(durations.sum())
+        basis = "gpu_kernel_time"
+
+        def share(sel: np.ndarray) -> float | None:
+            if total <= 0:
+                return None
+            return float(durations[points_in_spans(tids, times, [(ops, sel)])].sum()) / total
+
+    else:
+        everything = np.arange(len(ops))
+        denominator = union_time(ops, everything[steps.contains(ops.ts)])
+        basis = "cpu_op_time"
+
+        def share(sel: np.ndarray) -> float | None:
+            return union_time(ops, sel) / denominator if denominator > 0 else None
+
+    return OpShares(
+        conv_frac=share(conv),
+        matmul_frac=share(mm),
+        fp32_frac=share(fp32) if has_shapes else None,
+        misaligned_lowp_gemms=misaligned_count,
+        misaligned_locations=bad_locations,
+        basis=basis,
+    )
+
+
+def _leaf_rows(ops: Table, rows: np.ndarray) -> np.ndarray:
+    """Rows that contain no other row of the set on their thread (the innermost op)."""
+    out = []
+    for srows in threads(ops, rows).values():
+        nested_next = np.zeros(srows.size, dtype=bool)
+        nested_next[:-1] = ops.ts[srows][1:] < ops.end[srows][:-1]
+        out.append(srows[~nested_next])
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)

@@ -1,0 +1,449 @@
+"""The child's instrumentation: step plan, step records, profiler window, observations.
+
+`Probes` is the StepTracker's listener. It owns the plan (warm-up, timed, profiled), writes
+steps.jsonl/progress.jsonl, opens the profiler and memory-history windows at the right step,
+and gathers what the hooks saw (probes_hooks.py) into observations.json at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.collect import observe
+from perfdoctor.collect.memory_history import MemoryHistory
+from perfdoctor.collect.nvtx import Nvtx
+from perfdoctor.collect.probes_roots import RootFinder
+from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
+from perfdoctor.collect.profiler_window import ProfilerWindow
+from perfdoctor.collect.runtime import Runtime
+from perfdoctor.collect.step_log import FLUSH_EVERY, StepLog
+from perfdoctor.collect.user_code import Location, UserCode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EffectivePlan:
+    """The spec's StepPlan as this child runs it (no profiled steps without a profiler)."""
+
+    warmup: int
+    timed: int
+    profiled: int
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> EffectivePlan:
+        plan = spec.plan
+        profiled = plan.profiled_steps if spec.profile else 0
+        return cls(max(plan.warmup_steps, 0), max(plan.timed_steps, 0), max(profiled, 0))
+
+    @property
+    def profiled_start(self) -> int:
+        return self.warmup + self.timed
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.timed + self.profiled
+
+    def phase(self, index: int) -> str:
+        if index < self.warmup:
+            return "warmup"
+        if index < self.profiled_start or self.profiled == 0:
+            return "timed"
+        return "profiled"
+
+    def is_phase_end(self, index: int) -> bool:
+        return index + 1 in (self.warmup, self.profiled_start, self.total)
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "warmup_steps": self.warmup,
+            "timed_steps": self.timed,
+            "profiled_steps": self.profiled,
+            "total_steps": self.total,
+        }
+
+
+class Probes:
+    def __init__(self, runtime: Runtime, torch: Any, user_code: UserCode, started_at: float):
+        spec = runtime.spec
+        run_dir = Path(spec.run_dir)
+        self.runtime = runtime
+        self.torch = torch
+        self.user_code = user_code
+        self.plan = EffectivePlan.from_spec(spec)
+        self.tracker = StepTracker(
+            self,
+            plan_total=self.plan.total if self.plan.total > 0 else None,
+            time_window_s=spec.time_window_s,
+        )
+        self.step_log = StepLog(run_dir, started_at)
+        self.profiler: ProfilerWindow | None = None
+        if self.plan.profiled:
+            self.profiler = ProfilerWindow(
+                run_dir, first_step=self.plan.profiled_start, steps=self.plan.profiled
+            )
+        self.memory = MemoryHistory(
+            run_dir,
+            requested=spec.record_memory_history,
+            max_entries=spec.memory_history_max_entries,
+        )
+        self.nvtx, self.nvtx_info = Nvtx.create(spec.nvtx)
+        self.roots = RootFinder(torch, self.tracker, user_code)
+        self.roots.nvtx = self.nvtx
+        self.cuda_used = False
+        self.settings: dict[str, Any] | None = None
+        self.stopped_by_perfdoctor = False
+        self.step_detection: str | None = None
+        self.step_detection_note: str | None = None
+        # what the hooks saw
+        self.optimizers: list[Any] = []
+        self.optimizer_locations: list[Location | None] = []
+        self.optimizer_steps: dict[int, int] = {}
+        self.loader_records: list[dict[str, Any]] = []
+        self.scalers: list[dict[str, Any]] = []
+        self.autocast: dict[str, Any] = {"used": False, "dtype": None, "device_type": None}
+        self.autocast_dtypes: set[str] = set()
+        self.zero_grad_calls = 0
+        self.zero_grad_set_to_none: bool | None = None
+        self.emit_nvtx = False
+        self.any_data = False
+        self.worker_iterators: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.user_profiler_kind: str | None = None
+        self.location_counts: dict[str, Counter[tuple[str, int, str]]] = {}
+        self._step_nvtx: Any = None
+        self._rss_reader = RssReader()
+        # set by probes_hooks: GradScaler.scale(loss) -> remember which loss was scaled
+        self.remember_scaled_loss: Any = lambda outputs, scaled: None
+
+    # ------------------------------------------------------------------ setup
+
+    def install(self) -> None:
+        from perfdoctor.collect import probes_hooks
+
+        self.memory.setup()
+        self.roots.start_discovery()
+        probes_hooks.install(self)
+
+    # ------------------------------------------------------------------ StepListener
+
+    def step_started(self, index: int) -> None:
+        phase = self.plan.phase(index)
+        if not self.cuda_used and (phase == "warmup" or index % FLUSH_EVERY == 0):
+            # Scripts move to CUDA before training; checking is ~3 us, so not every step.
+            self.cuda_used = observe.cuda_in_use(self.torch)
+        if index == self.plan.warmup and self.settings is None:
+            self.settings = observe.torch_settings(self.torch)
+        self.roots.track_shapes = phase != "warmup"
+        self._memory_on_step_start(index)
+        if self.profiler is not None:
+            self.profiler.on_step_start(index)
+        if self.nvtx is not None:
+            self._step_nvtx = self.nvtx.start(f"perfdoctor/step {index}")
+        self.runtime.publish_step_start(index, phase)
+
+    def _memory_on_step_start(self, index: int) -> None:
+        if not self.cuda_used:
+            return
+        if index < self.plan.warmup:
+            self.memory.start(clear=False)
+        elif index == self.plan.warmup and self.plan.profiled_start > index:
+            self.memory.stop()
+        if self.plan.profiled and index == self.plan.profiled_start:
+            self.memory.stop()
+            self.memory.start(clear=True)
+
+    def step_closed(self, step: ClosedStep) -> None:
+        if self.nvtx is not None:
+            self.nvtx.end(self._step_nvtx)
+            self._step_nvtx = None
+        phase = self.plan.phase(step.index)
+        row = self._row(step, phase)
+        self.step_log.add(row, step.losses)
+        self.step_log.progress(step.index, phase, row["wall_ms"], step.end)
+        self.roots.grad_use.step_closed()
+        if self.plan.is_phase_end(step.index) or (step.index + 1) % FLUSH_EVERY == 0:
+            self.step_log.flush()
+
+    def plan_finished(self) -> None:
+        self.stopped_by_perfdoctor = True
+        if self.memory.info.get("recorded") and self.plan.profiled:
+            self.memory.dump("profiled window")
+        self.memory.stop()
+        if self.profiler is not None:
+            self.profiler.finish()
+        self.step_log.flush()
+
+    def mode_changed(self, mode: str, note: str | None) -> None:
+        previous, self.step_detection = self.step_detection, mode
+        if note:
+            self.step_detection_note = note
+        if previous is not None:
+            self.runtime.warn(f"step detection changed from {previous} to {mode}: {note}")
+        if mode in ("backward", "time") and not self.roots.resolved:
+            self.publish_roots([])
+
+    # ------------------------------------------------------------------ from the hooks
+
+    def optimizer_constructed(self, opt: Any, location: Location | None) -> None:
+        self.optimizers.append(opt)
+        self.optimizer_locations.append(location)
+        self.tracker.optimizer_constructed()
+        if self.runtime.roots_known:
+            self.runtime.optimizers.append(opt)
+
+    def optimizer_stepped(self, opt: Any) -> None:
+        key = id(opt)
+        self.optimizer_steps[key] = self.optimizer_steps.get(key, 0) + 1
+        if not self.roots.resolved:
+            self.publish_roots(list(self.optimizers))
+
+    def publish_roots(self, optimizers: list[Any]) -> None:
+        roots = self.roots.resolve(optimizers)
+        if roots and self.roots.found_on_stack:
+            self.runtime.warn(
+                "the root model's forward was not seen (compiled in place, or called through "
+                ".forward()); roots were taken from the script's variables and forward time "
+                "is not measured"
+            )
+        if not roots:
+            self.runtime.warn(
+                "no root model found: no nn.Module holding trained parameters was called "
+                "through module(...) at the top level; forward time is not measured"
+            )
+        self.runtime.publish_roots(list(roots), list(self.optimizers))
+
+    def dataloader_constructed(
+        self, loader: Any, explicit: list[str], location: Location | None
+    ) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "loader": loader,
+            "explicit": explicit,
+            "location": location,
+            "batches": 0,
+        }
+        self.loader_records.append(record)
+        self.runtime.dataloaders.append(loader)
+        return record
+
+    def scaler_constructed(self, scaler: Any, location: Location | None) -> None:
+        self.scalers.append(
+            {"enabled": bool(getattr(scaler, "_enabled", True)), "location": location}
+        )
+
+    def autocast_entered(self, device_type: Any, dtype: Any) -> None:
+        name = str(dtype).replace("torch.", "") if dtype is not None else None
+        if name is not None and name not in self.autocast_dtypes:
+            self.autocast_dtypes.add(name)
+            self.autocast.update({"used": True, "dtype": name, "device_type": str(device_type)})
+        elif not self.autocast["used"]:
+            self.autocast.update({"used": True, "device_type": str(device_type)})
+
+    def zero_grad_called(self, set_to_none: bool) -> None:
+        self.zero_grad_calls += 1
+        if self.zero_grad_set_to_none is None or not set_to_none:
+            self.zero_grad_set_to_none = bool(set_to_none)
+        self.tracker.zero_grad()
+
+    def locate(self, topic: str, frame: Any) -> None:
+        """Count a user call site for observations["locations"][topic]."""
+        key = self.user_code.caller_key(frame)
+        if key is not None:
+            counts = self.location_counts.setdefault(topic, Counter())
+            counts[key] += 1
+
+    def _locations(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for topic, counts in self.location_counts.items():
+            rows = []
+            for key, count in counts.most_common(10):
+                loc = self.user_code.location(*key)
+                loc["count"] = count
+                rows.append(loc)
+            out[topic] = rows
+        return out
+
+    def user_profiler_started(self, kind: str) -> None:
+        if self.profiler is not None:
+            self.profiler.back_off(f"the script started its own {kind}")
+        if self.user_profiler_kind is None:
+            self.user_profiler_kind = kind
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self, *, script_ended_normally: bool) -> None:
+        """Close the last step, windows and files. Safe to call once, from `finally`."""
+        try:
+            self.tracker.finish()
+        except BaseException:  # PlanComplete cannot come from finish; be sure anyway
+            log.debug("tracker.finish failed", exc_info=True)
+        self.roots.grad_use.finish(script_ended_normally=script_ended_normally)
+        if self.profiler is not None:
+            self.profiler.close()
+        if self.memory.recording:
+            self.memory.dump("end of run")
+        self.memory.stop()
+        if self.settings is None:
+            self.settings = observe.torch_settings(self.torch)
+        self.step_log.close()
+        self.roots.remove_hooks()
+
+    def shutdown_workers(self) -> None:
+        """End DataLoader worker processes now rather than at interpreter exit."""
+        for loader in self.runtime.dataloaders:
+            iterator = getattr(loader, "_iterator", None)
+            if iterator is not None:
+                self.worker_iterators.add(iterator)
+        for iterator in list(self.worker_iterators):
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                try:
+                    shutdown()
+                except Exception:
+                    log.debug("worker shutdown failed", exc_info=True)
+
+    def observations(self) -> dict[str, Any]:
+        torch = self.torch
+        cpu = observe.cpu_info()
+        obs: dict[str, Any] = {
+            "step_detection": self.step_detection,
+            "steps_seen": self.tracker.steps_closed,
+            "plan": self.plan.to_json(),
+            "plan_complete": self.plan.total > 0 and self.tracker.steps_closed >= self.plan.total,
+            "stopped_by_perfdoctor": self.stopped_by_perfdoctor,
+            "torch": self.settings or observe.torch_settings(torch),
+            "cpu": cpu,
+            "device": observe.device_info(torch, cpu),
+            "dataloaders": [self._describe_loader(r) for r in self.loader_records],
+            "optimizers": [
+                self._describe_optimizer(opt, loc)
+                for opt, loc in zip(self.optimizers, self.optimizer_locations, strict=True)
+            ],
+            "roots": [observe.describe_root(root, torch) for root in self.roots.roots],
+            "autocast": {
+                **self.autocast,
+                "dtypes": sorted(self.autocast_dtypes),
+                "grad_scaler": bool(self.scalers),
+                "grad_scaler_enabled": any(s["enabled"] for s in self.scalers),
+            },
+            "zero_grad": {"calls": self.zero_grad_calls, "set_to_none": self.zero_grad_set_to_none},
+            "forwards": {
+                "root_calls": self.roots.root_calls,
+                "hooks": self.roots.hook_mode,
+                **self.roots.grad_use.summary(),
+            },
+            "profiler": self._profiler_info(),
+            "dist": observe.dist_info(torch),
+            "compile": observe.compile_info(),
+            "inputs": {"distinct_shapes_after_warmup": len(self.roots.shapes)},
+            "cuda_memory": observe.cuda_memory(torch),
+            "memory_history": self.memory.info,
+            "nvtx": self.nvtx_info,
+        }
+        if self.location_counts:
+            obs["locations"] = self._locations()
+        if self.step_detection_note:
+            obs["step_detection_note"] = self.step_detection_note
+        if self.step_log.nonfinite_losses:
+            obs["nonfinite_losses"] = self.step_log.nonfinite_losses
+        return obs
+
+    def _describe_loader(self, record: dict[str, Any]) -> dict[str, Any]:
+        info = observe.describe_dataloader(record["loader"], self.torch)
+        info["explicit"] = record["explicit"]
+        info["location"] = record["location"]
+        info["batches"] = record["batches"]
+        return info
+
+    def _describe_optimizer(self, opt: Any, location: Location | None) -> dict[str, Any]:
+        info = observe.describe_optimizer(opt, self.torch)
+        info["steps"] = self.optimizer_steps.get(id(opt), 0)
+        info["location"] = location
+        return info
+
+    def _profiler_info(self) -> dict[str, Any]:
+        base: dict[str, Any] = (
+            dict(self.profiler.info)
+            if self.profiler is not None
+            else {"user_profiler": False, "started": False, "trace_files": []}
+        )
+        base["requested"] = self.profiler is not None
+        if self.user_profiler_kind is not None:
+            base["user_profiler"] = True
+            base["user_profiler_kind"] = self.user_profiler_kind
+        base["emit_nvtx"] = self.emit_nvtx
+        return base
+
+    # ------------------------------------------------------------------ rows
+
+    def _row(self, step: ClosedStep, phase: str) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "index": step.index,
+            "phase": phase,
+            "wall_ms": round(step.wall_s * 1000.0, 4),
+            "data_wait_ms": _ms(step.data_s) if (step.data_calls or self.any_data) else None,
+            "forward_ms": _ms(step.forward_s) if step.forward_calls else None,
+            "backward_ms": _ms(step.backward_s) if step.micro_batches else None,
+            "optimizer_ms": _ms(step.optimizer_s) if step.optimizer_s > 0 else None,
+            "micro_batches": step.micro_batches,
+            "loss": None,
+            "batch_size": step.batch_size,
+            "rss_bytes": self._rss(),
+            "cuda_allocated_bytes": None,
+            "cuda_max_allocated_bytes": None,
+        }
+        if self.cuda_used:
+            cuda = self.torch.cuda
+            row["cuda_allocated_bytes"] = int(cuda.memory_allocated())
+            row["cuda_max_allocated_bytes"] = int(cuda.max_memory_allocated())
+        return row
+
+    def _rss(self) -> int | None:
+        return self._rss_reader.read()
+
+
+class RssReader:
+    """Resident set size once per step: /proc/self/statm read through a kept descriptor
+    (about 1 us) where there is one, psutil (about 5-30 us) elsewhere."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._page = 0
+        self._process: Any = None
+        self._failed = False
+
+    def read(self) -> int | None:
+        if self._failed:
+            return None
+        try:
+            if self._fd is not None:
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+            if self._process is not None:
+                return int(self._process.memory_info().rss)
+            return self._open()
+        except (OSError, ValueError, IndexError):
+            self._failed = True
+            return None
+
+    def _open(self) -> int | None:
+        if hasattr(os, "pread") and os.path.exists("/proc/self/statm"):
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+            self._page = os.sysconf("SC_PAGE_SIZE")
+        else:
+            try:
+                import psutil
+
+                self._process = psutil.Process()
+            except Exception:
+                self._failed = True
+                return None
+        return self.read()
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 4)

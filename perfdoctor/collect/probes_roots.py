@@ -1,0 +1,377 @@
+"""Root models: which modules the optimizers train, timed per forward (mechanics §3.0).
+
+Discovery: global module forward hooks (about 3.8 us per module call) see which modules run
+at forward depth 0 outside backward and hold parameters. At the first optimizer step the
+roots are the smallest set of those candidates covering the parameters the optimizers train
+(GAN: two roots; a frozen teacher or an EMA copy trains nothing and is left out; a DDP
+wrapper shares its Parameters, so the wrapper is the root). Then the global hooks are
+removed and only the roots carry cheap hooks, which time forwards, mark the start of an
+iteration, count distinct input shapes and watch for graphs that never reach backward
+(evaluation without no_grad).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from perfdoctor.collect.probes_steps import StepTracker
+from perfdoctor.collect.user_code import UserCode
+
+log = logging.getLogger(__name__)
+
+MAX_SHAPES = 1000
+MAX_WATCHED_OUTPUTS = 4
+
+
+def _is_compiling_fn(torch: Any) -> Callable[[], bool]:
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    if fn is None:
+        fn = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return fn if fn is not None else (lambda: False)
+
+
+def first_tensor_shape(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    tensor_cls = torch.Tensor
+    for value in args:
+        if isinstance(value, tensor_cls):
+            return tuple(value.shape)
+    if kwargs:
+        for value in kwargs.values():
+            if isinstance(value, tensor_cls):
+                return tuple(value.shape)
+    return None
+
+
+class GradUse:
+    """Forwards that built an autograd graph which no backward ever reached.
+
+    Each watched output's grad_fn gets a pre-hook that flips a flag when backward passes
+    through it. Only the flag and the call site are kept (never the graph, which would keep
+    activations alive). A forward is judged one step after its own step closed, since a
+    step boundary may fall between a forward and its backward.
+    """
+
+    def __init__(self, user_code: UserCode, torch: Any) -> None:
+        self._user_code = user_code
+        self._tensor_cls = torch.Tensor
+        self._current: list[list[Any]] = []
+        self._previous: list[list[Any]] = []
+        self.watched = 0
+        self.unused: Counter[tuple[str, int, str] | None] = Counter()
+
+    def watch(self, output: Any, frame: Any) -> None:
+        nodes = self._graph_nodes(output)
+        if not nodes:
+            return
+        record: list[Any] = [False, self._user_code.caller_key(frame)]
+
+        def reached(_grad_outputs: Any, record: list[Any] = record) -> None:
+            record[0] = True
+
+        for node in nodes:
+            try:
+                node.register_prehook(reached)
+            except Exception:
+                return
+        self.watched += 1
+        self._current.append(record)
+
+    def _graph_nodes(self, output: Any) -> list[Any]:
+        tensor_cls = self._tensor_cls
+        if isinstance(output, tensor_cls):
+            candidates: list[Any] = [output]
+        elif isinstance(output, (tuple, list)):
+            candidates = list(output[:MAX_WATCHED_OUTPUTS])
+        elif isinstance(output, dict):
+            candidates = list(output.values())[:MAX_WATCHED_OUTPUTS]
+        else:
+            return []
+        nodes = []
+        for value in candidates:
+            if isinstance(value, tensor_cls):
+                node = value.grad_fn
+                if node is not None:
+                    nodes.append(node)
+        return nodes
+
+    def step_closed(self) -> None:
+        self._judge(self._previous)
+        self._previous, self._current = self._current, []
+
+    def finish(self, *, script_ended_normally: bool) -> None:
+        self._judge(self._previous)
+        if script_ended_normally:
+            # Every backward the script was going to run has run.
+            self._judge(self._current)
+        self._previous, self._current = [], []
+
+    def _judge(self, records: list[list[Any]]) -> None:
+        for reached, key in records:
+            if not reached:
+                self.unused[key] += 1
+
+    def summary(self) -> dict[str, Any]:
+        locations = []
+        for key, count in self.unused.most_common(10):
+            if key is None:
+                continue
+            loc = self._user_code.location(*key)
+            loc["count"] = count
+            locations.append(loc)
+        return {
+            "grad_forwards": self.watched,
+            "grad_without_backward": int(sum(self.unused.values())),
+            "locations": locations,
+        }
+
+
+class RootFinder:
+    def __init__(self, torch: Any, tracker: StepTracker, user_code: UserCode) -> None:
+        self._torch = torch
+        self._tracker = tracker
+        self._is_compiling = _is_compiling_fn(torch)
+        self._graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+        self.grad_use = GradUse(user_code, torch)
+        self.roots: list[Any] = []
+        self.resolved = False
+        self.track_shapes = False
+        self.shapes: set[Any] = set()
+        self.root_calls = 0
+        self.nvtx: Any = None
+        self._candidates: dict[int, Any] = {}
+        self._discovery_calls: dict[int, int] = {}
+        self._has_params: dict[int, bool] = {}
+        self._global_handles: list[Any] = []
+        self._root_handles: list[Any] = []
+        self._depth = 0
+        self._stack: list[float | None] = []
+        self._root_ids: set[int] = set()
+        self._nvtx_handle: Any = None
+        self.hook_mode = "discovery"  # then "per-root", or "global" (see resolve)
+        self.found_on_stack = False
+
+    # ------------------------------------------------------------------ discovery
+
+    def start_discovery(self) -> None:
+        from torch.nn.modules import module as module_mod
+
+        # torch warns on every call of a torch.compile'd module while global hooks exist;
+        # they are ours, and they fire for the wrapper only (depth 0), so say nothing.
+        warnings.filterwarnings(
+            "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
+        )
+
+        self._global_handles.append(module_mod.register_module_forward_pre_hook(self._global_pre))
+        try:
+            handle = module_mod.register_module_forward_hook(self._global_post, always_call=True)
+        except TypeError:  # torch without always_call
+            handle = module_mod.register_module_forward_hook(self._global_post)
+        self._global_handles.append(handle)
+
+    def _global_pre(self, module: Any, args: Any) -> None:
+        if self._is_compiling():
+            return
+        t0 = None
+        if self._depth == 0 and self._graph_task_id() == -1:
+            if self.resolved:
+                if id(module) in self._root_ids:
+                    t0 = self._enter(args, None)
+            elif self._holds_params(module):
+                key = id(module)
+                if key not in self._candidates:
+                    self._candidates[key] = module
+                self._discovery_calls[key] = self._discovery_calls.get(key, 0) + 1
+                t0 = self._enter(args, None)
+        self._depth += 1
+        self._stack.append(t0)
+
+    def _global_post(self, module: Any, args: Any, output: Any) -> None:
+        if self._is_compiling():
+            return
+        if self._depth:
+            self._depth -= 1
+        t0 = self._stack.pop() if self._stack else None
+        if t0 is not None:
+            self._exit(t0, output)
+
+    def _holds_params(self, module: Any) -> bool:
+        key = id(module)
+        known = self._has_params.get(key)
+        if known is None:
+            known = next(module.parameters(), None) is not None
+            self._has_params[key] = known
+        return known
+
+    def resolve(self, optimizers: list[Any]) -> list[Any]:
+        """Pick the roots, then swap the global hooks for per-root hooks, unless torch.compile
+        already compiled code while the global hooks were registered: Dynamo guards on their
+        count, so removing them would recompile every compiled function. Compiled modules
+        run their inner modules' hooks inside the graph (as no-ops), so keeping the global
+        hooks costs little there."""
+        if self.resolved:
+            return self.roots
+        self.resolved = True
+        self.roots = self._choose(list(self._candidates.values()), optimizers)
+        if not self.roots and optimizers:
+            # No module forward was seen (an in-place `model.compile()` runs its hooks
+            # inside the graph; `model.forward(x)` bypasses them): look at the objects
+            # the user's code holds right now.
+            self.roots = self._choose(self._modules_on_stack(sys._getframe(1)), optimizers)
+            self.found_on_stack = bool(self.roots)
+        self._root_ids = {id(root) for root in self.roots}
+        for root in self.roots:
+            self.root_calls += self._discovery_calls.get(id(root), 0)
+        if self._compiled_under_global_hooks():
+            self.hook_mode = "global"
+            return self.roots
+        self.hook_mode = "per-root"
+        for handle in self._global_handles:
+            handle.remove()
+        self._global_handles.clear()
+        self._depth = 0
+        self._stack.clear()
+        for root in self.roots:
+            self._hook_root(root)
+        return self.roots
+
+    def _compiled_under_global_hooks(self) -> bool:
+        if "torch._dynamo" not in sys.modules:
+            return False
+        try:
+            from torch._dynamo.utils import counters
+
+            return int(counters["frames"].get("ok", 0)) > 0
+        except Exception:
+            return any(hasattr(m, "_orig_mod") for m in self._candidates.values())
+
+    def _modules_on_stack(self, frame: Any) -> list[Any]:
+        """nn.Modules referenced by the frames on the stack and by `__main__`, and one
+        attribute level below (a trainer object's `self.model`)."""
+        module_cls = self._torch.nn.Module
+        found: dict[int, Any] = {}
+
+        def consider(value: Any, depth: int) -> None:
+            if isinstance(value, module_cls):
+                found.setdefault(id(value), value)
+                return
+            if depth or isinstance(value, (type, types.ModuleType)):
+                return
+            try:  # vars() reads __dict__ without running properties or __getattr__
+                attributes = list(vars(value).values())
+            except TypeError:
+                return
+            for attribute in attributes:
+                consider(attribute, 1)
+
+        namespaces = []
+        while frame is not None:
+            namespaces.append(frame.f_locals)
+            frame = frame.f_back
+        main = sys.modules.get("__main__")
+        if main is not None:
+            namespaces.append(vars(main))
+        for namespace in namespaces:
+            for value in list(namespace.values()):
+                consider(value, 0)
+        return list(found.values())
+
+    def _choose(self, candidates: list[Any], optimizers: list[Any]) -> list[Any]:
+        if optimizers:
+            wanted = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
+        else:
+            wanted = {id(p) for m in candidates for p in m.parameters() if p.requires_grad}
+            if not wanted:  # inference-only: every parameter counts
+                wanted = {id(p) for m in candidates for p in m.parameters()}
+        scored = []
+        for order, module in enumerate(candidates):
+            covered = {id(p) for p in module.parameters()} & wanted
+            if covered:
+                # Same parameters: the wrapper (DDP, torch.compile) holds more modules.
+                size = sum(1 for _ in module.modules())
+                scored.append((len(covered), size, order, module, covered))
+        scored.sort(key=lambda item: (-item[0], -item[1], item[2]))
+        chosen: list[tuple[int, Any]] = []
+        seen: set[int] = set()
+        for _, _, order, module, covered in scored:
+            if not covered <= seen:
+                chosen.append((order, module))
+                seen |= covered
+        return [module for _, module in sorted(chosen, key=lambda item: item[0])]
+
+    # ------------------------------------------------------------------ per-root hooks
+
+    def _hook_root(self, root: Any) -> None:
+        try:
+            pre = root.register_forward_pre_hook(self._root_pre, prepend=True, with_kwargs=True)
+        except TypeError:
+            pre = root.register_forward_pre_hook(self._root_pre_args)
+        try:
+            post = root.register_forward_hook(self._root_post, always_call=True)
+        except TypeError:
+            post = root.register_forward_hook(self._root_post)
+        self._root_handles.extend([pre, post])
+
+    def _root_pre_args(self, module: Any, args: Any) -> None:
+        self._root_pre(module, args, None)
+
+    def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._is_compiling():
+            return None
+        t0 = None
+        if self._depth == 0 and self._graph_task_id() == -1:
+            t0 = self._enter(args, kwargs)
+        # else: a root inside a root, or a checkpoint recompute during backward.
+        self._depth += 1
+        self._stack.append(t0)
+        return None
+
+    def _root_post(self, module: Any, args: Any, output: Any) -> None:
+        if self._is_compiling():
+            return None
+        if self._depth:
+            self._depth -= 1
+        t0 = self._stack.pop() if self._stack else None
+        if t0 is not None:
+            self._exit(t0, output)
+        return None
+
+    # ------------------------------------------------------------------ one root forward
+
+    def _enter(self, args: Any, kwargs: Any) -> float:
+        """A depth-0 forward of a root (or, before roots are known, of a candidate)."""
+        t0 = self._tracker.forward_start()  # may stop the script: before depth moves
+        shape = first_tensor_shape(self._torch, args, kwargs)
+        if shape:
+            # Without a DataLoader the batch size is the root input's first dimension.
+            self._tracker.input_batch(shape[0])
+        if self.resolved:
+            self.root_calls += 1
+            if self.track_shapes and shape is not None and len(self.shapes) < MAX_SHAPES:
+                self.shapes.add(shape)
+        if self.nvtx is not None:
+            self._nvtx_handle = self.nvtx.start("forward")
+        return t0
+
+    def _exit(self, t0: float, output: Any) -> None:
+        self._tracker.forward_end(t0)
+        if self.nvtx is not None:
+            self.nvtx.end(self._nvtx_handle)
+        if self.resolved and self._torch.is_grad_enabled():
+            # Frames above: Module._call_impl and its helpers, then the user's call site.
+            self.grad_use.watch(output, sys._getframe(2))
+
+    def remove_hooks(self) -> None:
+        for handle in self._global_handles + self._root_handles:
+            try:
+                handle.remove()
+            except Exception:
+                log.debug("hook removal failed", exc_info=True)
+        self._global_handles.clear()
+        self._root_handles.clear()

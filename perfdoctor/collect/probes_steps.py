@@ -1,0 +1,344 @@
+"""Where one training iteration ends and the next begins, from events alone.
+
+The hooks (probes_hooks.py) report events; this state machine turns them into steps. It
+imports no torch, so its rules are tested with a fake clock.
+
+Step signals ("step_detection"), decided while the script runs:
+
+* ``optimizer``: step events are depth-0 optimizer steps and `GradScaler.update` calls (a
+  skipped fp16 step never calls `optimizer.step`, but the scaler updates every iteration).
+* ``backward``: no optimizer was ever constructed when the first backward ran, or one exists
+  but never stepped while gradients were cleared between backward calls (manual SGD), or
+  `BACKWARD_FALLBACK_CALLS` backward calls passed without an optimizer step.
+* ``time``: neither backward nor optimizer, but model forwards: windows of `time_window_s`.
+
+When does a step end? A step is *pending* once it saw a step event. It is closed at the start
+of the next iteration, so the profiler's `ProfilerStep#N` span and our step N cover the same
+interval and nothing is closed inside `optimizer.step` (mechanics §2.2):
+
+* a step that fetched a DataLoader batch before its first step event is closed by the next
+  DataLoader fetch only (GAN: D steps, then G's forward and step belong to the same
+  iteration, until the next batch);
+* otherwise by the next root forward, backward or fetch, once every step source seen so far
+  has stepped in it (a GAN without a DataLoader is not split between D and G);
+* a source that steps twice in one step always starts a new step (repeat rule): this keeps
+  the count right whatever the order of events (WGAN critics, skipped fp16 steps).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+BACKWARD_SOURCE = "backward"
+
+
+class PlanComplete(BaseException):
+    """Raised into the user's script after the last planned step.
+
+    A BaseException, so that a script's `except Exception` around its loop does not swallow
+    it; the bootstrap catches it and exits 0.
+    """
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~3 us per step
+class ClosedStep:
+    index: int
+    start: float
+    end: float
+    data_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    data_calls: int
+    forward_calls: int
+    micro_batches: int
+    losses: tuple[Any, ...]
+    batch_size: int | None
+    closed_by: str  # data / forward / backward / repeat / time / fallback / end
+
+    @property
+    def wall_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class _OpenStep:
+    index: int
+    start: float
+    data_s: float = 0.0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    data_calls: int = 0
+    forward_calls: int = 0
+    micro_batches: int = 0
+    losses: list[Any] = field(default_factory=list)
+    batch_size: int | None = None
+    sources: set[Any] = field(default_factory=set)
+    data_driven: bool = False  # a DataLoader batch was fetched before the first step event
+
+    def close(self, end: float, closed_by: str) -> ClosedStep:
+        return ClosedStep(
+            index=self.index,
+            start=self.start,
+            end=end,
+            data_s=self.data_s,
+            forward_s=self.forward_s,
+            backward_s=self.backward_s,
+            optimizer_s=self.optimizer_s,
+            data_calls=self.data_calls,
+            forward_calls=self.forward_calls,
+            micro_batches=self.micro_batches,
+            losses=tuple(self.losses),
+            batch_size=self.batch_size,
+            closed_by=closed_by,
+        )
+
+
+class StepListener(Protocol):
+    def step_started(self, index: int) -> None: ...
+
+    def step_closed(self, step: ClosedStep) -> None: ...
+
+    def plan_finished(self) -> None:
+        """The last planned step closed: finish the window before the script is stopped."""
+
+    def mode_changed(self, mode: str, note: str | None) -> None: ...
+
+
+class StepTracker:
+    """Turns hook events into steps (see the module docstring for the rules)."""
+
+    BACKWARD_FALLBACK_CALLS = 64
+    TIME_MODE_MIN_FORWARDS = 3
+    TIME_MODE_MIN_WINDOWS = 2
+
+    def __init__(
+        self,
+        listener: StepListener,
+        *,
+        plan_total: int | None,
+        time_window_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._listener = listener
+        self._plan_total = plan_total
+        self._window = max(float(time_window_s), 1e-3)
+        self._clock = clock
+        self.mode: str | None = None
+        self.steps_closed = 0
+        self.stopped = False
+        self._open: _OpenStep | None = None
+        self._all_sources: set[Any] = set()
+        self._optimizers_constructed = 0
+        self._first_event: float | None = None
+        self._forward_total = 0
+        self._backward_total = 0
+        self._undecided_backwards = 0
+
+    # ------------------------------------------------------------------ events
+
+    def optimizer_constructed(self) -> None:
+        self._optimizers_constructed += 1
+
+    def data_start(self) -> float:
+        now = self._clock()
+        self._trigger("data", now)
+        step = self._open
+        if step is not None and not step.sources:
+            step.data_driven = True
+        return self._clock()
+
+    def data_end(self, t0: float, batch_size: int | None) -> None:
+        step = self._open
+        if step is None or self.stopped:
+            return
+        step.data_s += self._clock() - t0
+        step.data_calls += 1
+        if step.batch_size is None and batch_size is not None:
+            step.batch_size = batch_size
+
+    def forward_start(self) -> float:
+        now = self._clock()
+        self._forward_total += 1
+        self._trigger("forward", now)
+        return self._clock()
+
+    def input_batch(self, size: int) -> None:
+        """A root's input batch size: used when no DataLoader batch gave one this step."""
+        step = self._open
+        if step is not None and step.batch_size is None:
+            step.batch_size = int(size)
+
+    def forward_end(self, t0: float) -> None:
+        step = self._open
+        if step is None or self.stopped:
+            return
+        step.forward_s += self._clock() - t0
+        step.forward_calls += 1
+
+    def backward_start(self) -> float:
+        now = self._clock()
+        if self.stopped:
+            raise PlanComplete
+        self._backward_total += 1
+        if self.mode == "time":
+            self._set_mode(None, "a backward pass after time-window steps; re-detecting")
+            self._all_sources.clear()
+        if self.mode is None and self._optimizers_constructed == 0:
+            self._set_mode("backward", None)
+        step = self._open
+        if self.mode == "backward" and step is not None and BACKWARD_SOURCE in step.sources:
+            self._close(now, "repeat")
+        self._trigger("backward", now)
+        return self._clock()
+
+    def backward_end(self, t0: float, loss: Any) -> None:
+        step = self._open
+        if step is None or self.stopped:
+            return
+        now = self._clock()
+        step.backward_s += now - t0
+        step.micro_batches += 1
+        if loss is not None:
+            step.losses.append(loss)
+        if self.mode == "backward":
+            step.sources.add(BACKWARD_SOURCE)
+            self._all_sources.add(BACKWARD_SOURCE)
+        elif self.mode is None:
+            self._undecided_backwards += 1
+            if self._undecided_backwards >= self.BACKWARD_FALLBACK_CALLS:
+                self._fall_back_to_backward(
+                    now, f"{self._undecided_backwards} backward calls without an optimizer step"
+                )
+
+    def optimizer_start(self, key: Any) -> float:
+        self._source_event(key, self._clock())
+        return self._clock()
+
+    def optimizer_end(self, key: Any, t0: float) -> None:
+        step = self._open
+        if step is None or self.stopped:
+            return
+        step.optimizer_s += self._clock() - t0
+        self._join(step, key)
+
+    def scaler_update(self, key: Any) -> None:
+        self._source_event(key, self._clock())
+        step = self._open
+        if step is not None and not self.stopped:
+            self._join(step, key)
+
+    def zero_grad(self) -> None:
+        """Gradients cleared after a backward without any optimizer step: manual updates."""
+        if self.mode is None and self._undecided_backwards > 0 and not self.stopped:
+            self._fall_back_to_backward(self._clock(), "gradients cleared without optimizer.step")
+
+    def finish(self) -> None:
+        """The script ended (on its own, by crash or signal): keep the last step if whole."""
+        if self.stopped or self._open is None:
+            return
+        now = self._clock()
+        step = self._open
+        if self.mode is None:
+            if self._backward_total:
+                self._set_mode("backward", "the script ended before any optimizer step")
+                step.sources.add(BACKWARD_SOURCE)
+            elif self._forward_total:
+                self._set_mode("time", "the script ended before any backward pass")
+        # Whole = it would have been closed by the next iteration's first event.
+        keep = self._pending(step, now, "data")
+        self._open = None
+        if keep:
+            self.steps_closed += 1
+            self._listener.step_closed(step.close(now, "end"))
+
+    # ------------------------------------------------------------------ rules
+
+    def _source_event(self, key: Any, now: float) -> None:
+        if self.stopped:
+            raise PlanComplete
+        if self.mode != "optimizer":
+            note = None if self.mode is None else f"an optimizer step after {self.mode} steps"
+            if self.mode is not None:
+                self._all_sources.discard(BACKWARD_SOURCE)
+                if self._open is not None:
+                    self._open.sources.discard(BACKWARD_SOURCE)
+            self._set_mode("optimizer", note)
+        step = self._open
+        if step is not None and key in step.sources:
+            self._close(now, "repeat")
+        self._ensure_open(now)
+
+    def _join(self, step: _OpenStep, key: Any) -> None:
+        step.sources.add(key)
+        self._all_sources.add(key)
+
+    def _trigger(self, kind: str, now: float) -> None:
+        if self.stopped:
+            raise PlanComplete
+        if self._first_event is None:
+            self._first_event = now
+        if self.mode is None:
+            self._maybe_choose_time_windows(now)
+        step = self._open
+        if step is not None and self._pending(step, now, kind):
+            self._close(now, "time" if self.mode == "time" else kind)
+        self._ensure_open(now)
+
+    def _pending(self, step: _OpenStep, now: float, kind: str) -> bool:
+        if self.mode == "time":
+            return now - step.start >= self._window
+        if not step.sources:
+            return False
+        if step.data_driven:
+            return kind == "data"
+        return step.sources >= self._all_sources
+
+    def _maybe_choose_time_windows(self, now: float) -> None:
+        if self._backward_total or self._forward_total < self.TIME_MODE_MIN_FORWARDS:
+            return
+        first = self._first_event if self._first_event is not None else now
+        if now - first >= self.TIME_MODE_MIN_WINDOWS * self._window:
+            self._set_mode("time", None)
+
+    def _fall_back_to_backward(self, now: float, why: str) -> None:
+        self._set_mode("backward", why)
+        step = self._open
+        if step is not None:
+            step.sources.add(BACKWARD_SOURCE)
+            self._all_sources.add(BACKWARD_SOURCE)
+            self._close(now, "fallback")
+        self._ensure_open(now)
+
+    def _set_mode(self, mode: str | None, note: str | None) -> None:
+        if mode == self.mode:
+            return
+        self.mode = mode
+        if mode is not None:
+            self._listener.mode_changed(mode, note)
+
+    def _close(self, now: float, closed_by: str) -> None:
+        step = self._open
+        if step is None:
+            return
+        self._open = None
+        self.steps_closed += 1
+        self._listener.step_closed(step.close(now, closed_by))
+
+    def _ensure_open(self, now: float) -> None:
+        if self._open is not None or self.stopped:
+            return
+        index = self.steps_closed
+        if self._plan_total is not None and index >= self._plan_total:
+            self.stopped = True
+            self._listener.plan_finished()
+            raise PlanComplete
+        step = self._open = _OpenStep(index=index, start=now)
+        self._listener.step_started(index)
+        # The listener's bookkeeping (rows, progress, opening the profiler) happened between
+        # the two steps: it belongs to neither.
+        step.start = self._clock()

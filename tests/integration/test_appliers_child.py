@@ -1,0 +1,98 @@
+"""Appliers in real child runs (bootstrap + probes + appliers), kept tiny: ~3-5 s per run."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.collect.launcher import launch
+from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.optimize.compare import compare_variant, load_run_sample
+
+pytestmark = pytest.mark.integration
+
+PLAN = StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=0)
+
+DEBUG_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.autograd.set_detect_anomaly(True)  # left over from debugging
+    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    loader = DataLoader(data, batch_size=16)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if __name__ == "__main__":
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    """
+)
+
+OVERFLOW_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.fc(x * 1e5)  # activations far beyond fp16's range
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-12)
+    for _ in range(100):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(torch.randn(4, 8)), torch.zeros(4, 1)).backward()
+        opt.step()
+    """
+)
+
+
+def run(tmp_path: Path, source: str, label: str, optimizations: tuple[str, ...] = ()) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    run_dir = tmp_path / label
+    spec = RunSpec(
+        label=label,
+        target=Target(kind="script", name="train.py"),
+        cwd=str(tmp_path),
+        run_dir=str(run_dir),
+        plan=PLAN,
+        optimizations=optimizations,
+        profile=False,
+        record_memory_history=False,
+    )
+    manifest = launch(spec, timeout_s=120, echo_output=False)
+    assert manifest.status == "completed", (manifest.status, manifest.error)
+    return run_dir
+
+
+def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
+    run_dir = run(tmp_path, DEBUG_SCRIPT, "both", ("anomaly-off", "dataloader-workers", "tf32"))
+    sample = load_run_sample(run_dir)
+    rows = {a.id: a for a in sample.applied}
+    assert rows["anomaly-off"].applied and rows["anomaly-off"].verified, rows
+    assert "1 enable call(s)" in rows["anomaly-off"].detail
+    workers = rows["dataloader-workers"]
+    assert workers.applied and workers.verified, workers
+    assert "train.py:7: num_workers 0 ->" in workers.detail
+    assert rows["tf32"].applied is False and "CUDA" in rows["tf32"].detail
+    assert len(sample.step_ms) == PLAN.timed_steps
+
+
+def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(tmp_path):
+    baseline = load_run_sample(run(tmp_path, OVERFLOW_SCRIPT, "baseline"))
+    variant = load_run_sample(run(tmp_path, OVERFLOW_SCRIPT, "amp-fp16", ("amp-fp16",)))
+    rows = {a.id: a for a in variant.applied}
+    assert rows["amp-fp16"].applied and rows["amp-fp16"].verified, rows
+    result = compare_variant([baseline], [variant], ["amp-fp16"])
+    assert result.verdict == "rejected"
+    assert result.reason.startswith("loss is ")
+    assert "at step 1 (baseline finite)" in result.reason  # iteration 1 ran in fp32

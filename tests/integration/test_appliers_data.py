@@ -1,0 +1,155 @@
+"""Input-pipeline appliers in-process on CPU: DataLoader workers, pin_memory, non_blocking."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from appliers_support import Harness
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from perfdoctor.collect.appliers import base, data
+from perfdoctor.collect.appliers.data import start_method, worker_refusal
+
+
+@pytest.fixture
+def harness_factory():
+    made: list[Harness] = []
+
+    def make(*ids: str) -> Harness:
+        harness = Harness(ids).install()
+        made.append(harness)
+        return harness
+
+    yield make
+    for harness in made:
+        harness.close()
+
+
+def dataset(n: int = 32) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(
+        torch.randn(n, 8, generator=generator), torch.randn(n, 1, generator=generator)
+    )
+
+
+def drive(harness: Harness, loader: DataLoader, steps: int = 3) -> list[torch.Tensor]:
+    """Iterate like a training loop, publishing steps as the probes would."""
+    seen = []
+    for index, (x, _y) in enumerate(loader):
+        if index >= steps:
+            break
+        harness.runtime.publish_step_start(index, "timed")
+        seen.append(x)
+    return seen
+
+
+def test_workers_raised_and_verified_with_the_same_batches(harness_factory):
+    plain = [x for x, _ in DataLoader(dataset(), batch_size=8)]
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8)
+    assert loader.num_workers == min(4, base.usable_cores())
+    assert loader.persistent_workers is False  # never turned on by default
+    seen = drive(harness, loader)
+    for got, want in zip(seen, plain, strict=False):
+        assert torch.equal(got, want)  # same order: the sampler runs in the main process
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] and row["verified"], row
+    assert "num_workers 0 ->" in row["detail"]
+    assert "test_appliers_data.py" in row["detail"]  # the script line that built it
+
+
+def test_workers_set_by_the_script_are_kept(harness_factory):
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8, num_workers=1)
+    assert loader.num_workers == 1
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] is False and "kept num_workers=1" in row["detail"]
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from (torch.tensor([float(i)]) for i in range(6))
+
+
+def test_iterable_dataset_refused(harness_factory):
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(Stream(), batch_size=2)
+    assert loader.num_workers == 0
+    assert [b.flatten().tolist() for b in loader] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] is False and "IterableDataset" in row["detail"]
+
+
+class LambdaDataset(Dataset):
+    def __init__(self) -> None:
+        self.transform = lambda v: v * 2  # fine under fork, unpicklable under spawn
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.transform(torch.tensor([float(i)]))
+
+
+def test_unpicklable_dataset_refused_under_spawn(harness_factory, monkeypatch):
+    # As after multiprocessing.set_start_method("spawn") in the script (or Python 3.14's
+    # forkserver default), without changing this test process's own start method.
+    monkeypatch.setattr(data.multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(LambdaDataset(), batch_size=2)
+    assert loader.num_workers == 0
+    assert [b.flatten().tolist() for b in loader] == [[0.0, 2.0], [4.0, 6.0]]
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] is False
+    assert "cannot be pickled for spawn workers" in row["detail"]
+
+
+def test_unpicklable_dataset_accepted_under_fork():
+    assert worker_refusal({"dataset": LambdaDataset(), "multiprocessing_context": "fork"}) is None
+
+
+def test_start_method_does_not_fix_the_global_default():
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    assert start_method(None) in ("fork", "forkserver", "spawn")
+    assert multiprocessing.get_start_method(allow_none=True) == before
+    assert start_method(multiprocessing.get_context("spawn")) == "spawn"
+
+
+def test_subclassed_dataloader_is_covered(harness_factory):
+    class MyLoader(DataLoader):
+        def __init__(self, ds):
+            super().__init__(ds, batch_size=4)
+
+    harness = harness_factory("dataloader-workers")
+    assert MyLoader(dataset()).num_workers > 0
+    harness.close()
+    assert MyLoader(dataset()).num_workers == 0  # uninstall restores DataLoader
+
+
+def test_pin_memory_and_non_blocking_refused_without_cuda(harness_factory, monkeypatch):
+    monkeypatch.setattr(base, "cuda_available", lambda: False)
+    rows = harness_factory("pin-memory", "non-blocking-copies").results()
+    assert rows["pin-memory"]["applied"] is False and "CUDA" in rows["pin-memory"]["detail"]
+    row = rows["non-blocking-copies"]
+    assert row["applied"] is False and "CUDA" in row["detail"]
+
+
+def test_pin_memory_keeps_an_explicit_choice(harness_factory, monkeypatch):
+    monkeypatch.setattr(base, "cuda_available", lambda: True)
+    harness = harness_factory("pin-memory")
+    assert DataLoader(dataset(), batch_size=8, pin_memory=False).pin_memory is False
+    row = harness.results()["pin-memory"]
+    assert row["applied"] is False and "kept pin_memory=False" in row["detail"]
+
+
+def test_non_blocking_leaves_cpu_to_cpu_copies_alone(harness_factory, monkeypatch):
+    monkeypatch.setattr(base, "cuda_available", lambda: True)
+    harness = harness_factory("non-blocking-copies")
+    x = torch.randn(4)
+    assert torch.equal(x.to("cpu"), x)
+    assert x.to(torch.float64).dtype == torch.float64
+    row = harness.results()["non-blocking-copies"]
+    assert row["applied"] is True and row["verified"] is False
+    assert "needs pin-memory" in row["detail"]

@@ -1,0 +1,202 @@
+"""The child runs the target exactly as plain `python` would, and keeps its exit status.
+
+Real child processes: `python -m perfdoctor.collect.bootstrap spec.json`, each a few
+seconds. `run_child` is shared with test_child_training.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfdoctor import rundir
+from perfdoctor.collect import bootstrap
+from perfdoctor.model import RunSpec, StepPlan, Target
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+REPO = Path(__file__).resolve().parents[2]
+SMALL_PLAN = StepPlan(warmup_steps=1, timed_steps=3, profiled_steps=0)
+
+
+@dataclass
+class ChildRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    run_dir: Path
+
+    @property
+    def observations(self) -> dict[str, Any]:
+        return rundir.read_json(self.run_dir / rundir.OBSERVATIONS_FILE)
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return list(rundir.read_jsonl(self.run_dir / rundir.STEPS_FILE))
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def write_spec(
+    tmp_path: Path,
+    name: str,
+    *argv: str,
+    kind: str = "script",
+    cwd: Path = SCRIPTS,
+    plan: StepPlan = SMALL_PLAN,
+    **fields: Any,
+) -> Path:
+    run_dir = tmp_path / "run"
+    fields.setdefault("profile", plan.profiled_steps > 0)
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind=kind, name=name, argv=tuple(argv)),  # type: ignore[arg-type]
+        cwd=str(cwd),
+        run_dir=str(run_dir),
+        plan=plan,
+        **fields,
+    )
+    path = run_dir / rundir.SPEC_FILE
+    rundir.write_json(path, rundir.to_jsonable(spec))
+    return path
+
+
+def bootstrap_command(spec_path: Path) -> list[str]:
+    return [sys.executable, "-m", "perfdoctor.collect.bootstrap", str(spec_path)]
+
+
+def run_child(tmp_path: Path, name: str, *argv: str, **options: Any) -> ChildRun:
+    spec_path = write_spec(tmp_path, name, *argv, **options)
+    spec = rundir.load_spec(spec_path.parent)
+    proc = subprocess.run(
+        bootstrap_command(spec_path),
+        cwd=spec.cwd,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    return ChildRun(proc.returncode, proc.stdout, proc.stderr, spec_path.parent)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_script_sees_argv_file_path_and_cwd_as_plain_python_gives_them(tmp_path: Path) -> None:
+    ours, plain = tmp_path / "ours.json", tmp_path / "plain.json"
+    run = run_child(tmp_path, os.path.join("sub", "argv_probe.py"), str(ours), "--flag")
+    assert run.returncode == 0, run.output
+    subprocess.run(
+        [sys.executable, os.path.join("sub", "argv_probe.py"), str(plain), "--flag"],
+        cwd=SCRIPTS,
+        check=True,
+    )
+    seen, expected = json.loads(ours.read_text()), json.loads(plain.read_text())
+    expected["argv"][1] = str(ours)
+    assert seen == expected
+    assert seen["argv"][0] == os.path.join("sub", "argv_probe.py")  # as typed
+    assert seen["path0"] == str(SCRIPTS / "sub")
+    assert seen["name"] == "__main__"
+
+
+def test_sys_exit_code_is_the_childs_exit_code(tmp_path: Path) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=100, profiled_steps=0)
+    run = run_child(tmp_path, "train_loop.py", "--exit-code", "3", plan=plan)
+    assert run.returncode == 3, run.output
+    obs = run.observations
+    assert obs["exit_code"] == 3
+    assert obs["script_exit_code"] == 3
+    assert obs["plan_complete"] is False
+    assert obs["stopped_by_perfdoctor"] is False
+    assert len(run.steps) == 16  # 64 samples / batch 4: the script finished on its own
+
+
+def test_crash_at_step_n_keeps_n_steps_the_error_and_the_scripts_traceback(
+    tmp_path: Path,
+) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=10, profiled_steps=0)
+    run = run_child(tmp_path, "train_loop.py", "--crash-at", "3", plan=plan)
+    assert run.returncode == 1, run.output
+    assert [row["index"] for row in run.steps] == [0, 1, 2]
+    obs = run.observations
+    assert obs["error"] == "ValueError: planted crash at step 3"
+    raise_line = _line_of(SCRIPTS / "train_loop.py", "raise ValueError")
+    assert obs["error_location"] == {
+        "file": "train_loop.py",
+        "line": raise_line,
+        "function": "train",
+    }
+    # Python's own traceback, starting at the script: no perfdoctor frames above it.
+    traceback = run.stderr[run.stderr.index("Traceback (most recent call last):") :]
+    first_frame = traceback.splitlines()[1]
+    assert "train_loop.py" in first_frame
+    assert "perfdoctor" not in traceback
+    assert traceback.rstrip().endswith("ValueError: planted crash at step 3")
+
+
+def test_cuda_out_of_memory_crash_is_flagged_for_the_memory_report(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "train_loop.py", "--crash-at", "2", "--crash-oom")
+    assert run.returncode == 1, run.output
+    obs = run.observations
+    assert obs["cuda_oom"] is True
+    assert obs["error"] == "OutOfMemoryError: CUDA out of memory (planted)"
+    assert len(run.steps) == 2
+
+
+def test_module_form_runs_like_python_dash_m_and_stops_after_the_plan(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    run = run_child(
+        tmp_path, "pkg_demo.train", "--steps", "1000", "--report", str(report), kind="module"
+    )
+    assert run.returncode == 0, run.output
+    seen = json.loads(report.read_text())
+    assert seen["argv"] == [
+        str(SCRIPTS / "pkg_demo" / "train.py"),
+        "--steps",
+        "1000",
+        "--report",
+        str(report),
+    ]
+    assert (seen["name"], seen["spec"]) == ("__main__", "pkg_demo.train")
+    obs = run.observations
+    assert obs["stopped_by_perfdoctor"] is True
+    assert obs["plan_complete"] is True
+    assert len(run.steps) == SMALL_PLAN.total_steps
+
+
+def test_unknown_module_is_a_launch_error_with_exit_66(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "pkg_demo.missing", kind="module")
+    assert run.returncode == 66, run.output
+    assert run.observations["launch_error"] == "module not found: pkg_demo.missing"
+    assert "module not found: pkg_demo.missing" in run.stderr
+    assert run.steps == []
+
+
+def test_the_time_origin_variable_matches_the_launchers() -> None:
+    from perfdoctor.collect import launcher
+
+    assert bootstrap.T0_ENV == launcher.T0_ENV
+
+
+def _line_of(path: Path, marker: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if marker in line:
+            return number
+    raise AssertionError(f"{marker!r} not in {path}")

@@ -1,0 +1,228 @@
+"""What the child measures in real training scripts: steps, losses, profiler, observations."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from test_child_launch import (
+    SCRIPTS,
+    SMALL_PLAN,
+    bootstrap_command,
+    child_env,
+    run_child,
+    write_spec,
+)
+
+from perfdoctor import rundir
+from perfdoctor.model import StepPlan
+
+pytestmark = pytest.mark.integration
+
+
+def test_gradient_accumulation_reports_micro_batches_per_step(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "train_loop.py", "--accum", "4", "--epochs", "5")
+    assert run.returncode == 0, run.output
+    assert [row["micro_batches"] for row in run.steps] == [4, 4, 4, 4]
+    assert run.observations["step_detection"] == "optimizer"
+    assert run.observations["dataloaders"][0]["batches"] == 16
+
+
+def test_two_optimizers_count_iterations_not_optimizer_calls(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "gan.py")
+    assert run.returncode == 0, run.output
+    steps = run.steps
+    assert len(steps) == SMALL_PLAN.total_steps
+    assert all(row["micro_batches"] == 2 for row in steps)  # D and G backward each
+    obs = run.observations
+    assert [opt["steps"] for opt in obs["optimizers"]] == [4, 4]
+    assert len(obs["roots"]) == 2  # generator and discriminator
+
+
+def test_no_optimizer_falls_back_to_backward_calls(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "no_optimizer.py")
+    assert run.returncode == 0, run.output
+    assert run.observations["step_detection"] == "backward"
+    assert [row["micro_batches"] for row in run.steps] == [1, 1, 1, 1]
+    assert all(row["optimizer_ms"] is None for row in run.steps)
+
+
+def test_forward_only_script_is_measured_in_time_windows(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "no_optimizer.py", "--forward-only", time_window_s=0.2)
+    assert run.returncode == 0, run.output
+    obs = run.observations
+    assert obs["step_detection"] == "time"
+    assert obs["stopped_by_perfdoctor"] is True
+    steps = run.steps
+    assert len(steps) == SMALL_PLAN.total_steps
+    assert all(row["wall_ms"] >= 200 for row in steps)
+    assert all(row["micro_batches"] == 0 for row in steps)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphans(
+    tmp_path: Path, context: str
+) -> None:
+    run = run_child(
+        tmp_path, "train_loop.py", "--workers", "2", "--mp-context", context, "--epochs", "3"
+    )
+    assert run.returncode == 0, run.output
+    assert run.observations["stopped_by_perfdoctor"] is True
+    loader = run.observations["dataloaders"][0]
+    assert (loader["num_workers"], loader["dataset_class"]) == (2, "RandomPairs")
+    assert loader["multiprocessing_context"] == context
+    assert len(run.steps) == SMALL_PLAN.total_steps
+    spec_path = str(run.run_dir / rundir.SPEC_FILE)
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if spec_path in (p.info["cmdline"] or [])
+    ]
+    assert leftovers == []
+
+
+def test_a_script_that_would_run_forever_is_stopped_after_the_plan(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "train_loop.py", "--forever")
+    assert run.returncode == 0, run.output
+    obs = run.observations
+    assert (obs["stopped_by_perfdoctor"], obs["plan_complete"]) == (True, True)
+    assert [row["phase"] for row in run.steps] == ["warmup", "timed", "timed", "timed"]
+
+
+def test_except_exception_around_the_loop_does_not_swallow_the_stop(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "train_loop.py", "--forever", "--catch")
+    assert run.returncode == 0, run.output
+    assert "caught" not in run.stdout
+    assert run.observations["stopped_by_perfdoctor"] is True
+
+
+def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
+    tmp_path: Path,
+) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
+    run = run_child(tmp_path, "train_loop.py", "--epochs", "3", "--print-loss", plan=plan)
+    assert run.returncode == 0, run.output
+    assert [row["phase"] for row in run.steps] == [
+        "warmup",
+        "timed",
+        "timed",
+        "profiled",
+        "profiled",
+    ]
+    traces = rundir.find_traces(run.run_dir)
+    assert len(traces) == 1 and traces[0].name.endswith(".pt.trace.json.gz")
+    assert run.observations["profiler"]["trace_files"] == [traces[0].name]
+    with gzip.open(traces[0], "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    step_spans = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert step_spans == ["ProfilerStep#3", "ProfilerStep#4"]  # = steps.jsonl indices
+    # Loss: the value the script saw, captured without a per-step .item().
+    printed = [
+        float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")
+    ]
+    captured = [row["loss"] for row in run.steps]
+    assert captured == pytest.approx(printed[: len(captured)], rel=1e-6, abs=1e-8)
+
+
+def test_grad_scaler_loss_is_captured_unscaled_and_autocast_is_seen(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "amp_scaler.py")
+    assert run.returncode == 0, run.output
+    printed = [
+        float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")
+    ]
+    captured = [row["loss"] for row in run.steps]
+    assert captured == pytest.approx(printed[: len(captured)], rel=1e-6, abs=1e-8)
+    autocast = run.observations["autocast"]
+    assert (autocast["used"], autocast["dtype"], autocast["grad_scaler"]) == (
+        True,
+        "bfloat16",
+        True,
+    )
+
+
+def test_evaluation_without_no_grad_is_counted_at_its_line(tmp_path: Path) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=30, profiled_steps=0)
+    run = run_child(
+        tmp_path,
+        "train_loop.py",
+        "--epochs",
+        "2",
+        "--samples",
+        "16",
+        "--eval-without-no-grad",
+        plan=plan,
+    )
+    assert run.returncode == 0, run.output
+    forwards = run.observations["forwards"]
+    assert forwards["grad_without_backward"] == 8  # 2 evaluations x 4 batches
+    eval_line = _line_of(SCRIPTS / "train_loop.py", "EVAL-LINE")
+    assert forwards["locations"] == [
+        {"file": "train_loop.py", "line": eval_line, "function": "evaluate", "count": 8}
+    ]
+    assert all(math.isfinite(row["loss"]) for row in run.steps)
+
+
+def test_a_users_own_profiler_makes_perfdoctor_back_off(tmp_path: Path) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
+    run = run_child(tmp_path, "user_profiler.py", plan=plan)
+    assert run.returncode == 0, run.output
+    profiler = run.observations["profiler"]
+    assert profiler["user_profiler"] is True
+    assert profiler["started"] is False
+    assert rundir.find_traces(run.run_dir) == []
+
+
+def test_sigterm_ends_the_run_with_its_artifacts_flushed(tmp_path: Path) -> None:
+    plan = StepPlan(warmup_steps=1, timed_steps=10**6, profiled_steps=0)
+    spec_path = write_spec(tmp_path, "train_loop.py", "--forever", plan=plan)
+    proc = subprocess.Popen(
+        bootstrap_command(spec_path),
+        cwd=SCRIPTS,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    progress = spec_path.parent / rundir.PROGRESS_FILE
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (progress.is_file() and progress.stat().st_size):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    run_dir = spec_path.parent
+    obs = rundir.read_json(run_dir / rundir.OBSERVATIONS_FILE)
+    assert obs["signal"] == "SIGTERM"
+    rows = list(rundir.read_jsonl(run_dir / rundir.STEPS_FILE))
+    assert rows and len(rows) == obs["steps_seen"]
+
+
+def printed_losses(stdout: str) -> list[float]:
+    return [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("loss ")]
+
+
+def _line_of(path: Path, marker: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if marker in line:
+            return number
+    raise AssertionError(f"{marker!r} not in {path}")
+
+
+def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path) -> None:
+    run = run_child(tmp_path, "train_loop.py", "--debug-modes", "--epochs", "2")
+    assert run.returncode == 0, run.output
+    obs = run.observations
+    assert obs["torch"]["anomaly_enabled"] is True
+    assert obs["zero_grad"] == {"calls": 4, "set_to_none": False}
+    script = SCRIPTS / "train_loop.py"
+    locations = obs["locations"]
+    assert [(loc["line"], loc["function"]) for loc in locations["debug_mode"]] == [
+        (_line_of(script, "DEBUG-LINE"), "train")
+    ]
+    assert [(loc["line"], loc["count"]) for loc in locations["zero_grad"]] == [
+        (_line_of(script, "ZERO-GRAD-LINE"), 4)
+    ]

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfdoctor.analyze import intervals
+from perfdoctor.analyze.pytree import build_pytree, innermost_at, nearest_flagged
+from perfdoctor.analyze.trace_events import Table
+
+
+def arr(*xs: float) -> np.ndarray:
+    return np.array(xs, dtype=np.float64)
+
+
+def test_union_merges_overlapping_and_touching_intervals() -> None:
+    s, e = intervals.union(arr(5, 0, 2, 10), arr(6, 3, 4, 12))
+    assert s.tolist() == [0, 5, 10] and e.tolist() == [4, 6, 12]
+
+
+def test_clip_and_covered_time() -> None:
+    s, e = intervals.clip(arr(0, 5, 10), arr(4, 6, 12), arr(3, 11), arr(5.5, 20))
+    assert list(zip(s.tolist(), e.tolist(), strict=True)) == [(3, 4), (5, 5.5), (11, 12)]
+    assert intervals.covered_time(arr(0, 1), arr(2, 3), arr(0), arr(10)) == pytest.approx(3)
+
+
+def test_point_in_and_window_index() -> None:
+    pts = arr(-1, 0, 3, 4.5, 7)
+    assert intervals.point_in(pts, arr(0, 4), arr(3, 5)).tolist() == [
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert intervals.window_index(pts, arr(0, 4), arr(3, 5)).tolist() == [-1, 0, 0, 1, -1]
+
+
+def _table(ts: list[float], dur: list[float], ids: list[int], parents: list[int]) -> Table:
+    n = len(ts)
+    return Table(
+        name=np.zeros(n, dtype=np.int32),
+        ts=np.array(ts, dtype=np.float64),
+        dur=np.array(dur, dtype=np.float64),
+        tid=np.zeros(n, dtype=np.int64),
+        extra={"py_id": np.array(ids), "py_parent": np.array(parents)},
+    )
+
+
+def test_tree_from_ids_self_time_and_innermost_frame() -> None:
+    # root [0,100] > a [10,50] > b [20,30]; root > c [60,90]
+    t = _table([0, 10, 20, 60], [100, 40, 10, 30], [1, 2, 3, 4], [-1, 1, 2, 1])
+    tree = build_pytree(t)
+    assert tree.parent.tolist() == [-1, 0, 1, 0]
+    assert tree.self_us.tolist() == [30, 30, 10, 30]
+    assert innermost_at(t, tree, 0, 25) == 2
+    assert innermost_at(t, tree, 0, 55) == 0  # a has returned, root still runs
+    assert innermost_at(t, tree, 0, 150) == -1
+    assert innermost_at(t, tree, 7, 25) == -1  # unknown thread
+
+
+def test_tree_from_nesting_when_ids_are_missing() -> None:
+    t = _table([0, 10, 20, 60], [100, 40, 10, 30], [-1, -1, -1, -1], [-1, -1, -1, -1])
+    assert build_pytree(t).parent.tolist() == [-1, 0, 1, 0]
+
+
+def test_nearest_flagged_ancestor() -> None:
+    parent = np.array([-1, 0, 1, 2, 0])
+    flag = np.array([False, True, False, False, False])
+    assert nearest_flagged(parent, flag).tolist() == [-1, 1, 1, 1, -1]
+
+
+def test_nearest_flagged_survives_a_cyclic_parent_chain() -> None:
+    parent = np.array([1, 0])
+    assert nearest_flagged(parent, np.array([False, False])).tolist() == [-1, -1]

@@ -1,0 +1,133 @@
+"""Memory snapshots: the restricted unpickler, and the replay of snapshot_history.pickle.
+
+That history (fixtures/make_snapshots.py) starts with a 1024-byte parameter block that
+predates it and ends with 1536 bytes live in a 4096-byte segment. Allocated bytes go
+1536 -> 5632 -> 7680 -> 8704 (peak, at entry 4) and back to 1536; a second 8192-byte segment
+lives from entry 1 to entry 9, so reserved is 12288 at the peak.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.analyze.memory import (
+    MAX_TIMELINE_POINTS,
+    MemorySummary,
+    load_memory,
+    load_snapshot,
+    summarize_snapshot,
+)
+from perfdoctor.errors import CorruptArtifact, UntrustedPickle
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def history() -> MemorySummary:
+    return load_memory(FIXTURES / "snapshot_history.pickle", max_entries=100_000)
+
+
+def test_malicious_pickle_is_refused_and_never_runs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UntrustedPickle) as err:
+        load_snapshot(FIXTURES / "snapshot_malicious.pickle")
+    assert "system" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "perfdoctor_pwned.txt").exists()
+
+
+def test_any_class_is_refused_even_a_harmless_one(tmp_path: Path) -> None:
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "when": frozenset({1})}, protocol=2))
+    with pytest.raises(UntrustedPickle, match="frozenset"):
+        load_snapshot(path)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a pickle", pickle.dumps([1, 2, 3])])
+def test_corrupt_or_foreign_pickles(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(content)
+    with pytest.raises(CorruptArtifact, match=r"snap\.pickle"):
+        load_snapshot(path)
+
+
+def test_peaks_and_fragmentation(history: MemorySummary) -> None:
+    assert history.peak_allocated_bytes == 8704
+    assert history.peak_reserved_bytes == 12288
+    assert history.reserved_at_peak_bytes == 12288
+    assert history.fragmentation_frac == pytest.approx((12288 - 8704) / 12288)
+    assert history.final_allocated_bytes == 1536 and history.final_reserved_bytes == 4096
+    assert history.oom_events == 1
+    assert history.alloc_retries is None
+    assert history.history_entries == 11 and not history.history_truncated
+
+
+def test_timeline(history: MemorySummary) -> None:
+    assert history.timeline_allocated_bytes[:5] == (1536, 1536, 5632, 7680, 8704)
+    assert history.timeline_peak_index == 4
+    assert history.timeline_t_s[4] == pytest.approx(0.0004)
+
+
+def test_top_sites_at_the_peak_are_the_users_lines(history: MemorySummary) -> None:
+    sites = [(s.location.file, s.location.line, s.bytes) for s in history.top_sites]
+    assert sites == [
+        ("/home/user/proj/model.py", 12, 4096),
+        ("/home/user/proj/model.py", 14, 2048),
+        ("/home/user/proj/train.py", 55, 512),
+    ]
+    assert history.top_sites[0].location.share == pytest.approx(4096 / 8704)
+
+
+def test_split_by_what_the_memory_holds(history: MemorySummary) -> None:
+    assert history.categories_at_peak == {
+        "parameters": 0,
+        "gradients": 1024,  # allocated with no Python stack: the backward thread
+        "optimizer_state": 512,
+        "activations": 6144,
+        "other": 0,
+        "before_history": 1024,
+    }
+    assert history.activation_bytes_frac == pytest.approx(6144 / 8704)
+
+
+def test_truncated_history_is_reported() -> None:
+    summary = load_memory(FIXTURES / "snapshot_history.pickle", max_entries=11)
+    assert summary.history_truncated
+    assert any("limit" in n for n in summary.notes)
+
+
+def test_segments_only_snapshot_falls_back_to_the_final_state() -> None:
+    summary = load_memory(FIXTURES / "snapshot_segments_only.pickle")
+    assert summary.peak_allocated_bytes == 1 << 20
+    assert summary.peak_reserved_bytes == 2 << 20
+    assert summary.fragmentation_frac == pytest.approx(0.5)
+    assert summary.timeline_allocated_bytes == () and summary.timeline_peak_index is None
+    assert summary.categories_at_peak == {}  # no stacks: no split
+
+
+def test_long_histories_are_downsampled_keeping_the_peak() -> None:
+    n = 5 * MAX_TIMELINE_POINTS
+    entries = [
+        {
+            "action": "alloc" if i % 2 == 0 else "free_completed",
+            "addr": i // 2,
+            "size": 10,
+            "time_us": i,
+        }
+        for i in range(n)
+    ]
+    entries[1000] = {"action": "alloc", "addr": 10**9, "size": 10**6, "time_us": 1000}
+    entries[1001] = {"action": "free_completed", "addr": 10**9, "size": 10**6, "time_us": 1001}
+    data = {
+        "segments": [{"device": 0, "total_size": 2 * 10**6, "blocks": []}],
+        "device_traces": [entries],
+    }
+    summary = summarize_snapshot(data)
+    assert len(summary.timeline_allocated_bytes) == MAX_TIMELINE_POINTS
+    assert max(summary.timeline_allocated_bytes) == summary.peak_allocated_bytes
+    peak = summary.timeline_peak_index
+    assert (
+        peak is not None and summary.timeline_allocated_bytes[peak] == summary.peak_allocated_bytes
+    )

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from perfdoctor.analyze.samples import summarize_samples, timed_window
+
+from .run_dir_builder import _samples
+
+
+def test_timed_window_runs_from_the_end_of_warmup_to_the_last_timed_step() -> None:
+    progress = [
+        {"step": 0, "phase": "warmup", "t": 1.0},
+        {"step": 1, "phase": "warmup", "t": 1.2},
+        {"step": 2, "phase": "timed", "t": 1.4},
+        {"step": 3, "phase": "timed", "t": 2.0},
+        {"step": 4, "phase": "profiled", "t": 2.5},
+    ]
+    assert timed_window(progress) == ((1.2, 2.0), 2)
+
+
+def test_timed_window_without_warmup_skips_the_first_step() -> None:
+    progress = [
+        {"phase": "timed", "t": 1.0},
+        {"phase": "timed", "t": 1.5},
+        {"phase": "timed", "t": 2.0},
+    ]
+    assert timed_window(progress) == ((1.0, 2.0), 2)
+    assert timed_window([{"phase": "warmup", "t": 1.0}]) == (None, 0)
+
+
+def test_summary_over_the_window() -> None:
+    s = summarize_samples(_samples(), (1.2, 2.0), 4)
+    assert s.gpu_samples == 4 and s.cpu_samples == 4
+    assert s.gpu_util_mean_frac == pytest.approx(0.8)
+    assert s.gpu_power_w_mean == pytest.approx(300.0)
+    # the counter rises 1000 J/s: 0.8 s -> 800 J over 4 steps
+    assert s.energy_j_per_step == pytest.approx(200.0)
+    assert s.gpu_throttled_frac == pytest.approx(0.25)  # 0x4 power cap once; 0x1 idle is not
+    assert s.sm_active_frac == pytest.approx(0.5) and s.tensor_active_frac == pytest.approx(0.25)
+    assert s.cpu_util_mean_frac == pytest.approx(0.75)
+    assert s.cpu_busy_cores == pytest.approx(1.5)
+    assert s.child_cpu_cores == pytest.approx(1.2)
+    assert s.notes == ("GPU 0: pcie_tx_kbs not sampled (NotSupported)",)
+
+
+def test_cpu_only_samples_have_no_gpu_values() -> None:
+    rows = [r for r in _samples() if r["kind"] != "gpu"]
+    s = summarize_samples(rows, None, 0)
+    assert s.gpu_util_mean_frac is None and s.energy_j_per_step is None
+    assert s.cpu_samples == 5  # no window: every sample

@@ -1,0 +1,123 @@
+"""Findings -> ranked recommendations, conflicts, device filtering, auto candidates."""
+
+from __future__ import annotations
+
+from perfdoctor.model import Facts, Finding, GainEstimate, SourceLocation
+from perfdoctor.optimize.recommend import auto_candidates, recommend
+
+CPU = Facts({"device_is_cuda": False, "cpu_cores_logical": 2})
+H100 = Facts({"device_is_cuda": True, "gpu_compute_capability": "9.0", "host_syncs_per_step": 0})
+V100 = Facts({"device_is_cuda": True, "gpu_compute_capability": "7.0"})
+
+
+def finding(rule_id, *opts, gain=None, severity="warning", memory=None, locations=()):
+    return Finding(
+        rule_id=rule_id,
+        severity=severity,
+        title=rule_id,
+        explanation="",
+        evidence=(),
+        optimizations=opts,
+        gain=GainEstimate(step_time_frac=gain, memory_bytes=memory, method=f"{rule_id} est."),
+        locations=locations,
+    )
+
+
+def ids(recs):
+    return [r.optimization_id for r in recs]
+
+
+def test_one_recommendation_per_id_ranked_by_expected_gain():
+    where = SourceLocation("train.py", 40, "main")
+    findings = [
+        finding("dataloader-bound", "dataloader-workers", "faster-data-pipeline", gain=0.6,
+                locations=(where,)),
+        finding("debug-anomaly", "anomaly-off", gain=0.3),
+        finding("single-tensor-optimizer", "fused-optimizer", gain=0.05),
+        finding("input-heavy-collate", "faster-data-pipeline", gain=0.7),
+    ]  # fmt: skip
+    recs = recommend(findings, CPU)
+    assert ids(recs) == ["faster-data-pipeline", "dataloader-workers", "anomaly-off",
+                         "fused-optimizer"]  # fmt: skip
+    pipeline = recs[0]
+    assert pipeline.addresses == ("dataloader-bound", "input-heavy-collate")
+    assert pipeline.expected_gain.step_time_frac == 0.7
+    assert pipeline.kind == "manual" and pipeline.code_change
+    assert recs[1].locations == (where,)
+
+
+def test_severity_then_catalog_order_break_ties():
+    findings = [
+        finding("a", "zero-grad-set-to-none", severity="info"),
+        finding("b", "fused-optimizer", severity="critical"),
+        finding("c", "cpu-threads", severity="info"),
+    ]
+    assert ids(recommend(findings, CPU)) == ["fused-optimizer", "zero-grad-set-to-none",
+                                             "cpu-threads"]  # fmt: skip
+
+
+def test_cuda_only_fixes_are_dropped_on_a_cpu_run_and_cpu_only_on_gpu():
+    findings = [finding("x", "amp-bf16", "pin-memory", "cpu-threads", "compile", gain=0.2)]
+    assert ids(recommend(findings, CPU)) == ["compile", "cpu-threads"]
+    assert ids(recommend(findings, H100)) == ["amp-bf16", "compile", "pin-memory"]
+
+
+def test_mixed_precision_prefers_bf16_on_ampere_and_fp16_before():
+    findings = [finding("fp32-matmul", "amp-fp16", "amp-bf16", "tf32", gain=0.4)]
+    assert ids(recommend(findings, H100)) == ["amp-bf16", "tf32"]
+    assert ids(recommend(findings, V100)) == ["amp-fp16"]  # no bf16, no TF32 before 8.0
+    fp16 = next(r for r in recommend(findings, V100) if r.optimization_id == "amp-fp16")
+    assert "exclusive with amp-bf16" in fp16.conflicts
+
+
+def test_conflicts_are_named():
+    facts = Facts({"device_is_cuda": True, "gpu_compute_capability": "9.0",
+                   "host_syncs_per_step": 3, "anomaly_detection_enabled": True})  # fmt: skip
+    findings = [
+        finding("launch-bound", "compile-cudagraphs", "compile", gain=0.3),
+        finding("anomaly", "anomaly-off", gain=0.2),
+        finding("memory-peak", "activation-checkpointing", memory=2 << 30),
+    ]
+    recs = {r.optimization_id: r for r in recommend(findings, facts)}
+    assert any("host syncs" in c for c in recs["compile-cudagraphs"].conflicts)
+    assert any("exclusive with compile" in c for c in recs["compile-cudagraphs"].conflicts)
+    assert any("anomaly detection" in c for c in recs["compile"].conflicts)
+    assert any("trades time for memory" in c for c in recs["activation-checkpointing"].conflicts)
+
+
+def test_unknown_ids_are_ignored():
+    assert ids(recommend([finding("x", "warp-drive", "compile")], CPU)) == ["compile"]
+
+
+def test_auto_candidates_are_runtime_and_env_in_rank_order():
+    findings = [
+        finding("a", "dataloader-workers", "faster-data-pipeline", gain=0.5),
+        finding("b", "anomaly-off", gain=0.3),
+        finding("c", "cpu-threads", gain=0.1),
+    ]
+    recs = recommend(findings, CPU)
+    assert auto_candidates(recs, CPU) == ["dataloader-workers", "anomaly-off", "cpu-threads"]
+    assert auto_candidates(recs, CPU, skip=["anomaly-off"]) == ["dataloader-workers",
+                                                                 "cpu-threads"]  # fmt: skip
+
+
+def test_only_restricts_and_can_force_an_unrecommended_id():
+    recs = recommend([finding("a", "dataloader-workers", gain=0.5)], CPU)
+    assert auto_candidates(recs, CPU, only=["compile", "dataloader-workers"]) == [
+        "dataloader-workers",
+        "compile",
+    ]
+    assert auto_candidates(recs, CPU, only=["pin-memory", "larger-batch"]) == []  # cuda/manual
+
+
+def test_cudagraphs_not_tried_with_host_syncs_unless_asked():
+    facts = Facts({"device_is_cuda": True, "gpu_compute_capability": "9.0",
+                   "host_syncs_per_step": 2})  # fmt: skip
+    recs = recommend([finding("launch", "compile-cudagraphs", "compile", gain=0.3)], facts)
+    assert auto_candidates(recs, facts) == ["compile"]
+    assert auto_candidates(recs, facts, only=["compile-cudagraphs"]) == ["compile-cudagraphs"]
+
+
+def test_expandable_segments_is_an_auto_candidate_on_cuda():
+    recs = recommend([finding("fragmentation", "expandable-segments", memory=1 << 30)], H100)
+    assert auto_candidates(recs, H100) == ["expandable-segments"]

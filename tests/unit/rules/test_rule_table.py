@@ -1,0 +1,404 @@
+"""Table-driven tests: every rule fires, stays quiet, is decided at its boundary, is skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from perfdoctor.model import Finding, Scalar
+from perfdoctor.rules import ALL_RULES, evaluate
+from perfdoctor.rules.base import Rule
+
+from .factsets import GIB, MIB, make_facts
+
+RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
+
+# (rule id, base fact set, overrides, expected severity or None for "does not fire")
+CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
+    # input-bound: > 5% warning (tb_plugin), >= 20% critical (TF-xprof)
+    ("input-bound", "cpu", {"data_wait_frac": 0.30}, "critical"),
+    ("input-bound", "cpu", {"data_wait_frac": 0.10}, "warning"),
+    ("input-bound", "cpu", {"data_wait_frac": 0.20}, "critical"),
+    ("input-bound", "cpu", {"data_wait_frac": 0.05}, None),
+    ("input-bound", "cpu", {"data_wait_frac": 0.03, "dataloader_num_workers": 0}, None),
+    ("input-bound", "gpu", {"data_wait_frac": 0.4, "dataloader_num_workers": 0}, "critical"),
+    # pageable-htod-copies
+    (
+        "pageable-htod-copies",
+        "gpu",
+        {"pageable_htod_frac": 1.0, "memcpy_htod_ms_per_step": 10.0},
+        "warning",
+    ),
+    (
+        "pageable-htod-copies",
+        "gpu",
+        {"pageable_htod_frac": 0.5, "memcpy_htod_ms_per_step": 2.0, "step_ms_p50": 100.0},
+        "info",
+    ),
+    (
+        "pageable-htod-copies",
+        "gpu",
+        {"pageable_htod_frac": 0.49, "memcpy_htod_ms_per_step": 10.0},
+        None,
+    ),
+    (
+        "pageable-htod-copies",
+        "gpu",
+        {"pageable_htod_frac": 1.0, "memcpy_htod_ms_per_step": 1.0, "step_ms_p50": 100.0},
+        None,
+    ),
+    # cpu-tensor-to-device
+    ("cpu-tensor-to-device", "gpu", {"tensor_to_device_per_step": 3}, "info"),
+    ("cpu-tensor-to-device", "gpu", {"tensor_to_device_per_step": 1}, "info"),
+    ("cpu-tensor-to-device", "gpu", {"tensor_to_device_per_step": 0}, None),
+    # debug modes
+    ("anomaly-detection-on", "cpu", {"anomaly_detection_enabled": True}, "warning"),
+    ("anomaly-detection-on", "cpu", {"anomaly_detection_enabled": False}, None),
+    ("user-profiler-on", "cpu", {"user_profiler_active": True}, "warning"),
+    ("user-profiler-on", "cpu", {"user_profiler_active": False}, None),
+    ("emit-nvtx-on", "gpu", {"emit_nvtx_enabled": True}, "warning"),
+    ("emit-nvtx-on", "gpu", {"emit_nvtx_enabled": False}, None),
+    ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 5}, "warning"),
+    ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 1}, "warning"),
+    ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 0}, None),
+    # CPU threads: target = min(physical, logical) - workers
+    ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1}, "warning"),
+    ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 2}, None),
+    ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "dataloader_num_workers": 1}, None),
+    ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "cpu_cores_physical": 1}, None),
+    (
+        "cpu-threads-below-cores",
+        "cpu",
+        {"torch_num_threads": 4, "cpu_cores_logical": 16, "cpu_cores_physical": 8},
+        "warning",
+    ),
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.95},
+        "info",
+    ),
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.85},
+        "info",
+    ),
+    ("cpu-oversubscribed", "cpu", {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.84}, None),
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {"dataloader_num_workers": 1, "torch_num_threads": 1, "cpu_util_mean_frac": 0.95},
+        None,
+    ),
+    # precision
+    (
+        "fp32-on-tensor-cores",
+        "gpu",
+        {"autocast_used": False, "fp32_matmul_conv_frac": 0.6},
+        "critical",
+    ),
+    (
+        "fp32-on-tensor-cores",
+        "gpu",
+        {"autocast_used": False, "fp32_matmul_conv_frac": 0.2},
+        "warning",
+    ),
+    ("fp32-on-tensor-cores", "gpu", {"autocast_used": False, "fp32_matmul_conv_frac": 0.19}, None),
+    ("fp32-on-tensor-cores", "gpu", {"autocast_used": True, "fp32_matmul_conv_frac": 0.6}, None),
+    (
+        "fp32-on-tensor-cores",
+        "gpu",
+        {"autocast_used": False, "fp32_matmul_conv_frac": 0.6, "gpu_compute_capability": "6.1"},
+        None,
+    ),
+    ("tf32-off", "gpu", {"tf32_matmul_enabled": False, "fp32_matmul_conv_frac": 0.6}, "critical"),
+    (
+        "tf32-off",
+        "gpu",
+        {"tf32_matmul_enabled": False, "matmul_ms_frac": 0.1, "fp32_matmul_conv_frac": 0.5},
+        "warning",
+    ),
+    (
+        "tf32-off",
+        "gpu",
+        {"tf32_matmul_enabled": False, "matmul_ms_frac": 0.09, "fp32_matmul_conv_frac": 0.5},
+        None,
+    ),
+    (
+        "tf32-off",
+        "gpu",
+        {"tf32_matmul_enabled": False, "fp32_matmul_conv_frac": 0.6, "gpu_compute_capability": 7.5},
+        None,
+    ),
+    ("tf32-off", "gpu", {"tf32_matmul_enabled": True, "fp32_matmul_conv_frac": 0.6}, None),
+    ("fp16-without-grad-scaler", "gpu", {"autocast_dtype": "float16"}, "critical"),
+    ("fp16-without-grad-scaler", "gpu", {"autocast_dtype": "torch.float16"}, "critical"),
+    (
+        "fp16-without-grad-scaler",
+        "gpu",
+        {"autocast_dtype": "float16", "grad_scaler_used": True},
+        None,
+    ),
+    ("fp16-without-grad-scaler", "gpu", {"autocast_dtype": "bfloat16"}, None),
+    ("fp16-without-grad-scaler", "cpu", {"autocast_used": False, "autocast_dtype": None}, None),
+    ("grad-scaler-with-bf16", "gpu", {"grad_scaler_used": True}, "info"),
+    ("grad-scaler-with-bf16", "gpu", {"grad_scaler_used": False}, None),
+    ("misaligned-lowp-gemm", "gpu", {"misaligned_lowp_gemm_count": 4}, "info"),
+    ("misaligned-lowp-gemm", "gpu", {"misaligned_lowp_gemm_count": 1}, "info"),
+    ("misaligned-lowp-gemm", "gpu", {"misaligned_lowp_gemm_count": 0}, None),
+    # launch overhead
+    ("launch-bound", "gpu", {"gpu_idle_host_wait_frac": 0.30, "kernel_us_p50": 8.0}, "critical"),
+    (
+        "launch-bound",
+        "gpu",
+        {"gpu_idle_host_wait_frac": 0.15, "kernel_us_p50": 50.0, "data_wait_frac": 0.0},
+        "warning",
+    ),
+    ("launch-bound", "gpu", {"gpu_idle_host_wait_frac": 0.14, "kernel_us_p50": 8.0}, None),
+    ("launch-bound", "gpu", {"gpu_idle_host_wait_frac": 0.30, "kernel_us_p50": 60.0}, None),
+    (
+        "launch-bound",
+        "gpu",
+        {"gpu_idle_host_wait_frac": 0.30, "kernel_us_p50": 8.0, "data_wait_frac": 0.2},
+        None,
+    ),
+    (
+        "tiny-kernels",
+        "gpu",
+        {"gpu_idle_between_kernels_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 2000},
+        "critical",
+    ),
+    (
+        "tiny-kernels",
+        "gpu",
+        {"gpu_idle_between_kernels_frac": 0.1, "kernel_us_p50": 20.0, "kernels_per_step": 100},
+        "warning",
+    ),
+    (
+        "tiny-kernels",
+        "gpu",
+        {"gpu_idle_between_kernels_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 50},
+        None,
+    ),
+    # host syncs
+    (
+        "host-syncs",
+        "gpu",
+        {"host_syncs_per_step": 4, "host_sync_ms_per_step": 10.0, "gpu_busy_frac": 0.8},
+        "warning",
+    ),
+    (
+        "host-syncs",
+        "gpu",
+        {"host_syncs_per_step": 1, "host_sync_ms_per_step": 2.0, "step_ms_p50": 100.0},
+        "info",
+    ),
+    (
+        "host-syncs",
+        "gpu",
+        {"host_syncs_per_step": 1, "host_sync_ms_per_step": 1.0, "step_ms_p50": 100.0},
+        None,
+    ),
+    ("host-syncs", "gpu", {"host_syncs_per_step": 0.5, "host_sync_ms_per_step": 10.0}, None),
+    # GPU utilization
+    ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.4}, "warning"),
+    ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.2}, "critical"),
+    ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.5}, None),
+    # cuDNN
+    ("cudnn-benchmark-off", "gpu_cnn", {"cudnn_benchmark": False}, "warning"),
+    ("cudnn-benchmark-off", "gpu_cnn", {"cudnn_benchmark": False, "conv_ms_frac": 0.05}, "info"),
+    ("cudnn-benchmark-off", "gpu_cnn", {"cudnn_benchmark": False, "conv_ms_frac": 0.04}, None),
+    ("cudnn-benchmark-off", "gpu_cnn", {"cudnn_benchmark": False, "input_shape_changes": 5}, None),
+    ("cudnn-deterministic", "gpu_cnn", {"cudnn_deterministic": True}, "info"),
+    ("cudnn-deterministic", "gpu_cnn", {"deterministic_algorithms": True}, "info"),
+    ("cudnn-deterministic", "gpu_cnn", {"cudnn_deterministic": True, "conv_ms_frac": 0.04}, None),
+    # layout
+    ("channels-last", "gpu_cnn", {"model_channels_last": False}, "warning"),
+    ("channels-last", "gpu_cnn", {"model_channels_last": False, "autocast_used": False}, "info"),
+    ("channels-last", "gpu_cnn", {"model_channels_last": False, "conv_ms_frac": 0.3}, "warning"),
+    ("channels-last", "gpu_cnn", {"model_channels_last": False, "conv_ms_frac": 0.29}, None),
+    (
+        "channels-last",
+        "gpu_cnn",
+        {"model_channels_last": False, "gpu_compute_capability": "6.0"},
+        None,
+    ),
+    # optimizer
+    (
+        "single-tensor-optimizer",
+        "cpu",
+        {"optimizer_impl": "single-tensor", "optimizer_frac": 0.2},
+        "warning",
+    ),
+    (
+        "single-tensor-optimizer",
+        "cpu",
+        {"optimizer_impl": "single_tensor", "optimizer_frac": 0.05},
+        "info",
+    ),
+    (
+        "single-tensor-optimizer",
+        "cpu",
+        {"optimizer_impl": "single-tensor", "optimizer_frac": 0.04},
+        None,
+    ),
+    ("single-tensor-optimizer", "cpu", {"optimizer_impl": "foreach", "optimizer_frac": 0.2}, None),
+    ("zero-grad-zeroing", "cpu", {"zero_grad_set_to_none": False}, "info"),
+    ("zero-grad-zeroing", "cpu", {"zero_grad_set_to_none": True}, None),
+    # memory
+    ("memory-near-capacity", "gpu", {"peak_allocated_frac": 0.95}, "warning"),
+    ("memory-near-capacity", "gpu", {"peak_allocated_frac": 0.97}, "critical"),
+    ("memory-near-capacity", "gpu", {"peak_allocated_frac": 0.90}, None),
+    ("allocator-retries", "gpu", {"alloc_retries": 3}, "warning"),
+    ("allocator-retries", "gpu", {"alloc_retries": 2}, "warning"),
+    ("allocator-retries", "gpu", {"oom_events": 1}, "critical"),
+    ("allocator-retries", "gpu", {"alloc_retries": 1}, None),
+    ("memory-underused", "gpu", {"peak_allocated_frac": 0.1, "gpu_busy_frac": 0.3}, "info"),
+    ("memory-underused", "gpu", {"peak_allocated_frac": 0.25, "gpu_busy_frac": 0.3}, None),
+    ("memory-underused", "gpu", {"peak_allocated_frac": 0.1, "gpu_busy_frac": 0.5}, None),
+    (
+        "memory-fragmentation",
+        "gpu",
+        {"fragmentation_frac": 0.3, "peak_reserved_bytes": 75 * GIB},
+        "warning",
+    ),
+    (
+        "memory-fragmentation",
+        "gpu",
+        {"fragmentation_frac": 0.25, "peak_reserved_bytes": 75 * GIB},
+        "warning",
+    ),
+    (
+        "memory-fragmentation",
+        "gpu",
+        {"fragmentation_frac": 0.3, "peak_reserved_bytes": 40 * GIB, "alloc_retries": 1},
+        "warning",
+    ),
+    (
+        "memory-fragmentation",
+        "gpu",
+        {"fragmentation_frac": 0.3, "peak_reserved_bytes": 40 * GIB},
+        None,
+    ),
+    (
+        "memory-fragmentation",
+        "gpu",
+        {"fragmentation_frac": 0.24, "peak_reserved_bytes": 75 * GIB},
+        None,
+    ),
+    ("memory-growth-host", "cpu", {"rss_growth_bytes_per_step": 400 * 1024}, "warning"),
+    ("memory-growth-host", "cpu", {"rss_growth_bytes_per_step": 4 * MIB}, "critical"),
+    (
+        "memory-growth-host",
+        "cpu",
+        {"rss_growth_bytes_per_step": 65536, "rss_bytes_max": 65536 * 20 * 100},
+        "warning",
+    ),
+    ("memory-growth-host", "cpu", {"rss_growth_bytes_per_step": 40 * 1024}, None),
+    (
+        "memory-growth-host",
+        "cpu",
+        {"rss_growth_bytes_per_step": 65536, "rss_bytes_max": 65536 * 20 * 101},
+        None,
+    ),
+    ("memory-growth-host", "cpu", {"rss_growth_bytes_per_step": 4 * MIB, "steps_timed": 9}, None),
+    ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 50 * MIB}, "warning"),
+    ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 1 * MIB}, None),
+    # multi-GPU
+    ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 4}, "warning"),
+    ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 1}, None),
+    ("ddp-without-nccl", "gpu", {"uses_ddp": True, "dist_backend": "gloo"}, "warning"),
+    ("ddp-without-nccl", "gpu", {"uses_ddp": True, "dist_backend": "nccl"}, None),
+    ("ddp-without-nccl", "gpu", {"uses_ddp": True, "dist_backend": None}, None),
+    ("communication-heavy", "gpu", {"comm_frac": 0.25}, "warning"),
+    ("communication-heavy", "gpu", {"comm_frac": 0.5}, "critical"),
+    ("communication-heavy", "gpu", {"comm_frac": 0.10}, None),
+    # model structure / health
+    ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 3}, "info"),
+    ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 0}, None),
+    ("loss-not-finite", "cpu", {"loss_is_finite": False}, "critical"),
+    ("loss-not-finite", "cpu", {"loss_is_finite": True}, None),
+    # jitter, recompiles, shapes
+    ("step-jitter", "cpu", {"step_jitter_ratio": 2.5}, "warning"),
+    ("step-jitter", "cpu", {"step_jitter_ratio": 1.6}, "info"),
+    ("step-jitter", "cpu", {"step_jitter_ratio": 1.5}, "info"),
+    ("step-jitter", "cpu", {"step_jitter_ratio": 1.49}, None),
+    ("step-jitter", "cpu", {"step_jitter_ratio": 2.5, "steps_timed": 5}, None),
+    ("recompilations", "gpu", {"recompile_count": 3}, "warning"),
+    ("recompilations", "gpu", {"recompile_count": 8}, "critical"),
+    ("recompilations", "gpu", {"recompile_count": 1}, None),
+    ("recompilations", "gpu", {"recompile_count": 3, "model_compiled": False}, None),
+    ("shape-changes", "gpu_cnn", {"input_shape_changes": 5}, "warning"),
+    ("shape-changes", "gpu_cnn", {"input_shape_changes": 3}, "warning"),
+    ("shape-changes", "gpu_cnn", {"input_shape_changes": 2}, None),
+    (
+        "shape-changes",
+        "gpu_cnn",
+        {"input_shape_changes": 5, "cudnn_benchmark": False, "model_compiled": False},
+        None,
+    ),
+]
+
+
+def run_rule(rule_id: str, base: str, overrides: Mapping[str, Scalar]) -> Finding | None:
+    results = evaluate(make_facts(base, **overrides), rules=(RULES_BY_ID[rule_id],))
+    assert not results.skipped, results.skipped
+    assert len(results.findings) <= 1
+    return results.findings[0] if results.findings else None
+
+
+def _case_id(case: tuple[str, str, Mapping[str, Scalar], str | None]) -> str:
+    rule_id, base, overrides, expected = case
+    settings = ",".join(f"{k}={v}" for k, v in overrides.items())
+    return f"{rule_id}[{base}:{settings}]->{expected}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_rule_case(case: tuple[str, str, Mapping[str, Scalar], str | None]) -> None:
+    rule_id, base, overrides, expected = case
+    finding = run_rule(rule_id, base, overrides)
+    if expected is None:
+        assert finding is None, finding
+        return
+    assert finding is not None
+    assert finding.rule_id == rule_id
+    assert finding.severity == expected
+    assert finding.title and "\n" not in finding.title
+    assert finding.explanation
+    assert finding.evidence
+    if finding.gain.step_time_frac is not None or finding.gain.memory_bytes is not None:
+        assert finding.gain.method
+    if finding.gain.step_time_frac is not None:
+        assert 0.0 <= finding.gain.step_time_frac <= 1.0
+
+
+def _firing_cases() -> dict[str, tuple[str, Mapping[str, Scalar]]]:
+    firing: dict[str, tuple[str, Mapping[str, Scalar]]] = {}
+    for rule_id, base, overrides, expected in CASES:
+        if expected is not None:
+            firing.setdefault(rule_id, (base, overrides))
+    return firing
+
+
+def test_every_rule_has_a_firing_and_a_quiet_case() -> None:
+    firing = {c[0] for c in CASES if c[3] is not None}
+    quiet = {c[0] for c in CASES if c[3] is None}
+    all_ids = {rule.id for rule in ALL_RULES}
+    assert all_ids - firing == set()
+    assert all_ids - quiet == set()
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "fact"),
+    [(rule.id, fact) for rule in ALL_RULES for fact in rule.needs],
+)
+def test_rule_is_skipped_when_a_needed_fact_is_missing(rule_id: str, fact: str) -> None:
+    base, overrides = _firing_cases()[rule_id]
+    facts = make_facts(base, **{**overrides, fact: None})
+    results = evaluate(facts, rules=(RULES_BY_ID[rule_id],))
+    assert results.findings == ()
+    assert len(results.skipped) == 1
+    assert results.skipped[0].rule_id == rule_id
+    assert fact in results.skipped[0].reason
