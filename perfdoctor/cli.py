@@ -20,7 +20,6 @@ from perfdoctor import __version__
 from perfdoctor.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
-    MissingTool,
     PerfdoctorError,
 )
 
@@ -35,8 +34,15 @@ app = typer.Typer(
 _DEBUG = {"on": False}
 
 
+def make_console(file=None) -> Console:
+    # Imported lazily: rendering modules are not needed for --help.
+    from perfdoctor.render.terminal import make_console as _make
+
+    return _make(file)
+
+
 def _stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return make_console(sys.stderr)
 
 
 def _fail(err: PerfdoctorError) -> typer.Exit:
@@ -167,7 +173,7 @@ def profile(
         nvtx=nvtx,
         echo_output=not (quiet or as_json),
     )
-    console = _stderr_console() if as_json else Console(highlight=False)
+    console = _stderr_console() if as_json else make_console()
     outcome = _run_guarded(_profile, options, console)
     if as_json:
         from perfdoctor.render.json_report import render_json
@@ -244,7 +250,7 @@ def _render(built, fmt: str) -> str | None:
     if fmt == "terminal":
         from perfdoctor.render.terminal import render_terminal
 
-        render_terminal(built, Console(highlight=False))
+        render_terminal(built, make_console())
         return None
     if fmt == "md":
         from perfdoctor.render.markdown import render_markdown
@@ -280,21 +286,21 @@ def _compare(run_a: Path, run_b: Path, as_json: bool) -> None:
 
         sys.stdout.write(json.dumps(to_jsonable(result), indent=2) + "\n")
     else:
-        render_comparison(result, Console(highlight=False))
+        render_comparison(result, make_console())
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")
 def rules() -> None:
     from perfdoctor.render.listings import render_rules
 
-    render_rules(Console(highlight=False))
+    render_rules(make_console())
 
 
 @app.command(help="List every optimization perfdoctor knows, and how it applies it.")
 def optimizations() -> None:
     from perfdoctor.render.listings import render_optimizations
 
-    render_optimizations(Console(highlight=False))
+    render_optimizations(make_console())
 
 
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
@@ -312,17 +318,14 @@ def _tensorboard(run: Path, port: int | None) -> None:
     from perfdoctor.tensorboard_launch import profiler_plugin_installed, start_tensorboard
 
     logdir = resolve_session_dir(run)
-    console = Console(highlight=False)
+    console = make_console()
     if not profiler_plugin_installed():
         console.print(
             "note: the PyTorch Profiler plugin (torch-tb-profiler) is not installed, so only "
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
         )
-    try:
-        process, url = start_tensorboard(logdir, port=port)
-    except FileNotFoundError as err:
-        raise MissingTool(f"tensorboard could not be started: {err}") from err
+    process, url = start_tensorboard(logdir, port=port)
     console.print(f"TensorBoard on {url}  (logdir {logdir}; Ctrl-C stops it)", markup=False)
     try:
         while process.poll() is None:

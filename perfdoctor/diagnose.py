@@ -27,7 +27,12 @@ from perfdoctor.model import (
     Target,
     VariantResult,
 )
-from perfdoctor.optimize.compare import compare_variant, run_sample_from_record
+from perfdoctor.optimize.compare import (
+    adjacent_baselines,
+    compare_variant,
+    run_sample_from_record,
+    stack_candidates,
+)
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
@@ -114,34 +119,40 @@ def auto_candidates(
 
 
 def compare_variants(session_dir: Path) -> list[VariantResult]:
+    """Each variant judged against the baseline runs of its own A/B rounds."""
     session_dir = resolve_session_dir(session_dir)
     session = _session_or_none(session_dir)
     if session is None or not session.variants:
         return []
-    baseline_samples = [run_sample_from_record(load_run(d)) for d in _baseline_dirs(session_dir)]
+    baseline_rel = list(session.baseline_runs)
+    samples_by_rel = {
+        rel: run_sample_from_record(load_run(session_dir / rel)) for rel in baseline_rel
+    }
     results = []
     for variant in session.variants:
         if not variant.runs:
             continue
         samples = [run_sample_from_record(load_run(session_dir / rel)) for rel in variant.runs]
-        results.append(compare_variant(baseline_samples, samples, variant.optimizations))
+        paired = adjacent_baselines(session.run_order, baseline_rel, variant.runs)
+        baseline_samples = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
+        results.append(
+            compare_variant(baseline_samples, samples, variant.optimizations, label=variant.label)
+        )
     return results
 
 
 def accepted_optimizations(session_dir: Path) -> list[str]:
-    """Ids of the single-optimization variants accepted so far, best speedup first."""
-    accepted = [
-        v
-        for v in compare_variants(session_dir)
-        if v.verdict == "accepted" and len(v.optimizations) == 1
-    ]
-    accepted.sort(key=lambda v: -(v.speedup or 0.0))
-    return [v.optimizations[0] for v in accepted]
+    """Accepted single optimizations to stack, best first, mutually exclusive ones resolved."""
+    return stack_candidates(compare_variants(session_dir))
 
 
 def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
     timed = [s for s in record.steps if s.phase == "timed"]
-    optimizer_steps = sum(1 for s in record.steps)
+    # optimizer.step calls over the whole run (a GAN's two optimizers count twice here, once
+    # in steps); without optimizer observations, the steps themselves.
+    per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
+    known = [n for n in per_optimizer if isinstance(n, int)]
+    optimizer_steps = sum(known) if known else len(record.steps)
     breakdown: dict[str, float] = {}
     if timed:
         for name, attr in (
@@ -206,8 +217,6 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
-    if manifest and manifest.status not in ("completed",):
-        warnings.insert(0, _status_line(manifest.status, manifest.exit_code, manifest.error))
     return Report(
         schema_version=SCHEMA_VERSION,
         script=script,
@@ -226,22 +235,14 @@ def analyze_session(session_dir: Path) -> Report:
         warnings=tuple(warnings),
         facts=dict(diagnosis.facts.values),
         created_at=session.created_at if session else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        run_dir_bytes=_dir_bytes(session_dir),
         series=series,
     )
 
 
-def _status_line(status: str, exit_code: int, error: str | None) -> str:
-    lines = {
-        "finished_early": "the script finished before the planned steps; the report uses "
-        "the steps it ran",
-        "script_exited": f"the script exited with code {exit_code}; this is a partial report",
-        "script_crashed": f"the script crashed ({error or 'see stderr.log'}); "
-        "this is a partial report",
-        "timeout": "the script ran past --timeout and was stopped; this is a partial report",
-        "launch_failed": f"the script could not be started ({error or 'see stderr.log'})",
-        "interrupted": "the run was interrupted; this is a partial report",
-    }
-    return lines.get(status, status)
+def _dir_bytes(path: Path) -> int:
+    """Disk used by a session (traces dominate; issue: large runs must stay usable)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, str]:

@@ -282,12 +282,13 @@ class Report:
     warnings: tuple[str, ...] = ()
     facts: Mapping[str, Scalar] = field(default_factory=dict)
     created_at: str = ""
+    run_dir_bytes: int | None = None  # disk used by the session directory
     # Chart data for the renderers, plain JSON values (documented in docs/report-schema.md):
     # {"steps": {label: {"index": [], "wall_ms": [], "loss": [], "data_wait_ms": [],
     #                    "phase": []}},
     #  "breakdown_ms": {label: {"data": ms, "forward": ms, "backward": ms,
     #                           "optimizer": ms, "other": ms}},
-    #  "samples": {label: {"t": [], "cpu_util": [], "gpu_util": [], "power_w": [],
+    #  "samples": {label: {"t": [], "cpu_util": [], "gpu_util": [], "power_w": [],  # util: 0..1
     #                      "mem_used_bytes": [], "rss_bytes": []}},
     #  "memory": {label: {"t_s": [], "allocated_bytes": [], "peak_index": int}}}
     series: Mapping[str, Any] = field(default_factory=dict)

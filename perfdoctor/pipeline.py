@@ -9,6 +9,7 @@ it goes, so an interrupted session still says what ran. Analysis is delegated to
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -256,15 +257,11 @@ class _Runner:
 
 
 def _env_for(optimizations: Sequence[str]) -> dict[str, str]:
-    """Optimizations of kind "env" act through the child's environment."""
-    from perfdoctor.optimize.catalog import CATALOG
+    """Optimizations of kind "env" act through the child's environment, merged with the
+    user's own settings (a PYTORCH_CUDA_ALLOC_CONF they set keeps its keys)."""
+    from perfdoctor.optimize.catalog import env_for
 
-    env: dict[str, str] = {}
-    for opt_id in optimizations:
-        entry = CATALOG.get(opt_id)
-        if entry is not None and entry.kind == "env":
-            env.update(getattr(entry, "env", {}) or {})
-    return env
+    return env_for(optimizations, os.environ)
 
 
 ProgressCallback = Callable[[object], None]

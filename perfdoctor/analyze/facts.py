@@ -183,9 +183,14 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
     walls = np.array([s.wall_ms for s in timed], dtype=np.float64)
+    # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
+    captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (
-        all(s.loss is None or math.isfinite(s.loss) for s in record.steps)
-        if any(s.loss is not None for s in record.steps)
+        all(
+            s.loss_finite is not False and (s.loss is None or math.isfinite(s.loss))
+            for s in captured
+        )
+        if captured
         else None
     )
     if walls.size == 0:

@@ -244,7 +244,8 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     root = report.run_dir.rstrip("/")
     if root:
-        rows.append(("run directory", root))
+        size = f" ({fmt.nbytes(report.run_dir_bytes)})" if report.run_dir_bytes else ""
+        rows.append(("run directory", root + size))
         rows.extend((name, f"{root}/{name}") for name in (REPORT_HTML, REPORT_MD, REPORT_JSON))
     shown = {os.path.normpath(path) for _, path in rows}
     for name, path in sorted(report.artifacts.items()):

@@ -49,7 +49,9 @@ def make_console(file: TextIO | None = None) -> Console:
         console = Console(file=file, color_system=None, no_color=True, highlight=False)
     else:
         console = Console(file=file, highlight=False)
-    if console.width > MAX_WIDTH:
+    piped_without_width = not console.is_terminal and not os.environ.get("COLUMNS")
+    if console.width > MAX_WIDTH or piped_without_width:
+        # Pipes and CI logs get rich's 80-column default otherwise, which wraps paths.
         console.width = MAX_WIDTH
     return console
 
