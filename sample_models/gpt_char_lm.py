@@ -7,7 +7,11 @@ are random windows of the corpus gathered on the training device, so no data cro
 to device during training. One epoch is as many steps as there are non-overlapping
 (batch-size x block-size) windows in the training split.
 
-Known inefficiency (exactly one): a host synchronisation every step for logging. The loop
+Known inefficiencies: one per device, so perfdoctor has something real to find on either.
+On CPU: the script pins torch to a single intra-op thread (`torch.set_num_threads(1)`, left
+over from chasing a non-determinism), so matmuls use one core of several. perfdoctor should
+find `cpu-threads-below-cores` and its `cpu-threads` applier should raise the threads again.
+On CUDA (threads hardly matter there): a host synchronisation every step for logging. The loop
 calls `loss.item()` after every step to keep a running loss and, on CUDA, also
 `torch.cuda.synchronize()` to time each step "exactly". Both block the Python thread until the
 device has finished all queued work, so the CPU can no longer run ahead and queue the next
@@ -215,6 +219,8 @@ def train(args: argparse.Namespace) -> None:
     device = pick_device(args.device)
     seed_everything(args.seed)
     torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere and later GPUs
+    # Left over from chasing a non-determinism: one intra-op thread for every op.
+    torch.set_num_threads(1)
 
     corpus = CharCorpus(args.corpus.read_text(encoding="utf-8"), device)
     generator = torch.Generator(device=device).manual_seed(args.seed)

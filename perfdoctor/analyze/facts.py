@@ -94,12 +94,23 @@ def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Least-squares slope; at least three points, so one outlier step is not a trend."""
-    if len(xs) < 3 or len(set(xs)) < 2:
+def _sustained_growth(points: Sequence[tuple[float, float]]) -> float | None:
+    """Growth per step that lasts: the Theil-Sen slope (median of pairwise slopes, robust to
+    single jumps) over the later half of the timed steps. Allocators and caches grow early
+    and then settle; a leak (tensors kept with their graphs) keeps growing to the end, so
+    measuring only the later half tells the two apart."""
+    if len(points) >= 8:
+        points = points[len(points) // 2 :]
+    if len(points) < 3:
         return None
-    slope, _ = np.polyfit(np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64), 1)
-    return float(slope)
+    xs = np.asarray([x for x, _ in points], dtype=np.float64)
+    ys = np.asarray([y for _, y in points], dtype=np.float64)
+    i, j = np.triu_indices(len(xs), k=1)
+    dx = xs[j] - xs[i]
+    keep = dx != 0
+    if not keep.any():
+        return None
+    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
 
 
 def _training_dataloader(obs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -221,14 +232,14 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
         samples = sum((s.batch_size or batch) * s.micro_batches for s in timed)
         out["throughput_samples_s"] = samples / (walls.sum() / 1000.0)
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
-    out["rss_growth_bytes_per_step"] = _slope([x for x, _ in rss], [y for _, y in rss])
+    out["rss_growth_bytes_per_step"] = _sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
     cuda = [
         (float(s.index), float(s.cuda_allocated_bytes))
         for s in timed
         if s.cuda_allocated_bytes is not None
     ]
-    out["cuda_allocated_growth_bytes_per_step"] = _slope([x for x, _ in cuda], [y for _, y in cuda])
+    out["cuda_allocated_growth_bytes_per_step"] = _sustained_growth(cuda)
     return out
 
 

@@ -271,12 +271,15 @@ _ENTRIES: tuple[Optimization, ...] = (
     _runtime(
         id="cpu-threads",
         title="Intra-op CPU threads = usable cores",
-        risk="competes with DataLoader workers for cores",
+        risk="competes with DataLoader workers for cores; changes reduction order (rounding)",
         code_change="torch.set_num_threads(len(os.sched_getaffinity(0)))",
         applies_when="CPU training with fewer intra-op threads than usable cores",
         device="cpu",
         verify="torch.get_num_threads() equals the usable cores at a later step",
-        numerics_tolerance="exact",
+        # More threads split matmul reductions into other blocks: the rounding differs from
+        # the first step on and the difference compounds (measured 1.9e-4 after 23 steps of
+        # gpt_char_lm.py, 1 -> 2 threads), so "exact" would reject a correct change.
+        numerics_tolerance="tf32",
     ),
     # ------------------------------------------------------------------ allocator
     Optimization(

@@ -1,0 +1,158 @@
+"""Shared helpers of the benchmark scripts: the machine, paired statistics, child processes.
+
+Benchmarks print figures measured side by side in one run; they never assert. Every
+measurement that must not share a process with another one (peak RSS, a fresh import of
+torch) runs in its own subprocess, whose own resource usage is read with os.wait4.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_MODELS = ROOT / "sample_models"
+# Big enough that the sample models never log during a measured run.
+QUIET_LOG_EVERY = "1000000"
+
+
+def out(line: str = "") -> None:
+    """Benchmarks report on stdout; that is their whole output."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def torch_version(python: str = sys.executable) -> str:
+    """Asked of a subprocess, so the benchmark process itself never imports torch."""
+    proc = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() or "not installed"
+
+
+def machine_line() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"machine: {cpu_model()}, {os.cpu_count()} logical cores, Python "
+        f"{platform.python_version()}, torch {torch_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, load average {load}"
+    )
+
+
+def sample_models() -> list[Path]:
+    return sorted(p for p in SAMPLE_MODELS.glob("*.py") if not p.name.startswith("_"))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and the range of a handful of paired values (too few for a quantile)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def fmt(self, digits: int = 3, unit: str = "") -> str:
+        return (
+            f"{self.median:.{digits}f}{unit} [{self.low:.{digits}f}-{self.high:.{digits}f}, n={self.n}]"
+        )
+
+
+def spread(values: Sequence[float]) -> Spread | None:
+    vals = [v for v in values if v == v]
+    if not vals:
+        return None
+    return Spread(statistics.median(vals), min(vals), max(vals), len(vals))
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    max_rss_bytes: int
+    stdout: str
+    stderr: str
+
+
+def run_child(
+    command: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> ChildResult:
+    """Run one command and return its own CPU time and peak RSS (not its children's).
+
+    Output goes to temporary files, not pipes, so a chatty child never blocks on a full
+    pipe while we wait for it in wait4.
+    """
+    import tempfile
+
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=None if env is None else {**os.environ, **env},
+            stdout=fout,
+            stderr=ferr,
+        )
+        deadline = None if timeout_s is None else start + timeout_s
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        return ChildResult(
+            returncode=proc.returncode,
+            wall_s=wall,
+            user_s=usage.ru_utime,
+            sys_s=usage.ru_stime,
+            max_rss_bytes=usage.ru_maxrss * 1024,  # Linux reports KiB
+            stdout=fout.read().decode(errors="replace"),
+            stderr=ferr.read().decode(errors="replace"),
+        )
+
+
+def mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.0f} MiB"
