@@ -332,10 +332,7 @@ def _fact_change(name: str, a: Scalar, b: Scalar) -> tuple[float, FactChange] | 
         x, y = float(a), float(b)  # type: ignore[arg-type]
         if not (math.isfinite(x) and math.isfinite(y)) or x == y:
             return None
-        if unit == "frac":
-            score = abs(y - x)
-        else:
-            score = min(1.0, abs(y - x) / max(abs(x), abs(y)))
+        score = abs(y - x) if unit == "frac" else min(1.0, abs(y - x) / max(abs(x), abs(y)))
         relative = (y - x) / abs(x) if x != 0 else None
         return score, FactChange(name, a, b, unit, y - x, relative)
     if a == b:

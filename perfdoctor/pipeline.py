@@ -230,8 +230,8 @@ class _Runner:
         save_session(self.session_dir, self.session)
 
         rounds = self.session.repeat
-        per_round = len(variants) + 1
-        planned = self.started + rounds * per_round
+        baseline_runs = rounds if baseline_first else rounds - 1
+        planned = self.started + rounds * len(variants) + baseline_runs
         for round_index in range(1, rounds + 1):
             need_baseline = baseline_first or round_index > 1
             if need_baseline:
