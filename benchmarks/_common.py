@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The benchmarks run from a checkout whether or not perfdoctor is installed.
+if str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))
 SAMPLE_MODELS = ROOT / "sample_models"
 # Big enough that the sample models never log during a measured run.
 QUIET_LOG_EVERY = "1000000"
@@ -76,9 +79,8 @@ class Spread:
     n: int
 
     def fmt(self, digits: int = 3, unit: str = "") -> str:
-        return (
-            f"{self.median:.{digits}f}{unit} [{self.low:.{digits}f}-{self.high:.{digits}f}, n={self.n}]"
-        )
+        d = digits
+        return f"{self.median:.{d}f}{unit} [{self.low:.{d}f}-{self.high:.{d}f}, n={self.n}]"
 
 
 def spread(values: Sequence[float]) -> Spread | None:

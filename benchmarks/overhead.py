@@ -25,6 +25,7 @@ It prints, it never asserts.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -45,11 +46,9 @@ from _common import (
     spread,
 )
 
-sys.path.insert(1, str(ROOT))
-
-from perfdoctor.collect.launcher import launch  # noqa: E402  (after the path fix above)
-from perfdoctor.model import RunSpec, StepPlan, Target  # noqa: E402
-from perfdoctor.rundir import read_jsonl  # noqa: E402
+from perfdoctor.collect.launcher import launch
+from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.rundir import read_jsonl
 
 PLAIN_HARNESS = Path(__file__).resolve().parent / "_plain_steps.py"
 # Steps per arm: enough steady-state steps for a stable median, about 1-3 s of training.
@@ -69,8 +68,13 @@ def script_args(model: Path, total_steps: int) -> tuple[str, ...]:
 def run_plain(model: Path, warmup: int, timed: int, work: Path) -> list[float]:
     result = work / f"plain-{model.stem}.json"
     proc = subprocess.run(
-        [sys.executable, str(PLAIN_HARNESS), str(result), str(model)]
-        + list(script_args(model, warmup + timed + 1)),
+        [
+            sys.executable,
+            str(PLAIN_HARNESS),
+            str(result),
+            str(model),
+            *script_args(model, warmup + timed + 1),
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -81,7 +85,7 @@ def run_plain(model: Path, warmup: int, timed: int, work: Path) -> list[float]:
         raise SystemExit(f"{model.name} plain run failed:\n{proc.stderr[-2000:]}")
     ends = json.loads(result.read_text())["step_ends_s"]
     # Step k (0-based) lasts from the end of step k-1 to the end of step k.
-    durations = [(b - a) * 1000.0 for a, b in zip(ends, ends[1:])]
+    durations = [(b - a) * 1000.0 for a, b in itertools.pairwise(ends)]
     return durations[warmup : warmup + timed]
 
 
@@ -141,15 +145,18 @@ def sampler_alone(seconds: float) -> float:
     return cpu / wall
 
 
-def measure_model(model: Path, rounds: int, warmup: int, timed: int, work: Path) -> dict:
-    arms = ["plain", "hooks", "profiled"]
-    per_round: dict[str, list[float]] = {arm: [] for arm in arms}
+def measure_model(
+    model: Path, rounds: int, profiler_rounds: int, warmup: int, timed: int, work: Path
+) -> dict:
     ratios: list[float] = []
     diffs_us: list[float] = []
+    plain_ms: list[float] = []
+    hooks_ms: list[float] = []
     profiler_ratios: list[float] = []
     last_timed_ratios: list[float] = []
     parent_cpu_per_min: list[float] = []
     for r in range(rounds):
+        arms = ["plain", "hooks"] + (["profiled"] if r < profiler_rounds else [])
         order = arms if r % 2 == 0 else list(reversed(arms))
         got: dict[str, float] = {}
         for arm in order:
@@ -163,21 +170,21 @@ def measure_model(model: Path, rounds: int, warmup: int, timed: int, work: Path)
                 res = run_perfdoctor(model, warmup, timed, PROFILED_STEPS, work, "profiled")
                 timed_ms, prof_ms = res["timed"], res["profiled"]
                 steady = statistics.median(timed_ms[:-1])
-                got[arm] = steady
                 profiler_ratios.append(statistics.median(prof_ms) / steady)
                 last_timed_ratios.append(timed_ms[-1] / steady)
-        for arm in arms:
-            per_round[arm].append(got[arm])
+        plain_ms.append(got["plain"])
+        hooks_ms.append(got["hooks"])
         ratios.append(got["hooks"] / got["plain"])
         diffs_us.append((got["hooks"] - got["plain"]) * 1000.0)
+        window = f", profiled window x{profiler_ratios[-1]:.2f}" if "profiled" in arms else ""
         out(
             f"  round {r + 1}: plain {got['plain']:.3f} ms, hooks {got['hooks']:.3f} ms "
-            f"(x{ratios[-1]:.3f}), profiled window x{profiler_ratios[-1]:.2f}"
+            f"(x{ratios[-1]:.3f}){window}"
         )
     return {
         "model": model.stem,
-        "plain_ms": median_or_none(per_round["plain"]),
-        "hooks_ms": median_or_none(per_round["hooks"]),
+        "plain_ms": median_or_none(plain_ms),
+        "hooks_ms": median_or_none(hooks_ms),
         "ratio": spread(ratios),
         "diff_us": spread(diffs_us),
         "profiler_ratio": spread(profiler_ratios),
@@ -188,7 +195,10 @@ def measure_model(model: Path, rounds: int, warmup: int, timed: int, work: Path)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="paired rounds per model")
+    parser.add_argument("--rounds", type=int, default=7, help="paired rounds per model")
+    parser.add_argument(
+        "--profiler-rounds", type=int, default=3, help="rounds that also run the profiled arm"
+    )
     parser.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
     parser.add_argument("--timed", type=int, default=0, help="measured steps (0: per model)")
     parser.add_argument("--model", action="append", help="sample model stem (default: all)")
@@ -197,13 +207,20 @@ def main(argv: list[str] | None = None) -> int:
 
     models = [m for m in sample_models() if not args.model or m.stem in args.model]
     out(machine_line())
-    out(f"P1 overhead: {args.rounds} paired rounds, arms alternate (plain, hooks, profiled)")
+    out(
+        f"P1 overhead: {args.rounds} paired rounds (the first {args.profiler_rounds} with the "
+        "profiled arm); arms alternate A B C / C B A"
+    )
     results = []
     with tempfile.TemporaryDirectory(prefix="pd-overhead-") as tmp:
         for model in models:
             timed = args.timed or DEFAULT_TIMED.get(model.stem, 50)
             out(f"{model.stem}: {args.warmup} warm-up + {timed} measured steps per arm")
-            results.append(measure_model(model, args.rounds, args.warmup, timed, Path(tmp)))
+            results.append(
+                measure_model(
+                    model, args.rounds, args.profiler_rounds, args.warmup, timed, Path(tmp)
+                )
+            )
     sampler = sampler_alone(args.sampler_seconds)
 
     out("")

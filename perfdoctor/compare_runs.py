@@ -51,7 +51,7 @@ from perfdoctor.optimize.compare import (
     OK_STATUSES,
     RunSample,
     SpeedEstimate,
-    _speed_verdict,
+    speed_verdict,
     baseline_run_spread,
     compare_variant,
     estimate_speedup,
@@ -403,17 +403,23 @@ def informative_loss_delta(a: Sequence[RunSample], b: Sequence[RunSample]) -> fl
     return measured.final if measured is not None else None
 
 
-def widened_estimate(
-    a: Sequence[RunSample], b: Sequence[RunSample]
-) -> tuple[SpeedEstimate | None, float]:
+def widened_estimate(a: Sequence[RunSample], b: Sequence[RunSample]) -> SpeedEstimate | None:
     """The re-runs' speed estimate with B's own run-to-run spread added to its band."""
     estimate = estimate_speedup(a, b)
     spread = baseline_run_spread(b)
     if estimate is None or spread == 0.0:
-        return estimate, spread
+        return estimate
     width = estimate.log_width + spread
     noise = estimate.speedup - estimate.speedup * math.exp(-width)
-    return replace(estimate, noise=noise, log_width=width), spread
+    return replace(estimate, noise=noise, log_width=width)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    result: VariantResult
+    numerics_judged: bool
+    numerics_note: str
+    loss_delta: float | None
 
 
 def judge(
@@ -423,8 +429,9 @@ def judge(
     why_not_comparable: str | None,
     tolerance: float | None = None,
     label: str = "B",
-) -> tuple[VariantResult, bool, str, float | None]:
-    """B against A: (verdict, numerics judged, numerics note, loss delta)."""
+) -> Judgement:
+    """B against A. compare_variant decides failures and the numerics guard; the speed
+    verdict is then taken again, by the same rule, on the band widened by B's spread."""
     comparable = why_not_comparable is None
     if comparable:
         judged_a, judged_b = list(a), list(b)
@@ -439,22 +446,24 @@ def judge(
     if not _usable(a):
         broken = next((s for s in a if not s.usable), None)
         line = broken.failure_line() if broken else "no run"
-        return (
-            replace(result, verdict="failed", reason=f"A has no usable run: {line}"),
-            False,
-            "A has no usable run",
-            None,
-        )
+        failed = replace(result, verdict="failed", reason=f"A has no usable run: {line}")
+        return Judgement(failed, False, "A has no usable run", None)
     if result.verdict == "failed":
-        return result, False, "B has no usable run", None
+        return Judgement(result, False, "B has no usable run", None)
 
+    speed = widened_estimate(judged_a, _usable(judged_b))
+    speed_fields = {
+        "speedup": speed.speedup if speed else None,
+        "speedup_noise": speed.noise if speed else None,
+    }
     category = tolerance if tolerance is not None else tolerance_for(())
     guard = numerics.check_losses(
         _losses_of_ok_runs(judged_a), _losses_of_usable_runs(judged_b), category
     )
     if comparable and not guard.ok:
         # The guard rejected B, exactly as compare_variant says: keep its verdict and reason.
-        return result, True, f"same workload; {guard.reason}", guard.loss_delta
+        rejected = replace(result, **speed_fields)
+        return Judgement(rejected, True, f"same workload; {guard.reason}", guard.loss_delta)
 
     if comparable:
         note = (
@@ -463,7 +472,6 @@ def judge(
             else guard.reason
         )
         extra = "" if guard.checked else f" ({guard.reason})"
-        loss_delta = guard.loss_delta
     else:
         delta = (
             f"; final loss {info_delta:+.1%} vs A, for information"
@@ -472,19 +480,15 @@ def judge(
         )
         note = f"numerics not judged: {why_not_comparable}{delta}"
         extra = f" ({note})"
-        loss_delta = info_delta
+    verdict, reason = speed_verdict(speed, extra)
+    judged = replace(result, verdict=verdict, reason=reason, **speed_fields)
+    if comparable:
+        return Judgement(judged, guard.checked, note, guard.loss_delta)
+    return Judgement(judged, False, note, info_delta)
 
-    speed, _ = widened_estimate(judged_a, _usable(judged_b))
-    verdict, reason = _speed_verdict(speed, extra)
-    result = replace(
-        result,
-        verdict=verdict,
-        reason=reason,
-        speedup=speed.speedup if speed else None,
-        speedup_noise=speed.noise if speed else None,
-        loss_delta=loss_delta if comparable else None,
-    )
-    return result, comparable and guard.checked, note, loss_delta
+
+def _runs(count: int) -> str:
+    return f"{count} run" + ("" if count == 1 else "s")
 
 
 def _notes(a: _Loaded, b: _Loaded, differences: Sequence[SetupDifference]) -> tuple[str, ...]:
@@ -498,7 +502,7 @@ def _notes(a: _Loaded, b: _Loaded, differences: Sequence[SetupDifference]) -> tu
     else:
         notes.append(
             "noise band: bootstrap over steps, widened by the run-to-run spread of A "
-            f"({runs_a} runs) and of B ({runs_b} runs); runs are paired in repeat order"
+            f"({_runs(runs_a)}) and of B ({_runs(runs_b)}); runs are paired in repeat order"
         )
     names = {d.name for d in differences}
     if "device" in names:
@@ -516,21 +520,20 @@ def compare_runs(run_a: Path, run_b: Path, *, tolerance: float | None = None) ->
     a, b = _load_side(Path(run_a)), _load_side(Path(run_b))
     side_a, side_b = _summarize(a), _summarize(b)
     why_not = numerics_comparable(a, b)
-    verdict, judged, note, loss_delta = judge(
-        a.samples, b.samples, why_not_comparable=why_not, tolerance=tolerance
-    )
+    judgement = judge(a.samples, b.samples, why_not_comparable=why_not, tolerance=tolerance)
     differences = _setup_differences(side_a, side_b)
     changes, only_a, only_b = fact_changes(a.facts, b.facts)
     fixed, introduced, kept = finding_changes(a.findings, b.findings)
+    verdict = judgement.result
     log.debug("compare %s -> %s: %s (%s)", a.path, b.path, verdict.verdict, verdict.reason)
     return RunComparison(
         schema_version=SCHEMA_VERSION,
         a=side_a,
         b=side_b,
         verdict=verdict,
-        numerics_judged=judged,
-        numerics_note=note,
-        loss_delta=loss_delta,
+        numerics_judged=judgement.numerics_judged,
+        numerics_note=judgement.numerics_note,
+        loss_delta=judgement.loss_delta,
         differences=differences,
         fact_changes=changes,
         facts_only_in_a=only_a,

@@ -313,7 +313,7 @@ def _memory_verdict(
     return "rejected", f"{change}: less than {MIN_MEMORY_SAVING_FRAC:.0%} saved{speed_note}"
 
 
-def _speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
+def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
     if speed is None:
         return "rejected", "no paired timing to compare"
     if speed.low > 1.0:
@@ -399,7 +399,7 @@ def compare_variant(
         verdict, reason = _memory_verdict(baseline_runs, usable, speed)
         reason += extra
     else:
-        verdict, reason = _speed_verdict(speed, extra)
+        verdict, reason = speed_verdict(speed, extra)
     log.debug("variant %s: %s (%s)", name, verdict, reason)
     return VariantResult(
         loss_delta=guard.loss_delta,

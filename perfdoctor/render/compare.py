@@ -69,9 +69,11 @@ def _verdict_panel(result: RunComparison) -> Panel:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(ratio=1)
     grid.add_row("Speedup", Text(fmt.speedup(verdict.speedup, verdict.speedup_noise)))
-    loss = fmt.signed_percent(result.loss_delta, 2)
-    judged = "judged" if result.numerics_judged else "not judged"
-    grid.add_row("Loss", Text(f"{loss} ({judged}): {fmt.one_line(result.numerics_note)}"))
+    loss = Text(f"{fmt.signed_percent(result.loss_delta, 2)} vs A")
+    # The reason already carries the note when the loss was no input to the verdict.
+    if result.numerics_note and result.numerics_note not in verdict.reason:
+        loss.append(" — " + fmt.one_line(result.numerics_note))
+    grid.add_row("Loss", loss)
     return Panel(Group(line, grid), title="Verdict", title_align="left", box=box.ROUNDED)
 
 
