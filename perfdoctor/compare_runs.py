@@ -51,12 +51,12 @@ from perfdoctor.optimize.compare import (
     OK_STATUSES,
     RunSample,
     SpeedEstimate,
-    speed_verdict,
     baseline_run_spread,
     compare_variant,
     estimate_speedup,
     percentile,
     run_sample_from_record,
+    speed_verdict,
 )
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import BASELINE_LABEL, SCHEMA_VERSION, is_child_dir, repeat_dirs
