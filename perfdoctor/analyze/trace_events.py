@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from perfdoctor.analyze.op_names import CONV_OPS, MATMUL_OPS
 from perfdoctor.errors import CorruptArtifact
 
 log = logging.getLogger(__name__)
@@ -44,31 +45,7 @@ GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
 
 # Ops whose record_shapes payload is decoded: GEMMs and convolutions (precision, alignment).
-SHAPE_OPS = frozenset(
-    {
-        "aten::mm",
-        "aten::addmm",
-        "aten::bmm",
-        "aten::baddbmm",
-        "aten::addbmm",
-        "aten::matmul",
-        "aten::linear",
-        "aten::_addmm_activation",
-        "aten::addmv",
-        "aten::mv",
-        "aten::conv1d",
-        "aten::conv2d",
-        "aten::conv3d",
-        "aten::convolution",
-        "aten::_convolution",
-        "aten::convolution_backward",
-        "aten::cudnn_convolution",
-        "aten::mkldnn_convolution",
-        "aten::conv_transpose1d",
-        "aten::conv_transpose2d",
-        "aten::conv_transpose3d",
-    }
-)
+SHAPE_OPS = CONV_OPS | MATMUL_OPS
 
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.op_names import CONV_OPS, MATMUL_OPS
 from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, Table, TraceEvents
 from perfdoctor.analyze.trace_index import (
     Steps,
@@ -20,43 +21,6 @@ from perfdoctor.analyze.trace_index import (
 )
 from perfdoctor.model import SourceLocation
 
-CONV_OPS = frozenset(
-    {
-        "aten::conv1d",
-        "aten::conv2d",
-        "aten::conv3d",
-        "aten::convolution",
-        "aten::_convolution",
-        "aten::convolution_backward",
-        "aten::cudnn_convolution",
-        "aten::cudnn_convolution_transpose",
-        "aten::mkldnn_convolution",
-        "aten::miopen_convolution",
-        "aten::_slow_conv2d_forward",
-        "aten::_slow_conv2d_backward",
-        "aten::slow_conv3d_forward",
-        "aten::conv_transpose1d",
-        "aten::conv_transpose2d",
-        "aten::conv_transpose3d",
-        "aten::_nnpack_spatial_convolution",
-    }
-)
-MATMUL_OPS = frozenset(
-    {
-        "aten::mm",
-        "aten::addmm",
-        "aten::bmm",
-        "aten::baddbmm",
-        "aten::addbmm",
-        "aten::matmul",
-        "aten::linear",
-        "aten::_addmm_activation",
-        "aten::addmv",
-        "aten::mv",
-        "aten::_scaled_mm",
-        "aten::_int_mm",
-    }
-)
 # TorchTidy's MatMulDimInFP16Pattern checks mm/bmm/addmm; baddbmm is the same GEMM.
 ALIGNMENT_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"})
 LOW_PRECISION = frozenset({"c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})

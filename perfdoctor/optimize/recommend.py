@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from perfdoctor.model import Facts, Finding, GainEstimate, Recommendation, SourceLocation
 from perfdoctor.optimize.catalog import CATALOG, Optimization
+from perfdoctor.rules.base import num
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,6 @@ class _Gathered:
     locations: list[SourceLocation] = field(default_factory=list)
 
 
-def _compute_capability(facts: Facts) -> float | None:
-    value = facts.get("gpu_compute_capability")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _is_cuda(facts: Facts) -> bool | None:
     value = facts.get("device_is_cuda")
     return None if value is None else bool(value)
@@ -60,14 +51,14 @@ def device_reason(opt: Optimization, facts: Facts) -> str | None:
         return "needs a CUDA device; this run trained on the CPU"
     if cuda is True and opt.device == "cpu":
         return "only for CPU training; this run trained on a GPU"
-    cc = _compute_capability(facts)
+    cc = num(facts, "gpu_compute_capability")
     if cuda and cc is not None and opt.min_compute_capability and cc < opt.min_compute_capability:
         return f"needs compute capability >= {opt.min_compute_capability:g}; this GPU is {cc:g}"
     return None
 
 
 def _preferred_amp(facts: Facts) -> str:
-    cc = _compute_capability(facts)
+    cc = num(facts, "gpu_compute_capability")
     return "amp-fp16" if cc is not None and cc < BF16_MIN_CC else "amp-bf16"
 
 

@@ -1,0 +1,45 @@
+"""aten op names the analysis groups by: convolutions and matrix multiplications.
+
+One list for the trace decoder (which ops get their record_shapes payload decoded) and the
+op-share facts (which ops count as conv or matmul time).
+"""
+
+from __future__ import annotations
+
+CONV_OPS = frozenset(
+    {
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::convolution_backward",
+        "aten::cudnn_convolution",
+        "aten::cudnn_convolution_transpose",
+        "aten::mkldnn_convolution",
+        "aten::miopen_convolution",
+        "aten::_slow_conv2d_forward",
+        "aten::_slow_conv2d_backward",
+        "aten::slow_conv3d_forward",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::_nnpack_spatial_convolution",
+    }
+)
+MATMUL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::_addmm_activation",
+        "aten::addmv",
+        "aten::mv",
+        "aten::_scaled_mm",
+        "aten::_int_mm",
+    }
+)
