@@ -62,6 +62,11 @@ POLL_S = 0.1
 _STEP_DETECTIONS = ("optimizer", "backward", "time")
 # Profiler chatter from kineto (mechanics §6.4); kept in stderr.log, hidden from the terminal.
 _NOISE_PREFIX = b"USDT:"
+# c10 warnings that our own profiler window causes, e.g. "[W1122 05:37:49.91 CPUAllocator.cpp:245]
+# Memory block of unknown size was allocated before the profiling started ...". Lines that
+# start like a c10 log line are held until complete, then dropped from the echo if they match.
+_C10_LOG_START = b"[W"
+_PROFILER_WARNINGS = (b"was allocated before the profiling started",)
 _STDERR_TAIL_LINES = 40
 
 
@@ -369,15 +374,19 @@ class _Tee(threading.Thread):
             if self._at_line_start:
                 piece = self._held + piece
                 self._held = b""
-                undecided = (
-                    not piece.endswith((b"\n", b"\r"))
-                    and len(piece) < len(_NOISE_PREFIX)
-                    and _NOISE_PREFIX.startswith(piece)
+                complete = piece.endswith((b"\n", b"\r"))
+                undecided = not complete and (
+                    (len(piece) < len(_NOISE_PREFIX) and _NOISE_PREFIX.startswith(piece))
+                    or piece.startswith(_C10_LOG_START)
+                    or piece == _C10_LOG_START[:1]
                 )
                 if undecided:
                     self._held = piece  # wait for more bytes of this line
                     continue
-                self._dropping = piece.startswith(_NOISE_PREFIX)
+                self._dropping = piece.startswith(_NOISE_PREFIX) or (
+                    piece.startswith(_C10_LOG_START)
+                    and any(marker in piece for marker in _PROFILER_WARNINGS)
+                )
             self._at_line_start = piece.endswith((b"\n", b"\r"))
             if not self._dropping:
                 self._emit(piece)

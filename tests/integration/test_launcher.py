@@ -36,6 +36,10 @@ import torch
 print("hello from stdout", os.environ.get("PERFDOCTOR_TEST_ENV"))
 print("USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start",
       file=sys.stderr)
+print("[W1122 05:37:49.91 CPUAllocator.cpp:245] Memory block of unknown size was allocated "
+      "before the profiling started, profiler results will not include the deallocation event",
+      file=sys.stderr)
+print("[W1122 05:37:50.00 user.cpp:1] a warning of the script's own", file=sys.stderr)
 print("hello from stderr", file=sys.stderr)
 model = torch.nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -108,6 +112,9 @@ def test_completed_run_streams_progress_and_keeps_the_logs(
     terminal = capfd.readouterr()
     assert "hello from stdout" in terminal.out
     assert "hello from stderr" in terminal.err and "USDT:" not in terminal.err
+    assert "before the profiling started" in stderr_log
+    assert "before the profiling started" not in terminal.err
+    assert "a warning of the script's own" in terminal.err
 
     assert {"spec", "stdout", "stderr", "samples", "steps"} <= set(manifest.artifacts)
     samples = list(read_jsonl(run_dir / "samples.jsonl"))
