@@ -1,25 +1,34 @@
 """P1, instrumentation overhead: a sample model's step time under perfdoctor against plain.
 
-    python benchmarks/overhead.py [--rounds 5] [--model tuned_mlp ...] [--timed 60]
+    python benchmarks/overhead.py [--rounds 6] [--model tuned_mlp ...] [--diagnose]
 
-Three arms per sample model, alternating in every round (A B C, then C B A, ...) so a
-drift of the shared machine cancels out of the paired ratios:
+Arms per model, run one after the other in every round and in reverse order on the next
+round (A B C D, D C B A, ...), so a drift of the shared machine cancels out of the pairs:
 
   plain     `python script.py` through benchmarks/_plain_steps.py: one global optimizer
             post-hook appending perf_counter() (about 1 us), nothing else;
-  hooks     perfdoctor's child (perfdoctor.collect.launcher.launch, profile=False): every
-            hook and probe, the parent's sampler thread and tee threads, no profiler;
-  profiled  the same with the profiler window (the default plan's last phase).
+  child     perfdoctor's child alone (benchmarks/_bootstrap_without.py none): every hook
+            and probe, no parent process (no sampler, no pipes, no polling);
+  hooks     perfdoctor as it runs (perfdoctor.collect.launcher.launch, profile=False): the
+            child, plus the parent's sampler, tee and progress threads;
+  profiled  launch() with the profiler window after the timed steps (the first
+            --profiler-rounds rounds only).
 
-Each arm runs the same number of steps (--max-steps, the script's own logging off). A
-round's figure is the median step time of the steady-state steps (after --warmup); the
-overhead is the median over rounds of the paired ratio hooks/plain, with its range.
-The profiler's cost is read inside one run: median profiled step / median timed step
-(the last timed step is left out of both: the profiler opens in it, in WARMUP).
-The parent's cost is its CPU time while it supervises the child (getrusage of this
-process, which is the parent here), and separately the sampler thread alone.
+Models: every sample model (own logging off, --max-steps) and `null_step`, a training loop
+whose step does almost nothing (a DataLoader batch of 8, Linear(8, 8), SGD), so its added
+time is the instrumentation's fixed cost per step, in microseconds.
 
-It prints, it never asserts.
+A round's figure for an arm is the median step time of its steady-state steps (the first
+--warmup left out). Reported: the median over rounds of the paired ratio arm/plain with its
+range, and the ratio of the best round of each arm (the machine switches between a fast
+and a slow state for seconds at a time; the best rounds compare like with like). The
+profiler's cost is read inside one run: median profiled step / median timed step (the
+last timed step is left out of both: the profiler opens in it, in WARMUP). The parent's cost
+is its CPU time while it supervises a child (getrusage of this process, which is the
+parent), and separately its sampler thread alone.
+
+--diagnose runs the null step with each hook family left out of the child in turn, to
+attribute the fixed cost. It prints, it never asserts.
 """
 
 from __future__ import annotations
@@ -33,14 +42,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import (
     QUIET_LOG_EVERY,
     ROOT,
+    Spread,
     machine_line,
-    median_or_none,
     out,
     sample_models,
     spread,
@@ -48,24 +59,73 @@ from _common import (
 
 from perfdoctor.collect.launcher import launch
 from perfdoctor.model import RunSpec, StepPlan, Target
-from perfdoctor.rundir import read_jsonl
+from perfdoctor.rundir import SPEC_FILE, STEPS_FILE, read_jsonl, write_json
 
-PLAIN_HARNESS = Path(__file__).resolve().parent / "_plain_steps.py"
-# Steps per arm: enough steady-state steps for a stable median, about 1-3 s of training.
+HERE = Path(__file__).resolve().parent
+PLAIN_HARNESS = HERE / "_plain_steps.py"
+CHILD_WITHOUT = HERE / "_bootstrap_without.py"
+# Steps per arm: enough steady-state steps for a stable median in about 1-3 s of training.
 DEFAULT_TIMED = {
+    "null_step": 400,
     "tuned_mlp": 150,
     "tabular_mlp_debug": 150,
-    "gpt_char_lm": 40,
-    "cnn_slow_dataloader": 30,
+    "gpt_char_lm": 30,
+    "cnn_slow_dataloader": 25,
 }
 PROFILED_STEPS = 5
+DIAGNOSE_FAMILIES = ("roots", "backward", "dataloader", "zero_grad", "autocast,grad_scaler")
+
+NULL_STEP_SCRIPT = textwrap.dedent(
+    '''
+    """A training loop whose step costs almost nothing: the instrumentation's fixed cost."""
+    import argparse
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--log-every", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 8))
+    steps = 0
+    while steps < args.max_steps:
+        for x, y in DataLoader(data, batch_size=8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            steps += 1
+            if steps >= args.max_steps:
+                break
+    '''
+)
 
 
-def script_args(model: Path, total_steps: int) -> tuple[str, ...]:
+def script_args(total_steps: int) -> tuple[str, ...]:
     return ("--max-steps", str(total_steps), "--log-every", QUIET_LOG_EVERY, "--device", "cpu")
 
 
-def run_plain(model: Path, warmup: int, timed: int, work: Path) -> list[float]:
+def spec_for(model: Path, plan: StepPlan, run_dir: Path, label: str) -> RunSpec:
+    return RunSpec(
+        label=label,
+        # A few spare steps: perfdoctor, not the script, ends the run.
+        target=Target("script", str(model), script_args(plan.total_steps + 5)),
+        cwd=str(ROOT),
+        run_dir=str(run_dir),
+        plan=plan,
+        profile=plan.profiled_steps > 0,
+    )
+
+
+def phase_ms(run_dir: Path, phase: str) -> list[float]:
+    return [r["wall_ms"] for r in read_jsonl(run_dir / STEPS_FILE) if r["phase"] == phase]
+
+
+def run_plain(model: Path, warmup: int, timed: int, work: Path) -> float:
     result = work / f"plain-{model.stem}.json"
     proc = subprocess.run(
         [
@@ -73,7 +133,7 @@ def run_plain(model: Path, warmup: int, timed: int, work: Path) -> list[float]:
             str(PLAIN_HARNESS),
             str(result),
             str(model),
-            *script_args(model, warmup + timed + 1),
+            *script_args(warmup + timed + 1),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -86,40 +146,51 @@ def run_plain(model: Path, warmup: int, timed: int, work: Path) -> list[float]:
     ends = json.loads(result.read_text())["step_ends_s"]
     # Step k (0-based) lasts from the end of step k-1 to the end of step k.
     durations = [(b - a) * 1000.0 for a, b in itertools.pairwise(ends)]
-    return durations[warmup : warmup + timed]
+    return statistics.median(durations[warmup : warmup + timed])
 
 
-def run_perfdoctor(
-    model: Path, warmup: int, timed: int, profiled: int, work: Path, label: str
-) -> dict:
-    run_dir = work / f"{label}-{model.stem}"
-    spec = RunSpec(
-        label=label,
-        target=Target("script", str(model), script_args(model, warmup + timed + profiled + 5)),
-        cwd=str(ROOT),
-        run_dir=str(run_dir),
-        plan=StepPlan(warmup_steps=warmup, timed_steps=timed, profiled_steps=profiled),
-        profile=profiled > 0,
+def run_child_alone(
+    model: Path, warmup: int, timed: int, work: Path, without: str = "none"
+) -> float:
+    run_dir = work / f"child-{model.stem}-{without.replace(',', '+')}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for old in run_dir.iterdir():
+        old.unlink()
+    spec = spec_for(model, StepPlan(warmup, timed, 0), run_dir, "child")
+    write_json(run_dir / SPEC_FILE, spec)
+    proc = subprocess.run(
+        [sys.executable, str(CHILD_WITHOUT), without, str(run_dir / SPEC_FILE)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
     )
+    timed_ms = phase_ms(run_dir, "timed")
+    if proc.returncode != 0 or not timed_ms:
+        raise SystemExit(f"{model.name} child ({without}) failed:\n{proc.stderr[-2000:]}")
+    return statistics.median(timed_ms)
+
+
+def run_launch(model: Path, plan: StepPlan, work: Path, label: str) -> dict:
+    run_dir = work / f"{label}-{model.stem}"
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
-    manifest = launch(spec, echo_output=False)
+    manifest = launch(spec_for(model, plan, run_dir, label), echo_output=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     if manifest.status != "completed":
         raise SystemExit(f"{model.name} under perfdoctor: {manifest.status} {manifest.error}")
-    rows = list(read_jsonl(run_dir / "steps.jsonl"))
-    timed_ms = [r["wall_ms"] for r in rows if r["phase"] == "timed"]
     return {
-        "timed": timed_ms,
-        "profiled": [r["wall_ms"] for r in rows if r["phase"] == "profiled"],
+        "timed": phase_ms(run_dir, "timed"),
+        "profiled": phase_ms(run_dir, "profiled"),
         "parent_cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "wall_s": wall,
     }
 
 
 def sampler_alone(seconds: float) -> float:
-    """CPU seconds per wall second of the sampler thread watching an idle process."""
+    """CPU seconds per wall second of the parent's sampler thread watching an idle process."""
     from perfdoctor.collect.cpu_sampler import CpuSampler
     from perfdoctor.collect.nvml import NvmlSampler
     from perfdoctor.collect.sampling import DEFAULT_PERIOD_S, SamplingThread
@@ -145,107 +216,197 @@ def sampler_alone(seconds: float) -> float:
     return cpu / wall
 
 
+class Rounds:
+    """Per-arm round figures of one model, and the paired comparisons with `plain`."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.ms: dict[str, list[float]] = {}
+        self.profiler_ratio: list[float] = []
+        self.last_timed_ratio: list[float] = []
+        self.parent_cpu_per_min: list[float] = []
+
+    def add(self, arm: str, value: float) -> None:
+        self.ms.setdefault(arm, []).append(value)
+
+    def ratio(self, arm: str) -> Spread | None:
+        """Paired rounds only: the plain run of the same round."""
+        pairs = zip(self.ms.get(arm, []), self.ms["plain"], strict=False)
+        return spread([a / p for a, p in pairs])
+
+    def best_ratio(self, arm: str) -> float:
+        return min(self.ms[arm]) / min(self.ms["plain"])
+
+    def added_us(self, arm: str) -> Spread | None:
+        pairs = zip(self.ms.get(arm, []), self.ms["plain"], strict=False)
+        return spread([(a - p) * 1000.0 for a, p in pairs])
+
+
 def measure_model(
-    model: Path, rounds: int, profiler_rounds: int, warmup: int, timed: int, work: Path
-) -> dict:
-    ratios: list[float] = []
-    diffs_us: list[float] = []
-    plain_ms: list[float] = []
-    hooks_ms: list[float] = []
-    profiler_ratios: list[float] = []
-    last_timed_ratios: list[float] = []
-    parent_cpu_per_min: list[float] = []
+    model: Path,
+    arms: dict[str, Callable[[Rounds], None]],
+    rounds: int,
+    profiler_rounds: int,
+    profiled_arm: Callable[[Rounds], None] | None,
+) -> Rounds:
+    result = Rounds(model.stem)
+    names = list(arms)
     for r in range(rounds):
-        arms = ["plain", "hooks"] + (["profiled"] if r < profiler_rounds else [])
-        order = arms if r % 2 == 0 else list(reversed(arms))
-        got: dict[str, float] = {}
-        for arm in order:
-            if arm == "plain":
-                got[arm] = statistics.median(run_plain(model, warmup, timed, work))
-            elif arm == "hooks":
-                res = run_perfdoctor(model, warmup, timed, 0, work, "hooks")
-                got[arm] = statistics.median(res["timed"])
-                parent_cpu_per_min.append(res["parent_cpu_s"] / res["wall_s"] * 60.0)
-            else:
-                res = run_perfdoctor(model, warmup, timed, PROFILED_STEPS, work, "profiled")
-                timed_ms, prof_ms = res["timed"], res["profiled"]
-                steady = statistics.median(timed_ms[:-1])
-                profiler_ratios.append(statistics.median(prof_ms) / steady)
-                last_timed_ratios.append(timed_ms[-1] / steady)
-        plain_ms.append(got["plain"])
-        hooks_ms.append(got["hooks"])
-        ratios.append(got["hooks"] / got["plain"])
-        diffs_us.append((got["hooks"] - got["plain"]) * 1000.0)
-        window = f", profiled window x{profiler_ratios[-1]:.2f}" if "profiled" in arms else ""
+        order = names if r % 2 == 0 else list(reversed(names))
+        for name in order:
+            arms[name](result)
+        if profiled_arm is not None and r < profiler_rounds:
+            profiled_arm(result)
+        line = ", ".join(f"{n} {result.ms[n][-1]:.3f} ms" for n in names)
+        out(f"  round {r + 1}: {line}")
+    return result
+
+
+def standard_arms(
+    model: Path, warmup: int, timed: int, work: Path
+) -> tuple[dict[str, Callable[[Rounds], None]], Callable[[Rounds], None]]:
+    def plain(res: Rounds) -> None:
+        res.add("plain", run_plain(model, warmup, timed, work))
+
+    def child(res: Rounds) -> None:
+        res.add("child", run_child_alone(model, warmup, timed, work))
+
+    def hooks(res: Rounds) -> None:
+        got = run_launch(model, StepPlan(warmup, timed, 0), work, "hooks")
+        res.add("hooks", statistics.median(got["timed"]))
+        res.parent_cpu_per_min.append(got["parent_cpu_s"] / got["wall_s"] * 60.0)
+
+    def profiled(res: Rounds) -> None:
+        got = run_launch(model, StepPlan(warmup, timed, PROFILED_STEPS), work, "profiled")
+        steady = statistics.median(got["timed"][:-1])
+        res.profiler_ratio.append(statistics.median(got["profiled"]) / steady)
+        res.last_timed_ratio.append(got["timed"][-1] / steady)
+
+    return {"plain": plain, "child": child, "hooks": hooks}, profiled
+
+
+def diagnose_arms(
+    model: Path, warmup: int, timed: int, work: Path
+) -> dict[str, Callable[[Rounds], None]]:
+    def plain(res: Rounds) -> None:
+        res.add("plain", run_plain(model, warmup, timed, work))
+
+    def without(family: str) -> Callable[[Rounds], None]:
+        def arm(res: Rounds) -> None:
+            res.add(f"child-{family}", run_child_alone(model, warmup, timed, work, family))
+
+        return arm
+
+    arms: dict[str, Callable[[Rounds], None]] = {"plain": plain, "child-none": without("none")}
+    for family in DIAGNOSE_FAMILIES:
+        arms[f"child-{family}"] = without(family)
+    return arms
+
+
+def fmt(s: Spread | None, digits: int, unit: str = "") -> str:
+    return "-" if s is None else s.fmt(digits, unit)
+
+
+def print_tables(results: list[Rounds], sampler: float, sampler_s: float) -> None:
+    out("")
+    out(
+        "| model | plain step | child / plain | under perfdoctor / plain | best / best "
+        "| added per step (paired) |"
+    )
+    out("|---|---|---|---|---|---|")
+    for res in results:
         out(
-            f"  round {r + 1}: plain {got['plain']:.3f} ms, hooks {got['hooks']:.3f} ms "
-            f"(x{ratios[-1]:.3f}){window}"
+            f"| {res.model} | {statistics.median(res.ms['plain']):.3f} ms "
+            f"| {fmt(res.ratio('child'), 3)} | {fmt(res.ratio('hooks'), 3)} "
+            f"| {res.best_ratio('child'):.3f} / {res.best_ratio('hooks'):.3f} "
+            f"| {fmt(res.added_us('hooks'), 0, ' us')} |"
         )
-    return {
-        "model": model.stem,
-        "plain_ms": median_or_none(plain_ms),
-        "hooks_ms": median_or_none(hooks_ms),
-        "ratio": spread(ratios),
-        "diff_us": spread(diffs_us),
-        "profiler_ratio": spread(profiler_ratios),
-        "last_timed_ratio": spread(last_timed_ratios),
-        "parent_cpu_s_per_min": spread(parent_cpu_per_min),
-    }
+    out("")
+    out("| model | profiled / timed step | last timed step / timed | parent CPU s per min |")
+    out("|---|---|---|---|")
+    for res in results:
+        out(
+            f"| {res.model} | {fmt(spread(res.profiler_ratio), 2)} "
+            f"| {fmt(spread(res.last_timed_ratio), 2)} "
+            f"| {fmt(spread(res.parent_cpu_per_min), 2)} |"
+        )
+    out("")
+    out(
+        f"sampler thread alone (NVML + psutil, {sampler_s:g} s, idle child): "
+        f"{sampler * 60:.2f} CPU s per minute ({sampler * 100:.2f}% of one core)"
+    )
+    models = [r for r in results if r.model != "null_step"]
+    if models:
+        worst = max(models, key=lambda r: r.ratio("hooks").median)
+        out(
+            f"target: under perfdoctor / plain <= 1.02 (median of paired rounds); worst "
+            f"sample model {worst.model} x{worst.ratio('hooks').median:.3f}"
+        )
+    null = next((r for r in results if r.model == "null_step"), None)
+    if null is not None:
+        fixed_us = null.added_us("hooks").median
+        implied = ", ".join(
+            f"{r.model} {fixed_us / (statistics.median(r.ms['plain']) * 1000) * 100:.1f}%"
+            for r in models
+        )
+        out(f"fixed cost (null step) {fixed_us:.0f} us per step; as a share of plain: {implied}")
+
+
+def print_diagnosis(res: Rounds) -> None:
+    out("")
+    out("| null step, child without | step | added over plain (paired) | saved vs full child |")
+    out("|---|---|---|---|")
+    full = res.ms["child-none"]
+    for arm, values in res.ms.items():
+        if arm == "plain":
+            continue
+        saved = spread([(f - v) * 1000.0 for f, v in zip(full, values, strict=False)])
+        out(
+            f"| {arm.removeprefix('child-')} | {statistics.median(values) * 1000:.0f} us "
+            f"| {fmt(res.added_us(arm), 0, ' us')} | {fmt(saved, 0, ' us')} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="paired rounds per model")
+    parser.add_argument("--rounds", type=int, default=6, help="paired rounds per model")
     parser.add_argument(
-        "--profiler-rounds", type=int, default=3, help="rounds that also run the profiled arm"
+        "--profiler-rounds", type=int, default=2, help="rounds that also run the profiled arm"
     )
     parser.add_argument("--warmup", type=int, default=10, help="steps left out of the median")
     parser.add_argument("--timed", type=int, default=0, help="measured steps (0: per model)")
-    parser.add_argument("--model", action="append", help="sample model stem (default: all)")
+    parser.add_argument("--model", action="append", help="model stem (default: all)")
     parser.add_argument("--sampler-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--diagnose", action="store_true", help="only the null step, hook families left out"
+    )
     args = parser.parse_args(argv)
 
-    models = [m for m in sample_models() if not args.model or m.stem in args.model]
     out(machine_line())
-    out(
-        f"P1 overhead: {args.rounds} paired rounds (the first {args.profiler_rounds} with the "
-        "profiled arm); arms alternate A B C / C B A"
-    )
-    results = []
     with tempfile.TemporaryDirectory(prefix="pd-overhead-") as tmp:
+        work = Path(tmp)
+        null_step = work / "null_step.py"
+        null_step.write_text(NULL_STEP_SCRIPT)
+        if args.diagnose:
+            timed = args.timed or DEFAULT_TIMED["null_step"]
+            out(f"P1 diagnosis: null step, {args.rounds} rounds of {timed} steps per arm")
+            arms = diagnose_arms(null_step, args.warmup, timed, work)
+            print_diagnosis(measure_model(null_step, arms, args.rounds, 0, None))
+            return 0
+        models = [null_step, *sample_models()]
+        models = [m for m in models if not args.model or m.stem in args.model]
+        out(
+            f"P1 overhead: {args.rounds} paired rounds (the first {args.profiler_rounds} also "
+            "with the profiled arm); arms alternate A B C / C B A"
+        )
+        results = []
         for model in models:
             timed = args.timed or DEFAULT_TIMED.get(model.stem, 50)
             out(f"{model.stem}: {args.warmup} warm-up + {timed} measured steps per arm")
-            results.append(
-                measure_model(
-                    model, args.rounds, args.profiler_rounds, args.warmup, timed, Path(tmp)
-                )
-            )
+            arms, profiled = standard_arms(model, args.warmup, timed, work)
+            results.append(measure_model(model, arms, args.rounds, args.profiler_rounds, profiled))
     sampler = sampler_alone(args.sampler_seconds)
-
-    out("")
-    out("| model | plain step | under hooks | hooks / plain (median [range]) | added per step |")
-    out("|---|---|---|---|---|")
-    for res in results:
-        out(
-            f"| {res['model']} | {res['plain_ms']:.3f} ms | {res['hooks_ms']:.3f} ms | "
-            f"{res['ratio'].fmt(3)} | {res['diff_us'].fmt(0, ' us')} |"
-        )
-    out("")
-    out("| model | profiled / timed step | last timed step / timed median | parent CPU s per min |")
-    out("|---|---|---|---|")
-    for res in results:
-        out(
-            f"| {res['model']} | {res['profiler_ratio'].fmt(2)} | "
-            f"{res['last_timed_ratio'].fmt(2)} | {res['parent_cpu_s_per_min'].fmt(2)} |"
-        )
-    out("")
-    out(
-        f"sampler thread alone (NVML + psutil, {args.sampler_seconds:g} s, idle child): "
-        f"{sampler * 60:.2f} CPU s per minute ({sampler * 100:.2f}% of one core)"
-    )
-    worst = max((r["ratio"].median for r in results), default=float("nan"))
-    out(f"target: hooks / plain <= 1.02 (median of paired runs); worst model x{worst:.3f}")
+    print_tables(results, sampler, args.sampler_seconds)
     return 0
 
 
