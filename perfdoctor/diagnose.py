@@ -217,6 +217,13 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
+    if diagnosis.facts.get("memory_history_truncated") is True:
+        limit = record.spec.memory_history_max_entries if record.spec else None
+        warnings.append(
+            "the CUDA memory history was truncated: it reached its max_entries bound"
+            + (f" ({limit:,} events)" if limit else "")
+            + ", so the snapshot holds only the latest allocator events"
+        )
     return Report(
         schema_version=SCHEMA_VERSION,
         script=script,
