@@ -132,6 +132,14 @@ class StepRecord:
     cuda_allocated_bytes: int | None = None
     cuda_max_allocated_bytes: int | None = None
     loss_finite: bool | None = None  # False: the loss was NaN/inf (JSON stores it as null)
+    # CUDA runs: from this step's start to the next one's on the GPU's clock (CUDA events);
+    # the host's wall_ms is only the launch time while the host runs ahead of the GPU.
+    device_ms: float | None = None
+
+    @property
+    def step_ms(self) -> float:
+        """The step's duration: device time where it was measured, else host wall time."""
+        return self.device_ms if self.device_ms is not None else self.wall_ms
 
 
 @dataclass(frozen=True)

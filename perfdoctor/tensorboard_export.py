@@ -35,7 +35,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 # (series group, source key, tag, scale, description); x comes from the group's axis.
 _STEP_TAGS = (
-    ("wall_ms", "step/wall_ms", 1.0, "wall time of each training step (ms); step = step index"),
+    ("wall_ms", "step/wall_ms", 1.0, "host wall time of each training step (ms); step = index"),
+    (
+        "step_ms",
+        "step/step_ms",
+        1.0,
+        "time of each training step (ms), on the GPU's clock on CUDA runs; step = index",
+    ),
     ("data_wait_ms", "step/data_wait_ms", 1.0, "time waiting for the DataLoader per step (ms)"),
     ("loss", "step/loss", 1.0, "loss captured at each step (same seed in every variant)"),
 )
@@ -160,6 +166,8 @@ def _points(series: Mapping[str, Any], label: str, start: float) -> Iterator[_Po
         elapsed += float(ms) if _finite(ms) else 0.0
         ends.append(start + elapsed / 1000)
     for key, tag, scale, description in _STEP_TAGS:
+        if key == "step_ms" and list(_column(steps, key)) == list(wall_ms):
+            continue  # no device clock (CPU run): the same numbers as step/wall_ms
         for i, (step, value) in enumerate(zip(index, _column(steps, key), strict=False)):
             if _finite(step) and _finite(value):
                 wall = ends[i] if i < len(ends) else start

@@ -193,7 +193,7 @@ def _batch_size(record: RunRecord) -> int | None:
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
-    walls = np.array([s.wall_ms for s in timed], dtype=np.float64)
+    walls = np.array([s.step_ms for s in timed], dtype=np.float64)
     # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
     captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (
@@ -534,6 +534,7 @@ def series_for(record: RunRecord) -> dict[str, Any]:
         "steps": {
             "index": [s.index for s in record.steps],
             "wall_ms": [s.wall_ms for s in record.steps],
+            "step_ms": [s.step_ms for s in record.steps],
             "loss": [s.loss for s in record.steps],
             "data_wait_ms": [s.data_wait_ms for s in record.steps],
             "phase": [s.phase for s in record.steps],

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.collect import observe
+from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
 from perfdoctor.collect.probes_roots import RootFinder
@@ -137,6 +138,8 @@ class Probes:
         if not self.cuda_used and (phase == "warmup" or index % FLUSH_EVERY == 0):
             # Scripts move to CUDA before training; checking is ~3 us, so not every step.
             self.cuda_used = observe.cuda_in_use(self.torch)
+        if self.cuda_used:
+            self._mark_device_step(index)
         if index == self.plan.warmup and self.settings is None:
             self.settings = observe.torch_settings(self.torch)
         self.roots.track_shapes = phase != "warmup"
@@ -146,6 +149,19 @@ class Probes:
         if self.nvtx is not None:
             self._step_nvtx = self.nvtx.start(f"perfdoctor/step {index}")
         self.runtime.publish_step_start(index, phase)
+
+    def _mark_device_step(self, index: int) -> None:
+        clock = self.step_log.device_clock
+        if clock is None:
+            clock = self.step_log.device_clock = DeviceStepClock(self.torch)
+        clock.mark(index)
+
+    def _device_timing_info(self) -> dict[str, Any]:
+        clock = self.step_log.device_clock
+        return {
+            "used": clock is not None and clock.failed is None,
+            "failed": clock.failed if clock is not None else None,
+        }
 
     def _memory_on_step_start(self, index: int) -> None:
         if not self.cuda_used:
@@ -344,6 +360,7 @@ class Probes:
             "cuda_memory": observe.cuda_memory(torch),
             "memory_history": self.memory.info,
             "nvtx": self.nvtx_info,
+            "device_step_timing": self._device_timing_info(),
         }
         if self.location_counts:
             obs["locations"] = self._locations()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfdoctor import rundir
+from perfdoctor.collect.device_clock import DeviceStepClock
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ PROGRESS_FLUSH_S = 0.25
 class StepLog:
     def __init__(self, run_dir: Path, origin: float) -> None:
         """`origin`: the perf_counter value of t=0 on the parent's clock (progress `t`)."""
+        # Set once the script uses CUDA: fills each row's `device_ms` at flush.
+        self.device_clock: DeviceStepClock | None = None
         self._steps_path = run_dir / rundir.STEPS_FILE
         self._progress_path = run_dir / rundir.PROGRESS_FILE
         self._origin = origin
@@ -68,6 +71,11 @@ class StepLog:
                 self.nonfinite_losses += 1
             else:
                 row["loss"] = loss
+        if self.device_clock is not None:
+            device_ms = self.device_clock.durations([row["index"] for row, _ in pending])
+            for row, _ in pending:
+                row["device_ms"] = device_ms.get(row["index"])
+        for row, _ in pending:
             # Rows hold plain finite numbers, strings and None (built by Probes._row).
             lines.append(json.dumps(row))
         with self._steps_path.open("a") as fh:

@@ -469,7 +469,7 @@ def build_run_sample(
     the process RSS peak on CPU runs. Energy per step: NVML's energy counter over the timed
     window (analyze.samples), None without a GPU."""
     ordered = sorted(steps, key=lambda s: s.index)
-    timed = [s.wall_ms for s in ordered if s.phase == "timed"]
+    timed = [s.step_ms for s in ordered if s.phase == "timed"]
     cuda_memory = observations.get("cuda_memory") or {}
     cuda_peaks = [s.cuda_max_allocated_bytes for s in ordered if s.cuda_max_allocated_bytes]
     rss_peaks = [s.rss_bytes for s in ordered if s.rss_bytes]

@@ -197,7 +197,8 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
     warmup_end: float | None = None
     for label in _ordered(steps):
         row = steps[label] if isinstance(steps[label], Mapping) else {}
-        xs, ys = _pairs(row.get("index"), row.get("wall_ms"))
+        # step_ms: the GPU's clock on CUDA runs; reports written before it existed have wall_ms.
+        xs, ys = _pairs(row.get("index"), row.get("step_ms") or row.get("wall_ms"))
         if xs:
             lines.append((label, *downsample(xs, ys)))
         if label == BASELINE_LABEL and row.get("phase") and row.get("index"):
