@@ -57,6 +57,24 @@ for step in range(10_000):
 """
 
 
+# Three long fp32 matmuls per step and no host sync: the host enqueues a step in well under a
+# millisecond while the GPU needs several, so for the whole run the host is far ahead.
+HOST_AHEAD_CUDA = """\
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.manual_seed(0)
+weight = torch.nn.Parameter(torch.randn(4096, 4096, device="cuda") / 64)
+optimizer = torch.optim.SGD([weight], lr=1e-6)
+x = torch.randn(4096, 4096, device="cuda")
+for step in range(10_000):
+    loss = (x @ weight).square().mean()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+"""
+
+
 class Profiled:
     def __init__(self, proc: subprocess.CompletedProcess[str], cwd: Path) -> None:
         self.proc = proc
@@ -92,6 +110,26 @@ def test_the_run_is_a_cuda_run(cuda_run: Profiled) -> None:
     assert cuda_run.report["status"] == "completed"
     assert cuda_run.report["device"]["kind"] == "cuda"
     assert cuda_run.report["baseline"]["steps_timed"] == 60
+
+
+def test_step_time_is_read_on_the_gpus_clock(cuda_run: Profiled) -> None:
+    steps = list(rundir.load_steps(cuda_run.baseline))
+    timed = [s for s in steps if s.phase == "timed"]
+    assert timed and all(s.device_ms is not None and s.device_ms > 0 for s in timed)
+    assert cuda_run.observations()["device_step_timing"] == {"used": True, "failed": None}
+
+
+def test_device_clock_sees_the_work_the_host_only_enqueued(tmp_path: Path) -> None:
+    profiled = profile_script(
+        tmp_path, HOST_AHEAD_CUDA, "--steps", "20", "--warmup", "3", "--profile-steps", "0"
+    )
+    assert profiled.proc.returncode == 0, profiled.proc.stderr[-3000:]
+    timed = [s for s in rundir.load_steps(profiled.baseline) if s.phase == "timed"]
+    host = sorted(s.wall_ms for s in timed)[len(timed) // 2]
+    device = sorted(s.device_ms for s in timed if s.device_ms is not None)[len(timed) // 2]
+    # ~3 x 137 GFLOP of fp32 per step: milliseconds on any GPU, while the host only launches.
+    assert device > 3 * host, (host, device)
+    assert profiled.report["baseline"]["step_ms_p50"] >= 0.9 * device
 
 
 def test_memory_snapshot_is_written_and_loads_offline(cuda_run: Profiled) -> None:
