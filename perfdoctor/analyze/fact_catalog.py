@@ -54,8 +54,14 @@ FACTS: dict[str, FactDoc] = {
     "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
     "rss_growth_bytes_per_step": _f("bytes", "steps", "slope of process RSS over timed steps"),
     "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
+    "rss_growth_over_noise": _f(
+        "ratio", "steps", "rise of the RSS slope over the later timed steps / RSS scatter"
+    ),
     "cuda_allocated_growth_bytes_per_step": _f(
         "bytes", "steps", "slope of CUDA allocated memory over timed steps"
+    ),
+    "cuda_allocated_growth_over_noise": _f(
+        "ratio", "steps", "rise of the CUDA allocated slope / its scatter (large: steady)"
     ),
     "loss_is_finite": _f("bool", "steps", "every captured loss was finite"),
     # ---- settings the child observed ------------------------------------------------------

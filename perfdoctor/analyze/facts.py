@@ -94,23 +94,38 @@ def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _sustained_growth(points: Sequence[tuple[float, float]]) -> float | None:
-    """Growth per step that lasts: the Theil-Sen slope (median of pairwise slopes, robust to
-    single jumps) over the later half of the timed steps. Allocators and caches grow early
-    and then settle; a leak (tensors kept with their graphs) keeps growing to the end, so
-    measuring only the later half tells the two apart."""
+def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """Growth per step that lasts, and how far it rises above the noise.
+
+    The slope is Theil-Sen's (median of pairwise slopes, robust to single jumps) over the
+    later half of the timed steps: allocators and caches grow early and then settle, a leak
+    (tensors kept with their graphs) keeps growing to the end. The second value is the rise
+    of that line over those steps divided by the scatter around it (1.4826 x the median
+    absolute residual, a robust standard deviation). A process whose RSS swings by megabytes
+    from step to step (numpy buffers of a DataLoader, measured +-8 MiB on
+    cnn_slow_dataloader.py) has a Theil-Sen slope of about a MiB per step over ten steps by
+    chance alone; its rise stays within the scatter. CUDA's allocated bytes do not scatter:
+    there the ratio is large (or infinite) for any steady growth.
+    """
     if len(points) >= 8:
         points = points[len(points) // 2 :]
     if len(points) < 3:
-        return None
+        return None, None
     xs = np.asarray([x for x, _ in points], dtype=np.float64)
     ys = np.asarray([y for _, y in points], dtype=np.float64)
     i, j = np.triu_indices(len(xs), k=1)
     dx = xs[j] - xs[i]
     keep = dx != 0
     if not keep.any():
-        return None
-    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+        return None, None
+    slope = float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+    residuals = ys - slope * xs
+    residuals -= np.median(residuals)
+    scatter = 1.4826 * float(np.median(np.abs(residuals)))
+    rise = abs(slope) * float(xs.max() - xs.min())
+    if scatter == 0:  # a perfectly straight line (CUDA allocated bytes): any rise is a trend
+        return slope, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
+    return slope, rise / scatter
 
 
 def _training_dataloader(obs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -232,14 +247,17 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
         samples = sum((s.batch_size or batch) * s.micro_batches for s in timed)
         out["throughput_samples_s"] = samples / (walls.sum() / 1000.0)
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
-    out["rss_growth_bytes_per_step"] = _sustained_growth(rss)
+    out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = _sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
     cuda = [
         (float(s.index), float(s.cuda_allocated_bytes))
         for s in timed
         if s.cuda_allocated_bytes is not None
     ]
-    out["cuda_allocated_growth_bytes_per_step"] = _sustained_growth(cuda)
+    (
+        out["cuda_allocated_growth_bytes_per_step"],
+        out["cuda_allocated_growth_over_noise"],
+    ) = _sustained_growth(cuda)
     return out
 
 

@@ -304,6 +304,24 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     ("memory-growth-host", "cpu", {"rss_growth_bytes_per_step": 4 * MIB, "steps_timed": 9}, None),
+    (
+        "memory-growth-host",
+        "cpu",
+        {"rss_growth_bytes_per_step": 4 * MIB, "rss_growth_over_noise": 2.9},
+        None,
+    ),
+    (
+        "memory-growth-host",
+        "cpu",
+        {"rss_growth_bytes_per_step": 4 * MIB, "rss_growth_over_noise": 3.0},
+        "critical",
+    ),
+    (
+        "memory-growth-device",
+        "gpu",
+        {"cuda_allocated_growth_bytes_per_step": 50 * MIB, "cuda_allocated_growth_over_noise": 1.0},
+        None,
+    ),
     ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 50 * MIB}, "warning"),
     ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 1 * MIB}, None),
     # multi-GPU
