@@ -60,6 +60,16 @@ class VariantRow:
 def headline(report: Report) -> Headline:
     note = _STATUS_NOTES.get(report.status)
     status_note = note.format(code=report.exit_code) if note else None
+    if not report.findings and not report.baseline.steps_timed:
+        # Nothing ran long enough to be judged: saying "no bottleneck" would read as a clean
+        # bill of health.
+        return Headline(
+            slow="Not measured: the script stopped before its first timed training step.",
+            fix="Make the script reach its training loop (its output is in stderr.log and "
+            "stdout.log of the run directory), then profile it again.",
+            measured=_measured_overall(report),
+            status_note=status_note,
+        )
     if not report.findings:
         return Headline(
             slow="No bottleneck rule fired on this run.",

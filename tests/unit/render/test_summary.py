@@ -36,6 +36,20 @@ def test_headline_without_findings():
     assert head.slow == "No bottleneck rule fired on this run."
 
 
+def test_headline_of_a_run_that_never_reached_a_timed_step():
+    report = cpu_report(findings=())
+    report = replace(
+        report,
+        status="script_exited",
+        exit_code=2,
+        baseline=replace(report.baseline, steps_timed=0),
+    )
+    head = headline(report)
+    assert head.slow.startswith("Not measured: the script stopped before its first timed")
+    assert "no bottleneck" not in head.slow.lower()
+    assert "exited with code 2" in (head.status_note or "")
+
+
 def test_crash_note():
     assert "crashed (exit code 1)" in (headline(empty_series_report()).status_note or "")
 
