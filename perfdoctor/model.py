@@ -39,8 +39,16 @@ class StepPlan:
     profiled_steps: int = 3  # 0 disables the profiler window
 
     @property
+    def profiler_warmup_steps(self) -> int:
+        """One untimed step between the timed and the profiled steps, where torch.profiler
+        starts (its WARMUP): starting it slows that step 7-17% on small models."""
+        return 1 if self.profiled_steps > 0 else 0
+
+    @property
     def total_steps(self) -> int:
-        return self.warmup_steps + self.timed_steps + self.profiled_steps
+        return (
+            self.warmup_steps + self.timed_steps + self.profiler_warmup_steps + self.profiled_steps
+        )
 
 
 @dataclass(frozen=True)
@@ -151,9 +159,11 @@ class SourceLocation:
     function: str = ""
     share: float | None = None  # fraction of the relevant time attributed here
     count: int | None = None  # occurrences (e.g. syncs per step) attributed here
+    call: str | None = None  # what the line does, when it was seen at the call (".item()")
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}" + (f" ({self.function})" if self.function else "")
+        text = f"{self.file}:{self.line}" + (f" ({self.function})" if self.function else "")
+        return f"{text}: {self.call}" if self.call else text
 
 
 # --------------------------------------------------------------------------- diagnosis
@@ -255,6 +265,9 @@ class VariantResult:
     energy_j_per_step: float | None = None
     applied: tuple[AppliedOptimization, ...] = ()
     run_dirs: tuple[str, ...] = ()
+    # Set when other processes kept the machine busy during these runs: why the verdict
+    # may not hold on a quiet machine.
+    low_confidence: str | None = None
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,9 @@ FACTS: dict[str, FactDoc] = {
     "tensor_active_frac": _f("frac", "samples", "GPM tensor-core activity (Hopper)"),
     "cpu_util_mean_frac": _f("frac", "samples", "mean CPU utilization over the cores"),
     "cpu_busy_cores": _f("count", "samples", "cores busy on average (sum of per-core util)"),
+    "cpu_other_busy_cores": _f(
+        "count", "samples", "cores busy outside the run (machine minus child and its workers)"
+    ),
     "child_cpu_busy_cores": _f(
         "count", "samples", "cores the training process kept busy on average (its CPU %/100)"
     ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -147,6 +148,7 @@ def _location(data: Any, **extra: Any) -> SourceLocation | None:
         function=str(data.get("function") or ""),
         count=int(count) if isinstance(count, int) else extra.get("count"),
         share=extra.get("share"),
+        call=str(extra["call"]) if extra.get("call") else None,
     )
 
 
@@ -407,6 +409,7 @@ def _sample_facts(s: SamplesSummary | None) -> dict[str, Scalar]:
         "cpu_util_mean_frac": s.cpu_util_mean_frac,
         "cpu_busy_cores": s.cpu_busy_cores,
         "child_cpu_busy_cores": s.child_cpu_cores,
+        "cpu_other_busy_cores": s.other_busy_cores,
     }
 
 
@@ -495,6 +498,27 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
         kept = tuple(x for x in locs if x is not None)
         if kept:
             out[topic] = merge_locations(out.get(topic, ()), kept, top=10)
+    # Host syncs the child saw at the call: exact lines, so they go before the trace's
+    # function-level ones.
+    sync_calls = obs.get("host_sync_calls")
+    sites = sync_calls.get("sites") if isinstance(sync_calls, Mapping) else None
+    exact = tuple(
+        loc
+        for loc in (
+            _location(site, call=site.get("call")) for site in sites or [] if isinstance(site, dict)
+        )
+        if loc is not None
+    )
+    if exact:
+        # A trace location in a function that has exact lines only repeats it less precisely.
+        # (Compared by file name: the trace and the child may spell the path differently.)
+        functions = {(os.path.basename(loc.file), loc.function) for loc in exact}
+        traced = tuple(
+            loc
+            for loc in out.get("host_sync", ())
+            if (os.path.basename(loc.file), loc.function) not in functions
+        )
+        out["host_sync"] = merge_locations(exact, traced, top=10)
     if record.memory is not None and record.memory.top_sites:
         out["memory_peak"] = tuple(site.location for site in record.memory.top_sites)
     return out

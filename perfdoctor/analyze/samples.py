@@ -37,6 +37,10 @@ class SamplesSummary:
     cpu_busy_cores: float | None
     child_cpu_cores: float | None
     rss_bytes_max: int | None
+    # Cores kept busy by processes outside the run (the machine's busy cores minus the child
+    # and its workers): other jobs on a shared machine, which skew every timing.
+    other_busy_cores: float | None = None
+    cpu_cores: int | None = None
     notes: tuple[str, ...] = ()
 
 
@@ -115,6 +119,8 @@ def summarize_samples(
     core_means = [float(np.mean(c)) / 100.0 for c in per_core if c]
     rss = field(cpu, "rss_bytes")
     child = field(cpu, "child_cpu_percent")
+    others = [_other_cores(r) for r in cpu]
+    others_known = [x for x in others if x is not None]
     return SamplesSummary(
         window_s=window,
         gpu_samples=len(inside),
@@ -132,8 +138,23 @@ def summarize_samples(
         cpu_busy_cores=_mean(core_sums),
         child_cpu_cores=_mean(child) / 100.0 if child else None,
         rss_bytes_max=int(max(rss)) if rss else None,
+        other_busy_cores=_mean(others_known),
+        cpu_cores=max((len(c) for c in per_core), default=0) or None,
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _other_cores(row: Mapping[str, Any]) -> float | None:
+    """Cores busy outside the run in one CPU row (clipped at 0: the child's and the machine's
+    counters are read a moment apart, so their difference can dip below zero)."""
+    cores = row.get("cpu_percent")
+    child = row.get("child_cpu_percent")
+    if not isinstance(cores, list) or not cores or not isinstance(child, (int, float)):
+        return None
+    workers = row.get("workers_cpu_percent")
+    ours = float(child) + (float(workers) if isinstance(workers, (int, float)) else 0.0)
+    busy = float(sum(x for x in cores if isinstance(x, (int, float))))
+    return max(0.0, busy - ours) / 100.0
 
 
 def _power_mean(rows: list[Mapping[str, Any]]) -> float | None:

@@ -40,6 +40,7 @@ from perfdoctor.analyze.samples import summarize_samples, timed_window
 from perfdoctor.model import AppliedOptimization, RunManifest, StepRecord, VariantResult
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_for
+from perfdoctor.rules.measurement import busy_limit
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class RunSample:
     error: str | None = None  # one line
     applied: tuple[AppliedOptimization, ...] = ()
     run_dir: str = ""
+    other_busy_cores: float | None = None  # cores other processes used in the timed window
+    cpu_cores: int | None = None
 
     @property
     def usable(self) -> bool:
@@ -400,13 +403,39 @@ def compare_variant(
         reason += extra
     else:
         verdict, reason = speed_verdict(speed, extra)
+    # Step times move with other load; a memory verdict does not.
+    low_confidence = (
+        None if _goal(ids) == "memory" else busy_machine_note([*baseline_runs, *usable])
+    )
+    if low_confidence:
+        reason += f"; low confidence: {low_confidence}"
     log.debug("variant %s: %s (%s)", name, verdict, reason)
     return VariantResult(
         loss_delta=guard.loss_delta,
         verdict=verdict,  # type: ignore[arg-type]
         reason=reason,
+        low_confidence=low_confidence,
         **speed_fields,
         **common,
+    )
+
+
+def busy_machine_note(runs: Sequence[RunSample]) -> str | None:
+    """Why the timings of these runs are suspect, when other processes kept the machine
+    busy during any of them (rules/measurement.py holds the limit), else None."""
+    worst = max(
+        (r for r in runs if r.other_busy_cores is not None),
+        key=lambda r: r.other_busy_cores or 0.0,
+        default=None,
+    )
+    if worst is None or worst.other_busy_cores is None:
+        return None
+    if worst.other_busy_cores < busy_limit(worst.cpu_cores):
+        return None
+    of_cores = f" of {worst.cpu_cores}" if worst.cpu_cores else ""
+    return (
+        f"other processes kept {worst.other_busy_cores:.1f}{of_cores} cores busy during "
+        "these runs; re-run on a quiet machine"
     )
 
 
@@ -477,7 +506,7 @@ def build_run_sample(
         max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
     )
     window, steps_in_window = timed_window(progress)
-    energy = summarize_samples(samples, window, steps_in_window).energy_j_per_step
+    sampled = summarize_samples(samples, window, steps_in_window)
     batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in ordered if s.batch_size]
     applied = manifest.applied if manifest is not None else ()
     if not applied:
@@ -498,13 +527,15 @@ def build_run_sample(
         losses=tuple(math.nan if s.loss_finite is False else s.loss for s in ordered),
         peak_memory_bytes=peak,
         peak_reserved_bytes=cuda_memory.get("max_reserved_bytes"),
-        energy_j_per_step=energy,
+        energy_j_per_step=sampled.energy_j_per_step,
         batch_size=int(statistics.median(batch_sizes)) if batch_sizes else None,
         status=manifest.status if manifest is not None else "launch_failed",
         exit_code=manifest.exit_code if manifest is not None else 1,
         error=manifest.error if manifest is not None else "the run left no manifest",
         applied=applied,
         run_dir=str(run_dir),
+        other_busy_cores=sampled.other_busy_cores,
+        cpu_cores=sampled.cpu_cores,
     )
 
 

@@ -211,11 +211,23 @@ def variant_rows(report: Report) -> list[VariantRow]:
                 speedup=fmt.speedup(v.speedup, v.speedup_noise),
                 memory=fmt.nbytes(v.peak_memory_bytes),
                 loss_delta=fmt.signed_percent(v.loss_delta),
-                verdict=v.verdict,
+                # "?": measured while other processes kept the machine busy (see reason).
+                verdict=f"{v.verdict}?" if v.low_confidence else v.verdict,
                 reason=v.reason,
             )
         )
     return rows
+
+
+def applied_changes(report: Report) -> list[tuple[str, str]]:
+    """(optimization id, what its applier changed and why) for each applied optimization,
+    once, from the first variant that applied it (single variants come before the stack)."""
+    changes: dict[str, str] = {}
+    for variant in report.variants:
+        for item in variant.applied:
+            if item.applied and item.detail and item.id not in changes:
+                changes[item.id] = item.detail
+    return list(changes.items())
 
 
 def run_title(report: Report) -> str:

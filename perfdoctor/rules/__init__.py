@@ -17,6 +17,7 @@ from perfdoctor.rules import (
     jitter,
     launch,
     layout,
+    measurement,
     memory,
     modeling,
     multigpu,
@@ -43,6 +44,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *multigpu.RULES,
     *modeling.RULES,
     *jitter.RULES,
+    *measurement.RULES,
 )
 
 

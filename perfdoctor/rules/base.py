@@ -28,6 +28,7 @@ Area = Literal[
     "cpu",
     "model",
     "jitter",
+    "measurement",
 ]
 DeviceScope = Literal["any", "cuda", "cpu"]
 Check = Callable[[Facts, Mapping[str, float]], "Finding | None"]

@@ -75,6 +75,25 @@ for step in range(10_000):
 """
 
 
+# A running loss read with .item() every step: the host waits for the GPU at line 11.
+SYNC_EVERY_STEP_CUDA = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)
+).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(10_000):
+    loss = model(torch.randn(512, 1024, device="cuda")).pow(2).mean()
+    loss.backward()
+    running = loss.item()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+SYNC_LINE = 11
+
+
 class Profiled:
     def __init__(self, proc: subprocess.CompletedProcess[str], cwd: Path) -> None:
         self.proc = proc
@@ -130,6 +149,20 @@ def test_device_clock_sees_the_work_the_host_only_enqueued(tmp_path: Path) -> No
     # ~3 x 137 GFLOP of fp32 per step: milliseconds on any GPU, while the host only launches.
     assert device > 3 * host, (host, device)
     assert profiled.report["baseline"]["step_ms_p50"] >= 0.9 * device
+
+
+def test_host_sync_is_found_at_its_exact_line(tmp_path: Path) -> None:
+    profiled = profile_script(
+        tmp_path, SYNC_EVERY_STEP_CUDA, "--steps", "10", "--warmup", "3", "--profile-steps", "3"
+    )
+    assert profiled.proc.returncode == 0, profiled.proc.stderr[-3000:]
+    calls = profiled.observations()["host_sync_calls"]
+    assert calls["steps_watched"] == 3
+    top = calls["sites"][0]
+    assert (top["line"], top["call"], top["count"]) == (SYNC_LINE, ".item()", 1)
+    assert profiled.report["facts"]["host_syncs_per_step"] >= 1
+    finding = next(f for f in profiled.report["findings"] if f["rule_id"] == "host-syncs")
+    assert finding["locations"][0]["line"] == SYNC_LINE
 
 
 def test_memory_snapshot_is_written_and_loads_offline(cuda_run: Profiled) -> None:

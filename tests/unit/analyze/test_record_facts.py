@@ -190,6 +190,31 @@ def test_locations_by_topic(facts: Facts) -> None:
     assert locs["memory_peak"][0].line == 12 and locs["memory_peak"][0].share is not None
 
 
+def test_host_sync_lines_seen_at_the_call_come_first_and_replace_the_traced_function(
+    run: Path,
+) -> None:
+    traced = derive_facts(load_run(run)).locations["host_sync"][0]
+    site = {"file": traced.file, "line": traced.line + 7, "function": traced.function}
+    other = {"file": "train.py", "line": 90, "function": "log_metrics"}
+    rewrite_json(
+        run / rundir.OBSERVATIONS_FILE,
+        host_sync_calls={
+            "steps_watched": 2,
+            "calls": 6,
+            "sites": [
+                {**site, "call": ".item()", "calls": 4, "count": 2},
+                {**other, "call": "torch.cuda.synchronize()", "calls": 2, "count": 1},
+            ],
+            "failed": None,
+        },
+    )
+    locs = derive_facts(load_run(run)).locations["host_sync"]
+    assert (locs[0].line, locs[0].call, locs[0].count) == (traced.line + 7, ".item()", 2)
+    assert str(locs[1]).endswith("(log_metrics): torch.cuda.synchronize()")
+    # The trace's line for the same function (its first line) is not shown beside the exact one.
+    assert all((x.function, x.line) != (traced.function, traced.line) for x in locs)
+
+
 def test_settings_carry_the_raw_configuration_and_warnings(facts: Facts) -> None:
     s = facts.settings
     assert s["dataloader"]["batch_size"] == 8

@@ -43,6 +43,21 @@ def test_summary_over_the_window() -> None:
     assert s.notes == ("GPU 0: pcie_tx_kbs not sampled (NotSupported)",)
 
 
+def test_cores_busy_outside_the_run() -> None:
+    rows = [
+        # 2 cores: the machine is fully busy, the child uses 0.6 and its workers 0.2 cores.
+        {"kind": "cpu", "t": 1.0, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 60.0,
+         "workers_cpu_percent": 20.0},
+        {"kind": "cpu", "t": 1.1, "cpu_percent": [100.0, 60.0], "child_cpu_percent": 60.0},
+        # read a moment apart, the child's counter can exceed the machine's: clipped at 0
+        {"kind": "cpu", "t": 1.2, "cpu_percent": [50.0, 0.0], "child_cpu_percent": 70.0},
+        {"kind": "cpu", "t": 1.3, "cpu_percent": [50.0, 0.0]},  # no child reading: skipped
+    ]  # fmt: skip
+    s = summarize_samples(rows, None, 0)
+    assert s.other_busy_cores == pytest.approx((1.2 + 1.0 + 0.0) / 3)
+    assert s.cpu_cores == 2
+
+
 def test_cpu_only_samples_have_no_gpu_values() -> None:
     rows = [r for r in _samples() if r["kind"] != "gpu"]
     s = summarize_samples(rows, None, 0)

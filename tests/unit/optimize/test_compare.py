@@ -63,6 +63,17 @@ def test_within_noise_is_rejected_with_the_numbers():
     assert "±" in result.reason
 
 
+def test_a_verdict_measured_on_a_busy_machine_says_so():
+    busy = variant(70.0, other_busy_cores=1.3, cpu_cores=2)
+    result = compare_variant(baseline(), busy, ["fused-optimizer"])
+    assert result.verdict == "accepted"  # the figures stand; how far to trust them is marked
+    assert result.low_confidence is not None
+    assert "1.3 of 2 cores" in result.low_confidence
+    assert result.reason.endswith("re-run on a quiet machine")
+    quiet = variant(70.0, other_busy_cores=0.1, cpu_cores=2)
+    assert compare_variant(baseline(), quiet, ["fused-optimizer"]).low_confidence is None
+
+
 def test_slower_is_rejected():
     result = compare_variant(baseline(), variant(130.0, ids=("compile",)), ["compile"])
     assert result.verdict == "rejected"

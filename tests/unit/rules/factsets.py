@@ -93,6 +93,7 @@ CPU_TUNED: dict[str, Scalar] = {
     # samples
     "cpu_util_mean_frac": 0.9,
     "cpu_busy_cores": 1.8,
+    "cpu_other_busy_cores": 0.05,
 }
 
 GPU_TUNED: dict[str, Scalar] = {

@@ -61,6 +61,7 @@ AREAS = {
     "cpu",
     "model",
     "jitter",
+    "measurement",
 }
 
 

@@ -324,6 +324,12 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ),
     ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 50 * MIB}, "warning"),
     ("memory-growth-device", "gpu", {"cuda_allocated_growth_bytes_per_step": 1 * MIB}, None),
+    # busy-machine: max(0.5 cores, 25% of the cores) used by other processes
+    ("busy-machine", "cpu", {"cpu_other_busy_cores": 1.35}, "warning"),
+    ("busy-machine", "cpu", {"cpu_other_busy_cores": 0.5}, "warning"),
+    ("busy-machine", "cpu", {"cpu_other_busy_cores": 0.49}, None),
+    ("busy-machine", "gpu", {"cpu_other_busy_cores": 3.9}, None),  # 16 cores: limit 4
+    ("busy-machine", "gpu", {"cpu_other_busy_cores": 4.0}, "warning"),
     # multi-GPU
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 4}, "warning"),
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 1}, None),
