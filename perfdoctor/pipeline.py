@@ -18,6 +18,13 @@ from pathlib import Path
 from perfdoctor import diagnose
 from perfdoctor.errors import NoTrainingSteps, RunTimeout, TargetNotFound
 from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
+from perfdoctor.optimize.sizing import (
+    WORKERS_ENV,
+    WORKERS_OPTIMIZATION,
+    WorkerSizing,
+    size_dataloader_workers,
+    sizing_env,
+)
 from perfdoctor.rundir import (
     BASELINE_LABEL,
     child_dir,
@@ -124,6 +131,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
         return _finish(runner, baseline)
 
     sink.note("trying: " + ", ".join(candidates))
+    runner.worker_sizing = _worker_sizing(diagnosis, candidates, sink)
     runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in candidates])
 
     accepted = diagnose.accepted_optimizations(runner.session_dir)
@@ -176,6 +184,8 @@ class _Runner:
         self.sink = sink
         self.started = 0
         self.baseline_repeats = 0
+        # DataLoader workers sized from the baseline, passed to the runs that add workers.
+        self.worker_sizing: WorkerSizing | None = None
         save_session(session_dir, session)
 
     def run(
@@ -197,7 +207,7 @@ class _Runner:
             optimizations=tuple(optimizations),
             profile=profiled and plan.profiled_steps > 0,
             nvtx=self.options.nvtx,
-            env=_env_for(optimizations),
+            env={**_env_for(optimizations), **sizing_env(optimizations, self.worker_sizing)},
         )
         self.started += 1
         announcement = RunAnnouncement(
@@ -254,6 +264,31 @@ class _Runner:
                     variants = [v for v in variants if v.label != variant.label]
             if not variants:
                 return
+
+
+def _worker_sizing(
+    diagnosis: diagnose.Diagnosis, candidates: Sequence[str], sink: ProgressSink
+) -> WorkerSizing | None:
+    """How many DataLoader workers the dataloader-workers runs get (None: the child's
+    default). A PERFDOCTOR_DATALOADER_WORKERS the user set themselves is theirs to keep."""
+    if WORKERS_OPTIMIZATION not in candidates or os.environ.get(WORKERS_ENV):
+        return None
+    sizing = size_dataloader_workers(diagnosis.facts, _usable_cores(diagnosis))
+    if sizing is not None:
+        sink.note(f"{WORKERS_OPTIMIZATION}: num_workers={sizing.workers} ({sizing.reason})")
+    return sizing
+
+
+def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:
+    """The cores the baseline's child could run on (its CPU affinity), else this process's."""
+    cpu = diagnosis.record.observations.get("cpu")
+    affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
+    if isinstance(affinity, int) and not isinstance(affinity, bool) and affinity > 0:
+        return affinity
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS / Windows
+        return os.cpu_count() or 1
 
 
 def _env_for(optimizations: Sequence[str]) -> dict[str, str]:

@@ -197,8 +197,13 @@ _ENTRIES: tuple[Optimization, ...] = (
         title="DataLoader worker processes (num_workers, prefetch_factor)",
         risk="changes per-sample RNG streams (augmentations); unsafe for IterableDataset "
         "without sharding and for unpicklable datasets under spawn",
-        code_change="DataLoader(ds, batch_size=..., num_workers=4, prefetch_factor=2)",
-        applies_when="steps wait for the DataLoader and num_workers is 0",
+        code_change=(
+            "# workers ~ data ms per batch / compute ms per batch, plus one; at most\n"
+            "# cores - 1 when training on a GPU, min(4, cores) on a CPU\n"
+            "DataLoader(ds, batch_size=..., num_workers=workers, prefetch_factor=2)"
+        ),
+        applies_when="steps wait for the DataLoader and num_workers is 0 (the applier sizes "
+        "num_workers from the baseline's data wait and compute time per batch)",
         device="any",
         verify="the DataLoader iterator is a _MultiProcessingDataLoaderIter",
         numerics_tolerance="data-order",

@@ -320,8 +320,16 @@ def _variants(report: Report) -> str:
         + _table(header, rows, numeric=(2, 3, 4, 5, 6))
         + '<p class="muted">Speedup is baseline median step time / variant median step time, '
         "± the half-width of the noise band. Loss Δ is the relative drift of the loss "
-        "against the baseline with the same seed.</p></section>"
+        "against the baseline with the same seed.</p>" + _applied_changes(report) + "</section>"
     )
+
+
+def _applied_changes(report: Report) -> str:
+    items = "".join(
+        f"<li><code>{esc(opt_id)}</code>: {esc(detail)}</li>"
+        for opt_id, detail in summary.applied_changes(report)
+    )
+    return f"<p>What the applied optimizations changed:</p><ul>{items}</ul>" if items else ""
 
 
 def _charts(charts: list[Chart]) -> str:

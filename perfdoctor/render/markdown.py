@@ -211,6 +211,11 @@ def _variants(report: Report) -> list[str]:
     ]
     lines += _table(header, rows, "llrrrrrll")
     lines += ["", "Speedup is baseline median step time / variant median, ± the noise band.", ""]
+    changes = summary.applied_changes(report)
+    if changes:
+        lines += ["What the applied optimizations changed:", ""]
+        lines += [f"- {md_text(opt_id)}: {md_text(detail)}" for opt_id, detail in changes]
+        lines.append("")
     return lines
 
 

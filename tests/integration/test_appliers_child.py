@@ -10,6 +10,7 @@ import pytest
 from perfdoctor.collect.launcher import launch
 from perfdoctor.model import RunSpec, StepPlan, Target
 from perfdoctor.optimize.compare import compare_variant, load_run_sample
+from perfdoctor.optimize.sizing import WorkerSizing, sizing_env
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,13 @@ OVERFLOW_SCRIPT = textwrap.dedent(
 )
 
 
-def run(tmp_path: Path, source: str, label: str, optimizations: tuple[str, ...] = ()) -> Path:
+def run(
+    tmp_path: Path,
+    source: str,
+    label: str,
+    optimizations: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Path:
     script = tmp_path / "train.py"
     script.write_text(source)
     run_dir = tmp_path / label
@@ -68,6 +75,7 @@ def run(tmp_path: Path, source: str, label: str, optimizations: tuple[str, ...] 
         optimizations=optimizations,
         profile=False,
         record_memory_history=False,
+        env=env or {},
     )
     manifest = launch(spec, timeout_s=120, echo_output=False)
     assert manifest.status == "completed", (manifest.status, manifest.error)
@@ -85,6 +93,17 @@ def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
     assert "train.py:7: num_workers 0 ->" in workers.detail
     assert rows["tf32"].applied is False and "CUDA" in rows["tf32"].detail
     assert len(sample.step_ms) == PLAN.timed_steps
+
+
+def test_child_uses_the_worker_count_sized_by_the_parent(tmp_path):
+    # What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
+    sizing = WorkerSizing(3, "data 51 ms/batch vs 4.1 ms compute")
+    env = dict(sizing_env(("dataloader-workers",), sizing))
+    run_dir = run(tmp_path, DEBUG_SCRIPT, "workers", ("dataloader-workers",), env=env)
+    workers = {a.id: a for a in load_run_sample(run_dir).applied}["dataloader-workers"]
+    assert workers.applied and workers.verified, workers
+    assert "train.py:7: num_workers 0 -> 3 (data 51 ms/batch vs 4.1 ms compute)" in workers.detail
+    assert "(3 workers)" in workers.detail  # the iterator the script used had 3
 
 
 def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(tmp_path):

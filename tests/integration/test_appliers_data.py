@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from perfdoctor.collect.appliers import base, data
 from perfdoctor.collect.appliers.data import start_method, worker_refusal
+from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV
 
 
 @pytest.fixture
@@ -64,6 +65,56 @@ def test_workers_set_by_the_script_are_kept(harness_factory):
     assert loader.num_workers == 1
     row = harness.results()["dataloader-workers"]
     assert row["applied"] is False and "kept num_workers=1" in row["detail"]
+
+
+def test_default_count_says_why(harness_factory, monkeypatch):
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    harness = harness_factory("dataloader-workers")
+    cores = base.usable_cores()
+    assert DataLoader(dataset(), batch_size=8).num_workers == min(4, cores)
+    row = harness.results()["dataloader-workers"]
+    assert f"(no measured sizing: min(4, {cores} cores))" in row["detail"]
+
+
+def test_count_sized_by_the_parent_is_used(harness_factory, monkeypatch):
+    # 1: below the min(4, cores) default on any machine with 2+ cores, so it is the env's.
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(WORKERS_WHY_ENV, "data 51 ms/batch vs 4.1 ms compute")
+    plain = [x for x, _ in DataLoader(dataset(), batch_size=8)]
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8)
+    assert loader.num_workers == 1
+    seen = drive(harness, loader)
+    for got, want in zip(seen, plain, strict=False):
+        assert torch.equal(got, want)
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] and row["verified"], row
+    assert ": num_workers 0 -> 1 (data 51 ms/batch vs 4.1 ms compute)" in row["detail"]
+    assert "(1 workers)" in row["detail"]  # what verify saw
+
+
+def test_script_workers_win_over_the_sized_count(harness_factory, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "6")
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(dataset(), batch_size=8, num_workers=1).num_workers == 1
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] is False and "kept num_workers=1" in row["detail"]
+
+
+def test_sized_count_still_refused_for_an_iterable_dataset(harness_factory, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "6")
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(Stream(), batch_size=2).num_workers == 0
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] is False and "IterableDataset" in row["detail"]
+
+
+def test_bad_sized_count_falls_back_to_the_default(harness_factory, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "lots")
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(dataset(), batch_size=8).num_workers == min(4, base.usable_cores())
+    applier = harness.applied.appliers[0]
+    assert any("ignored PERFDOCTOR_DATALOADER_WORKERS='lots'" in n for n in applier.notes)
 
 
 class Stream(IterableDataset):

@@ -8,8 +8,12 @@ dataset or collate_fn that does not pickle when the start method is not fork, a 
 without a __main__ guard under spawn/forkserver, and a dataset holding CUDA tensors.
 persistent_workers is never turned on: it freezes the workers' copy of the dataset, and a
 script that changes its dataset between epochs would silently train on stale data.
+The worker count is sized by the parent from the baseline (perfdoctor/optimize/sizing.py:
+per-batch data time / compute time, plus one spare, capped by the cores) and passed in the
+environment (PERFDOCTOR_DATALOADER_WORKERS, with the reason in
+PERFDOCTOR_DATALOADER_WORKERS_WHY); without it the count is min(4, usable cores).
 prefetch_factor keeps torch's default (2 batches in flight per worker) unless the script set
-it: with min(4, cores) workers that already hides a steady per-batch cost.
+it: with enough workers to keep up, that already hides a steady per-batch cost.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import inspect
 import logging
 import multiprocessing
+import os
 import pickle
 import sys
 import weakref
@@ -34,10 +39,15 @@ from perfdoctor.collect.appliers.base import (
     one_line,
     usable_cores,
 )
+from perfdoctor.optimize.sizing import (
+    CPU_MAX_WORKERS,
+    WORKERS_ENV,
+    WORKERS_WHY_ENV,
+    default_workers,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_WORKERS = 4
 _MULTIPROCESS_ITER = "_MultiProcessingDataLoaderIter"
 _SHARED_KEY = "dataloader_patch"
 
@@ -196,8 +206,23 @@ class DataloaderWorkers(Applier):
 
     def install(self, ctx: ApplyContext) -> None:
         self.patch = LoaderPatch.shared(ctx)
-        self.workers = min(MAX_WORKERS, usable_cores())
+        self.workers, self.why = self._requested()
         self.patch.adjusters.append((self, self._adjust))
+
+    def _requested(self) -> tuple[int, str]:
+        """The count the parent sized from the baseline, else min(4, usable cores)."""
+        cores = usable_cores()
+        text = os.environ.get(WORKERS_ENV, "").strip()
+        if text:
+            try:
+                workers = int(text)
+            except ValueError:
+                workers = 0
+            if workers > 0:
+                why = one_line(os.environ.get(WORKERS_WHY_ENV, ""), 120)
+                return workers, why or f"{WORKERS_ENV}={workers}"
+            self.note(f"ignored {WORKERS_ENV}={text!r}: not a positive integer")
+        return default_workers(cores), f"no measured sizing: min({CPU_MAX_WORKERS}, {cores} cores)"
 
     def _adjust(self, loader: DataLoader, args: dict[str, Any]) -> dict[str, Any] | None:
         where = _where()
@@ -211,7 +236,7 @@ class DataloaderWorkers(Applier):
             if self.applied is None:
                 self.detail = one_line(f"{where}: {reason}")
             return None
-        change = f"{where}: num_workers 0 -> {self.workers}"
+        change = f"{where}: num_workers 0 -> {self.workers} ({self.why})"
         if self.applied:
             self.note(change)
         else:
