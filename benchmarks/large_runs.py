@@ -103,7 +103,7 @@ def check_memory_history(session: Path, work: Path) -> None:
     }
     rundir.write_json(obs_path, obs)
     report = analyze_session(copy)
-    paths = write_reports(copy, report)
+    paths = write_reports(copy, report).paths
     out(f"   fact memory_history_truncated = {report.facts.get('memory_history_truncated')}")
     fact = "memory_history_truncated"
     for name, path in sorted(paths.items()):

@@ -233,7 +233,7 @@ def _report(run: Path, fmt: str, output: Path | None) -> None:
     session_dir = resolve_session_dir(run)
     built = analyze_session(session_dir)
     try:
-        write_reports(session_dir, built)
+        built = write_reports(session_dir, built).report
     except OSError as err:  # a read-only copy of a run: still render to the terminal
         logging.getLogger(__name__).warning("reports not rewritten: %s", err)
     text = _render(built, fmt)

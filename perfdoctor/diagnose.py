@@ -11,7 +11,7 @@ import logging
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfdoctor.analyze.facts import derive_facts, series_for
@@ -268,24 +268,49 @@ def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, 
     return found
 
 
-def write_reports(session_dir: Path, report: Report) -> dict[str, Path]:
-    """report.json, report.md, report.html and the TensorBoard scalars, side by side."""
+# Each report states the session's size, its own bytes included, so the reports are rendered
+# until their lengths agree with the figure they state: twice as a rule (only the figure's own
+# characters can change a length, and only when its digit count or unit changes).
+_SIZE_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class WrittenReports:
+    report: Report  # as written: `run_dir_bytes` counts the reports and scalars just written
+    paths: dict[str, Path]
+
+
+def write_reports(session_dir: Path, report: Report) -> WrittenReports:
+    """The TensorBoard scalars, then report.json, report.md and report.html, side by side.
+
+    `run_dir_bytes` is the session's size once they are all written; render the returned
+    report (not the one passed in) to show the same figure the files state.
+    """
     from perfdoctor.render.html import render_html
     from perfdoctor.render.json_report import render_json
     from perfdoctor.render.markdown import render_markdown
     from perfdoctor.tensorboard_export import write_scalars
 
-    written = {}
-    for fname, render in (
-        (REPORT_JSON, render_json),
-        (REPORT_MD, render_markdown),
-        (REPORT_HTML, render_html),
-    ):
-        path = session_dir / fname
-        path.write_text(render(report), encoding="utf-8")
-        written[fname] = path
     try:
         write_scalars(session_dir, report)
     except OSError as err:  # TensorBoard scalars are a convenience; the reports stand alone
         log.warning("could not write TensorBoard scalars: %s", err)
-    return written
+    renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
+    paths = {fname: session_dir / fname for fname in renderers}
+    on_disk = _dir_bytes(session_dir)
+    others = on_disk - sum(
+        p.stat().st_size for p in paths.values() if p.is_file() and not p.is_symlink()
+    )
+    # Re-rendering a session rewrites reports of the same size: right at the first guess.
+    sized = replace(report, run_dir_bytes=on_disk)
+    for _ in range(_SIZE_ROUNDS):
+        texts = {fname: render(sized).encode("utf-8") for fname, render in renderers.items()}
+        total = others + sum(len(text) for text in texts.values())
+        if total == sized.run_dir_bytes:
+            break
+        rendered_with, sized = sized, replace(sized, run_dir_bytes=total)
+    else:  # the figure's length keeps flipping (a unit boundary): off by a few bytes at most
+        sized = rendered_with
+    for fname, text in texts.items():
+        paths[fname].write_bytes(text)
+    return WrittenReports(sized, paths)

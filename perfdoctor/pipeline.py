@@ -145,8 +145,8 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
 
 
 def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
-    report = diagnose.analyze_session(runner.session_dir)
-    diagnose.write_reports(runner.session_dir, report)
+    analyzed = diagnose.analyze_session(runner.session_dir)
+    report = diagnose.write_reports(runner.session_dir, analyzed).report
     if baseline.status == "timeout":
         raise RunTimeout(
             f"the script ran past --timeout {runner.options.timeout_s:g}s and was stopped; "
