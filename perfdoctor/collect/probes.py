@@ -31,7 +31,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EffectivePlan:
-    """The spec's StepPlan as this child runs it (no profiled steps without a profiler)."""
+    """The spec's StepPlan as this child runs it (no profiled steps without a profiler).
+
+    Phases in order: `warmup`, `timed`, then, with a profiler, one `profiler_warmup` step in
+    which torch.profiler starts (StepPlan.profiler_warmup_steps) and the `profiled` steps.
+    """
 
     warmup: int
     timed: int
@@ -44,27 +48,39 @@ class EffectivePlan:
         return cls(max(plan.warmup_steps, 0), max(plan.timed_steps, 0), max(profiled, 0))
 
     @property
-    def profiled_start(self) -> int:
+    def timed_end(self) -> int:
         return self.warmup + self.timed
 
     @property
+    def profiler_warmup(self) -> int:
+        # As StepPlan.profiler_warmup_steps: the profiler's start-up stays out of timed steps.
+        return 1 if self.profiled else 0
+
+    @property
+    def profiled_start(self) -> int:
+        return self.timed_end + self.profiler_warmup
+
+    @property
     def total(self) -> int:
-        return self.warmup + self.timed + self.profiled
+        return self.profiled_start + self.profiled
 
     def phase(self, index: int) -> str:
         if index < self.warmup:
             return "warmup"
-        if index < self.profiled_start or self.profiled == 0:
+        if index < self.timed_end or self.profiled == 0:
             return "timed"
+        if index < self.profiled_start:
+            return "profiler_warmup"
         return "profiled"
 
     def is_phase_end(self, index: int) -> bool:
-        return index + 1 in (self.warmup, self.profiled_start, self.total)
+        return index + 1 in (self.warmup, self.timed_end, self.profiled_start, self.total)
 
     def to_json(self) -> dict[str, int]:
         return {
             "warmup_steps": self.warmup,
             "timed_steps": self.timed,
+            "profiler_warmup_steps": self.profiler_warmup,
             "profiled_steps": self.profiled,
             "total_steps": self.total,
         }

@@ -1,7 +1,8 @@
 """The torch.profiler window: exactly the profiled steps, traced in the trace-handler layout.
 
-The profiler is opened at the start of the step before the window, which it spends in
-WARMUP (kineto's start-up cost stays out of the recorded steps), then records the profiled
+The profiler is opened at the start of the step before the window (the plan's untimed
+`profiler_warmup` step), which it spends in WARMUP (kineto's start-up cost stays out of the
+recorded steps and out of the timed ones: it slows that step 7-17%), then records the profiled
 steps and saves when the step after the window starts. `prof.step()` is only ever called at
 the start of an iteration (mechanics §2.2), and the profiler's step counter is set to our
 step index, so `ProfilerStep#N` in the trace is step N of steps.jsonl.

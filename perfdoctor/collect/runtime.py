@@ -17,8 +17,8 @@ API for appliers (perfdoctor/collect/appliers.py):
 ``runtime.dataloaders``
     Every `torch.utils.data.DataLoader` the script constructed, in construction order.
 ``runtime.current_step`` / ``runtime.current_phase``
-    Index (0-based) and plan phase ("warmup", "timed", "profiled") of the step in progress;
-    -1 and None before the first step.
+    Index (0-based) and plan phase ("warmup", "timed", "profiler_warmup", "profiled") of the
+    step in progress; -1 and None before the first step.
 ``runtime.on_roots_known(fn)``
     ``fn(roots, optimizers)`` is called once, at the first optimizer step (before the next
     forward), so a transform takes effect from the second iteration on. Scripts without an

@@ -108,20 +108,24 @@ def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
     plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
     run = run_child(tmp_path, "train_loop.py", "--epochs", "3", "--print-loss", plan=plan)
     assert run.returncode == 0, run.output
+    # The profiler starts (kineto's WARMUP) in an untimed step of its own, not a timed one.
     assert [row["phase"] for row in run.steps] == [
         "warmup",
         "timed",
         "timed",
+        "profiler_warmup",
         "profiled",
         "profiled",
     ]
+    assert run.observations["plan"]["profiler_warmup_steps"] == 1
+    assert run.observations["plan"]["total_steps"] == plan.total_steps == 6
     traces = rundir.find_traces(run.run_dir)
     assert len(traces) == 1 and traces[0].name.endswith(".pt.trace.json.gz")
     assert run.observations["profiler"]["trace_files"] == [traces[0].name]
     with gzip.open(traces[0], "rt") as fh:
         events = json.load(fh)["traceEvents"]
     step_spans = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
-    assert step_spans == ["ProfilerStep#3", "ProfilerStep#4"]  # = steps.jsonl indices
+    assert step_spans == ["ProfilerStep#4", "ProfilerStep#5"]  # = steps.jsonl indices
     # Loss: the value the script saw, captured without a per-step .item().
     printed = [
         float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")

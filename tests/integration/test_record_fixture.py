@@ -329,8 +329,8 @@ def test_record_runs_a_sample_model_under_the_launcher(tmp_path: Path) -> None:
     assert manifest["steps_seen"] >= 5
     assert _step_names(_trace_data(out)) != []
     assert [json.loads(line)["phase"] for line in (out / "steps.jsonl").read_text().splitlines()][
-        :5
-    ] == ["warmup", "timed", "timed", "profiled", "profiled"]
+        :6
+    ] == ["warmup", "timed", "timed", "profiler_warmup", "profiled", "profiled"]
     # Nothing of the recording machine's checkout path is left in the fixture.
     root = str(TOOL.parents[1])
     for path in out.iterdir():
