@@ -1,6 +1,6 @@
 """Parent side of one child run: spawn, watch, bound, and always leave a manifest behind.
 
-`launch(spec)` writes spec.json, runs `python -m perfdoctor.collect.bootstrap spec.json` in its
+`launch(spec)` writes spec.json, runs the child bootstrap (`perfdoctor.collect.bootstrap`) in its
 own process group (so a timeout or Ctrl-C can end DataLoader workers with it), tees the
 script's stdout/stderr to the terminal and to stdout.log / stderr.log, tails progress.jsonl
 for the live display, samples devices in a thread, and writes manifest.json whatever
@@ -54,6 +54,8 @@ from perfdoctor.rundir import (
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_MODULE = "perfdoctor.collect.bootstrap"
+# `python -c` rather than `-m`: no runpy frames above the script's (bootstrap.py's doc says why).
+ENTRY_CODE = f"import sys; from {BOOTSTRAP_MODULE} import main; sys.exit(main(sys.argv[1:]))"
 # The child measures its step times on the same origin as the parent's samples.
 T0_ENV = "PERFDOCTOR_T0_UNIX"
 GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
@@ -103,7 +105,7 @@ def launch(
     watch = _Watch(spec, run_dir, on_progress)
     watch.start_clock()
     env = _child_env(spec, watch.t0_unix)
-    command = [python, "-m", BOOTSTRAP_MODULE, str(spec_path)]
+    command = [python, "-c", ENTRY_CODE, str(spec_path)]
     try:
         proc = subprocess.Popen(
             command,

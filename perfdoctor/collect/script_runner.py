@@ -5,8 +5,14 @@ What `python sub/train.py a b` gives a script (mechanics §1.1): `sys.argv` as t
 `sys.path[0]` = the script's directory, the cwd unchanged, and the script's module as
 `sys.modules["__main__"]` so classes defined in it pickle (DataLoader workers, spawn too).
 `runpy.run_path` would overwrite `argv[0]` with the path it is given, so plain files are
-executed here with the same steps runpy takes; directories and zip files go to runpy.
-`-m pkg.mod` goes to `runpy.run_module(alter_sys=True)` with `sys.path[0]` = the cwd.
+compiled here with the same steps runpy takes; directories and zip files go to runpy.
+`-m pkg.mod` gets the module namespace `runpy.run_module(alter_sys=True)` would give it
+(`argv[0]` = the module's file, `__spec__`, `__package__`), with `sys.path[0]` = the cwd.
+
+`prepare` returns the code and its `__main__` module instead of running them: the caller
+execs the code from its own frame. Under `torch.autograd.set_detect_anomaly(True)` every op
+records the whole Python stack, so each frame between the interpreter and the script costs
+time on every op; runpy's helpers would add two or three.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import os
 import runpy
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from perfdoctor.errors import EXIT_TARGET_INVALID, EXIT_TARGET_NOT_FOUND
 from perfdoctor.model import Target
@@ -38,6 +45,30 @@ class ResolvedTarget:
     target: Target
     file: str  # absolute path of the file whose frames are the script's own
     root: str  # directory holding the user's code (script dir, or the top package's parent)
+    module_spec: Any = field(default=None, compare=False)  # ModuleSpec of a -m target
+
+
+class MainModule:
+    """The target's code object and the `__main__` module it runs in.
+
+    `with main as namespace: exec(main.code, namespace)`: while the block runs the module is
+    `sys.modules["__main__"]` (classes defined in the script pickle, spawn workers find it);
+    afterwards the previous `__main__` is back.
+    """
+
+    def __init__(self, code: types.CodeType, module: types.ModuleType) -> None:
+        self.code = code
+        self.module = module
+        self._saved: types.ModuleType | None = None
+
+    def __enter__(self) -> dict[str, Any]:
+        self._saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = self.module
+        return self.module.__dict__
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._saved is not None:
+            sys.modules["__main__"] = self._saved
 
 
 def resolve(target: Target, cwd: str) -> ResolvedTarget:
@@ -80,7 +111,7 @@ def _resolve_module(target: Target, cwd: str) -> ResolvedTarget:
         root = os.path.dirname(os.path.abspath(package_dir))
     else:
         root = os.path.dirname(origin)
-    return ResolvedTarget(target, origin, root)
+    return ResolvedTarget(target, origin, root, module_spec=spec)
 
 
 def _put_on_path(directory: str) -> None:
@@ -93,20 +124,23 @@ def _put_on_path(directory: str) -> None:
         sys.path.insert(0, directory)
 
 
-def run(resolved: ResolvedTarget) -> None:
-    """Execute the target; its SystemExit and exceptions propagate to the caller."""
+def prepare(resolved: ResolvedTarget) -> MainModule | None:
+    """Set `sys.argv` and `sys.path[0]` as `python` would and return the target's code with
+    its `__main__` module; None for a directory or zip file (`run_path` runs those)."""
     target = resolved.target
     if target.kind == "module":
-        sys.argv = [target.name, *target.argv]  # run_module replaces argv[0] with the file
-        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-        return
+        sys.argv = [resolved.file, *target.argv]  # as runpy.run_module(alter_sys=True)
+        return _module_main(resolved)
     sys.argv = [target.name, *target.argv]
     _put_on_path(resolved.root)
     if os.path.isdir(resolved.file) or _is_zip(resolved.file):
-        # A directory or zip file with a __main__.py: runpy knows how to run those.
-        runpy.run_path(resolved.file, run_name="__main__")
-        return
-    _run_source_file(resolved.file)
+        return None
+    return _source_file_main(resolved.file)
+
+
+def run_path(resolved: ResolvedTarget) -> None:
+    """A directory or zip file with a __main__.py: runpy knows how to run those."""
+    runpy.run_path(resolved.file, run_name="__main__")
 
 
 def _is_zip(path: str) -> bool:
@@ -115,7 +149,7 @@ def _is_zip(path: str) -> bool:
     return zipfile.is_zipfile(path)
 
 
-def _run_source_file(path: str) -> None:
+def _source_file_main(path: str) -> MainModule:
     with io.open_code(path) as fh:
         source = fh.read()
     try:
@@ -133,10 +167,32 @@ def _run_source_file(path: str) -> None:
             "__builtins__": builtins,
         }
     )
-    saved = sys.modules.get("__main__")
-    sys.modules["__main__"] = module
-    try:
-        exec(code, module.__dict__)
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
+    return MainModule(code, module)
+
+
+def _module_main(resolved: ResolvedTarget) -> MainModule:
+    """The namespace runpy's `_run_code` gives a module run as `__main__`.
+
+    A SyntaxError in the module propagates, as from `python -m` (and runpy): the script's
+    error, exit 1.
+    """
+    spec = resolved.module_spec
+    loader = getattr(spec, "loader", None)
+    code = loader.get_code(spec.name) if loader is not None else None
+    if code is None:
+        raise LaunchError(
+            f"no code object available for {resolved.target.name}", EXIT_TARGET_INVALID
+        )
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        {
+            "__file__": spec.origin,
+            "__cached__": spec.cached,
+            "__doc__": None,
+            "__loader__": loader,
+            "__package__": spec.parent,
+            "__spec__": spec,
+            "__builtins__": builtins,
+        }
+    )
+    return MainModule(code, module)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -220,3 +221,32 @@ def test_target_errors_are_caught_before_any_launch(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello\n")
     with pytest.raises(TargetInvalid, match="not a Python script"):
         validate_target(Target(kind="script", name="notes.txt"), tmp_path)
+
+
+FRAME_PROBE = """
+import json
+import sys
+
+frame, above = sys._getframe(), []
+while frame.f_back is not None:
+    frame = frame.f_back
+    above.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+with open("frames.json", "w") as fh:
+    json.dump(above, fh)
+"""
+# Frames above the script's top-level one (`<string>` and bootstrap.main). Under anomaly
+# mode every op records the whole Python stack, so each frame here costs on every op.
+MAX_FRAMES_ABOVE_SCRIPT = 2
+
+
+@pytest.mark.parametrize("kind", ["script", "module"])
+def test_the_script_runs_at_most_a_few_frames_below_the_interpreter(
+    tmp_path: Path, kind: str
+) -> None:
+    spec = make_spec(tmp_path, FRAME_PROBE, name="frame_probe.py")
+    if kind == "module":
+        spec = replace(spec, target=Target(kind="module", name="frame_probe"))
+    manifest = launch(spec, timeout_s=120)
+    assert manifest.exit_code == 0, manifest
+    above = json.loads((tmp_path / "frames.json").read_text())
+    assert len(above) <= MAX_FRAMES_ABOVE_SCRIPT, above
