@@ -127,7 +127,7 @@ class StepRecord:
     """One training step (one iteration, whatever the number of optimizers stepped)."""
 
     index: int
-    phase: Literal["warmup", "timed", "profiled"]
+    phase: Literal["warmup", "timed", "profiler_warmup", "profiled"]
     wall_ms: float
     data_wait_ms: float | None = None
     forward_ms: float | None = None  # host-side time in root-module forward

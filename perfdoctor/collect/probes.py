@@ -24,6 +24,7 @@ from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
 from perfdoctor.collect.profiler_window import ProfilerWindow
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.step_log import FLUSH_EVERY, StepLog
+from perfdoctor.collect.sync_watch import SyncCallWatcher
 from perfdoctor.collect.user_code import Location, UserCode
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Probes:
             max_entries=spec.memory_history_max_entries,
         )
         self.nvtx, self.nvtx_info = Nvtx.create(spec.nvtx)
+        self.sync_watch = SyncCallWatcher(torch, user_code)
         self.roots = RootFinder(torch, self.tracker, user_code)
         self.roots.nvtx = self.nvtx
         self.cuda_used = False
@@ -156,6 +158,9 @@ class Probes:
             self.cuda_used = observe.cuda_in_use(self.torch)
         if self.cuda_used:
             self._mark_device_step(index)
+            if phase == "profiled" and self.sync_watch.steps_watched == 0:
+                self.sync_watch.install()
+        self.sync_watch.step_started()
         if index == self.plan.warmup and self.settings is None:
             self.settings = observe.torch_settings(self.torch)
         self.roots.track_shapes = phase != "warmup"
@@ -204,6 +209,7 @@ class Probes:
 
     def plan_finished(self) -> None:
         self.stopped_by_perfdoctor = True
+        self.sync_watch.uninstall()
         if self.memory.info.get("recorded") and self.plan.profiled:
             self.memory.dump("profiled window")
         self.memory.stop()
@@ -315,6 +321,7 @@ class Probes:
         except BaseException:  # PlanComplete cannot come from finish; be sure anyway
             log.debug("tracker.finish failed", exc_info=True)
         self.roots.grad_use.finish(script_ended_normally=script_ended_normally)
+        self.sync_watch.uninstall()
         if self.profiler is not None:
             self.profiler.close()
         if self.memory.recording:
@@ -377,6 +384,9 @@ class Probes:
             "memory_history": self.memory.info,
             "nvtx": self.nvtx_info,
             "device_step_timing": self._device_timing_info(),
+            "host_sync_calls": (
+                self.sync_watch.summary() if self.sync_watch.steps_watched else None
+            ),
         }
         if self.location_counts:
             obs["locations"] = self._locations()

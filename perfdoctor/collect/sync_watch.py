@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -42,6 +43,10 @@ CALL_NAMES = {
     "synchronize": "torch.cuda.synchronize()",
 }
 MAX_SITES = 10
+# perfdoctor's own files: syncs made by its hooks (the step log reading losses back) are its
+# own, even though a user frame sits further up the stack.
+# (abspath, not resolve: code objects carry the path the module was imported by.)
+OWN_CODE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class SyncCallWatcher:
@@ -124,7 +129,16 @@ class SyncCallWatcher:
 
     def _count(self, call: str) -> None:
         # Two frames up: past the wrapper, into whoever called the method.
-        key = self._user.caller_key(sys._getframe(2))
+        frame = sys._getframe(2)
+        caller: Any = frame
+        while caller is not None:
+            filename = caller.f_code.co_filename
+            if filename.startswith(OWN_CODE):
+                return  # perfdoctor's own read of the losses at a flush: not the user's sync
+            if self._user.is_user_file(filename):
+                break
+            caller = caller.f_back
+        key = self._user.caller_key(frame)
         if key is not None:
             self.counts[(*key, call)] += 1
 

@@ -50,6 +50,17 @@ def test_counts_each_sync_at_its_exact_line(watcher: SyncCallWatcher) -> None:
     assert watcher.summary()["steps_watched"] == 2
 
 
+def test_perfdoctors_own_reads_are_not_blamed_on_the_user(watcher: SyncCallWatcher) -> None:
+    from perfdoctor.collect.step_log import _loss_values
+
+    watcher.install()
+    watcher.step_started()
+    # The step log reads the captured losses back (.cpu().tolist()) from inside a user frame.
+    assert _loss_values([(torch.tensor(1.5),)]) == [1.5]
+    watcher.uninstall()
+    assert watcher.summary()["calls"] == 0
+
+
 def test_host_tensors_and_unwatched_steps_are_not_counted() -> None:
     watcher = SyncCallWatcher(torch, user_code(), on_device=lambda t: False)
     watcher.install()
