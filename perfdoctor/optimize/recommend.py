@@ -223,6 +223,11 @@ def auto_candidates(
             continue
         if any(other in opt.excludes for other in candidates) and opt_id.startswith("amp-"):
             continue  # one precision per session; the preferred one ranks first
+        if opt_id == "dataloader-workers" and (num(facts, "dataloader_num_workers") or 0) > 0:
+            # The applier never overrides a count the script chose, so the run could only be
+            # refused: raising it stays a change by hand (the finding says by how much).
+            log.info("not trying dataloader-workers: the script sets num_workers itself")
+            continue
         if opt_id == "compile-cudagraphs" and wanted is None:
             syncs = facts.get("host_syncs_per_step")
             if isinstance(syncs, (int, float)) and syncs > 0:

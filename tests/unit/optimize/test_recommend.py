@@ -110,6 +110,16 @@ def test_only_restricts_and_can_force_an_unrecommended_id():
     assert auto_candidates(recs, CPU, only=["pin-memory", "larger-batch"]) == []  # cuda/manual
 
 
+def test_workers_are_not_tried_when_the_script_chose_a_count():
+    # The applier never overrides the script's num_workers: the run could only be refused.
+    facts = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "dataloader_num_workers": 2})
+    recs = recommend([finding("input", "dataloader-workers", gain=0.5)], facts)
+    assert ids(recs) == ["dataloader-workers"]  # still recommended, as a change by hand
+    assert auto_candidates(recs, facts) == []
+    unset = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "dataloader_num_workers": 0})
+    assert auto_candidates(recommend([finding("i", "dataloader-workers", gain=0.5)], unset), unset)
+
+
 def test_cudagraphs_not_tried_with_host_syncs_unless_asked():
     facts = Facts({"device_is_cuda": True, "gpu_compute_capability": "9.0",
                    "host_syncs_per_step": 2})  # fmt: skip
