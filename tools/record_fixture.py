@@ -596,7 +596,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.total_bytes // 1000,
     )
     timed = sorted(
-        float(row["wall_ms"])
+        # device_ms: the GPU's clock on CUDA recordings (the host only sees launches)
+        float(row.get("device_ms") or row["wall_ms"])
         for row in read_jsonl(args.out / STEPS_FILE)
         if row.get("phase") == "timed" and row.get("wall_ms") is not None
     )
