@@ -53,6 +53,10 @@ stage_overhead() {
         --model gpt_char_lm 2>&1 | tee "$OUT/overhead.log"
 }
 
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: no CUDA device visible to torch; these checks need one" >&2
+    exit 1
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
     tee -a "$OUT/gpu.txt"
