@@ -18,28 +18,20 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _switches import SAMPLE_MODELS, parse_with_switches
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_models"))
+sys.path.insert(0, str(SAMPLE_MODELS))
 import cnn_slow_dataloader as sample
 
 log = logging.getLogger("cnn_tuned")
 
 
 def parse_args() -> argparse.Namespace:
-    # The sample's options, plus the switches of the tuning itself.
-    argv = sys.argv[1:]
-    no_compile = "--no-compile" in argv
-    no_amp = "--no-amp" in argv
-    sys.argv = [sys.argv[0], *(a for a in argv if a not in ("--no-compile", "--no-amp"))]
-    args = sample.parse_args()
-    args.compile = not no_compile
-    args.amp = not no_amp
-    return args
+    return parse_with_switches(sample.parse_args)
 
 
 def spare_cores() -> int:

@@ -17,25 +17,18 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
 import torch
+from _switches import SAMPLE_MODELS, parse_with_switches
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_models"))
+sys.path.insert(0, str(SAMPLE_MODELS))
 import gpt_char_lm as sample
 
 log = logging.getLogger("gpt_tuned")
 
 
 def parse_args() -> argparse.Namespace:
-    argv = sys.argv[1:]
-    no_compile = "--no-compile" in argv
-    no_amp = "--no-amp" in argv
-    sys.argv = [sys.argv[0], *(a for a in argv if a not in ("--no-compile", "--no-amp"))]
-    args = sample.parse_args()
-    args.compile = not no_compile
-    args.amp = not no_amp
-    return args
+    return parse_with_switches(sample.parse_args)
 
 
 def train(args: argparse.Namespace) -> None:
