@@ -141,6 +141,14 @@ def profile(
     ] = False,
     nvtx: Annotated[bool, typer.Option(help="Emit NVTX ranges per step and phase.")] = False,
     quiet: Annotated[bool, typer.Option(help="Do not echo the script's output.")] = False,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            "--nproc-per-node",
+            "--nproc_per_node",
+            help="Ranks per run, as torchrun --standalone --nproc-per-node N (DDP scripts).",
+        ),
+    ] = 1,
 ) -> None:
     from perfdoctor.model import StepPlan, Target
 
@@ -151,7 +159,11 @@ def profile(
         target = Target(kind="script", name=args[0], argv=tuple(args[1:]))
     else:
         target = Target(kind="module", name=module, argv=tuple(args))
-    for name, value in (("--steps", steps), ("--repeat", repeat)):
+    for name, value in (
+        ("--steps", steps),
+        ("--repeat", repeat),
+        ("--nproc-per-node", nproc_per_node),
+    ):
         if value < 1:
             raise typer.BadParameter(f"{name} must be at least 1")
     if warmup < 0 or profile_steps < 0:
@@ -172,6 +184,7 @@ def profile(
         timeout_s=timeout,
         nvtx=nvtx,
         echo_output=not (quiet or as_json),
+        nproc_per_node=nproc_per_node,
     )
     console = _stderr_console() if as_json else make_console()
     outcome = _run_guarded(_profile, options, console)

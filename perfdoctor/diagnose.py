@@ -217,6 +217,12 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
+    if record.ranks_launched > 1 and not _process_group_seen(record.observations):
+        warnings.append(
+            f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
+            "never initialised a process group (torch.distributed.init_process_group): each "
+            "rank trained alone, and the figures are rank 0's"
+        )
     if diagnosis.facts.get("memory_history_truncated") is True:
         limit = record.spec.memory_history_max_entries if record.spec else None
         warnings.append(
@@ -245,6 +251,12 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
     )
+
+
+def _process_group_seen(observations: dict) -> bool:
+    dist = observations.get("dist")
+    # Runs that ended before observations were written say nothing: no warning then.
+    return not isinstance(dist, dict) or dist.get("initialized") is not False
 
 
 def _dir_bytes(path: Path) -> int:

@@ -54,6 +54,7 @@ class ProfileOptions:
     timeout_s: float | None = None
     nvtx: bool = False
     echo_output: bool = True
+    nproc_per_node: int = 1  # > 1: every child run is that many DDP ranks (collect/ranks.py)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
             "skip": list(options.skip),
             "timeout_s": options.timeout_s,
             "nvtx": options.nvtx,
+            # Only when asked for: a single-process session.json stays as it was.
+            **({"nproc_per_node": options.nproc_per_node} if options.nproc_per_node > 1 else {}),
         },
     )
     runner = _Runner(options, session_dir, session, sink)
@@ -224,6 +227,7 @@ class _Runner:
             timeout_s=self.options.timeout_s,
             on_progress=self.sink.step,
             echo_output=self.options.echo_output and label == BASELINE_LABEL,
+            nproc_per_node=self.options.nproc_per_node,
         )
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
@@ -280,15 +284,19 @@ def _worker_sizing(
 
 
 def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:
-    """The cores the baseline's child could run on (its CPU affinity), else this process's."""
+    """The cores the baseline's child could run on (its CPU affinity), else this process's;
+    in a multi-rank run, one rank's share of them."""
     cpu = diagnosis.record.observations.get("cpu")
     affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
     if isinstance(affinity, int) and not isinstance(affinity, bool) and affinity > 0:
-        return affinity
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS / Windows
-        return os.cpu_count() or 1
+        cores = affinity
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS / Windows
+            cores = os.cpu_count() or 1
+    ranks = diagnosis.facts.get("ranks_launched")
+    return max(1, cores // ranks) if isinstance(ranks, int) and ranks > 1 else cores
 
 
 def _env_for(optimizations: Sequence[str]) -> dict[str, str]:

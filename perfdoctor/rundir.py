@@ -15,6 +15,8 @@ Layout of one `perfdoctor profile` session (documented in docs/run-directory.md)
             <host>_<pid>.<ns>.pt.trace.json.gz       profiler trace (trace-handler layout)
             memory_snapshot.pickle                   CUDA allocator history (CUDA only)
             events.out.tfevents.*                    per-step scalars for TensorBoard
+            ranks/<k>/                               --nproc-per-node N > 1: rank k's own record
+                                                     (spec, manifest, observations, steps, logs)
             repeat-<k>/                              further timing-only repeats of this variant
     perfdoctor-runs/latest -> <newest session>
 
@@ -62,6 +64,7 @@ MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
 PROGRESS_FILE = "progress.jsonl"  # child -> parent live progress (one line per step)
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 REPEAT_PREFIX = "repeat-"
+RANKS_DIR = "ranks"  # <child>/ranks/<k>/: ranks 1..N-1 of a multi-rank run (rank 0 is the child)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -85,6 +88,20 @@ def repeat_dirs(variant_dir: Path) -> list[Path]:
         key=lambda p: int(p.name[len(REPEAT_PREFIX) :] or 0),
     )
     return [variant_dir, *extra]
+
+
+def rank_dir(run_dir: Path, rank: int) -> Path:
+    """Where rank `rank` (>= 1) of a multi-rank child run keeps its record."""
+    return run_dir / RANKS_DIR / str(rank)
+
+
+def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:
+    """(rank, directory) of ranks 1..N-1 of a multi-rank child run, by rank; [] otherwise."""
+    base = run_dir / RANKS_DIR
+    if not base.is_dir():
+        return []
+    found = [(int(p.name), p) for p in base.iterdir() if p.is_dir() and p.name.isdigit()]
+    return sorted(found)
 
 
 def find_traces(run_dir: Path) -> list[Path]:

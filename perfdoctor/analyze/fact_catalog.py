@@ -101,6 +101,35 @@ FACTS: dict[str, FactDoc] = {
     "uses_ddp": _f("bool", "obs", "DistributedDataParallel wraps the model"),
     "dist_backend": _f("name", "obs", "torch.distributed backend (nccl, gloo)"),
     "world_size": _f("count", "obs", "torch.distributed world size"),
+    # ---- multi-rank runs (--nproc-per-node N > 1; None with one rank) ----------------------
+    # A rank's "own" host time is its step's wall time outside forward and backward: DDP's
+    # collectives wait in those two (the buffer broadcast in forward, the gradient all-reduce
+    # in backward), so the rest (data, optimizer, the script's own code) is each rank's own
+    # work, and the rank with the most of it is the one the others wait for.
+    "ranks_launched": _f("count", "manifest", "processes perfdoctor started per run (1 or N)"),
+    "rank_step_ms_p50_spread_frac": _f(
+        "frac", "steps", "(slowest - fastest) / fastest median timed step over the ranks"
+    ),
+    "straggler_rank": _f("index", "steps", "the rank with the most own host time per step"),
+    "fastest_rank": _f("index", "steps", "the rank with the least own host time per step"),
+    "straggler_own_ms_p50": _f(
+        "ms", "steps", "median own host time per step (outside forward and backward), straggler"
+    ),
+    "fastest_rank_own_ms_p50": _f("ms", "steps", "the same on the fastest rank"),
+    "straggler_excess_ms": _f(
+        "ms", "steps", "straggler's own host time per step minus the other ranks' median"
+    ),
+    "straggler_excess_frac": _f(
+        "frac", "steps", "straggler_excess_ms / the ranks' median step: what every rank waits"
+    ),
+    "straggler_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, straggler"),
+    "fastest_rank_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, fastest"),
+    "straggler_forward_ms_p50": _f("ms", "steps", "median forward (host) per step, straggler"),
+    "fastest_rank_forward_ms_p50": _f("ms", "steps", "median forward (host) per step, fastest"),
+    "straggler_backward_ms_p50": _f("ms", "steps", "median backward (host) per step, straggler"),
+    "fastest_rank_backward_ms_p50": _f(
+        "ms", "steps", "median backward (host) per step, fastest (holds its all-reduce wait)"
+    ),
     "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
     "input_shape_changes": _f("count", "obs", "distinct root input shapes after warm-up"),
     # ---- trace: CPU side -----------------------------------------------------------------

@@ -52,6 +52,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_memory_facts(record, values.get("device_total_memory_bytes")))
     values.update(_sample_facts(samples if samples is not None else _samples_summary(record)))
     values.update(_trace_facts(record))
+    values.update(_rank_facts(record))
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
         values["optimizer_impl"] = "single_tensor"  # the child's naming (collect/observe.py)
     return values
@@ -260,6 +261,62 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
         out["cuda_allocated_growth_bytes_per_step"],
         out["cuda_allocated_growth_over_noise"],
     ) = _sustained_growth(cuda)
+    return out
+
+
+# --------------------------------------------------------------------------- ranks
+
+
+def _median_of(steps: Sequence[StepRecord], value: Any) -> float | None:
+    found = _numbers(value(s) for s in steps)
+    return float(np.median(found)) if found else None
+
+
+def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
+    """Medians over one rank's timed steps; `own` = host wall time outside fwd and bwd."""
+    return {
+        "step": _median_of(steps, lambda s: s.step_ms),
+        "own": _median_of(
+            steps, lambda s: max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
+        ),
+        "data_wait": _median_of(steps, lambda s: s.data_wait_ms),
+        "forward": _median_of(steps, lambda s: s.forward_ms),
+        "backward": _median_of(steps, lambda s: s.backward_ms),
+    }
+
+
+def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
+    """Multi-rank facts (fact_catalog's "multi-rank runs"): who the others wait for."""
+    out: dict[str, Scalar] = {"ranks_launched": record.ranks_launched}
+    per_rank = {0: _rank_timing(record.timed_steps)}
+    per_rank.update({r.rank: _rank_timing(r.timed_steps) for r in record.ranks})
+    timed = {k: v for k, v in per_rank.items() if v["step"] is not None and v["own"] is not None}
+    if len(timed) < 2:
+        return out
+    steps = [v["step"] for v in timed.values() if v["step"] is not None]
+    straggler = max(timed, key=lambda k: (timed[k]["own"] or 0.0, -k))
+    fastest = min(timed, key=lambda k: (timed[k]["own"] or 0.0, k))
+    others = [v["own"] for k, v in timed.items() if k != straggler and v["own"] is not None]
+    slow, fast = timed[straggler], timed[fastest]
+    excess = max(0.0, (slow["own"] or 0.0) - float(np.median(others)))
+    typical = float(np.median(steps))
+    out.update(
+        rank_step_ms_p50_spread_frac=(max(steps) - min(steps)) / min(steps)
+        if min(steps) > 0
+        else None,
+        straggler_rank=straggler,
+        fastest_rank=fastest,
+        straggler_own_ms_p50=slow["own"],
+        fastest_rank_own_ms_p50=fast["own"],
+        straggler_excess_ms=excess,
+        straggler_excess_frac=excess / typical if typical > 0 else None,
+        straggler_data_wait_ms_p50=slow["data_wait"],
+        fastest_rank_data_wait_ms_p50=fast["data_wait"],
+        straggler_forward_ms_p50=slow["forward"],
+        fastest_rank_forward_ms_p50=fast["forward"],
+        straggler_backward_ms_p50=slow["backward"],
+        fastest_rank_backward_ms_p50=fast["backward"],
+    )
     return out
 
 

@@ -22,6 +22,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class RankRecord:
+    """Rank k >= 1 of a multi-rank run (`<run>/ranks/<k>/`): what the analysis compares."""
+
+    rank: int
+    dir: Path
+    manifest: RunManifest | None
+    observations: dict[str, Any]
+    steps: tuple[StepRecord, ...]
+
+    @property
+    def timed_steps(self) -> tuple[StepRecord, ...]:
+        return tuple(s for s in self.steps if s.phase == "timed")
+
+
+@dataclass(frozen=True)
 class RunRecord:
     dir: Path
     spec: RunSpec | None
@@ -34,6 +49,11 @@ class RunRecord:
     progress: tuple[dict[str, Any], ...] = ()
     trace_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    ranks: tuple[RankRecord, ...] = ()  # ranks 1..N-1 of a --nproc-per-node run; rank 0 is this
+
+    @property
+    def ranks_launched(self) -> int:
+        return 1 + len(self.ranks)
 
     @property
     def timed_steps(self) -> tuple[StepRecord, ...]:
@@ -132,6 +152,20 @@ def load_run(child_dir: Path) -> RunRecord:
         progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE)),
         trace_files=trace_files,
         notes=tuple(notes),
+        ranks=tuple(_load_rank(rank, path) for rank, path in rundir.rank_dirs(child_dir)),
+    )
+
+
+def _load_rank(rank: int, path: Path) -> RankRecord:
+    observations = _load_json(path / rundir.OBSERVATIONS_FILE, lambda d: d) or {}
+    if not isinstance(observations, dict):
+        raise CorruptArtifact(f"corrupt {path / rundir.OBSERVATIONS_FILE}: not an object")
+    return RankRecord(
+        rank=rank,
+        dir=path,
+        manifest=_load_json(path / rundir.MANIFEST_FILE, rundir.manifest_from_dict),
+        observations=observations,
+        steps=_load_steps(path),
     )
 
 

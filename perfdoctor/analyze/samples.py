@@ -151,8 +151,10 @@ def _other_cores(row: Mapping[str, Any]) -> float | None:
     child = row.get("child_cpu_percent")
     if not isinstance(cores, list) or not cores or not isinstance(child, (int, float)):
         return None
-    workers = row.get("workers_cpu_percent")
-    ours = float(child) + (float(workers) if isinstance(workers, (int, float)) else 0.0)
+    ours = float(child)
+    for key in ("workers_cpu_percent", "ranks_cpu_percent"):  # its workers; the other ranks
+        value = row.get(key)
+        ours += float(value) if isinstance(value, (int, float)) else 0.0
     busy = float(sum(x for x in cores if isinstance(x, (int, float))))
     return max(0.0, busy - ours) / 100.0
 

@@ -10,11 +10,16 @@ job shows as busy worker processes, or as one core pinned by the main process. R
 `rss_bytes` and `child_cpu_percent` are the child process itself; the `workers_*` fields sum
 its descendants (DataLoader workers). RSS of forked workers counts shared copy-on-write pages
 once per process, so the sum overstates what they use together.
+
+In a multi-rank run the child is rank 0 and `peers` are the other ranks: `ranks` counts those
+still running, and `ranks_cpu_percent` / `ranks_rss_bytes` sum them with their own workers,
+so the machine's load is not mistaken for other processes' (`cpu_other_busy_cores`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -26,8 +31,12 @@ logger = logging.getLogger(__name__)
 class CpuSampler:
     name = "cpu"
 
-    def __init__(self, pid: int, *, psutil_module: ModuleType | None = None) -> None:
+    def __init__(
+        self, pid: int, *, peers: Sequence[int] = (), psutil_module: ModuleType | None = None
+    ) -> None:
         self._pid = pid
+        self._peer_pids = tuple(peers)
+        self._peers: dict[int, Any] = {}  # pid -> Process, the peers and their descendants
         self._psutil = psutil_module
         self._process: Any = None
         # psutil's cpu_percent() is "since the previous call on this object", so the Process
@@ -60,10 +69,39 @@ class CpuSampler:
         row: Row = {"kind": "cpu", "cpu_percent": ps.cpu_percent(percpu=True)}
         if self._process is not None and not self._child_gone:
             row.update(self._child_fields(ps))
+        if self._peer_pids:
+            row.update(self._peer_fields(ps))
         return [row]
 
     def stop(self) -> None:
         self._workers.clear()
+        self._peers.clear()
+
+    def _peer_fields(self, ps: ModuleType) -> Row:
+        found: list[Any] = []
+        running = 0
+        for pid in self._peer_pids:
+            try:
+                peer = self._peers.get(pid) or ps.Process(pid)
+                found.append(peer)
+                found.extend(peer.children(recursive=True))
+                running += 1
+            except ps.Error:
+                continue
+        alive: dict[int, Any] = {}
+        rss = 0
+        cpu = 0.0
+        for proc in found:
+            kept = self._peers.get(proc.pid, proc)
+            try:
+                with kept.oneshot():
+                    rss += kept.memory_info().rss
+                    cpu += kept.cpu_percent()  # 0.0 at a process's first reading
+            except ps.Error:
+                continue
+            alive[proc.pid] = kept
+        self._peers = alive
+        return {"ranks": running, "ranks_rss_bytes": rss, "ranks_cpu_percent": round(cpu, 1)}
 
     def _child_fields(self, ps: ModuleType) -> Row:
         proc = self._process

@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import platform
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +42,7 @@ from perfdoctor.rundir import (
     MEMORY_SNAPSHOT_FILE,
     OBSERVATIONS_FILE,
     PROGRESS_FILE,
+    RANKS_DIR,
     SAMPLES_FILE,
     SPEC_FILE,
     STDERR_FILE,
@@ -68,6 +71,9 @@ _NOISE_PREFIX = b"USDT:"
 # Memory block of unknown size was allocated before the profiling started ...". Lines that
 # start like a c10 log line are held until complete, then dropped from the echo if they match.
 _C10_LOG_START = b"[W"
+# With a process group, c10 prefixes its lines with the rank: "[rank0]:[W1122 05:37:49 ...".
+_RANK_PREFIX = re.compile(rb"\[rank\d+\]:")
+_RANK_PREFIX_START = re.compile(rb"\[(?:r(?:a(?:n(?:k(?:\d+(?:\](?::)?)?)?)?)?)?)?")
 _PROFILER_WARNINGS = (b"was allocated before the profiling started",)
 _STDERR_TAIL_LINES = 40
 
@@ -90,13 +96,26 @@ def launch(
     on_progress: Callable[[Progress], None] | None = None,
     echo_output: bool = True,
     python: str = sys.executable,
+    nproc_per_node: int = 1,
 ) -> RunManifest:
     """Run one child to its end and return (and write) its manifest.
 
     The target is not validated here: call perfdoctor.collect.target.validate_target first.
     KeyboardInterrupt ends the child, writes the manifest with status "interrupted" and is
-    re-raised.
+    re-raised. `nproc_per_node` > 1 runs that many ranks as torchrun would
+    (perfdoctor.collect.ranks); rank 0 is the child whose directory this is.
     """
+    if nproc_per_node > 1:
+        from perfdoctor.collect.ranks import launch_ranks
+
+        return launch_ranks(
+            spec,
+            nproc_per_node,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            echo_output=echo_output,
+            python=python,
+        )
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artifacts(run_dir)
@@ -163,7 +182,14 @@ def launch(
     return manifest
 
 
-def _write_manifest(spec: RunSpec, run_dir: Path, outcome: _Outcome, watch: _Watch) -> RunManifest:
+def _write_manifest(
+    spec: RunSpec,
+    run_dir: Path,
+    outcome: _Outcome,
+    watch: _Watch,
+    adjust: Callable[[RunManifest], RunManifest] | None = None,
+) -> RunManifest:
+    """`adjust`: a multi-rank run's status follows its first failing rank (collect/ranks.py)."""
     try:
         manifest = _assemble_manifest(spec, run_dir, outcome, watch)
     except Exception:
@@ -180,6 +206,8 @@ def _write_manifest(spec: RunSpec, run_dir: Path, outcome: _Outcome, watch: _Wat
             plan_complete=False,
             error=error,
         )
+    if adjust is not None:
+        manifest = adjust(manifest)
     write_json(run_dir / MANIFEST_FILE, manifest)
     return manifest
 
@@ -377,17 +405,20 @@ class _Tee(threading.Thread):
                 piece = self._held + piece
                 self._held = b""
                 complete = piece.endswith((b"\n", b"\r"))
+                ranked = _RANK_PREFIX.match(piece)
+                probe = piece[ranked.end() :] if ranked else piece
                 undecided = not complete and (
                     (len(piece) < len(_NOISE_PREFIX) and _NOISE_PREFIX.startswith(piece))
-                    or piece.startswith(_C10_LOG_START)
-                    or piece == _C10_LOG_START[:1]
+                    or probe.startswith(_C10_LOG_START)
+                    or probe in (_C10_LOG_START[:1], b"")
+                    or _RANK_PREFIX_START.fullmatch(piece) is not None
                 )
                 if undecided:
                     self._held = piece  # wait for more bytes of this line
                     continue
                 self._dropping = piece.startswith(_NOISE_PREFIX) or (
-                    piece.startswith(_C10_LOG_START)
-                    and any(marker in piece for marker in _PROFILER_WARNINGS)
+                    probe.startswith(_C10_LOG_START)
+                    and any(marker in probe for marker in _PROFILER_WARNINGS)
                 )
             self._at_line_start = piece.endswith((b"\n", b"\r"))
             if not self._dropping:
@@ -451,6 +482,8 @@ def _remove_stale_artifacts(run_dir: Path) -> None:
         if path.is_file():
             logger.debug("removing stale %s", path)
             path.unlink()
+    if (run_dir / RANKS_DIR).is_dir():  # the other ranks of an earlier multi-rank run
+        shutil.rmtree(run_dir / RANKS_DIR, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- the manifest

@@ -246,7 +246,32 @@ def device_text(report: Report) -> str:
         extras.append(f"sm {dev.compute_capability}")
     if dev.kind == "cpu" and dev.cpu_cores_logical:
         extras.append(f"{dev.cpu_cores_logical} logical cores")
-    return f"{dev.kind}: {text}" + (f" ({', '.join(extras)})" if extras else "")
+    ranks = world_text(report)
+    return (
+        f"{dev.kind}: {text}"
+        + (f" ({', '.join(extras)})" if extras else "")
+        + (f"; {ranks}" if ranks else "")
+    )
+
+
+def world_text(report: Report) -> str:
+    """'world size 2 (2 ranks, gloo)' for a multi-rank run; '' for a single process."""
+    facts = report.facts
+    ranks, world, backend = (
+        facts.get("ranks_launched"),
+        facts.get("world_size"),
+        facts.get("dist_backend"),
+    )
+    ranks = ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else 1
+    world = world if isinstance(world, int) and not isinstance(world, bool) else 1
+    if ranks <= 1 and world <= 1:
+        return ""
+    if world <= 1:
+        return f"{ranks} ranks, no process group"
+    details = ", ".join(
+        part for part in (f"{ranks} ranks" if ranks > 1 else "", str(backend or "")) if part
+    )
+    return f"world size {world}" + (f" ({details})" if details else "")
 
 
 def tensorboard_command(report: Report) -> str:

@@ -56,6 +56,7 @@ class Rule:
     topics: tuple[str, ...] = ()  # facts.locations topics the findings cite
     optimizations: tuple[str, ...] = ()  # every optimization id a finding may name
     device: DeviceScope = "any"
+    multi_rank: bool = False  # decides only on runs of several ranks (--nproc-per-node N > 1)
     # Findings of rules sharing a root cause are merged into one headline.
     root_cause: str = field(default="")
 

@@ -24,11 +24,13 @@ def _compute_cores(facts: Facts) -> tuple[int, int, int]:
     """(usable cores, DataLoader workers, cores left for the training process's threads).
 
     torch's own default is the physical core count; hyperthreads rarely speed up GEMMs, so
-    the usable count is the smaller of physical and logical (affinity) cores.
+    the usable count is the smaller of physical and logical (affinity) cores. The ranks of a
+    multi-rank run share the machine's cores: each gets its share.
     """
     logical = num(facts, "cpu_cores_logical") or 1.0
     physical = num(facts, "cpu_cores_physical")
     usable = int(min(logical, physical) if physical else logical)
+    usable = max(1, usable // max(1, int(num(facts, "ranks_launched") or 1)))
     workers = int(num(facts, "dataloader_num_workers") or 0)
     return usable, workers, max(1, usable - workers)
 
@@ -111,7 +113,13 @@ RULES = (
         title="CPU intra-op threads below the usable cores",
         area="cpu",
         needs=("torch_num_threads", "cpu_cores_logical"),
-        uses=("cpu_cores_physical", "dataloader_num_workers", "data_wait_frac", "cpu_busy_cores"),
+        uses=(
+            "cpu_cores_physical",
+            "dataloader_num_workers",
+            "data_wait_frac",
+            "cpu_busy_cores",
+            "ranks_launched",
+        ),
         thresholds={"assumed_parallel_fraction": 0.75},
         source=(
             "PyTorch CPU performance tuning guide (intra-op threads = physical cores); "
@@ -120,8 +128,8 @@ RULES = (
             "perfdoctor/rules/threshold_measurements.md"
         ),
         description=(
-            "CPU training with torch.get_num_threads() below min(physical, logical) cores minus "
-            "DataLoader workers."
+            "CPU training with torch.get_num_threads() below min(physical, logical) cores "
+            "(shared out among the ranks of a multi-rank run) minus DataLoader workers."
         ),
         check=check_threads_below_cores,
         device="cpu",
@@ -137,7 +145,7 @@ RULES = (
             "dataloader_num_workers",
             "cpu_util_mean_frac",
         ),
-        uses=("cpu_cores_physical",),
+        uses=("cpu_cores_physical", "ranks_launched"),
         thresholds={"cpu_saturated_frac": 0.85},
         source=(
             "loadtune src/loadtune/heuristic.py (CPU >= 85% = saturated; caps intra-op "

@@ -92,6 +92,9 @@ def skip_reason(rule: Rule, facts: Facts) -> str | None:
         return "applies to CUDA training; this run trained on the CPU"
     if rule.device == "cpu" and on_cuda is True:
         return "applies to CPU training; this run trained on a CUDA device"
+    ranks = facts.get("ranks_launched")
+    if rule.multi_rank and not (isinstance(ranks, int) and ranks > 1):
+        return "applies to multi-rank runs (--nproc-per-node N > 1); this run had one process"
     missing = [name for name in rule.needs if facts.get(name) is None]
     if not missing:
         return None

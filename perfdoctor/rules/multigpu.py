@@ -1,4 +1,4 @@
-"""Multi-GPU: DataParallel, DDP without NCCL, communication share of the step."""
+"""Multi-GPU: DataParallel, DDP without NCCL, communication share, a straggler rank."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_g
 DATA_PARALLEL = "data-parallel"
 DDP_WITHOUT_NCCL = "ddp-without-nccl"
 COMMUNICATION_HEAVY = "communication-heavy"
+RANK_STRAGGLER = "rank-straggler"
 
 
 def check_data_parallel(facts: Facts, t: Mapping[str, float]) -> Finding | None:
@@ -83,6 +84,72 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     )
 
 
+def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    frac = num(facts, "straggler_excess_frac")
+    rank = num(facts, "straggler_rank")
+    excess = num(facts, "straggler_excess_ms")
+    if frac is None or rank is None or excess is None or frac <= t["excess_frac"]:
+        return None
+    fastest = num(facts, "fastest_rank")
+    own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
+    data, fast_data = (
+        num(facts, "straggler_data_wait_ms_p50"),
+        num(facts, "fastest_rank_data_wait_ms_p50"),
+    )
+    data_excess = (data - fast_data) if data is not None and fast_data is not None else None
+    data_bound = data_excess is not None and data_excess >= t["data_share_of_excess"] * excess
+    against = f"rank {fastest:.0f}" if fastest is not None else "the others"
+    compared = (
+        f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest)"
+        if own is not None and fast_own is not None
+        else ""
+    )
+    if data_bound:
+        cause = (
+            f" Most of it is data loading: {data:.1f} ms per step waiting for the DataLoader "
+            f"against {fast_data:.1f} ms. Give that rank's input pipeline DataLoader workers "
+            "or cheaper samples, and check that the DistributedSampler shards cost the same."
+        )
+    else:
+        cause = (
+            " It is the rank's own host work outside forward and backward (the optimizer, "
+            "logging, checkpointing, code that runs on that rank only): move it off the "
+            "training step or spread it over the ranks."
+        )
+    return Finding(
+        rule_id=RANK_STRAGGLER,
+        severity=severity_for_gain(frac, floor="warning"),
+        title=f"Rank {rank:.0f} is a straggler: every rank waits {excess:.1f} ms per step for it",
+        explanation=(
+            "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
+            f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
+            f"than the other ranks outside forward and backward{compared}: {pct(frac)} of "
+            f"the step, which the others spend waiting in their backward.{cause}"
+        ),
+        evidence=(
+            ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
+            ev("straggler_excess_ms", excess),
+            *seen(
+                facts,
+                "straggler_rank",
+                "fastest_rank",
+                "straggler_own_ms_p50",
+                "fastest_rank_own_ms_p50",
+                "straggler_data_wait_ms_p50",
+                "fastest_rank_data_wait_ms_p50",
+                "straggler_backward_ms_p50",
+                "fastest_rank_backward_ms_p50",
+                "world_size",
+            ),
+        ),
+        optimizations=("dataloader-workers", "faster-data-pipeline") if data_bound else (),
+        gain=GainEstimate(
+            step_time_frac=frac,
+            method="the straggler's excess host time per step / the ranks' median step",
+        ),
+    )
+
+
 RULES = (
     Rule(
         id=DATA_PARALLEL,
@@ -123,5 +190,36 @@ RULES = (
         description="Time in nccl/gloo collectives as a share of the step.",
         check=check_communication,
         optimizations=("grad-accumulation", "larger-batch"),
+    ),
+    Rule(
+        id=RANK_STRAGGLER,
+        title="One rank is slower than the others (straggler)",
+        area="multi-gpu",
+        needs=("straggler_excess_frac", "straggler_rank", "straggler_excess_ms"),
+        uses=(
+            "fastest_rank",
+            "straggler_own_ms_p50",
+            "fastest_rank_own_ms_p50",
+            "straggler_data_wait_ms_p50",
+            "fastest_rank_data_wait_ms_p50",
+            "straggler_backward_ms_p50",
+            "fastest_rank_backward_ms_p50",
+            "world_size",
+        ),
+        thresholds={"excess_frac": 0.10, "data_share_of_excess": 0.5},
+        source=(
+            "> 10% of the step: TraceML's straggler score warning, (worst rank - median rank) / "
+            "typical step (traceml src/traceml/diagnostics/step_time/policy.py, 0.10 / 0.20); "
+            "critical from 20% by the shared gain ladder; data-bound when the data wait "
+            "explains at least half of the excess (a majority, as TraceML's input vs compute "
+            "straggler split)"
+        ),
+        description=(
+            "A rank whose host time per step outside forward and backward (data, optimizer, "
+            "its own code) exceeds the other ranks' median: multi-rank runs only."
+        ),
+        check=check_rank_straggler,
+        optimizations=("dataloader-workers", "faster-data-pipeline"),
+        multi_rank=True,
     ),
 )

@@ -46,10 +46,19 @@ def cuda_available() -> bool:
 
 
 def usable_cores() -> int:
+    """The cores this process may run on; in a multi-rank run (--nproc-per-node) its share of
+    them, as the ranks on this machine split them evenly."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS / Windows
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    if os.environ.get("PERFDOCTOR_RANK") is not None:  # perfdoctor.collect.ranks.RANK_ENV
+        try:
+            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        except ValueError:
+            local_ranks = 1
+        cores = max(1, cores // max(1, local_ranks))
+    return cores
 
 
 def is_compiling() -> bool:

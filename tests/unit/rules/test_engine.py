@@ -33,8 +33,10 @@ def test_cpu_run_skips_gpu_rules_saying_why() -> None:
     assert "channels-last" in reasons
     assert "cpu-threads-below-cores" not in reasons
     assert all(reason for reason in reasons.values())
-    # On a tuned CPU run only device scope skips rules: every CPU-side fact was there.
-    assert [r for r in reasons.values() if "CUDA" not in r] == []
+    # On a tuned CPU run only scope (device, multi-rank) skips rules: every CPU-side fact
+    # was there.
+    assert [r for r in reasons.values() if "CUDA" not in r and "multi-rank" not in r] == []
+    assert reasons["rank-straggler"].startswith("applies to multi-rank runs")
 
 
 def test_gpu_run_skips_cpu_rules() -> None:

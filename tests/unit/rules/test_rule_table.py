@@ -14,6 +14,19 @@ from .factsets import GIB, MIB, make_facts
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in ALL_RULES}
 
+# A two-rank run whose rank 1 waits 10 ms per step for data more than rank 0.
+STRAGGLER: dict[str, Scalar] = {
+    "ranks_launched": 2,
+    "world_size": 2,
+    "straggler_rank": 1,
+    "fastest_rank": 0,
+    "straggler_excess_ms": 10.0,
+    "straggler_own_ms_p50": 10.5,
+    "fastest_rank_own_ms_p50": 0.5,
+    "straggler_data_wait_ms_p50": 10.2,
+    "fastest_rank_data_wait_ms_p50": 0.2,
+}
+
 # (rule id, base fact set, overrides, expected severity or None for "does not fire")
 CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     # input-bound: > 5% warning (tb_plugin), >= 20% critical (TF-xprof)
@@ -339,6 +352,10 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("communication-heavy", "gpu", {"comm_frac": 0.25}, "warning"),
     ("communication-heavy", "gpu", {"comm_frac": 0.5}, "critical"),
     ("communication-heavy", "gpu", {"comm_frac": 0.10}, None),
+    # rank-straggler: > 10% of the step warning (TraceML), >= 20% critical (gain ladder)
+    ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.5}, "critical"),
+    ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.15}, "warning"),
+    ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.10}, None),
     # model structure / health
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 3}, "info"),
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 0}, None),

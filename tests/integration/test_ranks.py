@@ -1,0 +1,238 @@
+"""`perfdoctor profile --nproc-per-node 2` on a real DDP script (gloo, CPU).
+
+Every run here is two ranks of the real bootstrap (each imports torch: a few seconds), so
+plans are short, each test bounds its wait (a hang fails instead of blocking) and the
+session-level tests share one profile each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from perfdoctor.collect.launcher import launch
+from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.rundir import load_manifest, rank_dir
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).parent / "scripts" / "ddp_train.py"
+PLAN = ["--steps", "6", "--warmup", "2", "--profile-steps", "2"]
+WAIT_S = 120  # far above a 2-rank session here (about 5 s): a hang fails the test
+
+
+def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    runs = tmp / "runs"
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfdoctor",
+            "profile",
+            "--out",
+            str(runs),
+            "--nproc-per-node",
+            "2",
+            *PLAN,
+            *options,
+            str(SCRIPT),
+            *script_args,
+        ],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    session = (runs / "latest").resolve()
+    report = json.loads((session / "report.json").read_text())
+    return {
+        "proc": proc,
+        "took": time.monotonic() - start,
+        "session": session,
+        "report": report,
+        "md": (session / "report.md").read_text(),
+        "log": proc.stdout[-3000:] + proc.stderr[-3000:],
+    }
+
+
+def rule_ids(report: dict[str, Any]) -> list[str]:
+    return [f["rule_id"] for f in report["findings"]]
+
+
+def read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return profile(tmp_path_factory.mktemp("ddp"), "--no-apply")
+
+
+def test_two_ranks_complete_and_rank_1_keeps_its_record(ddp: dict[str, Any]) -> None:
+    assert ddp["proc"].returncode == 0, ddp["log"]
+    baseline = ddp["session"] / "baseline"
+    rank1 = rank_dir(baseline, 1)
+    for name in ("spec.json", "manifest.json", "observations.json", "steps.jsonl"):
+        assert (rank1 / name).is_file(), name
+    assert (rank1 / "stdout.log").is_file() and (rank1 / "stderr.log").is_file()
+    assert "rank 1 of 2 done" not in (rank1 / "stderr.log").read_text()  # stopped by the plan
+    # Rank 0 traces the run; rank 1 opens no profiler window.
+    assert list(baseline.glob("*.pt.trace.json*"))
+    assert not list(rank1.glob("*.pt.trace.json*"))
+    assert not (rank1 / "memory_snapshot.pickle").exists()
+    assert not rank_dir(baseline, 2).exists()
+    plan_total = 2 + 6 + 1 + 2
+    for run in (baseline, rank1):
+        manifest = load_manifest(run)
+        assert manifest.status == "completed" and manifest.exit_code == 0
+        assert manifest.steps_seen == plan_total  # both stopped at the same step
+        obs = read(run / "observations.json")
+        assert obs["dist"] == {**obs["dist"], "initialized": True, "world_size": 2}
+        assert obs["stopped_by_perfdoctor"] is True
+    assert read(rank1 / "observations.json")["dist"]["rank"] == 1
+    assert read(rank1 / "observations.json")["profiler"]["requested"] is False
+    assert read(baseline / "observations.json")["profiler"]["started"] is True
+
+
+def test_the_report_says_world_size_2(ddp: dict[str, Any]) -> None:
+    report = ddp["report"]
+    assert report["facts"]["world_size"] == 2
+    assert report["facts"]["ranks_launched"] == 2
+    assert report["facts"]["uses_ddp"] is True
+    assert "world size 2 (2 ranks, gloo)" in ddp["md"]
+    assert "world size 2" in ddp["proc"].stdout
+    assert "rank-straggler" not in rule_ids(report)
+    assert not any("process group" in w for w in report["warnings"])
+    # Two ranks on this machine's cores: no advice to raise each rank's threads to all cores.
+    assert "cpu-threads-below-cores" not in rule_ids(report)
+
+
+def test_a_straggler_rank_fires_the_rule(tmp_path: Path) -> None:
+    run = profile(tmp_path, "--no-apply", script_args=("--slow-rank", "1", "--slow-ms", "2"))
+    assert run["proc"].returncode == 0, run["log"]
+    assert "rank-straggler" in rule_ids(run["report"])
+    finding = next(f for f in run["report"]["findings"] if f["rule_id"] == "rank-straggler")
+    assert finding["title"].startswith("Rank 1 is a straggler")
+    assert "data loading" in finding["explanation"]
+    facts = run["report"]["facts"]
+    assert facts["straggler_rank"] == 1 and facts["fastest_rank"] == 0
+    assert facts["straggler_data_wait_ms_p50"] > 5 * facts["fastest_rank_data_wait_ms_p50"]
+
+
+def test_a_crashing_rank_stops_the_other_and_fails_the_run(tmp_path: Path) -> None:
+    run = profile(tmp_path, "--no-apply", script_args=("--crash-rank", "1", "--crash-step", "3"))
+    assert run["proc"].returncode == 1, run["log"]
+    report = run["report"]
+    assert report["status"] == "script_crashed" and report["exit_code"] == 1
+    baseline = run["session"] / "baseline"
+    manifest = load_manifest(baseline)
+    assert manifest.error == "rank 1: ValueError: planted crash on rank 1 at step 3"
+    assert any("rank 1 failed first" in w for w in manifest.warnings)
+    rank1 = load_manifest(rank_dir(baseline, 1))
+    assert rank1.status == "script_crashed" and rank1.exit_code == 1
+    assert "planted crash" in (rank_dir(baseline, 1) / "stderr.log").read_text()
+    # Rank 0 was stopped at once (it would wait in the all-reduce for gloo's 30 minutes).
+    assert manifest.wall_s - rank1.wall_s < 5.0
+    assert run["took"] < 60
+
+
+def test_plan_ending_inside_ddp_forward_on_every_rank_does_not_hang(tmp_path: Path) -> None:
+    """No optimizer: steps are backward calls, and the plan ends at the next iteration's
+    first root forward, inside DDP's forward, on both ranks: no rank is left in a collective."""
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=str(SCRIPT), argv=("--manual-sgd",)),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=0),
+        profile=False,
+    )
+    manifest = launch(spec, timeout_s=60, echo_output=False, nproc_per_node=2)
+    assert manifest.status == "completed", manifest
+    rank1 = load_manifest(rank_dir(Path(spec.run_dir), 1))
+    assert rank1.status == "completed"
+    assert manifest.steps_seen == rank1.steps_seen == 6
+    assert manifest.step_detection == rank1.step_detection == "backward"
+
+
+def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=str(SCRIPT), argv=("--hang-rank", "1")),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=StepPlan(warmup_steps=2, timed_steps=20, profiled_steps=0),
+        profile=False,
+    )
+    start = time.monotonic()
+    manifest = launch(spec, timeout_s=6, echo_output=False, nproc_per_node=2)
+    assert time.monotonic() - start < 6 + 10 + 5  # the timeout, the grace, slack
+    assert manifest.status == "timeout" and manifest.exit_code == 124
+    assert load_manifest(rank_dir(Path(spec.run_dir), 1)).status == "timeout"
+
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs)]
+    command += ["--nproc-per-node", "2", "--no-apply", "--quiet", str(SCRIPT), "--hang-rank", "1"]
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        # A shell's background jobs ignore SIGINT; perfdoctor must see it as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    ranks: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        hung = rank_dir(runs / "latest" / "baseline", 1) / "stdout.log"
+        if hung.is_file() and "hangs" in hung.read_text():
+            ranks = psutil.Process(proc.pid).children()
+            break
+        time.sleep(0.1)
+    assert len(ranks) == 2
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert not [r.pid for r in ranks if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+    baseline = (runs / "latest" / "baseline").resolve()
+    assert load_manifest(baseline).status == "interrupted"
+    assert load_manifest(rank_dir(baseline, 1)).status == "interrupted"
+
+
+def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> None:
+    run = profile(tmp_path, "--no-apply", "--profile-steps", "0", script_args=("--no-init",))
+    assert run["proc"].returncode == 0, run["log"]
+    assert any("never initialised a process group" in w for w in run["report"]["warnings"])
+    assert "2 ranks, no process group" in run["md"]
+
+
+def test_apply_runs_the_variant_on_both_ranks(tmp_path: Path) -> None:
+    run = profile(
+        tmp_path,
+        "--only",
+        "zero-grad-set-to-none",
+        "--repeat",
+        "1",
+        script_args=("--zero-grad-zeros",),
+    )
+    assert run["proc"].returncode == 0, run["log"]
+    variants = {v["label"]: v for v in run["report"]["variants"]}
+    variant = variants["zero-grad-set-to-none"]
+    assert variant["step_ms_p50"] is not None and variant["speedup"] is not None
+    assert variant["verdict"] in ("accepted", "rejected")
+    run_dir = run["session"] / "zero-grad-set-to-none"
+    for path in (run_dir, rank_dir(run_dir, 1)):
+        applied = {a["id"]: a for a in read(path / "observations.json")["applied"]}
+        assert applied["zero-grad-set-to-none"]["applied"] is True, path
+        assert load_manifest(path).status == "completed"
+    assert "zero-grad-set-to-none" in run["md"]

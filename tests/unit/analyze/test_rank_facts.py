@@ -1,0 +1,133 @@
+"""Multi-rank runs offline: ranks/<k>/ records -> facts, the straggler rule, report text."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from perfdoctor import rundir
+from perfdoctor.analyze.facts import derive_facts
+from perfdoctor.analyze.record import load_run
+from perfdoctor.analyze.samples import summarize_samples
+from perfdoctor.diagnose import analyze_session
+from perfdoctor.model import StepRecord
+from perfdoctor.render.summary import device_text, world_text
+from perfdoctor.rules import evaluate
+
+from .run_dir_builder import OBSERVATIONS, build_run_dir, rewrite_json
+
+# Rank 0 of the hand-built run: timed steps of 100/110/120/200 ms with 30 ms forward and
+# 40 ms backward, so its own host time (outside forward and backward) is 30..130 ms, median
+# 45 ms; its data wait is 10 ms.
+DDP_OBSERVATIONS = {
+    **OBSERVATIONS,
+    "dist": {"initialized": True, "backend": "gloo", "world_size": 2, "rank": 0},
+}
+
+
+def add_rank(run: Path, rank: int, *, data_wait_ms: float, initialized: bool = True) -> Path:
+    """Rank `rank` in lockstep with rank 0 (same step times) but with its own data wait."""
+    path = rundir.rank_dir(run, rank)
+    path.mkdir(parents=True)
+    dist = {"initialized": initialized, "backend": "gloo" if initialized else None}
+    rundir.write_json(path / rundir.OBSERVATIONS_FILE, {"dist": dist, "steps_seen": 7})
+    steps = [
+        StepRecord(
+            index=i + 2,
+            phase="timed",
+            wall_ms=wall,
+            data_wait_ms=data_wait_ms,
+            forward_ms=1.0,
+            backward_ms=wall - data_wait_ms - 2.0,  # what is left is its wait in all-reduce
+            optimizer_ms=0.5,
+        )
+        for i, wall in enumerate((100.0, 110.0, 120.0, 200.0))
+    ]
+    rundir.append_jsonl(path / rundir.STEPS_FILE, steps)
+    return path
+
+
+def test_single_rank_runs_have_one_rank_and_no_rank_facts(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    record = load_run(run)
+    assert record.ranks == () and record.ranks_launched == 1
+    facts = derive_facts(record)
+    assert facts.get("ranks_launched") == 1
+    assert facts.get("straggler_rank") is None and facts.get("straggler_excess_frac") is None
+    skipped = {s.rule_id: s.reason for s in evaluate(facts).skipped}
+    assert skipped["rank-straggler"].startswith("applies to multi-rank runs")
+
+
+def test_a_rank_slow_in_its_data_path_is_the_straggler(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank(run, 1, data_wait_ms=90.0)
+    record = load_run(run)
+    assert [r.rank for r in record.ranks] == [1] and record.ranks_launched == 2
+    facts = derive_facts(record)
+    assert facts.get("ranks_launched") == 2
+    assert facts.get("world_size") == 2
+    assert facts.get("straggler_rank") == 1 and facts.get("fastest_rank") == 0
+    # rank 1's own time: wall - forward - backward = data wait + 1 ms, median 91 ms
+    assert facts.get("straggler_own_ms_p50") == 91.0
+    assert facts.get("fastest_rank_own_ms_p50") == 45.0
+    assert facts.get("straggler_excess_ms") == 46.0
+    assert facts.get("straggler_excess_frac") == 46.0 / 115.0  # the ranks' median step
+    assert facts.get("straggler_data_wait_ms_p50") == 90.0
+    assert facts.get("fastest_rank_data_wait_ms_p50") == 10.0
+    assert facts.get("fastest_rank_backward_ms_p50") == 40.0
+    assert facts.get("rank_step_ms_p50_spread_frac") == 0.0  # lockstep
+    finding = next(f for f in evaluate(facts).findings if f.rule_id == "rank-straggler")
+    assert finding.severity == "critical"
+    assert finding.title.startswith("Rank 1 is a straggler")
+    assert "data loading" in finding.explanation
+    assert finding.optimizations == ("dataloader-workers", "faster-data-pipeline")
+
+
+def test_ranks_doing_the_same_work_have_no_straggler(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    add_rank(run, 1, data_wait_ms=44.0)  # own 45 ms, as rank 0
+    facts = derive_facts(load_run(run))
+    assert facts.get("straggler_excess_frac") is not None
+    assert facts.get("straggler_excess_frac") < 0.10
+    assert [f for f in evaluate(facts).findings if f.rule_id == "rank-straggler"] == []
+
+
+def test_report_shows_world_size_and_warns_without_a_process_group(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank(run, 1, data_wait_ms=10.0)
+    report = analyze_session(run)
+    assert world_text(report) == "world size 2 (2 ranks, gloo)"
+    assert device_text(report).endswith("; world size 2 (2 ranks, gloo)")
+    assert not any("process group" in w for w in report.warnings)
+
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist={"initialized": False, "world_size": 1})
+    report = analyze_session(run)
+    assert world_text(report) == "2 ranks, no process group"
+    assert any("never initialised a process group" in w for w in report.warnings)
+
+
+def test_single_process_device_line_is_unchanged(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    report = analyze_session(run)
+    assert world_text(report) == ""
+    assert "world size" not in device_text(report)
+    # A world the script joined outside perfdoctor's ranks is still shown.
+    joined = replace(report, facts={**report.facts, "world_size": 4, "dist_backend": "nccl"})
+    assert world_text(joined) == "world size 4 (nccl)"
+
+
+def test_other_ranks_cpu_is_not_counted_as_other_processes() -> None:
+    rows = [
+        {
+            "kind": "cpu",
+            "t": 1.0,
+            "cpu_percent": [100.0, 100.0],
+            "child_cpu_percent": 95.0,
+            "ranks": 1,
+            "ranks_cpu_percent": 98.0,
+        }
+    ]
+    summary = summarize_samples(rows, None, 1)
+    assert summary.other_busy_cores is not None and summary.other_busy_cores < 0.1
