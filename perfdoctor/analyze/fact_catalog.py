@@ -150,11 +150,31 @@ FACTS: dict[str, FactDoc] = {
         "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
     ),
     "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
-    "comm_frac": _f("frac", "trace", "share of step time in nccl/gloo collectives"),
+    "comm_frac": _f(
+        "frac", "trace", "share of step time the host spends in nccl/gloo collectives (union)"
+    ),
     # ---- trace: GPU side -----------------------------------------------------------------
-    "gpu_busy_frac": _f("frac", "trace", "union of kernel+memcpy time / step span"),
-    "gpu_idle_host_wait_frac": _f("frac", "trace", "idle share where the GPU waited for host"),
-    "gpu_idle_between_kernels_frac": _f("frac", "trace", "idle share in short inter-kernel gaps"),
+    "gpu_busy_frac": _f(
+        "frac", "trace", "union of GPU ops / the GPU window (first to last op of the steps)"
+    ),
+    "gpu_idle_host_wait_frac": _f(
+        "frac", "trace", "GPU window idle with nothing queued: the host did not keep up"
+    ),
+    "gpu_idle_launch_gap_frac": _f(
+        "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"
+    ),
+    "gpu_idle_dependency_wait_frac": _f(
+        "frac", "trace", "GPU window idle with work queued but waiting (events, streams, peers)"
+    ),
+    "gpu_compute_frac": _f("frac", "trace", "GPU window with a non-communication kernel"),
+    "gpu_comm_frac": _f("frac", "trace", "GPU window with a communication (NCCL) kernel"),
+    "gpu_comm_exposed_frac": _f(
+        "frac", "trace", "GPU window with communication and no compute kernel beside it"
+    ),
+    "gpu_comm_overlap_frac": _f(
+        "frac", "trace", "share of communication time overlapped by compute kernels"
+    ),
+    "gpu_tail_ms": _f("ms", "trace", "GPU work running after the host's last profiled step"),
     "kernels_per_step": _f("count", "trace", "GPU kernels launched per step"),
     "kernel_us_p50": _f("us", "trace", "median kernel duration"),
     "kernel_launches_per_step": _f(
@@ -167,7 +187,7 @@ FACTS: dict[str, FactDoc] = {
     "pageable_htod_frac": _f("frac", "trace", "share of HtoD bytes from pageable memory"),
     "tensor_core_kernel_frac": _f("frac", "trace", "share of kernel time in tensor-core kernels"),
     "triton_kernel_count_per_step": _f("count", "trace", "Triton kernels per step"),
-    "comm_kernel_frac": _f("frac", "trace", "share of GPU time in NCCL kernels"),
+    "comm_kernel_frac": _f("frac", "trace", "share of kernel time in NCCL kernels"),
     # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
     "peak_allocated_bytes": _f("bytes", "memory", "peak allocated device memory"),
     "peak_reserved_bytes": _f("bytes", "memory", "peak reserved device memory"),

@@ -19,6 +19,7 @@ from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
+from perfdoctor.analyze.trace_gpu import GpuSummary
 from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
 
 log = logging.getLogger(__name__)
@@ -501,7 +502,13 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
         {
             "gpu_busy_frac": g.busy_frac,
             "gpu_idle_host_wait_frac": g.idle_host_wait_frac,
-            "gpu_idle_between_kernels_frac": g.idle_between_kernels_frac,
+            "gpu_idle_launch_gap_frac": g.idle_launch_gap_frac,
+            "gpu_idle_dependency_wait_frac": g.idle_dependency_wait_frac,
+            "gpu_compute_frac": g.compute_frac,
+            "gpu_comm_frac": g.comm_frac,
+            "gpu_comm_exposed_frac": g.comm_exposed_frac,
+            "gpu_comm_overlap_frac": g.comm_overlap_frac,
+            "gpu_tail_ms": g.gpu_tail_ms,
             "kernels_per_step": g.kernels_per_step,
             "kernel_launches_per_step": g.kernel_launches_per_step,
             "kernel_us_p50": g.kernel_us_p50,
@@ -610,6 +617,8 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
             "has_shapes": t.has_shapes,
             "memcpy_ms_per_step": dict(t.gpu.memcpy_ms_per_step) if t.gpu else {},
         }
+        if t.gpu is not None:
+            settings["trace"]["gpu"] = _gpu_settings(t.gpu)
     if record.memory is not None:
         warnings.extend(record.memory.notes)
         settings["memory"] = {
@@ -620,6 +629,34 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
         }
     settings["warnings"] = list(dict.fromkeys(warnings))
     return settings
+
+
+def _gpu_settings(g: GpuSummary) -> dict[str, Any]:
+    """What the GPU section of the reports shows beyond the facts: the window, the counts,
+    and the kernels that take the time."""
+    return {
+        "device": g.device,
+        "window_ms": g.window_us / 1000.0,
+        "window_basis": g.window_basis,
+        "streams": g.streams,
+        "kernel_count": g.kernel_count,
+        "launch_count": g.launch_count,
+        "memcpy_count": g.memcpy_count,
+        "memset_count": g.memset_count,
+        "unlaunched_count": g.unlaunched_count,
+        "memcpy_count_by_kind": dict(g.memcpy_count_by_kind),
+        "top_kernels": [
+            {
+                "name": k.name,
+                "count": k.count,
+                "ms_total": k.us_total / 1000.0,
+                "share": k.share,
+                "comm": k.comm,
+                "tensor_core": k.tensor_core,
+            }
+            for k in g.top_kernels
+        ],
+    }
 
 
 # --------------------------------------------------------------------------- chart series

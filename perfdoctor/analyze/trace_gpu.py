@@ -1,11 +1,32 @@
-"""GPU facts of a parsed trace: busy time, idle gaps and their cause, kernels, copies.
+"""GPU facts of a parsed trace, on the GPU's own timeline: busy time, what the idle time
+waited for, communication and its overlap with compute, the kernels that take the time.
 
 GPU activity rows (kernel, gpu_memcpy, gpu_memset) sit on pid = device, tid = stream. Each is
-linked to the CPU call that launched it (cudaLaunchKernel, cudaMemcpyAsync, or
-cuLaunchKernel in cuda_driver for Triton) by the `correlation` id.
+linked to the CPU call that launched it (cudaLaunchKernel, cudaMemcpyAsync, cuLaunchKernel for
+Triton, hipLaunchKernel on ROCm, cudaGraphLaunch for every kernel of a graph) by the
+`correlation` id.
+
+The window. The GPU runs behind the host: with CUDA graphs or without host syncs, the work
+launched in the profiled steps finishes long after the host's ProfilerStep spans end, and
+work launched before them is still running when they start. So the window is the GPU's own:
+from the first to the last GPU op *launched inside the profiled steps* (HTA's temporal
+breakdown uses the same kind of window: first to last kernel launched by the traced
+iterations). Busy time is every op on the device inside that window, whoever launched it.
+
+The idle split, for each gap in the union of the device's ops (no stream busy):
+* host wait: the op that ends the gap was launched after the gap began, so nothing was
+  queued: the host (Python, the data pipeline, a sync) did not keep up (HTA's "host wait");
+* launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
+  per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
+  remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
+* dependency wait: the op was queued long before yet did not start: it waited on an event,
+  another device or a peer rank (an NCCL send/recv), or it was launched outside the trace
+  (HTA's "other"). Fusion does nothing for it.
+HTA splits the idle time of each stream separately and sums the streams; here the split is
+of the device's idle time (no stream busy), so the three shares add up with busy to 1.
 
 Only the device with the most GPU time is summarised (the training device; other devices
-appear in multi-GPU traces of one rank only through peer copies).
+appear in a rank's trace only through peer copies).
 """
 
 from __future__ import annotations
@@ -24,38 +45,81 @@ from perfdoctor.analyze.kernels import (
 from perfdoctor.analyze.trace_events import (
     GPU_KIND_KERNEL,
     GPU_KIND_MEMCPY,
+    GPU_KIND_MEMSET,
     TraceEvents,
 )
 from perfdoctor.analyze.trace_index import Steps, launch_rows
 
+# A queued op that starts at most this long after the previous one ended waited only for the
+# GPU's own dispatch: 1-5 µs between back-to-back kernels on A100/H100 (CUDA graphs cut it to
+# about 1 µs); a longer wait for queued work is a dependency, not launch overhead.
+LAUNCH_GAP_MAX_US = 10.0
+TOP_KERNELS = 10
+
+
+@dataclass(frozen=True)
+class KernelShare:
+    """One kernel name's GPU time in the window."""
+
+    name: str
+    count: int
+    us_total: float
+    share: float  # of the kernel time of the window's kernels
+    comm: bool
+    tensor_core: bool
+
 
 @dataclass(frozen=True)
 class GpuSummary:
-    """The three *_frac time shares are of the step window and add up to 1."""
+    """busy + the three idle shares = 1; every *_frac is of the GPU window unless noted."""
 
     device: int
+    window_us: float
+    window_basis: str  # what defines the window, in words (the report shows it)
+    gpu_tail_ms: float | None  # GPU work after the host's last profiled step ended
     busy_frac: float | None
     idle_host_wait_frac: float | None
-    idle_between_kernels_frac: float | None
+    idle_launch_gap_frac: float | None
+    idle_dependency_wait_frac: float | None
+    compute_frac: float | None  # union of non-communication kernels (HTA "compute")
+    comm_frac: float | None  # union of communication kernels
+    comm_exposed_frac: float | None  # communication with no compute kernel beside it
+    comm_overlap_frac: float | None  # of the communication time, the share under compute
     kernels_per_step: float | None
     kernel_launches_per_step: float | None
     kernel_us_p50: float | None
+    kernel_count: int  # kernels launched in the profiled steps (the window's kernels)
+    launch_count: int | None  # launch calls issued in the profiled steps
+    memcpy_count: int
+    memset_count: int
+    unlaunched_count: int  # ops on the device with no launch record in the trace
+    streams: int
     memcpy_ms_per_step: dict[str, float]  # "HtoD" / "DtoH" / "DtoD" / ... -> ms per step
     memcpy_bytes_per_step: dict[str, float]
+    memcpy_count_by_kind: dict[str, int]
     pageable_htod_count_per_step: float | None
     pageable_htod_frac: float | None  # by bytes (by count when bytes are missing)
     tensor_core_kernel_frac: float | None
     triton_kernels_per_step: float | None
-    comm_kernel_frac: float | None
+    comm_kernel_frac: float | None  # of kernel time
     kernel_ms_per_step: float | None
+    top_kernels: tuple[KernelShare, ...] = ()
 
 
 @dataclass(frozen=True)
 class _Copies:
     ms: dict[str, float]
     bytes: dict[str, float]
+    counts: dict[str, int]
     pageable_htod: int
     pageable_htod_frac: float | None
+
+
+@dataclass(frozen=True)
+class _Idle:
+    host_wait: float
+    launch_gap: float
+    dependency: float
 
 
 def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
@@ -69,51 +133,122 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
     starts, ends, durs = gpu.ts[rows], gpu.end[rows], gpu.dur[rows]
     launch = launch_rows(ev, rows)
     has_launch = launch >= 0
-    launch_ts = np.where(has_launch, ev.runtime.ts[np.maximum(launch, 0)], np.nan)
+    launch_ts = np.full(rows.size, np.nan)
+    if has_launch.any():
+        launch_ts[has_launch] = ev.runtime.ts[launch[has_launch]]
 
-    if steps.count:
-        lo, hi = steps.lo, steps.hi
-        # A GPU op belongs to the step whose host code launched it (it may run later).
-        in_steps = steps.contains(np.where(has_launch, launch_ts, starts))
-    else:
-        lo, hi = np.array([starts.min()]), np.array([ends.max()])
-        in_steps = np.ones(rows.size, dtype=bool)
-    window = intervals.total(lo, hi)
-    us, ue = intervals.union(starts, ends)
-    busy = intervals.total(*intervals.clip(us, ue, lo, hi))
-    host_wait, between = _idle_split(us, ue, starts, launch_ts, lo, hi)
+    selected, basis = _window_ops(steps, starts, has_launch, launch_ts)
+    if not selected.any():
+        return None
+    lo, hi = float(starts[selected].min()), float(ends[selected].max())
+    window = hi - lo
+    us, ue = intervals.clip(*intervals.union(starts, ends), np.array([lo]), np.array([hi]))
+    busy = intervals.total(us, ue)
+    idle = _idle_split(us, ue, starts, launch_ts)
 
     names = gpu.name[rows]
     kind = gpu.col("kind")[rows]
-    kernels = (kind == GPU_KIND_KERNEL) & in_steps
+    is_kernel = kind == GPU_KIND_KERNEL
+    kernels = is_kernel & selected
     kernel_time = float(durs[kernels].sum())
+    comm_names = ev.code_mask(is_comm_kernel)[names]
+    comm_s, comm_e = _union_in(starts, ends, is_kernel & comm_names, lo, hi)
+    comp_s, comp_e = _union_in(starts, ends, is_kernel & ~comm_names, lo, hi)
+    comm_time = intervals.total(comm_s, comm_e)
+    overlap = intervals.total(*intervals.clip(comm_s, comm_e, comp_s, comp_e))
+
     driver_launch = np.zeros(rows.size, dtype=bool)
     if len(ev.runtime):
         driver_launch[has_launch] = ev.runtime.col("driver")[launch[has_launch]]
+
+    def frac(value: float) -> float | None:
+        return value / window if window > 0 else None
 
     def kernel_share(flags: np.ndarray) -> float | None:
         return float(durs[flags & kernels].sum()) / kernel_time if kernel_time > 0 else None
 
     triton = (ev.code_mask(is_triton_kernel)[names] | driver_launch) & kernels
-    copies = _copies(ev, rows, (kind == GPU_KIND_MEMCPY) & in_steps)
+    copies = _copies(ev, rows, (kind == GPU_KIND_MEMCPY) & selected)
     launches = _launch_calls(ev, steps)
     return GpuSummary(
         device=int(busiest),
-        busy_frac=busy / window if window > 0 else None,
-        idle_host_wait_frac=host_wait / window if window > 0 else None,
-        idle_between_kernels_frac=between / window if window > 0 else None,
+        window_us=window,
+        window_basis=basis,
+        gpu_tail_ms=(hi - float(steps.hi[-1])) / 1000.0 if steps.count else None,
+        busy_frac=frac(busy),
+        idle_host_wait_frac=frac(idle.host_wait),
+        idle_launch_gap_frac=frac(idle.launch_gap),
+        idle_dependency_wait_frac=frac(idle.dependency),
+        compute_frac=frac(intervals.total(comp_s, comp_e)),
+        comm_frac=frac(comm_time),
+        comm_exposed_frac=frac(comm_time - overlap),
+        comm_overlap_frac=overlap / comm_time if comm_time > 0 else None,
         kernels_per_step=steps.per_step(float(kernels.sum())),
         kernel_launches_per_step=steps.per_step(launches),
         kernel_us_p50=float(np.median(durs[kernels])) if kernels.any() else None,
+        kernel_count=int(kernels.sum()),
+        launch_count=None if launches is None else int(launches),
+        memcpy_count=int(((kind == GPU_KIND_MEMCPY) & selected).sum()),
+        memset_count=int(((kind == GPU_KIND_MEMSET) & selected).sum()),
+        unlaunched_count=int((~has_launch).sum()),
+        streams=int(np.unique(gpu.col("stream")[rows]).size),
         memcpy_ms_per_step=_each_per_step(copies.ms, steps),
         memcpy_bytes_per_step=_each_per_step(copies.bytes, steps),
+        memcpy_count_by_kind=copies.counts,
         pageable_htod_count_per_step=steps.per_step(float(copies.pageable_htod)),
         pageable_htod_frac=copies.pageable_htod_frac,
         tensor_core_kernel_frac=kernel_share(ev.code_mask(is_tensor_core_kernel)[names]),
         triton_kernels_per_step=steps.per_step(float(triton.sum())),
-        comm_kernel_frac=kernel_share(ev.code_mask(is_comm_kernel)[names]),
+        comm_kernel_frac=kernel_share(comm_names),
         kernel_ms_per_step=steps.per_step(kernel_time / 1000.0),
+        top_kernels=_top_kernels(ev, names[kernels], durs[kernels], kernel_time),
     )
+
+
+def _window_ops(
+    steps: Steps, starts: np.ndarray, has_launch: np.ndarray, launch_ts: np.ndarray
+) -> tuple[np.ndarray, str]:
+    """The ops that define the GPU window, and how they were chosen."""
+    if not steps.count:
+        return np.ones(starts.size, dtype=bool), "every GPU op (the trace has no ProfilerStep)"
+    if has_launch.any():
+        in_steps = has_launch & steps.contains(np.where(has_launch, launch_ts, -np.inf))
+        if in_steps.any():
+            return in_steps, "GPU ops launched in the profiled steps, first start to last end"
+    # No launch records (a trace without runtime events): ops that start inside the steps.
+    return steps.contains(starts), "GPU ops starting in the profiled steps (no launch records)"
+
+
+def _union_in(
+    starts: np.ndarray, ends: np.ndarray, flags: np.ndarray, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    us, ue = intervals.union(starts[flags], ends[flags])
+    return intervals.clip(us, ue, np.array([lo]), np.array([hi]))
+
+
+def _top_kernels(
+    ev: TraceEvents, names: np.ndarray, durs: np.ndarray, kernel_time: float
+) -> tuple[KernelShare, ...]:
+    if names.size == 0 or kernel_time <= 0:
+        return ()
+    codes, inverse = np.unique(names, return_inverse=True)
+    totals = np.bincount(inverse, weights=durs)
+    counts = np.bincount(inverse)
+    order = np.argsort(-totals, kind="stable")[:TOP_KERNELS]
+    out = []
+    for i in order.tolist():
+        name = ev.names[int(codes[i])]
+        out.append(
+            KernelShare(
+                name=name,
+                count=int(counts[i]),
+                us_total=float(totals[i]),
+                share=float(totals[i]) / kernel_time,
+                comm=is_comm_kernel(name),
+                tensor_core=is_tensor_core_kernel(name),
+            )
+        )
+    return tuple(out)
 
 
 def _each_per_step(totals: dict[str, float], steps: Steps) -> dict[str, float]:
@@ -121,7 +256,8 @@ def _each_per_step(totals: dict[str, float], steps: Steps) -> dict[str, float]:
 
 
 def _launch_calls(ev: TraceEvents, steps: Steps) -> float | None:
-    """cudaLaunch* / cuLaunch* (Triton) / cudaGraphLaunch calls issued inside the steps."""
+    """Launch calls (cudaLaunch*, cuLaunch* for Triton, cudaGraphLaunch, hip*Launch*) issued
+    inside the steps."""
     rt = ev.runtime
     if len(rt) == 0:
         return None
@@ -130,10 +266,11 @@ def _launch_calls(ev: TraceEvents, steps: Steps) -> float | None:
 
 
 def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
-    """Copy time and bytes by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
+    """Copy time, bytes and count by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
     gpu = ev.gpu
     ms: dict[str, float] = {}
     nbytes: dict[str, float] = {}
+    counts: dict[str, int] = {}
     pageable = htod = 0
     pageable_bytes = htod_bytes = 0.0
     for i in np.flatnonzero(selected).tolist():
@@ -144,6 +281,7 @@ def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
         size = size if np.isfinite(size) else 0.0
         ms[kind] = ms.get(kind, 0.0) + float(gpu.dur[rows[i]]) / 1000.0
         nbytes[kind] = nbytes.get(kind, 0.0) + size
+        counts[kind] = counts.get(kind, 0) + 1
         if kind == "HtoD":
             htod += 1
             htod_bytes += size
@@ -154,35 +292,34 @@ def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
         frac: float | None = pageable_bytes / htod_bytes
     else:
         frac = pageable / htod if htod else None
-    return _Copies(ms, nbytes, pageable, frac)
+    return _Copies(ms, nbytes, counts, pageable, frac)
 
 
-def _idle_split(
-    us: np.ndarray,
-    ue: np.ndarray,
-    starts: np.ndarray,
-    launch_ts: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-) -> tuple[float, float]:
-    """Idle time inside the windows, split by what the GPU was waiting for.
+def _idle_split(us: np.ndarray, ue: np.ndarray, starts: np.ndarray, launch_ts: np.ndarray) -> _Idle:
+    """The window's idle time (the gaps between the busy intervals), by what it waited for.
 
-    HTA's rule: a gap is host wait when the op that ends it was launched by the CPU only
-    after the previous op had finished (the GPU had nothing queued); otherwise the work was
-    queued and the gap is between kernels (dependencies, cross-stream waits, launch latency).
-    Time after the last op is host wait: nothing was queued. A gap whose next op has no
-    launch record in the trace counts as between kernels.
+    `us`/`ue` are the busy intervals inside the window, which begins and ends busy. The op
+    that ends gap k starts at us[k + 1]; ops are sorted by start, so it is the first one
+    starting there (several ops may start at the same time on different streams: the earliest
+    launched of them decides).
     """
-    # Gaps: before the first busy interval, between intervals, after the last.
-    gap_lo = np.r_[-np.inf, ue]
-    gap_hi = np.r_[us, np.inf]
-    # The op ending gap k starts at us[k]; rows are sorted by start, so it is the first
-    # row starting there.
-    first_row = np.searchsorted(starts, us, side="left")
-    next_launch = np.r_[launch_ts[first_row], np.nan]
-    prev_end = gap_lo
-    host = np.r_[next_launch[:-1] >= prev_end[:-1], True]
-    host[:-1] &= np.isfinite(next_launch[:-1])
-    host_wait = intervals.total(*intervals.clip(gap_lo[host], gap_hi[host], lo, hi))
-    between = intervals.total(*intervals.clip(gap_lo[~host], gap_hi[~host], lo, hi))
-    return host_wait, between
+    if us.size < 2:
+        return _Idle(0.0, 0.0, 0.0)
+    gap_start, gap_end = ue[:-1], us[1:]
+    gaps = gap_end - gap_start
+    first = np.searchsorted(starts, gap_end, side="left")
+    last = np.searchsorted(starts, gap_end, side="right")
+    launched = launch_ts[np.minimum(first, starts.size - 1)]
+    # Several ops starting exactly at the gap's end (rare): the earliest launch decides.
+    for k in np.flatnonzero(last - first > 1).tolist():
+        group = launch_ts[first[k] : last[k]]
+        launched[k] = np.nanmin(group) if np.isfinite(group).any() else np.nan
+    known = np.isfinite(launched)
+    host = known & (launched > gap_start)
+    short = known & ~host & (gaps <= LAUNCH_GAP_MAX_US)
+    dependency = ~host & ~short
+    return _Idle(
+        host_wait=float(gaps[host].sum()),
+        launch_gap=float(gaps[short].sum()),
+        dependency=float(gaps[dependency].sum()),
+    )

@@ -277,12 +277,17 @@ def _top_level_rows(ops: Table) -> np.ndarray:
 
 
 def comm_time(ev: TraceEvents, steps: Steps) -> float:
-    """Host time inside collective ops (nccl:/gloo:/c10d::), per-thread union, in the steps."""
+    """Host time inside collective ops (nccl:/gloo:/c10d::) in the steps: the union over
+    every thread, so that a collective seen on two threads at once (gloo's worker and the
+    caller, DDP's reducer and the main thread) counts once and the share stays <= 1."""
     mask = ev.code_mask(lambda n: n.startswith(COMM_PREFIXES))
     spans = [(t, rows_named(t, mask)) for t in (ev.cpu_ops, ev.annotations)]
-    total = 0.0
-    for us, ue in union_by_thread(spans).values():
-        if steps.count:
-            us, ue = intervals.clip(us, ue, steps.lo, steps.hi)
-        total += intervals.total(us, ue)
-    return total
+    per_thread = list(union_by_thread(spans).values())
+    if not per_thread:
+        return 0.0
+    us, ue = intervals.union(
+        np.concatenate([s for s, _ in per_thread]), np.concatenate([e for _, e in per_thread])
+    )
+    if steps.count:
+        us, ue = intervals.clip(us, ue, steps.lo, steps.hi)
+    return intervals.total(us, ue)

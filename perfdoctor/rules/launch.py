@@ -56,12 +56,14 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
 
 
 def check_tiny_kernels(facts: Facts, t: Mapping[str, float]) -> Finding | None:
-    gaps = num(facts, "gpu_idle_between_kernels_frac")
+    # Only dispatch gaps before already-queued kernels: a kernel that waits on an event,
+    # another stream or a peer rank (gpu_idle_dependency_wait_frac) gains nothing from fusion.
+    gaps = num(facts, "gpu_idle_launch_gap_frac")
     kernel_us = num(facts, "kernel_us_p50")
     kernels = num(facts, "kernels_per_step")
     if gaps is None or kernel_us is None or kernels is None:
         return None
-    if gaps < t["between_kernels_frac"] or kernel_us > t["max_kernel_us_p50"]:
+    if gaps < t["launch_gap_frac"] or kernel_us > t["max_kernel_us_p50"]:
         return None
     if kernels < t["min_kernels_per_step"]:
         return None
@@ -75,7 +77,7 @@ def check_tiny_kernels(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             "removes both the launches and the memory round trips."
         ),
         evidence=(
-            ev("gpu_idle_between_kernels_frac", gaps, t["between_kernels_frac"], ">="),
+            ev("gpu_idle_launch_gap_frac", gaps, t["launch_gap_frac"], ">="),
             ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
             ev("kernels_per_step", kernels, t["min_kernels_per_step"], ">="),
         ),
@@ -115,21 +117,27 @@ RULES = (
         area="launch",
         needs=(
             "device_is_cuda",
-            "gpu_idle_between_kernels_frac",
+            "gpu_idle_launch_gap_frac",
             "kernel_us_p50",
             "kernels_per_step",
         ),
         thresholds={
-            "between_kernels_frac": 0.10,
+            "launch_gap_frac": 0.10,
             "max_kernel_us_p50": 20.0,
             "min_kernels_per_step": 100.0,
         },
         source=(
-            "HTA get_idle_time_breakdown 'kernel wait' and get_frequent_cuda_kernel_sequences "
-            "(fusion candidates); 20 µs: HTA docs 'launch time on the CPU side is usually "
-            "5-20 µs'; 10% idle and 100 kernels per step: choices here"
+            "HTA get_idle_time_breakdown 'kernel wait' (queued-kernel gaps; its 'other' "
+            "category, waits on events and peers, is left out) and "
+            "get_frequent_cuda_kernel_sequences (fusion candidates); gaps up to "
+            "trace_gpu.LAUNCH_GAP_MAX_US = 10 µs; 20 µs: HTA docs 'launch time on the CPU "
+            "side is usually 5-20 µs'; 10% idle and 100 kernels per step: choices here"
         ),
-        description="Short kernels with idle gaps between them: fusion candidates.",
+        description=(
+            "Short kernels with idle dispatch gaps between queued kernels: fusion candidates. "
+            "Gaps where queued work waits on another stream, an event or a peer rank are "
+            "dependency waits and do not count."
+        ),
         check=check_tiny_kernels,
         device="cuda",
         optimizations=("compile", "compile-cudagraphs"),

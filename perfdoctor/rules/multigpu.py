@@ -58,6 +58,12 @@ def check_ddp_without_nccl(facts: Facts, t: Mapping[str, float]) -> Finding | No
 
 
 def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    exposed = num(facts, "gpu_comm_exposed_frac")
+    gpu_comm = num(facts, "gpu_comm_frac")
+    if exposed is not None and gpu_comm:
+        return _exposed_gpu_communication(facts, t, exposed, gpu_comm)
+    # No communication kernels on the GPU timeline (a CPU/gloo run): the host's time in the
+    # collectives is what the step waits for.
     comm = num(facts, "comm_frac")
     if comm is None or comm <= t["comm_frac"]:
         return None
@@ -67,10 +73,8 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity=severity_for_gain(gain, floor="warning"),
         title=f"Communication takes {pct(comm)} of the step",
         explanation=(
-            f"Collectives (all-reduce and friends) take {pct(comm)} of the step. Gradient "
-            "accumulation or a larger batch communicates less often per sample; DDP comm hooks "
-            "(fp16/bf16 compression) shrink each message. Accumulation raises the effective "
-            "batch, so re-check the learning rate."
+            f"Collectives (all-reduce and friends) take {pct(comm)} of the step on the host. "
+            + _COMM_ADVICE
         ),
         evidence=(
             ev("comm_frac", comm, t["comm_frac"], ">"),
@@ -80,6 +84,52 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         gain=GainEstimate(
             step_time_frac=gain,
             method=f"communication share x {t['assumed_hidden']:g} (assumed hidden or saved)",
+        ),
+    )
+
+
+_COMM_ADVICE = (
+    "Gradient accumulation (with DDP's no_sync() on the micro-batches between two optimizer "
+    "steps) or a larger batch communicates less often per sample; DDP comm hooks "
+    "(fp16/bf16 compression) shrink each message. Accumulation raises the effective batch, so "
+    "re-check the learning rate."
+)
+
+
+def _exposed_gpu_communication(
+    facts: Facts, t: Mapping[str, float], exposed: float, gpu_comm: float
+) -> Finding | None:
+    """Communication kernels the compute does not hide: the GPU does nothing else meanwhile.
+    A rank's NCCL kernel also spins while it waits for a slower peer, so part of this can be
+    another rank's lateness: the per-rank view tells them apart."""
+    if exposed <= t["comm_frac"]:
+        return None
+    overlap = num(facts, "gpu_comm_overlap_frac")
+    gain = exposed * t["assumed_hidden"]
+    overlap_text = f"; {pct(overlap)} of it overlaps compute kernels" if overlap is not None else ""
+    return Finding(
+        rule_id=COMMUNICATION_HEAVY,
+        severity=severity_for_gain(gain, floor="warning"),
+        title=f"Exposed communication: {pct(exposed)} of the GPU time runs only NCCL kernels",
+        explanation=(
+            f"Communication kernels run {pct(gpu_comm)} of the GPU window{overlap_text}, so "
+            f"for {pct(exposed)} of it the GPU does nothing but communicate (or wait for a "
+            "peer rank inside the collective). DDP hides the all-reduce behind backward only "
+            "when buckets are ready early: keep find_unused_parameters off, try "
+            "gradient_as_bucket_view=True and a bucket_cap_mb that fits the model. " + _COMM_ADVICE
+        ),
+        evidence=(
+            ev("gpu_comm_exposed_frac", exposed, t["comm_frac"], ">"),
+            ev("gpu_comm_frac", gpu_comm),
+            *seen(facts, "gpu_comm_overlap_frac", "comm_kernel_frac", "world_size", "dist_backend"),
+        ),
+        optimizations=("grad-accumulation", "larger-batch"),
+        gain=GainEstimate(
+            step_time_frac=gain,
+            method=(
+                f"exposed communication share of the GPU window x {t['assumed_hidden']:g} "
+                "(assumed hidden or saved)"
+            ),
         ),
     )
 
@@ -181,13 +231,25 @@ RULES = (
         title="Communication share of step time",
         area="multi-gpu",
         needs=("comm_frac",),
-        uses=("comm_kernel_frac", "world_size", "dist_backend"),
+        uses=(
+            "gpu_comm_exposed_frac",
+            "gpu_comm_frac",
+            "gpu_comm_overlap_frac",
+            "comm_kernel_frac",
+            "world_size",
+            "dist_backend",
+        ),
         thresholds={"comm_frac": 0.10, "assumed_hidden": 0.5},
         source=(
             "> 10%: torch-tb-profiler profiler/data.py rule 4 (communication / step time); "
+            "exposed = HTA get_comm_comp_overlap's complement on the GPU timeline; "
             "the 0.5 saving is an assumption the re-run measures"
         ),
-        description="Time in nccl/gloo collectives as a share of the step.",
+        description=(
+            "On a GPU trace: NCCL kernel time that no compute kernel overlaps, as a share of "
+            "the GPU window. Without communication kernels: the host's time in nccl/gloo "
+            "collectives as a share of the step."
+        ),
         check=check_communication,
         optimizations=("grad-accumulation", "larger-batch"),
     ),

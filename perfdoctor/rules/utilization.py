@@ -14,6 +14,7 @@ from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
+from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
 from perfdoctor.rules.sync import HOST_SYNCS
 
 GPU_UNDERUTILIZED = "gpu-underutilized"
@@ -52,6 +53,18 @@ def _causes(facts: Facts) -> list[_Cause]:
                 LAUNCH_BOUND,
                 ("compile-cudagraphs", "compile", "larger-batch"),
                 "launch less often (torch.compile, CUDA graphs, a larger batch)",
+            )
+        )
+    dependency = num(facts, "gpu_idle_dependency_wait_frac")
+    if dependency is not None:
+        causes.append(
+            _Cause(
+                "queued work waiting on events, other streams or peer ranks",
+                dependency,
+                COMMUNICATION_HEAVY,
+                (),
+                "find what the queued kernels wait for: a cross-stream event, a slower peer "
+                "rank in a send/recv or all-reduce (compare the ranks), a host-side wait",
             )
         )
     if sync_ms is not None and step_ms:
@@ -128,6 +141,7 @@ RULES = (
         uses=(
             "data_wait_frac",
             "gpu_idle_host_wait_frac",
+            "gpu_idle_dependency_wait_frac",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",

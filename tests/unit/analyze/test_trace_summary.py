@@ -2,9 +2,10 @@
 
 cuda_two_steps.json: two 1000 µs steps; on device 0 the GPU is busy 460 µs (kernels
 100-350 and 400-450, copies 830-840, 1040-1090, 1310-1320, Triton 1200-1250, NCCL
-1900-1940). The gap 350-400 ends with a kernel launched at 70 µs, long before: between
-kernels (50 µs). Every other gap ends with an op launched after the previous op ended, or
-has no op after it: host wait (1490 µs).
+1900-1940), in a GPU window from 100 (the first op launched in the steps) to 1940 (the last
+op's end): 1840 µs. The gap 350-400 ends with a kernel queued at 70 µs, long before, and is
+longer than a dispatch gap: a dependency wait (50 µs). Every other gap ends with an op
+launched after the previous op ended: host wait (1330 µs).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ def test_steps(cuda: TraceSummary) -> None:
 def test_gpu_busy_and_idle_split(cuda: TraceSummary) -> None:
     g = cuda.gpu
     assert g is not None and g.device == 0
-    assert g.busy_frac == pytest.approx(460 / 2000)
-    assert g.idle_between_kernels_frac == pytest.approx(50 / 2000)
-    assert g.idle_host_wait_frac == pytest.approx(1490 / 2000)
+    assert g.window_us == pytest.approx(1840)
+    assert g.busy_frac == pytest.approx(460 / 1840)
+    assert g.idle_dependency_wait_frac == pytest.approx(50 / 1840)
+    assert g.idle_launch_gap_frac == 0
+    assert g.idle_host_wait_frac == pytest.approx(1330 / 1840)
+    assert g.comm_frac == g.comm_exposed_frac == pytest.approx(40 / 1840)
+    assert g.comm_overlap_frac == 0
 
 
 def test_kernels_launches_and_durations(cuda: TraceSummary) -> None:

@@ -136,7 +136,7 @@ GPU_TUNED: dict[str, Scalar] = {
     # trace (GPU side)
     "gpu_busy_frac": 0.94,
     "gpu_idle_host_wait_frac": 0.02,
-    "gpu_idle_between_kernels_frac": 0.03,
+    "gpu_idle_launch_gap_frac": 0.03,
     "kernels_per_step": 640,
     "kernel_us_p50": 48.0,
     "memcpy_htod_ms_per_step": 0.3,

@@ -180,19 +180,19 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     (
         "tiny-kernels",
         "gpu",
-        {"gpu_idle_between_kernels_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 2000},
+        {"gpu_idle_launch_gap_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 2000},
         "critical",
     ),
     (
         "tiny-kernels",
         "gpu",
-        {"gpu_idle_between_kernels_frac": 0.1, "kernel_us_p50": 20.0, "kernels_per_step": 100},
+        {"gpu_idle_launch_gap_frac": 0.1, "kernel_us_p50": 20.0, "kernels_per_step": 100},
         "warning",
     ),
     (
         "tiny-kernels",
         "gpu",
-        {"gpu_idle_between_kernels_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 50},
+        {"gpu_idle_launch_gap_frac": 0.2, "kernel_us_p50": 5.0, "kernels_per_step": 50},
         None,
     ),
     # host syncs

@@ -1,0 +1,123 @@
+"""GPU facts on the GPU's own timeline, over a hand-written trace worked out by hand.
+
+One 1000 µs step; device 0, compute on stream 7, NCCL on stream 20:
+
+    k1   100-200  launched at 10
+    k2   205-300  launched at 20   gap 200-205 (5 µs, queued): launch gap
+    nccl 250-500  launched at 30   overlaps k2 over 250-300 (50 µs)
+    k3   600-700  launched at 40   gap 500-600 (100 µs, queued long before): dependency wait
+    k4   800-900  launched at 750  gap 700-800 (launched after the gap began): host wait
+
+Window 100-900 = 800 µs; busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.analyze.trace import load_trace
+from perfdoctor.analyze.trace_gpu import LAUNCH_GAP_MAX_US
+
+KERNELS = [  # name, stream, start, dur, launch ts
+    ("k1_gemm", 7, 100, 100, 10),
+    ("k2_relu", 7, 205, 95, 20),
+    ("ncclDevKernel_AllReduce_Sum_f32", 20, 250, 250, 30),
+    ("k3_gemm", 7, 600, 100, 40),
+    ("k4_add", 7, 800, 100, 750),
+]
+
+
+def _trace(tmp_path: Path) -> Path:
+    events: list[dict] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#0",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 1000,
+        },
+    ]
+    for corr, (name, stream, ts, dur, launch) in enumerate(KERNELS, start=1):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": launch,
+                "dur": 4,
+                "args": {"correlation": corr},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": stream,
+                "ts": ts,
+                "dur": dur,
+                "args": {"correlation": corr, "device": 0, "stream": stream},
+            }
+        )
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_idle_split_tells_launch_gaps_from_dependency_and_host_waits(tmp_path: Path) -> None:
+    g = load_trace(_trace(tmp_path)).gpu
+    assert g is not None
+    assert 5 <= LAUNCH_GAP_MAX_US < 100
+    assert g.window_us == pytest.approx(800)
+    assert g.busy_frac == pytest.approx(595 / 800)
+    assert g.idle_launch_gap_frac == pytest.approx(5 / 800)
+    assert g.idle_dependency_wait_frac == pytest.approx(100 / 800)
+    assert g.idle_host_wait_frac == pytest.approx(100 / 800)
+    total = g.busy_frac + g.idle_launch_gap_frac + g.idle_dependency_wait_frac
+    assert total + g.idle_host_wait_frac == pytest.approx(1.0)
+
+
+def test_communication_exposed_and_overlapped(tmp_path: Path) -> None:
+    g = load_trace(_trace(tmp_path)).gpu
+    assert g is not None
+    assert g.comm_frac == pytest.approx(250 / 800)
+    assert g.comm_overlap_frac == pytest.approx(50 / 250)
+    assert g.comm_exposed_frac == pytest.approx(200 / 800)
+    assert g.compute_frac == pytest.approx((100 + 95 + 100 + 100) / 800)
+
+
+def test_top_kernels_and_counts(tmp_path: Path) -> None:
+    g = load_trace(_trace(tmp_path)).gpu
+    assert g is not None
+    assert g.kernel_count == 5 and g.launch_count == 5 and g.unlaunched_count == 0
+    top = g.top_kernels[0]
+    assert top.name.startswith("ncclDevKernel") and top.comm
+    assert top.share == pytest.approx(250 / 645)
+    assert sum(k.share for k in g.top_kernels) == pytest.approx(1.0)
+
+
+def test_window_follows_the_gpu_when_it_runs_behind_the_host(tmp_path: Path) -> None:
+    """A kernel launched in the step but running after it ends stays in the window."""
+    path = _trace(tmp_path)
+    data = json.loads(path.read_text())
+    data["traceEvents"][0]["dur"] = 760  # the host's step ends before k4 runs
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.window_us == pytest.approx(800)
+    assert g.gpu_tail_ms == pytest.approx((900 - 760) / 1000)
+
+
+def test_a_kernel_without_any_runtime_event_does_not_crash(tmp_path: Path) -> None:
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel"}]}))
+    g = load_trace(path).gpu
+    assert g is None or g.busy_frac is None or 0 <= g.busy_frac <= 1
