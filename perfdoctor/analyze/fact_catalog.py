@@ -160,6 +160,15 @@ FACTS: dict[str, FactDoc] = {
     "gpu_idle_host_wait_frac": _f(
         "frac", "trace", "GPU window idle with nothing queued: the host did not keep up"
     ),
+    "gpu_idle_host_data_frac": _f(
+        "frac", "trace", "host wait while the launching thread was in the DataLoader"
+    ),
+    "gpu_idle_host_sync_frac": _f(
+        "frac", "trace", "host wait after a host sync drained the GPU's queue"
+    ),
+    "gpu_idle_host_busy_frac": _f(
+        "frac", "trace", "host wait with the host busy elsewhere (Python, dispatch, launches)"
+    ),
     "gpu_idle_launch_gap_frac": _f(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"
     ),

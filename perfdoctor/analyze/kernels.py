@@ -68,3 +68,30 @@ def is_launch_call(name: str) -> bool:
     """Runtime/driver calls that put a kernel on a stream (cudaLaunchKernel, cuLaunchKernel
     for Triton, cudaLaunchKernelExC, cooperative launches, CUDA graph launches)."""
     return name.startswith(("cudaLaunch", "cuLaunch", "cudaGraphLaunch"))
+
+
+# Calls that block the host until the device (or a stream, or an event) has caught up.
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",  # the blocking variant; cudaMemcpyAsync alone does not block
+        "cudaMemcpy2D",
+        "cudaMemcpyFromSymbol",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH_v2",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+
+
+def is_sync_call(name: str) -> bool:
+    return name in SYNC_CALLS

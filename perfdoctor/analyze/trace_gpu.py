@@ -15,7 +15,10 @@ iterations). Busy time is every op on the device inside that window, whoever lau
 
 The idle split, for each gap in the union of the device's ops (no stream busy):
 * host wait: the op that ends the gap was launched after the gap began, so nothing was
-  queued: the host (Python, the data pipeline, a sync) did not keep up (HTA's "host wait");
+  queued: the host (Python, the data pipeline, a sync) did not keep up (HTA's "host wait").
+  When that op, once launched, still waited more than LAUNCH_GAP_MAX_US to start, only the
+  time until its launch is host wait and the rest is a dependency wait (HTA counts the whole
+  gap as host wait);
 * launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
   per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
   remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
@@ -36,9 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze import intervals
+from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
 from perfdoctor.analyze.kernels import (
     is_comm_kernel,
     is_launch_call,
+    is_sync_call,
     is_tensor_core_kernel,
     is_triton_kernel,
 )
@@ -48,7 +53,7 @@ from perfdoctor.analyze.trace_events import (
     GPU_KIND_MEMSET,
     TraceEvents,
 )
-from perfdoctor.analyze.trace_index import Steps, launch_rows
+from perfdoctor.analyze.trace_index import Steps, launch_rows, rows_named, threads, union_by_thread
 
 # A queued op that starts at most this long after the previous one ended waited only for the
 # GPU's own dispatch: 1-5 µs between back-to-back kernels on A100/H100 (CUDA graphs cut it to
@@ -79,6 +84,12 @@ class GpuSummary:
     gpu_tail_ms: float | None  # GPU work after the host's last profiled step ended
     busy_frac: float | None
     idle_host_wait_frac: float | None
+    # The host wait, by what the launching thread did while the GPU sat idle (they add up to
+    # idle_host_wait_frac): inside the DataLoader, returning from a sync that drained the
+    # queue, or anything else (Python, op dispatch, launches: the launch-bound case).
+    idle_host_data_frac: float | None
+    idle_host_sync_frac: float | None
+    idle_host_busy_frac: float | None
     idle_launch_gap_frac: float | None
     idle_dependency_wait_frac: float | None
     compute_frac: float | None  # union of non-communication kernels (HTA "compute")
@@ -118,6 +129,8 @@ class _Copies:
 @dataclass(frozen=True)
 class _Idle:
     host_wait: float
+    host_data: float
+    host_sync: float
     launch_gap: float
     dependency: float
 
@@ -144,7 +157,7 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
     window = hi - lo
     us, ue = intervals.clip(*intervals.union(starts, ends), np.array([lo]), np.array([hi]))
     busy = intervals.total(us, ue)
-    idle = _idle_split(us, ue, starts, launch_ts)
+    idle = _idle_split(us, ue, starts, launch_ts, _HostActivity.of(ev, launch))
 
     names = gpu.name[rows]
     kind = gpu.col("kind")[rows]
@@ -177,6 +190,9 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
         gpu_tail_ms=(hi - float(steps.hi[-1])) / 1000.0 if steps.count else None,
         busy_frac=frac(busy),
         idle_host_wait_frac=frac(idle.host_wait),
+        idle_host_data_frac=frac(idle.host_data),
+        idle_host_sync_frac=frac(idle.host_sync),
+        idle_host_busy_frac=frac(idle.host_wait - idle.host_data - idle.host_sync),
         idle_launch_gap_frac=frac(idle.launch_gap),
         idle_dependency_wait_frac=frac(idle.dependency),
         compute_frac=frac(intervals.total(comp_s, comp_e)),
@@ -295,7 +311,64 @@ def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
     return _Copies(ms, nbytes, counts, pageable, frac)
 
 
-def _idle_split(us: np.ndarray, ue: np.ndarray, starts: np.ndarray, launch_ts: np.ndarray) -> _Idle:
+@dataclass(frozen=True)
+class _HostActivity:
+    """What the host threads that launch GPU work were doing: per launch row, its thread;
+    per thread, the DataLoader spans (a union) and the end times of its sync calls."""
+
+    launch_thread: np.ndarray  # per GPU row of the device: the launching thread, -1 if none
+    data: dict[int, tuple[np.ndarray, np.ndarray]]
+    sync_ends: dict[int, np.ndarray]
+
+    @classmethod
+    def of(cls, ev: TraceEvents, launch: np.ndarray) -> _HostActivity:
+        rt = ev.runtime
+        thread = np.full(launch.size, -1, dtype=np.int64)
+        if len(rt) and (launch >= 0).any():
+            thread[launch >= 0] = rt.tid[launch[launch >= 0]]
+        is_data = ev.code_mask(lambda n: n.startswith(DATALOADER_PREFIXES))
+        data = union_by_thread(
+            [(table, rows_named(table, is_data)) for table in (ev.annotations, ev.cpu_ops)]
+        )
+        syncs = rows_named(rt, ev.code_mask(is_sync_call))
+        sync_ends = {tid: np.sort(rt.end[rows]) for tid, rows in threads(rt, syncs).items()}
+        return cls(thread, data, sync_ends)
+
+    def classify(
+        self, op: np.ndarray, since: np.ndarray, until: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For host-wait gaps: (in the DataLoader, drained by a sync) flags. `op` is the GPU
+        row that ended the gap, [since, until] the time from the GPU going idle to the launch
+        of that op: data when the DataLoader covers at least half of it on the launching
+        thread, sync when a sync call of that thread returned inside it."""
+        data = np.zeros(op.size, dtype=bool)
+        sync = np.zeros(op.size, dtype=bool)
+        thread = self.launch_thread[op]
+        for tid in np.unique(thread).tolist():
+            sel = np.flatnonzero(thread == tid)
+            if tid in self.data:
+                lo, hi = self.data[tid]
+                for i in sel.tolist():
+                    covered = intervals.total(
+                        *intervals.clip(lo, hi, since[i : i + 1], until[i : i + 1])
+                    )
+                    data[i] = covered >= 0.5 * (until[i] - since[i])
+            ends = self.sync_ends.get(tid)
+            if ends is not None and ends.size:
+                inside = np.searchsorted(ends, until[sel], side="right") - np.searchsorted(
+                    ends, since[sel], side="left"
+                )
+                sync[sel] = inside > 0
+        return data, sync & ~data
+
+
+def _idle_split(
+    us: np.ndarray,
+    ue: np.ndarray,
+    starts: np.ndarray,
+    launch_ts: np.ndarray,
+    host: _HostActivity,
+) -> _Idle:
     """The window's idle time (the gaps between the busy intervals), by what it waited for.
 
     `us`/`ue` are the busy intervals inside the window, which begins and ends busy. The op
@@ -304,22 +377,36 @@ def _idle_split(us: np.ndarray, ue: np.ndarray, starts: np.ndarray, launch_ts: n
     launched of them decides).
     """
     if us.size < 2:
-        return _Idle(0.0, 0.0, 0.0)
+        return _Idle(0.0, 0.0, 0.0, 0.0, 0.0)
     gap_start, gap_end = ue[:-1], us[1:]
     gaps = gap_end - gap_start
     first = np.searchsorted(starts, gap_end, side="left")
     last = np.searchsorted(starts, gap_end, side="right")
-    launched = launch_ts[np.minimum(first, starts.size - 1)]
+    op = np.minimum(first, starts.size - 1)
+    launched = launch_ts[op]
     # Several ops starting exactly at the gap's end (rare): the earliest launch decides.
     for k in np.flatnonzero(last - first > 1).tolist():
         group = launch_ts[first[k] : last[k]]
-        launched[k] = np.nanmin(group) if np.isfinite(group).any() else np.nan
+        if np.isfinite(group).any():
+            op[k] = first[k] + int(np.nanargmin(group))
+            launched[k] = launch_ts[op[k]]
     known = np.isfinite(launched)
-    host = known & (launched > gap_start)
-    short = known & ~host & (gaps <= LAUNCH_GAP_MAX_US)
-    dependency = ~host & ~short
+    # Nothing was queued from the gap's start until the launch: that part is host wait. What
+    # follows the launch is the op's own start latency, unless the queued op then waited much
+    # longer (an event, a peer): that remainder is a dependency wait.
+    host_part = np.where(known, np.clip(launched - gap_start, 0.0, gaps), 0.0)
+    queued = gaps - host_part
+    waited = host_part > 0
+    late = waited & (queued > LAUNCH_GAP_MAX_US)
+    host_time = np.where(late, host_part, np.where(waited, gaps, 0.0))
+    short = known & ~waited & (gaps <= LAUNCH_GAP_MAX_US)
+    dependency_time = np.where(late, queued, np.where(~waited & ~short, gaps, 0.0))
+    rows = np.flatnonzero(waited)
+    data, sync = host.classify(op[rows], gap_start[rows], launched[rows])
     return _Idle(
-        host_wait=float(gaps[host].sum()),
+        host_wait=float(host_time.sum()),
+        host_data=float(host_time[rows[data]].sum()),
+        host_sync=float(host_time[rows[sync]].sum()),
         launch_gap=float(gaps[short].sum()),
-        dependency=float(gaps[dependency].sum()),
+        dependency=float(dependency_time.sum()),
     )

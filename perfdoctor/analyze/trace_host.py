@@ -12,6 +12,7 @@ import numpy as np
 
 from perfdoctor.analyze import intervals
 from perfdoctor.analyze.attribution import Attributor, merge_locations
+from perfdoctor.analyze.kernels import SYNC_CALLS
 from perfdoctor.analyze.trace_events import GPU_KIND_MEMCPY, Table, TraceEvents
 from perfdoctor.analyze.trace_index import (
     Point,
@@ -29,21 +30,6 @@ from perfdoctor.model import SourceLocation
 # only it is counted (aten::item alone for traces that lack the inner op).
 SCALAR_READ_OPS = frozenset({"aten::_local_scalar_dense"})
 SCALAR_READ_FALLBACK = frozenset({"aten::item"})
-SYNC_CALLS = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",  # the blocking variant; cudaMemcpyAsync alone does not block
-        "cudaMemcpy2D",
-        "cudaMemcpyFromSymbol",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoH_v2",
-    }
-)
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 FACTORY_OPS = frozenset(
     {

@@ -18,9 +18,17 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     kernel_us = num(facts, "kernel_us_p50")
     if host_wait is None or kernel_us is None or kernel_us > t["max_kernel_us_p50"]:
         return None
-    # Idle time while the host waits for data belongs to the input-bound rule, not here.
-    data_wait = num(facts, "data_wait_frac") or 0.0
-    launch_wait = max(0.0, host_wait - data_wait)
+    busy = num(facts, "gpu_idle_host_busy_frac")
+    if busy is not None:
+        # The trace shows what the launching thread did while the GPU sat idle: only the
+        # time it was neither in the DataLoader nor returning from a sync is launch overhead.
+        launch_wait = busy
+        note = f"{pct(busy)} with the host in Python/dispatch, not in the DataLoader or a sync"
+    else:
+        # Idle time while the host waits for data belongs to the input-bound rule.
+        data_wait = num(facts, "data_wait_frac") or 0.0
+        launch_wait = max(0.0, host_wait - data_wait)
+        note = f"{pct(launch_wait)} after subtracting data_wait_frac"
     if launch_wait < t["host_wait_frac"]:
         return None
     kernels = num(facts, "kernels_per_step")
@@ -42,10 +50,17 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 host_wait,
                 t["host_wait_frac"],
                 ">=",
-                note=f"{pct(launch_wait)} after subtracting data_wait_frac",
+                note=note,
             ),
             ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
-            *seen(facts, "kernels_per_step", "gpu_busy_frac", "cpu_op_count_per_step"),
+            *seen(
+                facts,
+                "gpu_idle_host_data_frac",
+                "gpu_idle_host_sync_frac",
+                "kernels_per_step",
+                "gpu_busy_frac",
+                "cpu_op_count_per_step",
+            ),
         ),
         optimizations=("compile-cudagraphs", "compile", "larger-batch"),
         gain=GainEstimate(
@@ -95,7 +110,15 @@ RULES = (
         title="GPU waits for kernel launches (host/Python overhead)",
         area="launch",
         needs=("device_is_cuda", "gpu_idle_host_wait_frac", "kernel_us_p50"),
-        uses=("data_wait_frac", "kernels_per_step", "gpu_busy_frac", "cpu_op_count_per_step"),
+        uses=(
+            "gpu_idle_host_busy_frac",
+            "gpu_idle_host_data_frac",
+            "gpu_idle_host_sync_frac",
+            "data_wait_frac",
+            "kernels_per_step",
+            "gpu_busy_frac",
+            "cpu_op_count_per_step",
+        ),
         thresholds={"host_wait_frac": 0.15, "max_kernel_us_p50": 50.0},
         source=(
             "host wait: HTA get_idle_time_breakdown (hta/analyzers/breakdown_analysis.py, "
@@ -104,7 +127,9 @@ RULES = (
         ),
         description=(
             "Idle GPU time where the next kernel's launch started after the previous kernel "
-            "ended (minus data waits), with short kernels."
+            "ended, while the launching thread was neither in the DataLoader nor returning "
+            "from a host sync (from the trace; without it: minus data waits), with short "
+            "kernels."
         ),
         check=check_launch_bound,
         device="cuda",

@@ -45,11 +45,12 @@ def _causes(facts: Facts) -> list[_Cause]:
                 "feed it faster (DataLoader workers, pinned memory)",
             )
         )
+    host_busy = num(facts, "gpu_idle_host_busy_frac")
     if host_wait is not None:
         causes.append(
             _Cause(
                 "kernel launch / Python overhead",
-                max(0.0, host_wait - (data_wait or 0.0)),
+                host_busy if host_busy is not None else max(0.0, host_wait - (data_wait or 0.0)),
                 LAUNCH_BOUND,
                 ("compile-cudagraphs", "compile", "larger-batch"),
                 "launch less often (torch.compile, CUDA graphs, a larger batch)",
@@ -65,6 +66,17 @@ def _causes(facts: Facts) -> list[_Cause]:
                 (),
                 "find what the queued kernels wait for: a cross-stream event, a slower peer "
                 "rank in a send/recv or all-reduce (compare the ranks), a host-side wait",
+            )
+        )
+    host_sync = num(facts, "gpu_idle_host_sync_frac")
+    if sync_ms is None and host_sync is not None:
+        causes.append(
+            _Cause(
+                "host synchronizations",
+                host_sync,
+                HOST_SYNCS,
+                ("remove-host-syncs",),
+                "remove the per-step syncs that drain the GPU's queue",
             )
         )
     if sync_ms is not None and step_ms:
@@ -142,6 +154,8 @@ RULES = (
             "data_wait_frac",
             "gpu_idle_host_wait_frac",
             "gpu_idle_dependency_wait_frac",
+            "gpu_idle_host_busy_frac",
+            "gpu_idle_host_sync_frac",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",

@@ -6,7 +6,7 @@ One 1000 µs step; device 0, compute on stream 7, NCCL on stream 20:
     k2   205-300  launched at 20   gap 200-205 (5 µs, queued): launch gap
     nccl 250-500  launched at 30   overlaps k2 over 250-300 (50 µs)
     k3   600-700  launched at 40   gap 500-600 (100 µs, queued long before): dependency wait
-    k4   800-900  launched at 750  gap 700-800 (launched after the gap began): host wait
+    k4   800-900  launched at 795  gap 700-800 (launched after the gap began): host wait
 
 Window 100-900 = 800 µs; busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
 """
@@ -26,7 +26,7 @@ KERNELS = [  # name, stream, start, dur, launch ts
     ("k2_relu", 7, 205, 95, 20),
     ("ncclDevKernel_AllReduce_Sum_f32", 20, 250, 250, 30),
     ("k3_gemm", 7, 600, 100, 40),
-    ("k4_add", 7, 800, 100, 750),
+    ("k4_add", 7, 800, 100, 795),
 ]
 
 
@@ -85,6 +85,68 @@ def test_idle_split_tells_launch_gaps_from_dependency_and_host_waits(tmp_path: P
     assert total + g.idle_host_wait_frac == pytest.approx(1.0)
 
 
+def test_a_late_launch_that_then_waits_is_host_wait_then_dependency(tmp_path: Path) -> None:
+    """k4 launched at 750, 50 µs into the gap, yet it starts at 800: 50 µs of host wait,
+    then 50 µs queued behind something else."""
+    path = _trace(tmp_path)
+    data = json.loads(path.read_text())
+    launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
+    launch["ts"] = 750
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_wait_frac == pytest.approx(50 / 800)
+    assert g.idle_dependency_wait_frac == pytest.approx((100 + 50) / 800)
+
+
+def test_host_wait_split_by_what_the_launching_thread_did(tmp_path: Path) -> None:
+    """In the DataLoader for the whole host-wait gap: data; otherwise, with no sync: busy."""
+    path = _trace(tmp_path)
+    data = json.loads(path.read_text())
+    data["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "pid": 1,
+            "tid": 1,
+            "ts": 700,
+            "dur": 90,
+            "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        }
+    )
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_data_frac == pytest.approx(100 / 800)
+    assert g.idle_host_busy_frac == pytest.approx(0)
+    g = load_trace(_trace(tmp_path)).gpu
+    assert g is not None
+    assert g.idle_host_busy_frac == pytest.approx(100 / 800)
+    assert g.idle_host_data_frac == g.idle_host_sync_frac == 0
+
+
+def test_host_wait_after_a_sync_that_drained_the_queue(tmp_path: Path) -> None:
+    path = _trace(tmp_path)
+    data = json.loads(path.read_text())
+    data["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "pid": 1,
+            "tid": 1,
+            "ts": 300,
+            "dur": 410,
+            "name": "cudaStreamSynchronize",
+            "args": {"correlation": 99},
+        }
+    )
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_sync_frac == pytest.approx(100 / 800)
+    assert g.idle_host_busy_frac == pytest.approx(0)
+
+
 def test_communication_exposed_and_overlapped(tmp_path: Path) -> None:
     g = load_trace(_trace(tmp_path)).gpu
     assert g is not None
@@ -108,12 +170,12 @@ def test_window_follows_the_gpu_when_it_runs_behind_the_host(tmp_path: Path) -> 
     """A kernel launched in the step but running after it ends stays in the window."""
     path = _trace(tmp_path)
     data = json.loads(path.read_text())
-    data["traceEvents"][0]["dur"] = 760  # the host's step ends before k4 runs
+    data["traceEvents"][0]["dur"] = 798  # the host's step ends before k4 runs
     path.write_text(json.dumps(data))
     g = load_trace(path).gpu
     assert g is not None
     assert g.window_us == pytest.approx(800)
-    assert g.gpu_tail_ms == pytest.approx((900 - 760) / 1000)
+    assert g.gpu_tail_ms == pytest.approx((900 - 798) / 1000)
 
 
 def test_a_kernel_without_any_runtime_event_does_not_crash(tmp_path: Path) -> None:

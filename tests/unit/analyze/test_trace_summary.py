@@ -5,7 +5,10 @@ cuda_two_steps.json: two 1000 µs steps; on device 0 the GPU is busy 460 µs (ke
 1900-1940), in a GPU window from 100 (the first op launched in the steps) to 1940 (the last
 op's end): 1840 µs. The gap 350-400 ends with a kernel queued at 70 µs, long before, and is
 longer than a dispatch gap: a dependency wait (50 µs). Every other gap ends with an op
-launched after the previous op ended: host wait (1330 µs).
+launched after the previous op ended: host wait until that launch; where the op then waited
+more than 10 µs to start (1040: 20 µs after its launch at 1020; Triton at 1200: 100 µs after
+1100), that remainder is a dependency wait too. Host wait 380 + 180 + 10 + 60 + 580 = 1210,
+dependency wait 50 + 20 + 100 = 170.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ def test_gpu_busy_and_idle_split(cuda: TraceSummary) -> None:
     assert g is not None and g.device == 0
     assert g.window_us == pytest.approx(1840)
     assert g.busy_frac == pytest.approx(460 / 1840)
-    assert g.idle_dependency_wait_frac == pytest.approx(50 / 1840)
+    assert g.idle_dependency_wait_frac == pytest.approx(170 / 1840)
     assert g.idle_launch_gap_frac == 0
-    assert g.idle_host_wait_frac == pytest.approx(1330 / 1840)
+    assert g.idle_host_wait_frac == pytest.approx(1210 / 1840)
     assert g.comm_frac == g.comm_exposed_frac == pytest.approx(40 / 1840)
     assert g.comm_overlap_frac == 0
 
