@@ -313,3 +313,6 @@ class Report:
     #                      "mem_used_bytes": [], "rss_bytes": []}},
     #  "memory": {label: {"t_s": [], "allocated_bytes": [], "peak_index": int}}}
     series: Mapping[str, Any] = field(default_factory=dict)
+    # The GPU timeline beyond the flat facts (docs/report-schema.md `gpu`): the window, the
+    # op counts and the top kernels; {} without GPU activity in the trace.
+    gpu: Mapping[str, Any] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLocation
 from perfdoctor.render import format as fmt
-from perfdoctor.render import summary
+from perfdoctor.render import gpu_view, summary
 from perfdoctor.render.charts import Chart, build_charts
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
 
@@ -111,6 +111,7 @@ def render_html(report: Report) -> str:
             _header(report),
             _headline(report),
             _step(report),
+            _gpu(report),
             _findings(report),
             _recommendations(report),
             _variants(report),
@@ -208,6 +209,34 @@ def _step(report: Report) -> str:
         f"<div>{figures}</div><div><h3>Where a step goes</h3>{breakdown}</div>"
         "</div></section>"
     )
+
+
+def _gpu(report: Report) -> str:
+    if not gpu_view.has_gpu_view(report):
+        return ""
+    parts = ["<section><h2>GPU timeline</h2>"]
+    window = gpu_view.window_text(report)
+    if window:
+        parts.append(f"<p>{esc(window)}.</p>")
+    rows = [[esc(r.label), esc(r.value), esc(r.note)] for r in gpu_view.timeline_rows(report)]
+    parts.append(_table(["where the GPU time went", "share", "meaning"], rows, numeric=(1,)))
+    comm = [[esc(r.label), esc(r.value), esc(r.note)] for r in gpu_view.comm_rows(report)]
+    if comm:
+        parts.append(_table(["communication", "share", "meaning"], comm, numeric=(1,)))
+    counts = gpu_view.count_text(report)
+    if counts:
+        parts.append(f"<p>{esc(counts)}.</p>")
+    kernels = [
+        [f"<code>{esc(k.name)}</code>", esc(k.count), esc(k.total_ms), esc(k.share), esc(k.kind)]
+        for k in gpu_view.kernel_rows(report)
+    ]
+    if kernels:
+        parts.append("<h3>Top kernels</h3>")
+        parts.append(
+            _table(["kernel", "count", "time", "share", "kind"], kernels, numeric=(1, 2, 3))
+        )
+    parts.append("</section>")
+    return "\n".join(parts)
 
 
 def _evidence_row(item: Evidence) -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
-from perfdoctor.render import summary
+from perfdoctor.render import gpu_view, summary
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
 # inline syntax (emphasis, code, links, HTML, entities, tables, GitHub math, strikethrough).
@@ -54,6 +54,7 @@ def render_markdown(report: Report) -> str:
     lines += _title(report)
     lines += _headline(report)
     lines += _step(report)
+    lines += _gpu(report)
     lines += _findings(report)
     lines += _recommendations(report)
     lines += _variants(report)
@@ -101,6 +102,31 @@ def _step(report: Report) -> list[str]:
         return [*lines, "Not measured: no per-phase timing was recorded for this run.", ""]
     rows = [[md_text(p), fmt.ms(v), fmt.percent(share)] for p, v, share in parts]
     return [*lines, *_table(["part", "time", "share of step"], rows, "lrr"), ""]
+
+
+def _gpu(report: Report) -> list[str]:
+    if not gpu_view.has_gpu_view(report):
+        return []
+    lines = ["## GPU timeline", ""]
+    window = gpu_view.window_text(report)
+    if window:
+        lines += [md_text(window) + ".", ""]
+    rows = [[md_text(r.label), r.value, md_text(r.note)] for r in gpu_view.timeline_rows(report)]
+    lines += [*_table(["where the GPU time went", "share", "meaning"], rows, "lrl"), ""]
+    comm = [[md_text(r.label), r.value, md_text(r.note)] for r in gpu_view.comm_rows(report)]
+    if comm:
+        lines += [*_table(["communication", "share", "meaning"], comm, "lrl"), ""]
+    counts = gpu_view.count_text(report)
+    if counts:
+        lines += [md_text(counts) + ".", ""]
+    kernels = [
+        [md_text(k.name), k.count, k.total_ms, k.share, md_text(k.kind)]
+        for k in gpu_view.kernel_rows(report)
+    ]
+    if kernels:
+        lines += ["### Top kernels", ""]
+        lines += [*_table(["kernel", "count", "time", "share", "kind"], kernels, "lrrrl"), ""]
+    return lines
 
 
 def _finding(rank: int, finding: Finding) -> list[str]:

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
-from perfdoctor.render import summary
+from perfdoctor.render import gpu_view, summary
 
 MAX_WIDTH = 100
 
@@ -60,6 +60,8 @@ def render_terminal(report: Report, console: Console) -> None:
     console.print(_header(report))
     console.print(_headline_panel(report))
     console.print(_step_section(report, side_by_side=console.width >= _SIDE_BY_SIDE_WIDTH))
+    if gpu_view.has_gpu_view(report):
+        console.print(_gpu_section(report))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
@@ -126,6 +128,39 @@ def _step_section(report: Report, side_by_side: bool) -> Table:
         outer.add_row(figures)
         outer.add_row(breakdown)
     return outer
+
+
+_KERNEL_NAME_WIDTH = 56
+
+
+def _gpu_section(report: Report) -> Group:
+    timeline = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, title="GPU timeline", title_justify="left"
+    )
+    timeline.add_column("where the GPU time went", no_wrap=True)
+    timeline.add_column("share", justify="right", no_wrap=True)
+    timeline.add_column("meaning", style="dim")
+    for row in [*gpu_view.timeline_rows(report), *gpu_view.comm_rows(report)]:
+        timeline.add_row(row.label, row.value, row.note)
+    parts: list[Table | Text] = []
+    window = gpu_view.window_text(report)
+    if window:
+        parts.append(Text(window, style="dim"))
+    parts.append(timeline)
+    kernels = gpu_view.kernel_rows(report)[:5]
+    if kernels:
+        top = Table(box=box.SIMPLE_HEAD, show_edge=False, title="Top kernels", title_justify="left")
+        top.add_column("kernel", no_wrap=True)
+        top.add_column("count", justify="right", no_wrap=True, min_width=5)
+        top.add_column("time", justify="right", no_wrap=True, min_width=9)
+        top.add_column("share", justify="right", no_wrap=True, min_width=6)
+        top.add_column("", no_wrap=True, min_width=12)
+        for k in kernels:
+            top.add_row(
+                Text(fmt.one_line(k.name, _KERNEL_NAME_WIDTH)), k.count, k.total_ms, k.share, k.kind
+            )
+        parts.append(top)
+    return Group(*parts)
 
 
 def _indented(text: Text, indent: int = 3) -> Padding:

@@ -11,6 +11,7 @@ LAUNCH_BOUND = "launch-bound"
 TINY_KERNELS = "tiny-kernels"
 
 _LAUNCH_OVERHEAD = "launch-overhead"
+_BESIDE_DATA_AND_SYNCS = "while the host was neither loading data nor returning from a sync"
 
 
 def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
@@ -19,7 +20,9 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if host_wait is None or kernel_us is None or kernel_us > t["max_kernel_us_p50"]:
         return None
     busy = num(facts, "gpu_idle_host_busy_frac")
+    fact, measured = "gpu_idle_host_wait_frac", host_wait
     if busy is not None:
+        fact, measured = "gpu_idle_host_busy_frac", busy
         # The trace shows what the launching thread did while the GPU sat idle: only the
         # time it was neither in the DataLoader nor returning from a sync is launch overhead.
         launch_wait = busy
@@ -39,19 +42,14 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         title=f"Launch-bound: the GPU waits for the host {pct(launch_wait)} of the step",
         explanation=(
             f"The GPU sat idle waiting for the next launch {pct(launch_wait)} of the step "
-            f"(beyond data waits), with{count} a median kernel of {kernel_us:.0f} µs: Python "
+            f"{_BESIDE_DATA_AND_SYNCS if busy is not None else '(beyond data waits)'}, "
+            f"with{count} a median kernel of {kernel_us:.0f} µs: Python "
             "and launch overhead outrun the kernels. torch.compile fuses kernels, "
             "mode='reduce-overhead' replays them as a CUDA graph, and a larger batch makes each "
             "kernel longer."
         ),
         evidence=(
-            ev(
-                "gpu_idle_host_wait_frac",
-                host_wait,
-                t["host_wait_frac"],
-                ">=",
-                note=note,
-            ),
+            ev(fact, measured, t["host_wait_frac"], ">=", note=note),
             ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
             *seen(
                 facts,

@@ -69,7 +69,7 @@ def _causes(facts: Facts) -> list[_Cause]:
             )
         )
     host_sync = num(facts, "gpu_idle_host_sync_frac")
-    if sync_ms is None and host_sync is not None:
+    if host_sync is not None:  # measured on the GPU timeline: preferred over the host's view
         causes.append(
             _Cause(
                 "host synchronizations",
@@ -79,7 +79,7 @@ def _causes(facts: Facts) -> list[_Cause]:
                 "remove the per-step syncs that drain the GPU's queue",
             )
         )
-    if sync_ms is not None and step_ms:
+    elif sync_ms is not None and step_ms:
         causes.append(
             _Cause(
                 "host synchronizations",
