@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
 
+DEFINITIONS = (
+    "Measured on the GPU's own timeline over every profiled step; HTA drops the last step "
+    "and ops it cannot link to a launch, tb_plugin counts kernels only over the host's steps "
+    "(docs/gpu-metrics.md in perfdoctor's repository)."
+)
+
 # (fact, label, what it means): the idle rows add up with busy to the window.
 _TIMELINE = (
     ("gpu_busy_frac", "busy", "a kernel, copy or memset running on any stream"),

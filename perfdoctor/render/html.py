@@ -217,7 +217,7 @@ def _gpu(report: Report) -> str:
     parts = ["<section><h2>GPU timeline</h2>"]
     window = gpu_view.window_text(report)
     if window:
-        parts.append(f"<p>{esc(window)}.</p>")
+        parts.append(f"<p>{esc(window)}. {esc(gpu_view.DEFINITIONS)}</p>")
     rows = [[esc(r.label), esc(r.value), esc(r.note)] for r in gpu_view.timeline_rows(report)]
     parts.append(_table(["where the GPU time went", "share", "meaning"], rows, numeric=(1,)))
     comm = [[esc(r.label), esc(r.value), esc(r.note)] for r in gpu_view.comm_rows(report)]

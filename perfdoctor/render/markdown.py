@@ -110,7 +110,7 @@ def _gpu(report: Report) -> list[str]:
     lines = ["## GPU timeline", ""]
     window = gpu_view.window_text(report)
     if window:
-        lines += [md_text(window) + ".", ""]
+        lines += [md_text(window) + ". " + md_text(gpu_view.DEFINITIONS), ""]
     rows = [[md_text(r.label), r.value, md_text(r.note)] for r in gpu_view.timeline_rows(report)]
     lines += [*_table(["where the GPU time went", "share", "meaning"], rows, "lrl"), ""]
     comm = [[md_text(r.label), r.value, md_text(r.note)] for r in gpu_view.comm_rows(report)]
