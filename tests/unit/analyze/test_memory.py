@@ -139,3 +139,81 @@ def test_long_histories_are_downsampled_keeping_the_peak() -> None:
     assert (
         peak is not None and summary.timeline_allocated_bytes[peak] == summary.peak_allocated_bytes
     )
+
+
+@pytest.mark.parametrize(
+    "opcodes",
+    [
+        b"\x80\x04\x8e" + (1 << 62).to_bytes(8, "little") + b"abc",  # BINBYTES8
+        b"\x80\x05\x96" + (1 << 62).to_bytes(8, "little") + b"abc",  # BYTEARRAY8
+        b"\x80\x04\x8d" + (1 << 62).to_bytes(8, "little") + b"abc",  # BINUNICODE8
+        b"\x80\x04\x95" + (1 << 62).to_bytes(8, "little") + b"}.",  # FRAME
+        b"\x80\x04" + b"(" * 100_000 + b".",  # marks and nothing else
+    ],
+)
+def test_a_pickle_claiming_a_huge_object_is_corrupt_not_a_memory_error(
+    tmp_path: Path, opcodes: bytes
+) -> None:
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(opcodes)
+    with pytest.raises(CorruptArtifact) as err:
+        load_snapshot(path)
+    assert "\n" not in str(err.value)
+
+
+def test_fragmentation_at_the_snapshot_from_the_blocks(history: MemorySummary) -> None:
+    # One 4096-byte segment: 1000 + 500 bytes requested in blocks of 1024 + 512, one free
+    # 2560-byte block.
+    assert history.free_bytes == 4096 - 1500
+    assert history.free_internal_bytes == 24 + 12
+    assert history.largest_free_block_bytes == 2560
+    assert history.largest_free_block_frac == pytest.approx(1.0)
+    assert history.segments == 1 and history.expandable_segments is False
+
+
+def test_reserved_timeline_and_sites_over_the_whole_history(history: MemorySummary) -> None:
+    assert history.timeline_reserved_bytes[:3] == (4096, 12288, 12288)
+    assert history.timeline_reserved_bytes[-1] == 4096  # segment_free at entry 9
+    assert history.allocated_in_history_bytes == 512 + 4096 + 2048 + 1024
+    overall = [(s.location.file, s.location.line, s.blocks) for s in history.top_sites_overall]
+    assert overall[0] == ("proj/model.py", 12, 1)
+    assert history.peak_time_s == pytest.approx(0.0004)
+
+
+def _entry(action: str, addr: int, size: int, t: int, frames: list) -> dict:
+    return {"action": action, "addr": addr, "size": size, "time_us": t, "frames": frames}
+
+
+def test_site_is_the_innermost_frame_outside_libraries_without_user_roots() -> None:
+    frames = [
+        {"filename": "CUDACachingAllocator.cpp", "line": 0, "name": "malloc"},
+        {
+            "filename": "/opt/env/lib/python3.12/site-packages/torch/nn/functional.py",
+            "line": 9,
+            "name": "linear",
+        },
+        {"filename": "/usr/lib/python3.12/contextlib.py", "line": 81, "name": "inner"},
+        {"filename": "/srv/job/src/torch_utils/layers.py", "line": 7, "name": "forward"},
+        {"filename": "/srv/job/train.py", "line": 40, "name": "main"},
+    ]
+    data = {
+        "segments": [{"device": 0, "address": 0, "total_size": 4096, "blocks": []}],
+        "device_traces": [[_entry("alloc", 0, 4096, 1, frames)]],
+    }
+    summary = summarize_snapshot(data)
+    site = summary.top_sites[0].location
+    assert (site.file, site.line, site.function) == ("torch_utils/layers.py", 7, "forward")
+
+
+def test_peak_inside_an_annotation_is_named() -> None:
+    data = {
+        "segments": [{"device": 0, "address": 0, "total_size": 4096, "blocks": []}],
+        "device_traces": [
+            [_entry("alloc", 0, 1024, 10, []), _entry("free_completed", 0, 1024, 30, [])]
+        ],
+        "external_annotations": [
+            {"stage": "START", "name": "Optimizer.step#SGD.step", "device": 0, "time_us": 5},
+            {"stage": "END", "name": "Optimizer.step#SGD.step", "device": 0, "time_us": 20},
+        ],
+    }
+    assert summarize_snapshot(data).peak_during == "Optimizer.step"
