@@ -47,11 +47,13 @@ from perfdoctor.analyze.memory_snapshot import load_snapshot
 __all__ = [
     "CATEGORIES",
     "MAX_TIMELINE_POINTS",
+    "SNAPSHOT_FACTS",
     "AllocationSite",
     "MemorySummary",
     "load_memory",
     "load_snapshot",
     "memory_series",
+    "snapshot_facts",
     "summarize_snapshot",
 ]
 
@@ -427,6 +429,43 @@ def _annotation_at(data: dict[str, Any], device: int, time_us: float) -> str | N
         if start <= time_us and (hit is None or start > hit[0]):
             hit = (start, name)
     return hit[1].split("#", 1)[0] if hit else None
+
+
+SNAPSHOT_FACTS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_allocated_frac",
+    "fragmentation_frac",
+    "alloc_retries",
+    "oom_events",
+    "activation_bytes_frac",
+    "optimizer_state_bytes_frac",
+    "largest_free_block_frac",
+    "expandable_segments",
+    "memory_history_truncated",
+)
+
+
+def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> dict[str, Any]:
+    """The facts (analyze/fact_catalog.py) a snapshot alone gives; `device_total`: the
+    device's memory in bytes when known (a snapshot does not record it)."""
+    cats = summary.categories_at_peak
+    total = sum(cats.values())
+    return {
+        "peak_allocated_bytes": summary.peak_allocated_bytes,
+        "peak_reserved_bytes": summary.peak_reserved_bytes,
+        "peak_allocated_frac": summary.peak_allocated_bytes / device_total
+        if isinstance(device_total, int) and device_total > 0
+        else None,
+        "fragmentation_frac": summary.fragmentation_frac,
+        "alloc_retries": summary.alloc_retries,
+        "oom_events": summary.oom_events,
+        "activation_bytes_frac": summary.activation_bytes_frac,
+        "optimizer_state_bytes_frac": cats.get("optimizer_state", 0) / total if total else None,
+        "largest_free_block_frac": summary.largest_free_block_frac,
+        "expandable_segments": summary.expandable_segments,
+        "memory_history_truncated": summary.history_truncated,
+    }
 
 
 def memory_series(summary: MemorySummary | None) -> dict[str, Any]:

@@ -17,9 +17,12 @@ import pytest
 
 from perfdoctor.analyze.memory import (
     MAX_TIMELINE_POINTS,
+    SNAPSHOT_FACTS,
     MemorySummary,
     load_memory,
     load_snapshot,
+    memory_series,
+    snapshot_facts,
     summarize_snapshot,
 )
 from perfdoctor.errors import CorruptArtifact, UntrustedPickle
@@ -217,3 +220,26 @@ def test_peak_inside_an_annotation_is_named() -> None:
         ],
     }
     assert summarize_snapshot(data).peak_during == "Optimizer.step"
+
+
+def test_facts_and_series_of_a_snapshot_alone(history: MemorySummary) -> None:
+    facts = snapshot_facts(history, device_total=16384)
+    assert set(facts) == set(SNAPSHOT_FACTS)
+    assert facts["peak_allocated_frac"] == pytest.approx(8680 / 16384)
+    assert facts["optimizer_state_bytes_frac"] == pytest.approx(512 / 8680)
+    assert facts["expandable_segments"] is False
+    assert snapshot_facts(history)["peak_allocated_frac"] is None  # device size unknown
+    series = memory_series(history)
+    assert series["allocated_bytes"][series["peak_index"]] == 8680
+    assert len(series["reserved_bytes"]) == len(series["t_s"])
+    summary = series["summary"]
+    assert summary["top_sites"][0] == {
+        "file": "proj/model.py",
+        "line": 12,
+        "function": "forward",
+        "bytes": 4096,
+        "blocks": 1,
+        "share": pytest.approx(4096 / 8680),
+    }
+    assert summary["categories_at_peak"]["unknown"] == 1000
+    assert memory_series(None)["peak_index"] is None
