@@ -17,7 +17,12 @@ import numpy as np
 
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
-from perfdoctor.analyze.memory import SNAPSHOT_FACTS, memory_series, snapshot_facts
+from perfdoctor.analyze.memory import (
+    SNAPSHOT_FACTS,
+    memory_peak_locations,
+    memory_series,
+    snapshot_facts,
+)
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
 from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
@@ -578,7 +583,7 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
         )
         out["host_sync"] = merge_locations(exact, traced, top=10)
     if record.memory is not None and record.memory.top_sites:
-        out["memory_peak"] = tuple(site.location for site in record.memory.top_sites)
+        out["memory_peak"] = memory_peak_locations(record.memory)
     return out
 
 

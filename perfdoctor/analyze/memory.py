@@ -43,6 +43,7 @@ from perfdoctor.analyze.memory_sites import (
     rank_sites,
 )
 from perfdoctor.analyze.memory_snapshot import load_snapshot
+from perfdoctor.model import SourceLocation
 
 __all__ = [
     "CATEGORIES",
@@ -52,6 +53,7 @@ __all__ = [
     "MemorySummary",
     "load_memory",
     "load_snapshot",
+    "memory_peak_locations",
     "memory_series",
     "snapshot_facts",
     "summarize_snapshot",
@@ -466,6 +468,26 @@ def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> d
         "expandable_segments": summary.expandable_segments,
         "memory_history_truncated": summary.history_truncated,
     }
+
+
+def memory_peak_locations(summary: MemorySummary) -> tuple[SourceLocation, ...]:
+    """The top sites at the peak as finding locations (the `memory_peak` topic). Their share
+    is of bytes, not of time, so it goes into the text and not into `share`, which the
+    renderers print as a share of the time."""
+    out = []
+    for site in summary.top_sites:
+        loc = site.location
+        of_peak = f" ({loc.share:.1%} of the peak)" if loc.share is not None else ""
+        what = f"{_gib(site.bytes)} live at the peak{of_peak} in {site.blocks} block(s)"
+        out.append(SourceLocation(loc.file, loc.line, loc.function, call=what))
+    return tuple(out)
+
+
+def _gib(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def memory_series(summary: MemorySummary | None) -> dict[str, Any]:

@@ -112,15 +112,20 @@ def rank_sites(
 
 
 def _displayer(picker: SitePicker, files: list[str]) -> Any:
-    """Paths under the user's roots relative to them; without roots, absolute paths shown
-    from the directory above the sites' common directory (`cs336_basics/model.py`)."""
-    if picker.has_roots:
-        return picker.user.display
-    absolute = [f for f in files if f.startswith("/")]
+    """Paths under the user's roots relative to them; other absolute paths (a snapshot from
+    another machine) shown from the directory above the sites' common directory
+    (`cs336_basics/model.py`)."""
+    shown = {f: picker.user.display(f) if picker.has_roots else f for f in files}
+    absolute = [f for f in shown.values() if f.startswith("/")]
     if not absolute:
-        return lambda f: f
+        return shown.__getitem__
     base = os.path.dirname(os.path.commonpath([os.path.dirname(f) for f in absolute]))
-    return lambda f: os.path.relpath(f, base) if f.startswith("/") and base != "/" else f
+
+    def display(file: str) -> str:
+        path = shown[file]
+        return os.path.relpath(path, base) if path.startswith("/") and base != "/" else path
+
+    return display
 
 
 def _int(value: Any) -> int:
