@@ -409,7 +409,7 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
             if from_snapshot
             else "time since the script started (s)"
         )
-        ax.set_ylabel(f"{source} ({unit})")
+        ax.set_ylabel(f"{'device memory' if reserved else source} ({unit})")
         ax.set_ylim(bottom=0, top=top / scale * 1.15)
         if reserved:
             ax.legend(loc="lower right", fontsize=8, frameon=False)
