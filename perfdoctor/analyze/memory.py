@@ -28,6 +28,7 @@ see perfdoctor/analyze/memory_sites.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,9 @@ from perfdoctor.analyze.memory_sites import (
     categorize,
     rank_sites,
 )
+from perfdoctor.analyze.memory_sites import plain_int as _int
 from perfdoctor.analyze.memory_snapshot import load_snapshot
+from perfdoctor.errors import CorruptArtifact
 from perfdoctor.model import SourceLocation
 
 __all__ = [
@@ -119,7 +122,14 @@ def load_memory(
     """The summary of the snapshot pickle at `path` (read with the restricted unpickler).
     `user_roots`: the user's source directories; without them the site of an allocation is
     its innermost frame outside torch, the standard library and site-packages."""
-    return summarize_snapshot(load_snapshot(path), user_roots=user_roots, max_entries=max_entries)
+    data = load_snapshot(path)
+    try:
+        return summarize_snapshot(data, user_roots=user_roots, max_entries=max_entries)
+    except (TypeError, ValueError, OverflowError, IndexError, KeyError, AttributeError) as err:
+        # The values are untrusted: a shape no real snapshot has is a corrupt artifact.
+        raise CorruptArtifact(
+            f"corrupt memory snapshot {path}: unexpected content ({type(err).__name__}: {err})"
+        ) from err
 
 
 def summarize_snapshot(
@@ -146,8 +156,19 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+def _time(value: Any) -> float:
+    """time_us from untrusted data; NaN when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def _addr(value: Any) -> int | None:
+    """An address to match allocations and frees by; None for anything that is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _requested(block: dict[str, Any]) -> int:
@@ -202,7 +223,7 @@ def _summarize_device(
     data: dict[str, Any],
 ) -> MemorySummary:
     segs = _read_segments(segments, device)
-    raw = traces[device] if device < len(traces) else []
+    raw = traces[device] if 0 <= device < len(traces) else []
     entries = [e for e in _list(raw) if isinstance(e, dict)]
     notes: list[str] = []
     stats = data.get("memory_stats") if isinstance(data.get("memory_stats"), dict) else {}
@@ -322,11 +343,12 @@ class _Replay:
         """Blocks live right after entry `index`: (the alloc entry, or None when the block
         predates the history, and its size)."""
         live: dict[Any, tuple[dict[str, Any] | None, int]] = {}
-        for e in self.entries[: index + 1]:
+        for i, e in enumerate(self.entries[: index + 1]):
+            addr = _addr(e.get("addr"))
             if e.get("action") == "alloc":
-                live[e.get("addr")] = (e, _int(e.get("size")))
+                live[addr if addr is not None else ("no address", i)] = (e, _int(e.get("size")))
             elif e.get("action") == "free_completed":
-                live.pop(e.get("addr"), None)
+                live.pop(addr, None)
         before = [(None, size) for _, size, end in self.initial if end > index]
         return before + list(live.values())
 
@@ -341,12 +363,13 @@ def _replay(entries: list[dict[str, Any]], segs: _Segments) -> _Replay:
     for i, e in enumerate(entries):
         action = e.get("action")
         size = _int(e.get("size"))
-        addr = e.get("addr")
+        addr = _addr(e.get("addr"))
         if action == "alloc":
             d_alloc[i] = size
-            live[addr] = size
+            if addr is not None:
+                live[addr] = size
         elif action == "free_completed":
-            if addr in live:
+            if addr is not None and addr in live:
                 d_alloc[i] = -live.pop(addr)
             else:  # allocated before the history began: live from its start until here
                 initial.append((None, size, i))
@@ -355,11 +378,9 @@ def _replay(entries: list[dict[str, Any]], segs: _Segments) -> _Replay:
             d_reserved[i] = size
         elif action in _SEGMENT_DOWN:
             d_reserved[i] = -size
-        t = e.get("time_us")
-        if isinstance(t, (int, float)) and not isinstance(t, bool):
-            times[i] = float(t)
+        times[i] = _time(e.get("time_us"))
     # Live at the snapshot and not allocated within the history: live all along.
-    initial += [(None, _requested(b), n) for b in segs.live if b.get("address") not in live]
+    initial += [(None, _requested(b), n) for b in segs.live if _addr(b.get("address")) not in live]
     start_alloc = sum(size for _, size, _ in initial)
     start_reserved = segs.reserved - int(d_reserved.sum())
     allocated = start_alloc + np.cumsum(d_alloc)
@@ -418,8 +439,8 @@ def _annotation_at(data: dict[str, Any], device: int, time_us: float) -> str | N
     for a in _list(data.get("external_annotations")):
         if not isinstance(a, dict) or _int(a.get("device", device)) != device:
             continue
-        name, t = a.get("name"), a.get("time_us")
-        if not isinstance(name, str) or not isinstance(t, (int, float)):
+        name, t = a.get("name"), _time(a.get("time_us"))
+        if not isinstance(name, str) or not math.isfinite(t):
             continue
         if a.get("stage") == "START":
             opened[name] = float(t)

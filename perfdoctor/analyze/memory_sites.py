@@ -26,6 +26,7 @@ torch's profiler-derived snapshots carry, wins when present):
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -91,7 +92,7 @@ def rank_sites(
         f = picker.frame(frames)
         if f is None:
             continue
-        key = (str(f.get("filename", "")), _int(f.get("line")), str(f.get("name", "")))
+        key = (str(f.get("filename", "")), plain_int(f.get("line")), str(f.get("name", "")))
         by_site[key].append(size)
     ranked = sorted(by_site.items(), key=lambda kv: (-sum(kv[1]), kv[0]))[:top]
     display = _displayer(picker, [file for (file, _, _), _ in ranked])
@@ -128,8 +129,17 @@ def _displayer(picker: SitePicker, files: list[str]) -> Any:
     return display
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+_MAX_INT = 1 << 52  # 4 PiB: beyond any real size, and sums of them stay exact in int64
+
+
+def plain_int(value: Any) -> int:
+    """A size, address offset or line from untrusted data: 0 for anything but a finite
+    number, clamped so that numpy's int64 sums cannot overflow."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(-_MAX_INT, min(int(value), _MAX_INT))
 
 
 _PROFILER_CATEGORIES = {

@@ -243,3 +243,63 @@ def test_facts_and_series_of_a_snapshot_alone(history: MemorySummary) -> None:
     }
     assert summary["categories_at_peak"]["unknown"] == 1000
     assert memory_series(None)["peak_index"] is None
+
+
+_ODD_VALUES = (
+    None,
+    "x",
+    -1,
+    2**70,
+    10**400,
+    float("nan"),
+    float("inf"),
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    True,
+    b"\xff",
+    -(2**63) - 1,
+)
+
+
+def _paths(obj: object, path: tuple = ()) -> list[tuple]:
+    out = [path] if path else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*path, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*path, i))
+    return out
+
+
+def test_bounded_fuzz_odd_values_give_a_summary_or_corrupt_artifact(tmp_path: Path) -> None:
+    """Any value of the fixture swapped for an odd one (wrong type, NaN, beyond int64,
+    unhashable address): a summary, or CorruptArtifact -- never another exception."""
+    import copy
+    import random
+
+    base = pickle.loads((FIXTURES / "snapshot_history.pickle").read_bytes())
+    paths = _paths(base)
+    rng = random.Random(11)
+    path = tmp_path / "snap.pickle"
+    summarized = 0
+    for _ in range(300):
+        data = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 3)):
+            *parents, last = rng.choice(paths)
+            node = data
+            try:
+                for p in parents:
+                    node = node[p]
+                node[last] = rng.choice(_ODD_VALUES)
+            except (KeyError, IndexError, TypeError):
+                continue  # an earlier swap replaced a parent
+        path.write_bytes(pickle.dumps(data))
+        try:
+            load_memory(path)
+            summarized += 1
+        except CorruptArtifact as err:
+            assert "\n" not in str(err)
+    assert summarized > 250  # odd values are read as "not measured", not refused wholesale
