@@ -54,6 +54,8 @@ __all__ = [
     "SNAPSHOT_FACTS",
     "AllocationSite",
     "MemorySummary",
+    "SnapshotAnalysis",
+    "analyze_snapshot",
     "load_memory",
     "load_snapshot",
     "memory_peak_locations",
@@ -489,6 +491,36 @@ def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> d
         "expandable_segments": summary.expandable_segments,
         "memory_history_truncated": summary.history_truncated,
     }
+
+
+@dataclass(frozen=True)
+class SnapshotAnalysis:
+    """Everything a report needs from one snapshot pickle, given alone or beside a trace."""
+
+    summary: MemorySummary
+    facts: dict[str, Any]  # fact name -> value (analyze/fact_catalog.py), for Facts.values
+    locations: dict[str, tuple[SourceLocation, ...]]  # for Facts.locations
+    series: dict[str, Any]  # for Report.series["memory"][label]
+
+
+def analyze_snapshot(
+    path: Path,
+    *,
+    user_roots: Sequence[str | Path] = (),
+    device_total: int | None = None,
+    max_entries: int | None = None,
+) -> SnapshotAnalysis:
+    """A snapshot pickle on its own (`perfdoctor diagnose`): the summary, its facts, the
+    peak's sites as finding locations, and the chart/section series. A memory snapshot comes
+    from the CUDA caching allocator, so `device_is_cuda` is true; `device_total` (bytes, from
+    a trace's deviceProperties when one is given) makes the capacity rules applicable.
+    Raises UntrustedPickle or CorruptArtifact like load_memory."""
+    summary = load_memory(path, user_roots=user_roots, max_entries=max_entries)
+    facts = {"device_is_cuda": True, **snapshot_facts(summary, device_total)}
+    if device_total:
+        facts["device_total_memory_bytes"] = device_total
+    locations = {"memory_peak": memory_peak_locations(summary)} if summary.top_sites else {}
+    return SnapshotAnalysis(summary, facts, locations, memory_series(summary))
 
 
 def memory_peak_locations(summary: MemorySummary) -> tuple[SourceLocation, ...]:

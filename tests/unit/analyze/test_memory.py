@@ -19,6 +19,7 @@ from perfdoctor.analyze.memory import (
     MAX_TIMELINE_POINTS,
     SNAPSHOT_FACTS,
     MemorySummary,
+    analyze_snapshot,
     load_memory,
     load_snapshot,
     memory_series,
@@ -303,3 +304,16 @@ def test_bounded_fuzz_odd_values_give_a_summary_or_corrupt_artifact(tmp_path: Pa
         except CorruptArtifact as err:
             assert "\n" not in str(err)
     assert summarized > 250  # odd values are read as "not measured", not refused wholesale
+
+
+def test_analyze_snapshot_gives_what_a_report_needs() -> None:
+    analysis = analyze_snapshot(FIXTURES / "snapshot_history.pickle", device_total=16384)
+    assert analysis.summary.peak_allocated_bytes == 8680
+    assert analysis.facts["device_is_cuda"] is True
+    assert analysis.facts["device_total_memory_bytes"] == 16384
+    assert analysis.facts["peak_allocated_frac"] == pytest.approx(8680 / 16384)
+    assert [loc.line for loc in analysis.locations["memory_peak"]] == [12, 14, 55]
+    assert analysis.series["summary"]["peak_allocated_bytes"] == 8680
+    alone = analyze_snapshot(FIXTURES / "snapshot_history.pickle")
+    assert "device_total_memory_bytes" not in alone.facts
+    assert alone.facts["peak_allocated_frac"] is None
