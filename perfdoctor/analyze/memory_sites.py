@@ -16,6 +16,10 @@ torch's profiler-derived snapshots carry, wins when present):
                    autograd engine (autograd::Engine, AccumulateGrad); or with no stack at all
                    in a history that records stacks (backward runs in the engine's device
                    threads, which have no Python stack); includes backward's temporaries
+  autocast_copies  made by autocast's cast (C++ frame at::autocast::cached_cast), under a
+                   forward or not: the low-precision copies of the weights, which autocast
+                   caches until its region exits, and casts of activations kept for backward
+                   (checkpointing does not free the former)
   activations      under a module's forward (torch/nn/modules/ forward, _call_impl)
   parameters       Module.__init__ / to / cuda / _apply, torch/nn/init.py, nn/parameter.py
   other            a stack that matches none of these (input batches, user tensors)
@@ -36,7 +40,15 @@ from typing import Any
 from perfdoctor.analyze.frames import KNOWN_LIBRARIES, UserCode
 from perfdoctor.model import SourceLocation
 
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other", "unknown")
+CATEGORIES = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "autocast_copies",
+    "other",
+    "unknown",
+)
 
 Frames = Sequence[Any]
 
@@ -173,6 +185,8 @@ def category(frames: Frames, given: str | None = None) -> str:
         or any("autograd::Engine" in n or "AccumulateGrad" in n for n in names)
     ):
         return "gradients"
+    if any("autocast::cached_cast" in n for n in names):
+        return "autocast_copies"
     if any(
         "torch/nn/modules/" in f and n in ("forward", "_call_impl", "_wrapped_call_impl")
         for f, n in pairs

@@ -20,13 +20,15 @@ _CATEGORY_NAMES = {
     "gradients": "gradients",
     "optimizer_state": "optimizer state",
     "activations": "activations",
+    "autocast_copies": "autocast dtype copies (cached weights, cast activations)",
     "other": "other (inputs, user tensors)",
     "unknown": "unknown (allocated before recording began; usually the parameters)",
 }
 CATEGORY_NOTE = (
     "Split by each live block's allocation stack: optimizer state under torch/optim "
     "(step, _init_group), gradients under backward (autograd engine, run_backward), "
-    "activations under a module's forward, parameters under Module.__init__/to/cuda; "
+    "activations under a module's forward, autocast copies under autocast's cached_cast, "
+    "parameters under Module.__init__/to/cuda; "
     "blocks with no recorded allocation are unknown."
 )
 _SPARK = "▁▂▃▄▅▆▇█"

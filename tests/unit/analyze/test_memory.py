@@ -98,6 +98,7 @@ def test_split_by_what_the_memory_holds(history: MemorySummary) -> None:
         "gradients": 1024,  # allocated with no Python stack: the backward thread
         "optimizer_state": 512,
         "activations": 6144,
+        "autocast_copies": 0,
         "other": 0,
         "unknown": 1000,  # allocated before the history: no stack to tell
     }

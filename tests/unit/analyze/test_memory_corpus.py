@@ -123,6 +123,16 @@ def test_forward_only_holds_activations_and_user_lines(
     s = summaries[name]
     cats = s.categories_at_peak
     assert cats["gradients"] == cats["optimizer_state"] == 0
-    assert cats["activations"] > 0.4 * s.peak_allocated_bytes
+    assert cats["activations"] + cats["autocast_copies"] > 0.4 * s.peak_allocated_bytes
     assert all(site.location.file == "cs336_basics/transformer.py" for site in s.top_sites)
     assert all(site.location.line > 0 for site in s.top_sites)
+
+
+def test_autocast_keeps_bf16_copies_of_the_weights(summaries: dict[str, MemorySummary]) -> None:
+    """Under autocast most of the forward's memory is autocast's cached bf16 weight copies
+    (half the fp32 parameters, which predate the history and show as unknown), not
+    activations; the fp32 forward has none."""
+    mixed = summaries["cs336_ctx128_forward_mixed.pickle"].categories_at_peak
+    assert mixed["autocast_copies"] > mixed["activations"]
+    assert mixed["autocast_copies"] > 0.5 * mixed["unknown"]
+    assert summaries["cs336_ctx256_forward.pickle"].categories_at_peak["autocast_copies"] == 0
