@@ -93,11 +93,13 @@ def check_near_capacity(facts: Facts, t: Mapping[str, float]) -> Finding | None:
 
 
 def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    # A snapshot alone records OOM events but not the retry count (memory_stats): an OOM
+    # is enough to report, retries are counted only when measured.
     retries = num(facts, "alloc_retries")
     ooms = num(facts, "oom_events")
-    if retries is None or ooms is None:
+    if ooms is None:
         return None
-    if ooms < t["min_oom_events"] and retries < t["min_retries"]:
+    if ooms < t["min_oom_events"] and (retries is None or retries < t["min_retries"]):
         return None
     fixes, freed = _pressure_fixes(facts, t)
     if "expandable-segments" not in fixes and not _expandable_on(facts):
@@ -117,7 +119,11 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
         ),
         evidence=(
             ev("oom_events", ooms, t["min_oom_events"], ">="),
-            ev("alloc_retries", retries, t["min_retries"], ">="),
+            *(
+                (ev("alloc_retries", retries, t["min_retries"], ">="),)
+                if retries is not None
+                else ()
+            ),
             *seen(facts, "peak_allocated_frac", "fragmentation_frac"),
         ),
         locations=locations(facts, "memory_peak"),
@@ -332,8 +338,9 @@ RULES = (
         id=ALLOCATOR_PRESSURE,
         title="CUDA allocator retries or out-of-memory events",
         area="memory",
-        needs=("device_is_cuda", "alloc_retries", "oom_events"),
+        needs=("device_is_cuda", "oom_events"),
         uses=(
+            "alloc_retries",
             "peak_allocated_frac",
             "fragmentation_frac",
             "activation_bytes_frac",

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from perfdoctor.analyze.memory import load_memory, memory_peak_locations, snapshot_facts
+from perfdoctor.analyze.memory import (
+    analyze_snapshot,
+    load_memory,
+    memory_peak_locations,
+    snapshot_facts,
+)
 from perfdoctor.model import Facts
 from perfdoctor.rules import ALL_RULES, evaluate
 from perfdoctor.rules.memory import ALLOCATOR_PRESSURE, FRAGMENTATION, GROWTH_DEVICE, RULES
@@ -62,3 +67,15 @@ def test_real_snapshots_give_no_false_memory_finding(device_total: int | None) -
         memory_findings = [f.rule_id for f in results.findings if f.rule_id in BY_ID]
         assert memory_findings == [], (path.name, memory_findings)
         assert GROWTH_DEVICE in {s.rule_id for s in results.skipped}
+
+
+def test_an_oom_in_a_snapshot_alone_is_reported() -> None:
+    """Snapshots are often dumped on an OOM; they carry the oom entry but no retry count."""
+    fixture = Path(__file__).parents[1] / "analyze" / "fixtures" / "snapshot_history.pickle"
+    analysis = analyze_snapshot(fixture)
+    assert analysis.facts["alloc_retries"] is None and analysis.facts["oom_events"] == 1
+    facts = Facts(values=analysis.facts, locations=analysis.locations)
+    (finding,) = evaluate(facts, rules=(BY_ID[ALLOCATOR_PRESSURE],)).findings
+    assert finding.severity == "critical"
+    assert [e.name for e in finding.evidence][:1] == ["oom_events"]
+    assert finding.locations[0].line == 12
