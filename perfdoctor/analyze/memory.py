@@ -184,7 +184,6 @@ class _Segments:
     reserved: int = 0
     live: list[dict[str, Any]] = field(default_factory=list)  # active_allocated blocks
     live_bytes: int = 0
-    free_external: int = 0
     free_internal: int = 0
     largest_free: int = 0
     count: int = 0
@@ -204,13 +203,13 @@ def _read_segments(segments: list[dict[str, Any]], device: int) -> _Segments:
             size = _int(b.get("size"))
             b.setdefault("address", addr)  # older snapshots: blocks follow each other
             addr += size
-            if b.get("state") in _LIVE_STATES:
-                if b.get("state") == "active_allocated":
-                    out.live.append(b)
-                    out.live_bytes += _requested(b)
+            # As torch.cuda._memory_viz.segsum counts: what is not active_allocated is free
+            # (a block pending free is reusable once its stream events complete).
+            if b.get("state") == "active_allocated":
+                out.live.append(b)
+                out.live_bytes += _requested(b)
                 out.free_internal += max(size - _requested(b), 0)
-            else:
-                out.free_external += size
+            elif b.get("state") not in _LIVE_STATES:
                 out.largest_free = max(out.largest_free, size)
     return out
 
