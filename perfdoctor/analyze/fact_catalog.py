@@ -205,6 +205,15 @@ FACTS: dict[str, FactDoc] = {
     "alloc_retries": _f("count", "memory", "allocator cudaMalloc retries"),
     "oom_events": _f("count", "memory", "out-of-memory events"),
     "activation_bytes_frac": _f("frac", "memory", "share of the peak that is activations"),
+    "optimizer_state_bytes_frac": _f(
+        "frac", "memory", "share of the peak allocated under the optimizer (torch/optim frames)"
+    ),
+    "largest_free_block_frac": _f(
+        "frac", "memory", "largest free block / free bytes in the snapshot's segments"
+    ),
+    "expandable_segments": _f(
+        "bool", "memory", "the allocator ran with expandable_segments (allocator_settings)"
+    ),
     "memory_history_truncated": _f(
         "bool", "memory", "the allocator history hit max_entries (older events dropped)"
     ),

@@ -17,6 +17,12 @@ import numpy as np
 
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.memory import (
+    SNAPSHOT_FACTS,
+    memory_peak_locations,
+    memory_series,
+    snapshot_facts,
+)
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
 from perfdoctor.analyze.trace_gpu import GpuSummary
@@ -398,21 +404,22 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
     obs_mem = record.observations.get("cuda_memory")
     obs_mem = obs_mem if isinstance(obs_mem, dict) else {}
     step_peaks = [s.cuda_max_allocated_bytes for s in record.steps if s.cuda_max_allocated_bytes]
-    peak = mem.peak_allocated_bytes if mem else None
+    total = device_total if isinstance(device_total, int) else None
+    out: dict[str, Scalar] = dict.fromkeys(SNAPSHOT_FACTS)
+    if mem is not None:
+        out.update(snapshot_facts(mem, total))
     # The snapshot covers the profiled window only; the child's max_memory_allocated covers
     # the whole run, so the larger of the two is the peak.
-    peak = max(
-        (
-            p
-            for p in (peak, obs_mem.get("max_allocated_bytes"), max(step_peaks, default=None))
-            if isinstance(p, int)
-        ),
-        default=None,
+    candidates = (
+        out["peak_allocated_bytes"],
+        obs_mem.get("max_allocated_bytes"),
+        max(step_peaks, default=None),
     )
+    peak = max((p for p in candidates if isinstance(p, int)), default=None)
     reserved = max(
         (
             p
-            for p in (mem.peak_reserved_bytes if mem else None, obs_mem.get("max_reserved_bytes"))
+            for p in (out["peak_reserved_bytes"], obs_mem.get("max_reserved_bytes"))
             if isinstance(p, int)
         ),
         default=None,
@@ -428,18 +435,17 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
     truncated = mem.history_truncated if mem else None
     if isinstance(history, dict) and isinstance(history.get("truncated"), bool):
         truncated = bool(truncated) or history["truncated"]
-    return {
-        "peak_allocated_bytes": peak,
-        "peak_reserved_bytes": reserved,
-        "peak_allocated_frac": peak / device_total
-        if peak is not None and isinstance(device_total, int) and device_total > 0
-        else None,
-        "fragmentation_frac": mem.fragmentation_frac if mem else None,
-        "alloc_retries": retries,
-        "oom_events": ooms,
-        "activation_bytes_frac": mem.activation_bytes_frac if mem else None,
-        "memory_history_truncated": truncated,
-    }
+    out.update(
+        {
+            "peak_allocated_bytes": peak,
+            "peak_reserved_bytes": reserved,
+            "peak_allocated_frac": peak / total if peak is not None and total else None,
+            "alloc_retries": retries,
+            "oom_events": ooms,
+            "memory_history_truncated": truncated,
+        }
+    )
+    return out
 
 
 # --------------------------------------------------------------------------- samples
@@ -587,7 +593,7 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
         )
         out["host_sync"] = merge_locations(exact, traced, top=10)
     if record.memory is not None and record.memory.top_sites:
-        out["memory_peak"] = tuple(site.location for site in record.memory.top_sites)
+        out["memory_peak"] = memory_peak_locations(record.memory)
     return out
 
 
@@ -737,11 +743,4 @@ def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
 
 
 def _memory_series(record: RunRecord) -> dict[str, Any]:
-    mem = record.memory
-    if mem is None or not mem.timeline_allocated_bytes:
-        return {"t_s": [], "allocated_bytes": [], "peak_index": None}
-    return {
-        "t_s": list(mem.timeline_t_s),
-        "allocated_bytes": list(mem.timeline_allocated_bytes),
-        "peak_index": mem.timeline_peak_index,
-    }
+    return memory_series(record.memory)

@@ -1,42 +1,34 @@
 """CUDA memory snapshot (pickle of `torch.cuda.memory._snapshot()`) -> MemorySummary.
 
-Loading. A pickle can run arbitrary code, and run directories get shared, so the snapshot is
-read by an unpickler whose `find_class` refuses every global: only the plain values a
-snapshot holds (dicts, lists, tuples, str, bytes, numbers, bool, None) can be built. Anything
-else raises UntrustedPickle before a single object of it exists.
-
 Format (torch/cuda/memory.py `_snapshot` docstring): `segments` (cudaMalloc'd memory, each
-with `blocks` in state active_allocated / active_awaiting_free / inactive and their
-allocation `frames`) and `device_traces` (per device, the allocator's history: alloc,
-free_requested, free_completed, segment_alloc, segment_free, segment_map, segment_unmap,
-oom, snapshot; each with addr, size, stream, frames innermost first, time_us).
+with `blocks` in state active_allocated / active_pending_free / inactive, their `size`, the
+`requested_size` the caller asked for, and their allocation `frames`), `device_traces` (per
+device, the allocator's history: alloc, free_requested, free_completed, segment_alloc,
+segment_free, segment_map, segment_unmap, oom, snapshot; each with addr, size, stream,
+frames innermost first, time_us), `allocator_settings` and `external_annotations`.
 
-Replay. The history is a ring buffer that may begin long after training began, so the state
-at its first entry is not "empty": it is the state at the snapshot (which the segments give
-exactly) minus everything the history did. Allocated bytes move on alloc (+) and
-free_completed (-) -- memory is reusable only once the free completed -- and reserved bytes on
-segment_alloc/map (+) and segment_free/unmap (-).
+Replay, the way PyTorch's own viewer (torch/utils/viz/MemoryViz.js, `process_alloc_data`,
+behind `torch.cuda._memory_viz trace_plot`) does it, so that the peaks are the ones it shows:
+the history is a ring buffer that may begin long after training began, so the memory live at
+its first entry is (a) every active_allocated block of the snapshot (at its requested size)
+that no alloc entry of the history accounts for, plus (b) every block the history frees
+without having recorded its allocation. Allocated bytes then move on alloc (+ its size) and
+free_completed (- the size) -- memory is reusable only once the free completed. Reserved
+bytes: the snapshot's segments minus what the history did to them (segment_alloc/map +,
+segment_free/unmap -), which is the viewer's "Active Cached Memory Timeline".
 
-Split at the peak (heuristic, from each live block's allocation stack; the `category` field
-that torch's profiler-derived snapshots carry wins when present):
-  optimizer_state  a frame in torch/optim/ (exp_avg, momentum buffers, ...)
-  gradients        allocated under backward (torch/autograd/, Tensor.backward, or with no
-                   Python stack at all: on CUDA backward runs in the autograd engine's device
-                   threads, which have none) -- this also holds backward's temporaries,
-                   which are rarely live at the peak
-  activations      allocated under a module's forward (torch/nn/modules/, _call_impl)
-  parameters       allocated by Module.to/cuda/_apply, nn/init or nn/parameter.py
-  other            everything else (input batches, user tensors, unknown stacks)
-Blocks allocated before the history began and still live have no trace entry; they count as
-"before_history" (usually parameters, moved to the GPU before training). A history recorded
-without stacks gives no split at all.
+Fragmentation is read two ways: at the allocated peak, reserved minus allocated (cached but
+holding no tensor); and at the snapshot, from the segments' blocks: total free (inactive
+blocks: external; a live block's size beyond its request: internal, the allocator's
+rounding) and the largest free block, the biggest tensor that fits without a new cudaMalloc.
+
+Which heuristics split the peak into parameters / gradients / optimizer state / activations:
+see perfdoctor/analyze/memory_sites.py.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
-from collections import defaultdict
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,50 +36,38 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze.frames import UserCode
-from perfdoctor.errors import CorruptArtifact, UntrustedPickle
+from perfdoctor.analyze.memory_sites import (
+    CATEGORIES,
+    AllocationSite,
+    SitePicker,
+    categorize,
+    rank_sites,
+)
+from perfdoctor.analyze.memory_sites import plain_int as _int
+from perfdoctor.analyze.memory_snapshot import load_snapshot
+from perfdoctor.errors import CorruptArtifact
 from perfdoctor.model import SourceLocation
 
-MAX_TIMELINE_POINTS = 2000
+__all__ = [
+    "CATEGORIES",
+    "MAX_TIMELINE_POINTS",
+    "SNAPSHOT_FACTS",
+    "AllocationSite",
+    "MemorySummary",
+    "SnapshotAnalysis",
+    "analyze_snapshot",
+    "load_memory",
+    "load_snapshot",
+    "memory_peak_locations",
+    "memory_series",
+    "snapshot_facts",
+    "summarize_snapshot",
+]
+
+MAX_TIMELINE_POINTS = 400
 _LIVE_STATES = ("active_allocated", "active_awaiting_free", "active_pending_free")
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds only plain containers and scalars: every global lookup is refused."""
-
-    def __init__(self, fh: io.BufferedIOBase, path: Path) -> None:
-        super().__init__(fh)
-        self._path = path
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise UntrustedPickle(
-            f"refusing to load {self._path}: it asks for {module}.{name}, and a memory "
-            "snapshot holds only plain data"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise UntrustedPickle(f"refusing to load {self._path}: it uses persistent ids")
-
-
-def load_snapshot(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            data = _PlainUnpickler(fh, path).load()
-    except UntrustedPickle:
-        raise
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError) as err:
-        raise CorruptArtifact(f"corrupt memory snapshot {path}: {err}") from err
-    if not isinstance(data, dict) or not isinstance(data.get("segments", []), list):
-        raise CorruptArtifact(f"{path} is not a CUDA memory snapshot (no segments list)")
-    return data
-
-
-@dataclass(frozen=True)
-class AllocationSite:
-    location: SourceLocation  # share = fraction of allocated bytes at the peak
-    bytes: int
-    blocks: int
+_SEGMENT_UP = ("segment_alloc", "segment_map")
+_SEGMENT_DOWN = ("segment_free", "segment_unmap")
 
 
 @dataclass(frozen=True)
@@ -97,18 +77,31 @@ class MemorySummary:
     peak_reserved_bytes: int
     reserved_at_peak_bytes: int
     fragmentation_frac: float | None  # (reserved - allocated) / reserved at the allocated peak
-    final_allocated_bytes: int
+    final_allocated_bytes: int  # requested bytes of the live blocks at the snapshot
     final_reserved_bytes: int
     oom_events: int
     alloc_retries: int | None
     history_entries: int
     history_truncated: bool
-    timeline_t_s: tuple[float, ...]
+    timeline_t_s: tuple[float, ...]  # seconds since the first history entry (or entry index)
     timeline_allocated_bytes: tuple[int, ...]
     timeline_peak_index: int | None
-    top_sites: tuple[AllocationSite, ...]
-    categories_at_peak: dict[str, int] = field(default_factory=dict)
+    top_sites: tuple[AllocationSite, ...]  # live at the peak, share of the peak
+    categories_at_peak: dict[str, int] = field(default_factory=dict)  # keys: CATEGORIES
     notes: tuple[str, ...] = ()
+    timeline_reserved_bytes: tuple[int, ...] = ()
+    timeline_is_time: bool = True  # False: the x axis is the history entry index
+    top_sites_overall: tuple[AllocationSite, ...] = ()  # every alloc of the history, share of
+    allocated_in_history_bytes: int = 0  #                their total (this figure)
+    peak_time_s: float | None = None
+    peak_during: str | None = None  # the external annotation (Optimizer.step, ...) it fell in
+    # At the snapshot, from the segments' blocks:
+    free_bytes: int = 0  # reserved minus requested bytes of live blocks
+    free_internal_bytes: int = 0  # rounding inside live blocks
+    largest_free_block_bytes: int = 0
+    segments: int = 0
+    expandable_segments: bool | None = None
+    allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
 
     @property
     def activation_bytes_frac(self) -> float | None:
@@ -116,6 +109,29 @@ class MemorySummary:
         if not total or "activations" not in self.categories_at_peak:
             return None
         return self.categories_at_peak["activations"] / total
+
+    @property
+    def largest_free_block_frac(self) -> float | None:
+        """Largest free block over all free memory in inactive blocks at the snapshot: near 1,
+        the free memory is one piece; near 0, it is scattered in small gaps."""
+        external = self.free_bytes - self.free_internal_bytes
+        return self.largest_free_block_bytes / external if external > 0 else None
+
+
+def load_memory(
+    path: Path, *, user_roots: Sequence[str | Path] = (), max_entries: int | None = None
+) -> MemorySummary:
+    """The summary of the snapshot pickle at `path` (read with the restricted unpickler).
+    `user_roots`: the user's source directories; without them the site of an allocation is
+    its innermost frame outside torch, the standard library and site-packages."""
+    data = load_snapshot(path)
+    try:
+        return summarize_snapshot(data, user_roots=user_roots, max_entries=max_entries)
+    except (TypeError, ValueError, OverflowError, IndexError, KeyError, AttributeError) as err:
+        # The values are untrusted: a shape no real snapshot has is a corrupt artifact.
+        raise CorruptArtifact(
+            f"corrupt memory snapshot {path}: unexpected content ({type(err).__name__}: {err})"
+        ) from err
 
 
 def summarize_snapshot(
@@ -125,70 +141,95 @@ def summarize_snapshot(
     max_entries: int | None = None,
     top: int = 5,
 ) -> MemorySummary:
-    segments = [s for s in data.get("segments", []) if isinstance(s, dict)]
-    traces = data.get("device_traces") or []
-    devices = {int(s.get("device", 0)) for s in segments}
+    """The summary of the device with the highest peak (a snapshot covers every device)."""
+    segments = [s for s in _list(data.get("segments")) if isinstance(s, dict)]
+    traces = _list(data.get("device_traces"))
+    devices = {_int(s.get("device", 0)) for s in segments}
     devices |= {i for i, t in enumerate(traces) if t}
-    if not devices:
-        devices = {0}
+    picker = SitePicker(user_roots)
     summaries = [
-        _summarize_device(d, segments, traces, user_roots, max_entries, top, data)
-        for d in sorted(devices)
+        _summarize_device(d, segments, traces, picker, max_entries, top, data)
+        for d in sorted(devices or {0})
     ]
     return max(summaries, key=lambda s: (s.peak_allocated_bytes, s.peak_reserved_bytes))
 
 
-def load_memory(
-    path: Path, *, user_roots: Sequence[str | Path] = (), max_entries: int | None = None
-) -> MemorySummary:
-    return summarize_snapshot(load_snapshot(path), user_roots=user_roots, max_entries=max_entries)
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+def _time(value: Any) -> float:
+    """time_us from untrusted data; NaN when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def _addr(value: Any) -> int | None:
+    """An address to match allocations and frees by; None for anything that is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _requested(block: dict[str, Any]) -> int:
+    return _int(block.get("requested_size", block.get("size")))
+
+
+@dataclass
+class _Segments:
+    """The snapshot's segments of one device, and what their blocks say."""
+
+    reserved: int = 0
+    live: list[dict[str, Any]] = field(default_factory=list)  # active_allocated blocks
+    live_bytes: int = 0
+    free_internal: int = 0
+    largest_free: int = 0
+    count: int = 0
+
+
+def _read_segments(segments: list[dict[str, Any]], device: int) -> _Segments:
+    out = _Segments()
+    for seg in segments:
+        if _int(seg.get("device", 0)) != device:
+            continue
+        out.count += 1
+        out.reserved += _int(seg.get("total_size"))
+        addr = _int(seg.get("address"))
+        for b in _list(seg.get("blocks")):
+            if not isinstance(b, dict):
+                continue
+            size = _int(b.get("size"))
+            b.setdefault("address", addr)  # older snapshots: blocks follow each other
+            addr += size
+            # As torch.cuda._memory_viz.segsum counts: what is not active_allocated is free
+            # (a block pending free is reusable once its stream events complete).
+            if b.get("state") == "active_allocated":
+                out.live.append(b)
+                out.live_bytes += _requested(b)
+                out.free_internal += max(size - _requested(b), 0)
+            elif b.get("state") not in _LIVE_STATES:
+                out.largest_free = max(out.largest_free, size)
+    return out
 
 
 def _summarize_device(
     device: int,
     segments: list[dict[str, Any]],
     traces: list[Any],
-    user_roots: Sequence[str | Path],
+    picker: SitePicker,
     max_entries: int | None,
     top: int,
     data: dict[str, Any],
 ) -> MemorySummary:
-    segs = [s for s in segments if _int(s.get("device", 0)) == device]
-    blocks = [b for s in segs for b in s.get("blocks", []) if isinstance(b, dict)]
-    live_blocks = [b for b in blocks if b.get("state") in _LIVE_STATES]
-    final_alloc = sum(_int(b.get("size")) for b in live_blocks)
-    final_reserved = sum(_int(s.get("total_size")) for s in segs)
-    entries = traces[device] if device < len(traces) and isinstance(traces[device], list) else []
-    entries = [e for e in entries if isinstance(e, dict)]
+    segs = _read_segments(segments, device)
+    raw = traces[device] if 0 <= device < len(traces) else []
+    entries = [e for e in _list(raw) if isinstance(e, dict)]
     notes: list[str] = []
-    user = UserCode(user_roots)
-
-    d_alloc = np.zeros(len(entries), dtype=np.int64)
-    d_reserved = np.zeros(len(entries), dtype=np.int64)
-    times = np.full(len(entries), np.nan)
-    ooms = 0
-    for i, e in enumerate(entries):
-        action = e.get("action")
-        size = _int(e.get("size"))
-        if action == "alloc":
-            d_alloc[i] = size
-        elif action == "free_completed":
-            d_alloc[i] = -size
-        elif action in ("segment_alloc", "segment_map"):
-            d_reserved[i] = size
-        elif action in ("segment_free", "segment_unmap"):
-            d_reserved[i] = -size
-        elif action == "oom":
-            ooms += 1
-        if isinstance(e.get("time_us"), (int, float)):
-            times[i] = float(e["time_us"])
-
     stats = data.get("memory_stats") if isinstance(data.get("memory_stats"), dict) else {}
     retries = stats.get("num_alloc_retries", data.get("num_alloc_retries"))
+    ooms = sum(1 for e in entries if e.get("action") == "oom")
     ooms = max(ooms, _int(stats.get("num_ooms", data.get("num_ooms"))))
     truncated = bool(max_entries) and len(entries) >= int(max_entries or 0)
     if truncated:
@@ -196,208 +237,352 @@ def _summarize_device(
             f"the allocator history holds {len(entries)} entries, its limit: older events "
             "were dropped, so the peak is the peak of the recorded window"
         )
-
+    settings = data.get("allocator_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    expandable = settings.get("expandable_segments")
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
+    common: dict[str, Any] = {
+        "device": device,
+        "final_allocated_bytes": segs.live_bytes,
+        "final_reserved_bytes": segs.reserved,
+        "oom_events": ooms,
+        "alloc_retries": _int(retries) if retries is not None else None,
+        "history_truncated": truncated,
+        "free_bytes": segs.reserved - segs.live_bytes,
+        "free_internal_bytes": segs.free_internal,
+        "largest_free_block_bytes": segs.largest_free,
+        "segments": segs.count,
+        "expandable_segments": expandable if isinstance(expandable, bool) else None,
+        "allocator_conf": conf if isinstance(conf, str) else None,
+    }
+    stacks = any(e.get("frames") or e.get("category") for e in entries)
     if not entries:
         notes.append("no allocator history (recording was off): peak = state at the snapshot")
+        stacks = any(b.get("frames") for b in segs.live)
+        blocks = [(_list(b.get("frames")), _requested(b)) for b in segs.live]
         return MemorySummary(
-            device=device,
-            peak_allocated_bytes=final_alloc,
-            peak_reserved_bytes=final_reserved,
-            reserved_at_peak_bytes=final_reserved,
-            fragmentation_frac=_frag(final_alloc, final_reserved),
-            final_allocated_bytes=final_alloc,
-            final_reserved_bytes=final_reserved,
-            oom_events=ooms,
-            alloc_retries=_int(retries) if retries is not None else None,
+            peak_allocated_bytes=segs.live_bytes,
+            peak_reserved_bytes=segs.reserved,
+            reserved_at_peak_bytes=segs.reserved,
+            fragmentation_frac=_frag(segs.live_bytes, segs.reserved),
             history_entries=0,
-            history_truncated=False,
             timeline_t_s=(),
             timeline_allocated_bytes=(),
             timeline_peak_index=None,
-            top_sites=_sites(
-                [(b.get("frames") or [], _int(b.get("size"))) for b in live_blocks],
-                final_alloc,
-                user,
-                top,
-            ),
-            categories_at_peak=_categorize(
-                [(b.get("frames") or [], _int(b.get("size")), None) for b in live_blocks]
-            )
-            if any(b.get("frames") for b in live_blocks)
-            else {},
+            top_sites=rank_sites(blocks, segs.live_bytes, picker, top),
+            categories_at_peak=categorize((f, s, None) for f, s in blocks) if stacks else {},
             notes=tuple(notes),
+            **common,
         )
 
-    start_alloc = final_alloc - int(d_alloc.sum())
-    start_reserved = final_reserved - int(d_reserved.sum())
-    if start_alloc < 0 or start_reserved < 0:
+    replay = _replay(entries, segs)
+    if replay.clamped:
         notes.append("the history does not add up to the snapshot's state; clamped at zero")
-    allocated = np.maximum(start_alloc + np.cumsum(d_alloc), 0)
-    reserved = np.maximum(start_reserved + np.cumsum(d_reserved), 0)
-    peak_i = int(np.argmax(allocated))
-    peak_alloc = int(allocated[peak_i])
-    reserved_at_peak = int(reserved[peak_i])
-    peak_reserved = int(max(reserved.max(), final_reserved))
-
-    live, before_history = _live_at(entries, peak_i, live_blocks)
-    attributed = [(frames, size, cat) for frames, size, cat in live.values()]
-    unknown = peak_alloc - sum(s for _, s, _ in attributed) - sum(before_history)
+    peak_i = replay.peak_index
+    peak_alloc = int(replay.allocated[peak_i])
+    reserved_at_peak = int(replay.reserved[peak_i])
+    live = replay.live_at(peak_i)
     categories: dict[str, int] = {}
-    if any(e.get("frames") or e.get("category") for e in entries):
-        categories = _categorize(attributed)
-        if before_history or unknown > 0:
-            categories["before_history"] = sum(before_history) + max(unknown, 0)
+    if stacks:
+        categories = categorize(
+            (_list(e.get("frames")), size, e.get("category")) for e, size in live if e is not None
+        )
+        categories["unknown"] = sum(size for e, size in live if e is None)
     else:
         notes.append("the history has no stacks: no split by parameters/gradients/activations")
-
-    t_s, series, peak_pos = _timeline(times, allocated, peak_i)
+    times = replay.times
+    t_s, alloc_series, reserved_series, peak_pos = _timeline(
+        times, replay.allocated, replay.reserved, peak_i
+    )
+    allocs = [e for e in entries if e.get("action") == "alloc"]
+    churn = sum(_int(e.get("size")) for e in allocs)
     return MemorySummary(
-        device=device,
         peak_allocated_bytes=peak_alloc,
-        peak_reserved_bytes=peak_reserved,
+        peak_reserved_bytes=int(max(replay.reserved.max(), segs.reserved)),
         reserved_at_peak_bytes=reserved_at_peak,
         fragmentation_frac=_frag(peak_alloc, reserved_at_peak),
-        final_allocated_bytes=final_alloc,
-        final_reserved_bytes=final_reserved,
-        oom_events=ooms,
-        alloc_retries=_int(retries) if retries is not None else None,
         history_entries=len(entries),
-        history_truncated=truncated,
         timeline_t_s=t_s,
-        timeline_allocated_bytes=series,
+        timeline_allocated_bytes=alloc_series,
         timeline_peak_index=peak_pos,
-        top_sites=_sites([(f, s) for f, s, _ in attributed], peak_alloc, user, top),
+        top_sites=rank_sites(
+            ((_list(e.get("frames")), size) for e, size in live if e is not None),
+            peak_alloc,
+            picker,
+            top,
+        ),
         categories_at_peak=categories,
         notes=tuple(notes),
+        timeline_reserved_bytes=reserved_series,
+        timeline_is_time=bool(np.isfinite(times).all()),
+        top_sites_overall=rank_sites(
+            ((_list(e.get("frames")), _int(e.get("size"))) for e in allocs), churn, picker, top
+        ),
+        allocated_in_history_bytes=churn,
+        peak_time_s=float(times[peak_i] - times[0]) / 1e6
+        if np.isfinite(times[[0, peak_i]]).all()
+        else None,
+        peak_during=_annotation_at(data, device, times[peak_i]),
+        **common,
+    )
+
+
+@dataclass
+class _Replay:
+    entries: list[dict[str, Any]]
+    allocated: np.ndarray  # after each entry
+    reserved: np.ndarray
+    times: np.ndarray  # time_us, NaN where absent
+    initial: list[tuple[dict[str, Any] | None, int, int]]  # (alloc entry or None, size, end)
+    clamped: bool
+
+    @property
+    def peak_index(self) -> int:
+        return int(np.argmax(self.allocated))
+
+    def live_at(self, index: int) -> list[tuple[dict[str, Any] | None, int]]:
+        """Blocks live right after entry `index`: (the alloc entry, or None when the block
+        predates the history, and its size)."""
+        live: dict[Any, tuple[dict[str, Any] | None, int]] = {}
+        for i, e in enumerate(self.entries[: index + 1]):
+            addr = _addr(e.get("addr"))
+            if e.get("action") == "alloc":
+                live[addr if addr is not None else ("no address", i)] = (e, _int(e.get("size")))
+            elif e.get("action") == "free_completed":
+                live.pop(addr, None)
+        before = [(None, size) for _, size, end in self.initial if end > index]
+        return before + list(live.values())
+
+
+def _replay(entries: list[dict[str, Any]], segs: _Segments) -> _Replay:
+    n = len(entries)
+    d_alloc = np.zeros(n, dtype=np.int64)
+    d_reserved = np.zeros(n, dtype=np.int64)
+    times = np.full(n, np.nan)
+    live: dict[Any, int] = {}  # addr -> size of the allocation the history recorded
+    initial: list[tuple[dict[str, Any] | None, int, int]] = []
+    for i, e in enumerate(entries):
+        action = e.get("action")
+        size = _int(e.get("size"))
+        addr = _addr(e.get("addr"))
+        if action == "alloc":
+            d_alloc[i] = size
+            if addr is not None:
+                live[addr] = size
+        elif action == "free_completed":
+            if addr is not None and addr in live:
+                d_alloc[i] = -live.pop(addr)
+            else:  # allocated before the history began: live from its start until here
+                initial.append((None, size, i))
+                d_alloc[i] = -size
+        elif action in _SEGMENT_UP:
+            d_reserved[i] = size
+        elif action in _SEGMENT_DOWN:
+            d_reserved[i] = -size
+        times[i] = _time(e.get("time_us"))
+    # Live at the snapshot and not allocated within the history: live all along.
+    initial += [(None, _requested(b), n) for b in segs.live if _addr(b.get("address")) not in live]
+    start_alloc = sum(size for _, size, _ in initial)
+    start_reserved = segs.reserved - int(d_reserved.sum())
+    allocated = start_alloc + np.cumsum(d_alloc)
+    reserved = start_reserved + np.cumsum(d_reserved)
+    clamped = bool(start_reserved < 0 or (allocated.size and allocated.min() < 0))
+    return _Replay(
+        entries,
+        np.maximum(allocated, 0),
+        np.maximum(reserved, 0),
+        times,
+        initial,
+        clamped,
     )
 
 
 def _frag(allocated: int, reserved: int) -> float | None:
-    return (reserved - allocated) / reserved if reserved > 0 else None
-
-
-def _live_at(
-    entries: list[dict[str, Any]], peak_i: int, live_blocks: list[dict[str, Any]]
-) -> tuple[dict[Any, tuple[list[Any], int, str | None]], list[int]]:
-    """Blocks live right after entry peak_i: (allocated within the history, sizes of the ones
-    allocated before it that are still live at the snapshot)."""
-    live: dict[Any, tuple[list[Any], int, str | None]] = {}
-    allocated_in_history: set[Any] = set()
-    for i, e in enumerate(entries):
-        action = e.get("action")
-        if action == "alloc":
-            allocated_in_history.add(e.get("addr"))
-            if i <= peak_i:
-                category = e.get("category") if isinstance(e.get("category"), str) else None
-                live[e.get("addr")] = (e.get("frames") or [], _int(e.get("size")), category)
-        elif action == "free_completed" and i <= peak_i:
-            live.pop(e.get("addr"), None)
-    before = [
-        _int(b.get("size")) for b in live_blocks if b.get("address") not in allocated_in_history
-    ]
-    return live, before
+    return max(reserved - allocated, 0) / reserved if reserved > 0 else None
 
 
 def _timeline(
-    times: np.ndarray, allocated: np.ndarray, peak_i: int
-) -> tuple[tuple[float, ...], tuple[int, ...], int]:
-    """At most MAX_TIMELINE_POINTS points; each keeps its bucket's maximum so that the peak
-    survives the downsampling."""
+    times: np.ndarray, allocated: np.ndarray, reserved: np.ndarray, peak_i: int
+) -> tuple[tuple[float, ...], tuple[int, ...], tuple[int, ...], int]:
+    """At most MAX_TIMELINE_POINTS points; each keeps its bucket's maximum (of allocated and
+    of reserved) so that the peaks survive the downsampling."""
     n = allocated.size
     if np.isfinite(times).all() and n:
         t = (times - times[0]) / 1e6
     else:
-        t = np.arange(n, dtype=np.float64)  # no timestamps: event index as the time axis
+        t = np.arange(n, dtype=np.float64)  # no timestamps: entry index as the x axis
     if n <= MAX_TIMELINE_POINTS:
-        return tuple(t.tolist()), tuple(int(x) for x in allocated.tolist()), peak_i
+        return (
+            tuple(t.tolist()),
+            tuple(int(x) for x in allocated.tolist()),
+            tuple(int(x) for x in reserved.tolist()),
+            peak_i,
+        )
     edges = np.linspace(0, n, MAX_TIMELINE_POINTS + 1).astype(np.int64)
-    maxima = np.maximum.reduceat(allocated, edges[:-1])
-    bucket_t = t[edges[:-1]]
     peak_bucket = int(np.searchsorted(edges, peak_i, side="right") - 1)
+    bucket_t = t[edges[:-1]].copy()
+    bucket_t[peak_bucket] = t[peak_i]  # the peak marker sits at the peak's own time
     return (
         tuple(bucket_t.tolist()),
-        tuple(int(x) for x in maxima.tolist()),
+        tuple(int(x) for x in np.maximum.reduceat(allocated, edges[:-1]).tolist()),
+        tuple(int(x) for x in np.maximum.reduceat(reserved, edges[:-1]).tolist()),
         peak_bucket,
     )
 
 
-def _user_frame(frames: list[Any], user: UserCode) -> dict[str, Any] | None:
-    for f in frames:
-        if isinstance(f, dict) and user.is_user_file(str(f.get("filename", ""))):
-            return f
-    return None
-
-
-def _sites(
-    blocks: list[tuple[list[Any], int]], total: int, user: UserCode, top: int
-) -> tuple[AllocationSite, ...]:
-    by_site: dict[tuple[str, int, str], list[int]] = defaultdict(list)
-    for frames, size in blocks:
-        f = _user_frame(frames, user)
-        if f is None:
+def _annotation_at(data: dict[str, Any], device: int, time_us: float) -> str | None:
+    """The innermost START/END annotation (record_function ranges the snapshot recorded, such
+    as `Optimizer.step#AdamW.step`) open at `time_us`."""
+    if not np.isfinite(time_us):
+        return None
+    opened: dict[str, float] = {}
+    hit: tuple[float, str] | None = None
+    for a in _list(data.get("external_annotations")):
+        if not isinstance(a, dict) or _int(a.get("device", device)) != device:
             continue
-        key = (
-            user.display(str(f.get("filename", ""))),
-            _int(f.get("line")),
-            str(f.get("name", "")),
-        )
-        by_site[key].append(size)
-    ranked = sorted(by_site.items(), key=lambda kv: -sum(kv[1]))[:top]
-    return tuple(
-        AllocationSite(
-            SourceLocation(
-                file, line, func, share=sum(sizes) / total if total else None, count=len(sizes)
-            ),
-            bytes=sum(sizes),
-            blocks=len(sizes),
-        )
-        for (file, line, func), sizes in ranked
-    )
+        name, t = a.get("name"), _time(a.get("time_us"))
+        if not isinstance(name, str) or not math.isfinite(t):
+            continue
+        if a.get("stage") == "START":
+            opened[name] = float(t)
+        elif a.get("stage") == "END" and name in opened:
+            start = opened.pop(name)
+            if start <= time_us <= t and (hit is None or start > hit[0]):
+                hit = (start, name)
+    for name, start in opened.items():  # still open when the snapshot was taken
+        if start <= time_us and (hit is None or start > hit[0]):
+            hit = (start, name)
+    return hit[1].split("#", 1)[0] if hit else None
 
 
-def _category(frames: list[Any]) -> str:
-    if not frames:
-        # On CUDA, backward runs in the autograd engine's device threads, which have no
-        # Python stack; in a history that records stacks, that is where stackless blocks
-        # come from.
-        return "gradients"
-    files = [str(f.get("filename", "")).replace("\\", "/") for f in frames if isinstance(f, dict)]
-    names = [str(f.get("name", "")) for f in frames if isinstance(f, dict)]
-    if any("torch/optim/" in f for f in files):
-        return "optimizer_state"
-    if (
-        any("torch/autograd/" in f for f in files)
-        or any(
-            f.endswith("torch/_tensor.py") and n == "backward"
-            for f, n in zip(files, names, strict=True)
-        )
-        or any("autograd::Engine" in n or "AccumulateGrad" in n for n in names)
-    ):
-        return "gradients"
-    if any(
-        "torch/nn/modules/" in f and n in ("forward", "_call_impl", "_wrapped_call_impl")
-        for f, n in zip(files, names, strict=True)
-    ):
-        return "activations"
-    if any(f.endswith(("torch/nn/parameter.py", "torch/nn/init.py")) for f in files) or any(
-        "torch/nn/modules/module.py" in f and n in ("_apply", "to", "cuda", "convert")
-        for f, n in zip(files, names, strict=True)
-    ):
-        return "parameters"
-    return "other"
+SNAPSHOT_FACTS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_allocated_frac",
+    "fragmentation_frac",
+    "alloc_retries",
+    "oom_events",
+    "activation_bytes_frac",
+    "optimizer_state_bytes_frac",
+    "largest_free_block_frac",
+    "expandable_segments",
+    "memory_history_truncated",
+)
 
 
-_PROFILER_CATEGORIES = {
-    "parameter": "parameters",
-    "gradient": "gradients",
-    "optimizer_state": "optimizer_state",
-    "activation": "activations",
-}
+def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> dict[str, Any]:
+    """The facts (analyze/fact_catalog.py) a snapshot alone gives; `device_total`: the
+    device's memory in bytes when known (a snapshot does not record it)."""
+    cats = summary.categories_at_peak
+    total = sum(cats.values())
+    return {
+        "peak_allocated_bytes": summary.peak_allocated_bytes,
+        "peak_reserved_bytes": summary.peak_reserved_bytes,
+        "peak_allocated_frac": summary.peak_allocated_bytes / device_total
+        if isinstance(device_total, int) and device_total > 0
+        else None,
+        "fragmentation_frac": summary.fragmentation_frac,
+        "alloc_retries": summary.alloc_retries,
+        "oom_events": summary.oom_events,
+        "activation_bytes_frac": summary.activation_bytes_frac,
+        "optimizer_state_bytes_frac": cats.get("optimizer_state", 0) / total if total else None,
+        "largest_free_block_frac": summary.largest_free_block_frac,
+        "expandable_segments": summary.expandable_segments,
+        "memory_history_truncated": summary.history_truncated,
+    }
 
 
-def _categorize(blocks: list[tuple[list[Any], int, str | None]]) -> dict[str, int]:
-    out = dict.fromkeys(CATEGORIES, 0)
-    for frames, size, given in blocks:
-        cat = _PROFILER_CATEGORIES.get(given or "") or _category(frames)
-        out[cat] += size
-    return out
+@dataclass(frozen=True)
+class SnapshotAnalysis:
+    """Everything a report needs from one snapshot pickle, given alone or beside a trace."""
+
+    summary: MemorySummary
+    facts: dict[str, Any]  # fact name -> value (analyze/fact_catalog.py), for Facts.values
+    locations: dict[str, tuple[SourceLocation, ...]]  # for Facts.locations
+    series: dict[str, Any]  # for Report.series["memory"][label]
+
+
+def analyze_snapshot(
+    path: Path,
+    *,
+    user_roots: Sequence[str | Path] = (),
+    device_total: int | None = None,
+    max_entries: int | None = None,
+) -> SnapshotAnalysis:
+    """A snapshot pickle on its own (`perfdoctor diagnose`): the summary, its facts, the
+    peak's sites as finding locations, and the chart/section series. A memory snapshot comes
+    from the CUDA caching allocator, so `device_is_cuda` is true; `device_total` (bytes, from
+    a trace's deviceProperties when one is given) makes the capacity rules applicable.
+    Raises UntrustedPickle or CorruptArtifact like load_memory."""
+    summary = load_memory(path, user_roots=user_roots, max_entries=max_entries)
+    facts = {"device_is_cuda": True, **snapshot_facts(summary, device_total)}
+    if device_total:
+        facts["device_total_memory_bytes"] = device_total
+    locations = {"memory_peak": memory_peak_locations(summary)} if summary.top_sites else {}
+    return SnapshotAnalysis(summary, facts, locations, memory_series(summary))
+
+
+def memory_peak_locations(summary: MemorySummary) -> tuple[SourceLocation, ...]:
+    """The top sites at the peak as finding locations (the `memory_peak` topic). Their share
+    is of bytes, not of time, so it goes into the text and not into `share`, which the
+    renderers print as a share of the time."""
+    out = []
+    for site in summary.top_sites:
+        loc = site.location
+        of_peak = f" ({loc.share:.1%} of the peak)" if loc.share is not None else ""
+        what = f"{_gib(site.bytes)} live at the peak{of_peak} in {site.blocks} block(s)"
+        out.append(SourceLocation(loc.file, loc.line, loc.function, call=what))
+    return tuple(out)
+
+
+def _gib(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def memory_series(summary: MemorySummary | None) -> dict[str, Any]:
+    """The memory part of a report's series (plain JSON): the chart's timeline and what the
+    renderers' memory section shows. Empty lists and None when there is no snapshot."""
+    if summary is None:
+        return {"t_s": [], "allocated_bytes": [], "peak_index": None}
+    sites = [_site_json(s) for s in summary.top_sites]
+    return {
+        "t_s": list(summary.timeline_t_s),
+        "allocated_bytes": list(summary.timeline_allocated_bytes),
+        "reserved_bytes": list(summary.timeline_reserved_bytes),
+        "peak_index": summary.timeline_peak_index,
+        "x_is_time": summary.timeline_is_time,
+        "summary": {
+            "peak_allocated_bytes": summary.peak_allocated_bytes,
+            "peak_reserved_bytes": summary.peak_reserved_bytes,
+            "reserved_at_peak_bytes": summary.reserved_at_peak_bytes,
+            "peak_time_s": summary.peak_time_s,
+            "peak_during": summary.peak_during,
+            "final_allocated_bytes": summary.final_allocated_bytes,
+            "final_reserved_bytes": summary.final_reserved_bytes,
+            "free_bytes": summary.free_bytes,
+            "free_internal_bytes": summary.free_internal_bytes,
+            "largest_free_block_bytes": summary.largest_free_block_bytes,
+            "segments": summary.segments,
+            "expandable_segments": summary.expandable_segments,
+            "history_entries": summary.history_entries,
+            "categories_at_peak": dict(summary.categories_at_peak),
+            "top_sites": sites,
+            "top_sites_overall": [_site_json(s) for s in summary.top_sites_overall],
+            "allocated_in_history_bytes": summary.allocated_in_history_bytes,
+        },
+    }
+
+
+def _site_json(site: AllocationSite) -> dict[str, Any]:
+    loc = site.location
+    return {
+        "file": loc.file,
+        "line": loc.line,
+        "function": loc.function,
+        "bytes": site.bytes,
+        "blocks": site.blocks,
+        "share": loc.share,
+    }

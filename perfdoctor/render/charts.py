@@ -368,10 +368,33 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
     top = max(peak_y for *_, peak_y in lines)
     unit, scale = ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20)
 
+    # A snapshot's history also gives the cache the allocator reserved (dashed): the gap
+    # between the lines is memory cached but holding no tensor.
+    reserved: dict[str, tuple[list[float], list[float]]] = {}
+    from_snapshot = source == "allocated device memory"
+    if from_snapshot:
+        group = _group(series, "memory")
+        for label, *_ in lines:
+            row = group.get(label) if isinstance(group.get(label), Mapping) else {}
+            xs, ys = _pairs(row.get("t_s"), row.get("reserved_bytes"))
+            if xs:
+                reserved[label] = downsample(xs, ys)
+                top = max(top, max(ys))
+
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
         for label, xs, ys, peak_x, peak_y in lines:
             color = colors.get(label)
+            if label in reserved:
+                rx, ry = reserved[label]
+                ax.plot(
+                    rx,
+                    [y / scale for y in ry],
+                    lw=1.0,
+                    ls="--",
+                    color=color,
+                    label=f"{_legend_label(label)} reserved",
+                )
             ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
             ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
             ax.annotate(
@@ -381,10 +404,17 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
                 xytext=(4, 6),
                 fontsize=8,
             )
-        ax.set_xlabel("time since the script started (s)")
-        ax.set_ylabel(f"{source} ({unit})")
+        ax.set_xlabel(
+            "time since the allocator history began (s)"
+            if from_snapshot
+            else "time since the script started (s)"
+        )
+        ax.set_ylabel(f"{'device memory' if reserved else source} ({unit})")
         ax.set_ylim(bottom=0, top=top / scale * 1.15)
-        _legend(ax, len(lines))
+        if reserved:
+            ax.legend(loc="lower right", fontsize=8, frameon=False)
+        else:
+            _legend(ax, len(lines))
 
     return Chart("memory", title, _render(draw))
 

@@ -15,6 +15,7 @@ from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLo
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, summary
 from perfdoctor.render.charts import Chart, build_charts
+from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
 
 # Nothing may be fetched: no scripts, no connections, no fonts; styles and data: images only.
@@ -112,6 +113,7 @@ def render_html(report: Report) -> str:
             _headline(report),
             _step(report),
             _gpu(report),
+            _memory(report),
             _findings(report),
             _recommendations(report),
             _variants(report),
@@ -237,6 +239,34 @@ def _gpu(report: Report) -> str:
         )
     parts.append("</section>")
     return "\n".join(parts)
+
+
+_SUB = ' style="margin-top: 18px"'  # space between the memory section's tables
+
+
+def _memory(report: Report) -> str:
+    section = memory_section(report)
+    if section is None:
+        return ""
+    parts = ["<section><h2>GPU memory (CUDA memory snapshot)</h2>"]
+    parts.append(_table(["measure", "value"], ([esc(m), esc(v)] for m, v in section.figures)))
+    if section.categories:
+        parts.append(f"<h3{_SUB}>What the peak holds</h3>")
+        rows = ([esc(n), esc(b), esc(s)] for n, b, s in section.categories)
+        parts.append(_table(["memory", "bytes", "share"], rows, numeric=(1, 2)))
+        parts.append(f'<p class="muted">{esc(CATEGORY_NOTE)}</p>')
+    for title, sites in (
+        ("Allocated where: live at the peak", section.sites_at_peak),
+        (f"Allocated where: whole history ({section.overall_total})", section.sites_overall),
+    ):
+        if not sites:
+            continue
+        parts.append(f"<h3{_SUB}>{esc(title)}</h3>")
+        rows = ([f'<span class="loc">{esc(r.site)}</span>', *map(esc, r.cells())] for r in sites)
+        header = ["site", "function", "bytes", "share", "blocks"]
+        parts.append(_table(header, rows, numeric=(2, 3, 4)))
+    parts.append('<p class="muted">The memory chart is under Charts.</p></section>')
+    return "".join(parts)
 
 
 def _evidence_row(item: Evidence) -> list[str]:

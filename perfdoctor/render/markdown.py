@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, summary
+from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
 # inline syntax (emphasis, code, links, HTML, entities, tables, GitHub math, strikethrough).
@@ -55,6 +56,7 @@ def render_markdown(report: Report) -> str:
     lines += _headline(report)
     lines += _step(report)
     lines += _gpu(report)
+    lines += _memory(report)
     lines += _findings(report)
     lines += _recommendations(report)
     lines += _variants(report)
@@ -203,6 +205,31 @@ def _recommendation(rec: Recommendation) -> list[str]:
         lines.append("")
     if rec.code_change:
         lines += [*_code_block(rec.code_change, "python"), ""]
+    return lines
+
+
+def _memory(report: Report) -> list[str]:
+    section = memory_section(report)
+    if section is None:
+        return []
+    lines = ["## GPU memory (CUDA memory snapshot)", ""]
+    lines += _table(["measure", "value"], ([md_text(m), md_text(v)] for m, v in section.figures))
+    lines.append("")
+    if section.categories:
+        lines += ["**What the peak holds**", ""]
+        rows = ([md_text(n), md_text(b), md_text(s)] for n, b, s in section.categories)
+        lines += _table(["memory", "bytes", "share"], rows, "lrr")
+        lines += ["", md_text(CATEGORY_NOTE), ""]
+    for title, sites in (
+        ("Allocated where: live at the peak", section.sites_at_peak),
+        (f"Allocated where: whole history ({section.overall_total})", section.sites_overall),
+    ):
+        if not sites:
+            continue
+        lines += [f"**{md_text(title)}**", ""]
+        rows = ([md_text(r.site), *map(md_text, r.cells())] for r in sites)
+        lines += _table(["site", "function", "bytes", "share", "blocks"], rows, "llrrr")
+        lines.append("")
     return lines
 
 

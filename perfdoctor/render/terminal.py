@@ -21,6 +21,7 @@ from rich.text import Text
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, summary
+from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
 MAX_WIDTH = 100
 
@@ -62,6 +63,9 @@ def render_terminal(report: Report, console: Console) -> None:
     console.print(_step_section(report, side_by_side=console.width >= _SIDE_BY_SIDE_WIDTH))
     if gpu_view.has_gpu_view(report):
         console.print(_gpu_section(report))
+    memory = memory_section(report)
+    if memory is not None:
+        console.print(_memory_panel(memory))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
@@ -161,6 +165,48 @@ def _gpu_section(report: Report) -> Group:
             )
         parts.append(top)
     return Group(*parts)
+
+
+def _memory_panel(section: MemorySection) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(ratio=1)
+    for measure, value in section.figures:
+        grid.add_row(measure, Text(value))
+    if section.timeline:
+        grid.add_row("allocated over time", Text(sparkline(section.timeline), style="blue"))
+    parts: list[Table | Text] = [grid]
+    if section.categories:
+        cats = Table(
+            box=box.SIMPLE_HEAD, show_edge=False, title="What the peak holds", title_justify="left"
+        )
+        cats.add_column("memory")
+        cats.add_column("bytes", justify="right", no_wrap=True)
+        cats.add_column("share", justify="right", no_wrap=True)
+        for name, size, share in section.categories:
+            cats.add_row(Text(name), size, share)
+        parts += [cats, Text(CATEGORY_NOTE, style="dim")]
+    for title, rows in (
+        ("Allocated where: live at the peak", section.sites_at_peak),
+        (f"Allocated where: whole history ({section.overall_total})", section.sites_overall),
+    ):
+        if not rows:
+            continue
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, title=title, title_justify="left")
+        table.add_column("site", overflow="fold")
+        table.add_column("function", overflow="fold")
+        table.add_column("bytes", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        table.add_column("blocks", justify="right", no_wrap=True)
+        for r in rows:
+            table.add_row(Text(r.site), Text(r.function), r.size, r.share, r.blocks)
+        parts.append(table)
+    return Panel(
+        Group(*parts),
+        title="GPU memory (CUDA memory snapshot)",
+        title_align="left",
+        box=box.ROUNDED,
+    )
 
 
 def _indented(text: Text, indent: int = 3) -> Padding:

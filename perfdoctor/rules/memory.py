@@ -56,7 +56,7 @@ def _pressure_fixes(facts: Facts, t: Mapping[str, float]) -> tuple[tuple[str, ..
         fixes.append("amp-bf16" if cc is not None and cc >= 8.0 else "amp-fp16")
     fixes.append("grad-accumulation")
     frag = num(facts, "fragmentation_frac")
-    if frag is not None and frag >= t["fragmentation_frac"]:
+    if frag is not None and frag >= t["fragmentation_frac"] and not _expandable_on(facts):
         fixes.append("expandable-segments")
     freed = int(peak * activations * 0.5) if peak is not None and activations is not None else None
     return tuple(fixes), freed
@@ -93,14 +93,16 @@ def check_near_capacity(facts: Facts, t: Mapping[str, float]) -> Finding | None:
 
 
 def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    # A snapshot alone records OOM events but not the retry count (memory_stats): an OOM
+    # is enough to report, retries are counted only when measured.
     retries = num(facts, "alloc_retries")
     ooms = num(facts, "oom_events")
-    if retries is None or ooms is None:
+    if ooms is None:
         return None
-    if ooms < t["min_oom_events"] and retries < t["min_retries"]:
+    if ooms < t["min_oom_events"] and (retries is None or retries < t["min_retries"]):
         return None
     fixes, freed = _pressure_fixes(facts, t)
-    if "expandable-segments" not in fixes:
+    if "expandable-segments" not in fixes and not _expandable_on(facts):
         fixes = (*fixes, "expandable-segments")
     what = (
         f"ran out of memory {ooms:g} time(s)"
@@ -117,7 +119,11 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
         ),
         evidence=(
             ev("oom_events", ooms, t["min_oom_events"], ">="),
-            ev("alloc_retries", retries, t["min_retries"], ">="),
+            *(
+                (ev("alloc_retries", retries, t["min_retries"], ">="),)
+                if retries is not None
+                else ()
+            ),
             *seen(facts, "peak_allocated_frac", "fragmentation_frac"),
         ),
         locations=locations(facts, "memory_peak"),
@@ -154,12 +160,19 @@ def check_underused(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     )
 
 
+def _expandable_on(facts: Facts) -> bool:
+    """The snapshot's allocator_settings say expandable_segments is already on."""
+    return flag(facts, "expandable_segments") is True
+
+
 def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     frag = num(facts, "fragmentation_frac")
     reserved = num(facts, "peak_reserved_bytes")
     total = num(facts, "device_total_memory_bytes")
     if frag is None or reserved is None or not total or frag < t["fragmentation_frac"]:
         return None
+    if _expandable_on(facts):
+        return None  # the fix this finding proposes is already in place
     retries = num(facts, "alloc_retries") or 0.0
     reserved_frac = reserved / total
     if reserved_frac < t["reserved_frac"] and retries < 1:
@@ -183,7 +196,7 @@ def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 int(reserved),
                 note=f"{pct(reserved_frac)} of device (>= {pct(t['reserved_frac'])}) or retries",
             ),
-            *seen(facts, "alloc_retries"),
+            *seen(facts, "alloc_retries", "largest_free_block_frac", "expandable_segments"),
         ),
         optimizations=("expandable-segments",),
         gain=GainEstimate(memory_bytes=wasted, method="reserved minus allocated at the peak"),
@@ -303,6 +316,7 @@ RULES = (
             "fragmentation_frac",
             "autocast_used",
             "gpu_compute_capability",
+            "expandable_segments",
         ),
         thresholds={"warning_frac": 0.90, "critical_frac": 0.97, **_PRESSURE_THRESHOLDS},
         source=(
@@ -324,8 +338,14 @@ RULES = (
         id=ALLOCATOR_PRESSURE,
         title="CUDA allocator retries or out-of-memory events",
         area="memory",
-        needs=("device_is_cuda", "alloc_retries", "oom_events"),
-        uses=("peak_allocated_frac", "fragmentation_frac", "activation_bytes_frac"),
+        needs=("device_is_cuda", "oom_events"),
+        uses=(
+            "alloc_retries",
+            "peak_allocated_frac",
+            "fragmentation_frac",
+            "activation_bytes_frac",
+            "expandable_segments",
+        ),
         thresholds={"min_retries": 2.0, "min_oom_events": 1.0, **_PRESSURE_THRESHOLDS},
         source=(
             "Composer (auto micro-batching: OOM, or num_alloc_retries increasing over >= 2 "
@@ -365,7 +385,7 @@ RULES = (
             "peak_reserved_bytes",
             "device_total_memory_bytes",
         ),
-        uses=("alloc_retries",),
+        uses=("alloc_retries", "largest_free_block_frac", "expandable_segments"),
         thresholds={"fragmentation_frac": 0.25, "reserved_frac": 0.90},
         source=(
             "PyTorch CUDA semantics docs (expandable_segments against fragmentation); "

@@ -35,7 +35,7 @@ def test_load_run_reads_every_artifact(run: Path) -> None:
     assert len(record.steps) == 7 and len(record.timed_steps) == 4
     assert record.observations["optimizers"][0]["class"] == "Adam"
     assert record.trace is not None and record.trace.steps == 2
-    assert record.memory is not None and record.memory.peak_allocated_bytes == 8704
+    assert record.memory is not None and record.memory.peak_allocated_bytes == 8680
     assert len(record.samples) == 13 and len(record.progress) == 7
 
 
@@ -159,10 +159,10 @@ def test_memory_facts_take_the_larger_of_snapshot_and_child_peaks(facts: Facts) 
     assert facts.get("peak_allocated_bytes") == 9000  # child's max_memory_allocated
     assert facts.get("peak_reserved_bytes") == 12288  # the snapshot's
     assert facts.get("peak_allocated_frac") == pytest.approx(9000 / 85029158912)
-    assert facts.get("fragmentation_frac") == pytest.approx((12288 - 8704) / 12288)
+    assert facts.get("fragmentation_frac") == pytest.approx((12288 - 8680) / 12288)
     assert facts.get("oom_events") == 1  # the snapshot's oom entry; memory_stats said 0
     assert facts.get("alloc_retries") == 3  # memory_stats: the snapshot has no such count
-    assert facts.get("activation_bytes_frac") == pytest.approx(6144 / 8704)
+    assert facts.get("activation_bytes_frac") == pytest.approx(6144 / 8680)
     assert facts.get("memory_history_truncated") is False
 
 
@@ -187,7 +187,9 @@ def test_locations_by_topic(facts: Facts) -> None:
     assert locs["optimizer_construct"][0].line == 52
     assert locs["grad_without_backward"][0].count == 3
     assert locs["debug_mode"][0].line == 12
-    assert locs["memory_peak"][0].line == 12 and locs["memory_peak"][0].share is not None
+    # A share of the peak's bytes, said in words: renderers read `share` as time.
+    assert locs["memory_peak"][0].line == 12 and locs["memory_peak"][0].share is None
+    assert "47.2% of the peak" in (locs["memory_peak"][0].call or "")
 
 
 def test_host_sync_lines_seen_at_the_call_come_first_and_replace_the_traced_function(
@@ -239,7 +241,7 @@ def test_series_for_one_run(run: Path) -> None:
     assert samples["gpu_util"][1] is None and samples["cpu_util"][1] == pytest.approx(0.75)
     assert samples["power_w"][2] == pytest.approx(300.0) and samples["rss_bytes"][2] == 2000
     memory = series["memory"]
-    assert memory["allocated_bytes"][memory["peak_index"]] == 8704
+    assert memory["allocated_bytes"][memory["peak_index"]] == 8680
 
 
 def test_manifest_without_device_falls_back_to_observations_and_trace(run: Path) -> None:
