@@ -165,13 +165,18 @@ def _sites(data: dict[str, Any]) -> dict[str, Any]:
             by_user[key_user] = by_user.get(key_user, 0) + size
 
     def top(d: dict[str, int]) -> list[dict[str, Any]]:
-        ranked = sorted(d.items(), key=lambda kv: -kv[1])[:TOP_N]
-        return [{"site": k, "bytes": v} for k, v in ranked]
+        ranked = sorted(
+            ((k, v) for k, v in d.items() if not k.startswith("<")), key=lambda kv: -kv[1]
+        )
+        return [{"site": k, "bytes": v} for k, v in ranked[:TOP_N]]
 
     return {
         "flamegraph_active_bytes": active_bytes,
         "top_sites_py": top(by_py),
         "top_sites_user": top(by_user),
+        # Live bytes whose stack has no such frame (allocated before recording, or in C++).
+        "no_python_frame_bytes": by_py.get("<no python frame>", 0),
+        "no_user_frame_bytes": by_user.get("<no user frame>", 0),
     }
 
 
