@@ -62,8 +62,6 @@ KNOWN_DIFF: dict[tuple[str, str, str], str] = {
     ("hta_df_index_resolver_df_index_resolver.json.gz", "hta", "idle_frac"): _WINDOW,
     ("hta_nccl_parser_config_nccl_data.json.gz", "hta", "busy_frac"): _WINDOW,
     ("hta_trace_diff_test_test.json.gz", "hta", "idle_frac"): _WINDOW,
-    ("hta_triton_example_triton_example.json.gz", "hta", "busy_frac"): _WINDOW,
-    ("hta_triton_example_triton_example.json.gz", "hta", "idle_frac"): _WINDOW,
     ("hta_trace_diff_test_test.json.gz", "hta", "kernels_per_iteration"): (
         "kernels without a launch record are counted (issue 11)"
     ),
