@@ -612,7 +612,7 @@ def rows_for(file: str, tools: dict[str, Any], ours: dict[str, Any]) -> list[dic
                 "perfdoctor": fmt(o, pair.kind),
                 "diff": "-" if d is None else f"{d:+.1%}",
                 "verdict": verdict(pair, r, o, missing_fields(pair, fields), excluded),
-                "why": excluded or pair.why,
+                "why": f"excluded: {excluded}" if excluded else pair.why,
                 "key": f"{pair.tool} {pair.oracle}",
             }
         )
@@ -647,7 +647,8 @@ def compare(markdown: bool, timeout_s: float) -> int:
                 if isinstance(entry, dict) and "error" in entry:
                     errors.append(f"{name}: {tool}: {entry['error']}")
                 for what, why in (entry.get("skipped") or {}).items():
-                    errors.append(f"{name}: {tool} gives no {what}: {why}")
+                    if not why.startswith("no communication"):  # self-evident
+                        errors.append(f"{name}: {tool} gives no {what}: {why}")
             rows.extend(rows_for(name, tools, ours))
     tools = ", ".join(f"{k} {v}" for k, v in values.get("tools", {}).items())
     out(
@@ -662,12 +663,11 @@ def compare(markdown: bool, timeout_s: float) -> int:
         for r in rows:
             out("| " + " | ".join(r[c].replace("|", "\\|") for c in cols) + " |")
         out()
-        seen: dict[str, str] = {}
-        for r in rows:
-            if r["why"] and r["key"] not in seen and r["why"] not in seen.values():
-                seen[r["key"]] = r["why"]
-        for key, why in seen.items():
-            out(f"- `{key}`: {why}")
+        for pair in MAPPING:
+            if pair.why:
+                out(f"- `{pair.tool} {pair.oracle}`: {pair.why}")
+        for (file, tool, metric), why in EXCLUDED.items():
+            out(f"- excluded, `{tool} {metric}` on {file}: {why}")
     else:
         cols.append("why")
         widths = [
