@@ -113,7 +113,9 @@ def main() -> int:
     if raw["profiler_steps"]:
         m["step_us_avg"] = _num(total)
         m["step_us_each"] = [_num(c.costs[ProfileRole.Total]) for c in data.steps_costs]
-    if raw["dataloader_user_annotation"]:
+    if not raw["profiler_steps"]:
+        out["skipped"]["dataloader_us_per_step"] = "no ProfilerStep#: no per-step figure"
+    elif raw["dataloader_user_annotation"]:
         # trace.create_trace_event keeps user_annotation events only for ProfilerStep# and
         # nccl:/gloo: names, so 0.4.3 never sees these DataLoader spans.
         out["skipped"]["dataloader_us_per_step"] = (
