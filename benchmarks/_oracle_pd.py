@@ -46,6 +46,27 @@ def plain(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
+def hta_view(path: Path) -> Any:
+    """perfdoctor's GPU arithmetic on HTA's own selection of events: with two or more
+    ProfilerSteps, only the GPU ops launched (by a call in the trace) before the last step
+    starts (HTA's `_filter_irrelevant_gpu_kernels`), so that a difference in the table is a
+    difference in arithmetic, not in which events were counted."""
+    import numpy as np
+
+    from perfdoctor.analyze.trace_events import parse_trace
+    from perfdoctor.analyze.trace_gpu import summarize_gpu
+    from perfdoctor.analyze.trace_index import Steps, find_steps
+
+    ev = parse_trace(path)
+    steps = find_steps(ev)
+    if steps.count < 2:  # HTA filters nothing then
+        return summarize_gpu(ev, steps)
+    last = np.array([float(steps.starts[-1])])
+    everything = np.array([-np.inf])
+    before_last = Steps((0,), everything, last, everything, last)
+    return summarize_gpu(ev, before_last, launched_only=True)
+
+
 def fields() -> dict[str, list[str]]:
     """The dataclass fields (and properties) perfdoctor has today, by class name."""
     got: dict[str, list[str]] = {}
@@ -71,6 +92,7 @@ def main() -> int:
             summary = load_trace(path)
             got = plain(summary)
             got.pop("locations", None)  # source locations: large, not compared
+            got["hta_gpu"] = plain(hta_view(path))
         else:
             from perfdoctor.analyze.memory import load_memory
 

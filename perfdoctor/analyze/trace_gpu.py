@@ -135,7 +135,12 @@ class _Idle:
     dependency: float
 
 
-def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
+def summarize_gpu(
+    ev: TraceEvents, steps: Steps, *, launched_only: bool = False
+) -> GpuSummary | None:
+    """`launched_only` leaves out the ops whose launch is not in the trace, as HTA does
+    (benchmarks/oracle.py uses it to check the arithmetic on HTA's own selection); by default
+    they count as busy time, because the GPU ran them."""
     gpu = ev.gpu
     if len(gpu) == 0:
         return None
@@ -143,6 +148,10 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
     busiest = max(np.unique(devices).tolist(), key=lambda d: float(gpu.dur[devices == d].sum()))
     rows = np.flatnonzero(devices == busiest)
     rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
+    if launched_only:
+        rows = rows[launch_rows(ev, rows) >= 0]
+        if rows.size == 0:
+            return None
     starts, ends, durs = gpu.ts[rows], gpu.end[rows], gpu.dur[rows]
     launch = launch_rows(ev, rows)
     has_launch = launch >= 0
