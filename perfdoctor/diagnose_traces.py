@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.fact_catalog import FACTS, TRACE_ONLY_REASON
 from perfdoctor.analyze.facts import breakdown_ms, derive_facts, series_for
 from perfdoctor.analyze.trace_inputs import Discovery, RunInput, discover
 from perfdoctor.analyze.trace_record import TraceRunRecord, load_trace_run
@@ -22,15 +22,11 @@ from perfdoctor.errors import PerfdoctorError
 from perfdoctor.model import BaselineSummary, Facts, Report, SkippedRule
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import ALL_RULES, evaluate
-from perfdoctor.rules.engine import missing_reason
+from perfdoctor.rules.engine import GPU_ONLY_FACTS, missing_reason
 from perfdoctor.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
-TRACE_ONLY_REASON = (
-    "skipped because this was diagnosed from a trace without a perfdoctor run "
-    "(only `perfdoctor profile` records it)"
-)
 # Step facts a perfdoctor run measures with its hooks and a trace cannot give.
 _RUN_ONLY_STEP_FACTS = frozenset(
     {
@@ -60,18 +56,52 @@ class TraceDiagnosis:
     error: PerfdoctorError | None = None
 
 
-def _skip_reasons(skipped: Sequence[SkippedRule], facts: Facts) -> tuple[SkippedRule, ...]:
-    """The engine's reasons, reworded where the cause is that no perfdoctor run exists."""
+def _missing_reason(record: TraceRunRecord, facts: Facts, name: str) -> str:
+    """Why a fact is None when the input is traces and snapshots, in words a user can act on."""
+    if name in RUN_ONLY_FACTS:
+        return TRACE_ONLY_REASON
+    doc = FACTS.get(name)
+    if doc is None:
+        return missing_reason(facts, name)
+    if name in GPU_ONLY_FACTS and facts.get("device_is_cuda") is False:
+        return "not measured: the trace shows no GPU work"
+    if doc.source == "memory":
+        return "no CUDA memory snapshot was given (pass its .pickle beside the trace)"
+    if record.trace is None:
+        return "no profiler trace was given"
+    if doc.source in ("trace", "steps") and not record.trace.steps:
+        return "the trace has no ProfilerStep spans"
+    if doc.source == "steps":
+        return "too few profiled steps in the trace"
+    if doc.source == "manifest":
+        return "the trace does not show it (no deviceProperties or GPU events)"
+    return "not found in the trace"
+
+
+def _skip_reasons(
+    skipped: Sequence[SkippedRule], facts: Facts, record: TraceRunRecord
+) -> tuple[SkippedRule, ...]:
+    """The engine's reasons, reworded for an input of traces and snapshots."""
     rules = {r.id: r for r in ALL_RULES}
     out = []
     for item in skipped:
         rule = rules.get(item.rule_id)
-        if rule is None or item.reason.startswith(("applies to CUDA", "applies to CPU")):
+        if rule is None or item.reason.startswith("internal error"):
             out.append(item)
+            continue
+        if item.reason.startswith("applies to CUDA"):
+            out.append(SkippedRule(item.rule_id, "applies to CUDA training; the trace shows none"))
+            continue
+        if item.reason.startswith("applies to CPU"):
+            out.append(SkippedRule(item.rule_id, "applies to CPU training; the trace shows a GPU"))
             continue
         if item.reason.startswith("applies to multi-rank"):
             out.append(
-                SkippedRule(item.rule_id, "applies to multi-rank runs; one rank's trace was read")
+                SkippedRule(
+                    item.rule_id,
+                    "applies to multi-rank runs; one rank's trace was given (pass every "
+                    "rank's trace, or their directory)",
+                )
             )
             continue
         missing = [n for n in rule.needs if facts.get(n) is None]
@@ -80,10 +110,7 @@ def _skip_reasons(skipped: Sequence[SkippedRule], facts: Facts) -> tuple[Skipped
             continue
         by_reason: dict[str, list[str]] = {}
         for name in missing:
-            reason = TRACE_ONLY_REASON if name in RUN_ONLY_FACTS else missing_reason(facts, name)
-            if reason == "no profiler trace in this run":
-                reason = "the trace has no ProfilerStep spans"
-            by_reason.setdefault(reason, []).append(name)
+            by_reason.setdefault(_missing_reason(record, facts, name), []).append(name)
         text = "; ".join(f"needs {', '.join(ns)}: {r}" for r, ns in by_reason.items())
         out.append(SkippedRule(item.rule_id, text))
     return tuple(out)
@@ -193,7 +220,7 @@ def build_trace_report(
         versions={},
         baseline=_baseline(record, facts),
         findings=tuple(results.findings),
-        skipped_rules=_skip_reasons(results.skipped, facts),
+        skipped_rules=_skip_reasons(results.skipped, facts, record),
         recommendations=tuple(recommendations),
         variants=(),
         run_dir=str(out_dir),

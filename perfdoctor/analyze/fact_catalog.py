@@ -17,6 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# The skip reason of a rule that needs what only a perfdoctor run records, when the input was
+# a trace recorded elsewhere (`perfdoctor diagnose`); the renderers count skips by it.
+TRACE_ONLY_REASON = (
+    "skipped because this was diagnosed from a trace without a perfdoctor run "
+    "(only `perfdoctor profile` records it)"
+)
+
+
 @dataclass(frozen=True)
 class FactDoc:
     unit: str

@@ -338,10 +338,10 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
     trace = record.trace
     props = trace.device_properties if trace is not None else ()
     has_gpu_rows = trace is not None and trace.gpu is not None
-    if device is not None:
-        is_cuda: bool | None = True
+    if device is not None or (trace is None and record.memory is not None):
+        is_cuda: bool | None = True  # a GPU in the trace, or a CUDA memory snapshot alone
     elif trace is not None:
-        is_cuda = has_gpu_rows or None if props else False
+        is_cuda = bool(has_gpu_rows or props)
     else:
         is_cuda = None
     cc = device.compute_capability if device is not None else None

@@ -54,9 +54,11 @@ def render_markdown(report: Report) -> str:
     lines += _title(report)
     lines += _headline(report)
     lines += _step(report)
+    lines += _ranks(report)
     lines += _findings(report)
     lines += _recommendations(report)
-    lines += _variants(report)
+    if not summary.is_trace(report):  # a trace has no variants: nothing was applied
+        lines += _variants(report)
     lines += _skipped(report)
     lines += _warnings(report)
     lines += _environment(report)
@@ -65,6 +67,16 @@ def render_markdown(report: Report) -> str:
 
 
 def _title(report: Report) -> list[str]:
+    if summary.is_trace(report):
+        meta = [
+            f"**Device:** {md_text(summary.device_text(report))}",
+            f"**Source:** {md_text(summary.source_text(report))}",
+        ]
+        if report.created_at:
+            meta.append(f"**Created:** {md_text(report.created_at)}")
+        title = f"# perfdoctor diagnose: {md_text(summary.run_title(report))}"
+        inputs = [f"- {md_text(p)}" for p in report.inputs]
+        return [title, "", " · ".join(meta), "", "Input:", "", *inputs, ""]
     meta = [
         f"**Device:** {md_text(summary.device_text(report))}",
         f"**Status:** {md_text(report.status)} (exit code {report.exit_code})",
@@ -91,7 +103,7 @@ def _headline(report: Report) -> list[str]:
 
 
 def _step(report: Report) -> list[str]:
-    lines = ["## Baseline step", ""]
+    lines = [f"## {md_text(summary.step_title(report))}", ""]
     lines += _table(
         ["measure", "value"], [[md_text(k), md_text(v)] for k, v in summary.step_rows(report)], "lr"
     )
@@ -101,6 +113,22 @@ def _step(report: Report) -> list[str]:
         return [*lines, "Not measured: no per-phase timing was recorded for this run.", ""]
     rows = [[md_text(p), fmt.ms(v), fmt.percent(share)] for p, v, share in parts]
     return [*lines, *_table(["part", "time", "share of step"], rows, "lrr"), ""]
+
+
+def _ranks(report: Report) -> list[str]:
+    if not report.ranks:
+        return []
+    rows = [[md_text(c) for c in row] for row in summary.rank_rows(report)]
+    return [
+        "## Ranks",
+        "",
+        *_table(list(summary.RANK_COLUMNS), rows, "llrrrrrr"),
+        "",
+        md_text(summary.rank_spread_text(report)),
+        "",
+        md_text(summary.RANK_NOTE),
+        "",
+    ]
 
 
 def _finding(rank: int, finding: Finding) -> list[str]:
@@ -222,13 +250,12 @@ def _variants(report: Report) -> list[str]:
 def _skipped(report: Report) -> list[str]:
     if not report.skipped_rules:
         return []
-    count = len(report.skipped_rules)
     rows = [[md_text(s.rule_id), md_text(s.reason)] for s in report.skipped_rules]
     return [
         "## Skipped rules",
         "",
         "<details>",
-        f"<summary>{count} rule(s) skipped: their facts were not measured on this run</summary>",
+        f"<summary>{md_text(summary.skipped_summary(report))}</summary>",
         "",
         *_table(["rule", "why"], rows),
         "",

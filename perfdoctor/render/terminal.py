@@ -60,21 +60,42 @@ def render_terminal(report: Report, console: Console) -> None:
     console.print(_header(report))
     console.print(_headline_panel(report))
     console.print(_step_section(report, side_by_side=console.width >= _SIDE_BY_SIDE_WIDTH))
+    if report.ranks:
+        console.print(_ranks_section(report))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
         console.print(_recommendations_section(report))
-    console.print(_variants_table(report, with_applied=console.width >= _APPLIED_COLUMN_WIDTH))
+    if not summary.is_trace(report):  # a trace has no variants: nothing was applied
+        console.print(_variants_table(report, with_applied=console.width >= _APPLIED_COLUMN_WIDTH))
     for line in _footer_lines(report):
         console.print(line)
 
 
 def _header(report: Report) -> Text:
+    if summary.is_trace(report):
+        text = Text("perfdoctor diagnose ", style="bold")
+        text.append(summary.run_title(report))
+        text.append(f"\n{summary.device_text(report)}", style="dim")
+        text.append(f"\n{summary.source_text(report)}", style="dim")
+        return text
     text = Text("perfdoctor ", style="bold")
     text.append(summary.run_title(report))
     text.append(f"\n{summary.device_text(report)}", style="dim")
     text.append(f"  ·  status {report.status}, exit code {report.exit_code}", style="dim")
     return text
+
+
+def _ranks_section(report: Report) -> Group:
+    table = Table(title="Ranks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    for i, column in enumerate(summary.RANK_COLUMNS):
+        if i == 1:  # worker names can be long (<host>_<pid>): they wrap, the figures never do
+            table.add_column(column, overflow="fold", ratio=1, min_width=12)
+        else:
+            table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in summary.rank_rows(report):
+        table.add_row(*(Text(cell) for cell in row))
+    return Group(table, Text(summary.rank_spread_text(report)), Text(""))
 
 
 def _headline_panel(report: Report) -> Panel:
@@ -93,7 +114,10 @@ def _headline_panel(report: Report) -> Panel:
 
 def _step_section(report: Report, side_by_side: bool) -> Table:
     figures = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, title="Baseline step", title_justify="left"
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        title=summary.step_title(report),
+        title_justify="left",
     )
     figures.add_column("measure", no_wrap=True)
     figures.add_column("value", justify="right")
@@ -232,8 +256,7 @@ def _footer_lines(report: Report) -> list[Text]:
     if report.skipped_rules:
         lines.append(
             Text(
-                f"{len(report.skipped_rules)} rule(s) skipped: their facts were not measured "
-                "on this run (listed in report.md / report.html).",
+                summary.skipped_summary(report) + " (listed in report.md / report.html).",
                 style="dim",
             )
         )
