@@ -346,7 +346,7 @@ def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     workers = facts.get("dataloader_multiprocess")
     loader = {
         True: "worker processes",
-        False: "in the training process (num_workers=0)",
+        False: "in-process (num_workers=0)",
     }.get(workers, fmt.MISSING)  # type: ignore[arg-type]
     rows = [
         ("step time p50", fmt.ms(base.step_ms_p50)),
