@@ -183,7 +183,8 @@ def _warnings(record: TraceRunRecord, facts: Facts, extra: Sequence[str]) -> lis
         )
     warnings.extend(record.notes)
     if record.trace is not None:
-        warnings.extend(record.trace.notes)
+        # The step note above already says it, with the cause.
+        warnings.extend(n for n in record.trace.notes if "no ProfilerStep spans" not in n)
     if record.memory is not None:
         warnings.extend(record.memory.notes)
     return list(dict.fromkeys(warnings))

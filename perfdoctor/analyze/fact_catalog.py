@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # The skip reason of a rule that needs what only a perfdoctor run records, when the input was
 # a trace recorded elsewhere (`perfdoctor diagnose`); the renderers count skips by it.
 TRACE_ONLY_REASON = (

@@ -338,13 +338,16 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
     trace = record.trace
     props = trace.device_properties if trace is not None else ()
     has_gpu_rows = trace is not None and trace.gpu is not None
-    if device is not None or (trace is None and record.memory is not None):
-        is_cuda: bool | None = True  # a GPU in the trace, or a CUDA memory snapshot alone
+    if device is not None:
+        is_cuda: bool | None = device.kind == "cuda"
+    elif trace is None and record.memory is not None:
+        is_cuda = True  # a CUDA memory snapshot alone
     elif trace is not None:
         is_cuda = bool(has_gpu_rows or props)
     else:
         is_cuda = None
     cc = device.compute_capability if device is not None else None
+    on_gpu = device is not None and device.kind == "cuda"
     dist = getattr(record, "distributed", None) or {}
     world = dist.get("world_size")
     backend = dist.get("backend")
@@ -352,10 +355,10 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
     summaries = getattr(record, "rank_summaries", ())
     out: dict[str, Scalar] = {
         "device_is_cuda": is_cuda,
-        "device_count": len(props) if props else (1 if device is not None else None),
+        "device_count": len(props) if props else (1 if on_gpu else None),
         "gpu_compute_capability": float(cc) if cc else None,
-        "device_total_memory_bytes": device.total_memory_bytes if device is not None else None,
-        "gpu_name": device.name if device is not None else None,
+        "device_total_memory_bytes": device.total_memory_bytes if on_gpu else None,
+        "gpu_name": device.name if on_gpu and props else None,
         "gpu_vendor": getattr(record, "gpu_vendor", None),
         "step_detection": "profiler_step" if record.timed_steps else None,
         "step_timing_source": "profiled_steps" if record.timed_steps else None,

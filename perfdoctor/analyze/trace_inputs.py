@@ -128,16 +128,18 @@ def _walk(path: Path) -> Iterable[Path]:
             yield child
 
 
-def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """(traces, snapshots, JSON files that are no traces)."""
+def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path], set[Path]]:
+    """(traces, snapshots, JSON files that are no traces, files named on the command line)."""
     traces: list[Path] = []
     snapshots: list[Path] = []
     others: list[Path] = []
+    named: set[Path] = set()
     for given in paths:
         path = Path(given)
         if not path.exists():
             raise TargetNotFound(f"{path} does not exist")
         if path.is_file():
+            named.add(path)
             if is_snapshot_name(path):
                 snapshots.append(path)
             elif is_trace_name(path) or looks_like_trace(path):
@@ -155,7 +157,7 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path]]
                 snapshots.append(found)
             elif is_trace_name(found):
                 (traces if looks_like_trace(found) else others).append(found)
-    return _dedupe(traces), _dedupe(snapshots), others
+    return _dedupe(traces), _dedupe(snapshots), others, named
 
 
 def _dedupe(paths: list[Path]) -> list[Path]:
@@ -207,7 +209,7 @@ def discover(paths: Sequence[Path]) -> Discovery:
     Raises TargetNotFound for a path that does not exist, CorruptArtifact for a named file
     that is no trace or snapshot, and TargetNotFound when nothing usable was found at all.
     """
-    traces, snapshots, others = _collect(paths)
+    traces, snapshots, others, named = _collect(paths)
     notes: list[str] = []
     if others:
         names = ", ".join(p.name for p in others[:3]) + (" ..." if len(others) > 3 else "")
@@ -221,7 +223,13 @@ def discover(paths: Sequence[Path]) -> Discovery:
         handler = [f for f in files if _HANDLER_NAME.match(f.name)]
         free = [f for f in files if not _HANDLER_NAME.match(f.name)]
         if handler:
-            runs.append(_handler_runs(directory, handler, notes))
+            run = _handler_runs(directory, handler, notes)
+            # One worker named on the command line, or beside other runs: its own name, not
+            # the directory's (a logdir's <run>/ directory names its run).
+            alone = len(run.ranks) == 1 and (free or run.ranks[0].trace in named)
+            if alone:
+                run = RunInput(run.ranks[0].worker, directory, run.ranks)
+            runs.append(run)
         runs.extend(_free_name_runs(directory, free))
     snaps_by_dir: dict[Path, list[Path]] = defaultdict(list)
     for s in snapshots:

@@ -248,6 +248,10 @@ def rank_summary(rt: _RankTrace) -> RankSummary:
     )
 
 
+def len_gpu_work(rt: _RankTrace) -> bool:
+    return rt.summary.gpu is not None or bool(rt.summary.device_properties)
+
+
 def _order(ranks: list[_RankTrace]) -> list[_RankTrace]:
     """Known ranks first in rank order, then the rest by worker name."""
     return sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.source.worker))
@@ -283,6 +287,11 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
         )
         for i, r in enumerate(ranks[1:], start=1)
     )
+    device = head.device if head else None
+    if device is None and head is not None and not len_gpu_work(head):
+        device = DeviceInfo(kind="cpu", name="CPU (no GPU work in the trace)")
+    elif device is None and memory is not None:
+        device = DeviceInfo(kind="cuda", name="CUDA device (memory snapshot)")
     vendors = Counter(r.vendor for r in ranks if r.vendor)
     iters = {r.dataloader_iter for r in ranks if r.dataloader_iter}
     directory = run.directory
@@ -300,7 +309,7 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
         ranks=others,
         run_name=run.name,
         inputs=tuple(str(p) for p in run.files),
-        device=head.device if head else None,
+        device=device,
         gpu_vendor=vendors.most_common(1)[0][0] if vendors else None,
         distributed=head.distributed if head else None,
         # "multi" wins: one rank loading in-process among worker-fed ranks is the odd one.

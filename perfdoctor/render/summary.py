@@ -98,8 +98,8 @@ def headline(report: Report) -> Headline:
 
 
 TRACE_MEASURED = (
-    "Not measured: diagnosed from a trace, nothing was applied. `perfdoctor profile "
-    "train.py` applies the runtime fixes and measures them."
+    "Not measured: diagnosed from what was recorded, nothing was applied. `perfdoctor "
+    "profile train.py` applies the runtime fixes and measures them."
 )
 
 
@@ -116,10 +116,24 @@ def _trace_headline(report: Report) -> Headline:
             "(tensorboard_trace_handler does this with a schedule), then diagnose again.",
             measured=TRACE_MEASURED,
         )
+    peak, reserved = (
+        report.facts.get("peak_allocated_bytes"),
+        report.facts.get("peak_reserved_bytes"),
+    )
+    if report.baseline.steps_timed == 0 and isinstance(peak, int):
+        memory = f"Peak allocated {fmt.nbytes(peak)}"
+        if isinstance(reserved, int):
+            memory += f", reserved {fmt.nbytes(reserved)}"
+        return Headline(
+            slow=f"{memory}; no memory rule fired. The GPU's memory size is unknown from a "
+            "snapshot alone: pass the trace of the same run beside it to judge the headroom.",
+            fix="Nothing to fix from what the snapshot shows.",
+            measured=TRACE_MEASURED,
+        )
     return Headline(
         slow="No bottleneck rule fired on what the input shows.",
-        fix="Nothing to fix from what the trace shows; see the skipped rules for what a "
-        "perfdoctor run would add.",
+        fix="Nothing to fix from what was recorded; the skipped rules say what a perfdoctor "
+        "run would add.",
         measured=TRACE_MEASURED,
     )
 
@@ -144,7 +158,9 @@ def source_text(report: Report) -> str:
 
 
 def step_title(report: Report) -> str:
-    return "Profiled steps (from the trace)" if is_trace(report) else "Baseline step"
+    if not is_trace(report):
+        return "Baseline step"
+    return "Profiled steps" if report.facts.get("trace_steps") is not None else "Memory"
 
 
 def skipped_summary(report: Report) -> str:
@@ -343,27 +359,28 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
 
 def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     base, facts = report.baseline, report.facts
-    workers = facts.get("dataloader_multiprocess")
-    loader = {
-        True: "worker processes",
-        False: "in-process (num_workers=0)",
-    }.get(workers, fmt.MISSING)  # type: ignore[arg-type]
+    memory: list[tuple[str, str]] = [("peak memory", fmt.nbytes(base.peak_memory_bytes))]
+    reserved, frag = facts.get("peak_reserved_bytes"), facts.get("fragmentation_frac")
+    if isinstance(reserved, int):
+        memory.append(("peak reserved", fmt.nbytes(reserved)))
+    if isinstance(frag, float):
+        memory.append(("fragmentation", fmt.percent(frag)))
+    if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
+        return memory  # a memory snapshot alone: no step to show
+    loader = {True: "worker processes", False: "in-process (num_workers=0)"}
     rows = [
         ("step time p50", fmt.ms(base.step_ms_p50)),
         ("step time p90", fmt.ms(base.step_ms_p90)),
         ("waiting for data", fmt.percent(base.data_wait_frac)),
-        ("DataLoader", loader),
+        ("DataLoader", loader.get(facts.get("dataloader_multiprocess"), fmt.MISSING)),  # type: ignore[arg-type]
     ]
     busy = facts.get("gpu_busy_frac")
     if isinstance(busy, (int, float)):
         rows.append(("GPU busy", fmt.percent(float(busy))))
+    rows += memory
     rows += [
-        ("peak memory", fmt.nbytes(base.peak_memory_bytes)),
         ("profiled steps", fmt.number(base.steps_timed)),
-        (
-            "steps counted by",
-            "ProfilerStep spans" if base.steps_timed else fmt.MISSING,
-        ),
+        ("steps counted by", "ProfilerStep spans" if base.steps_timed else fmt.MISSING),
     ]
     return rows
 
@@ -439,8 +456,10 @@ def device_text(report: Report) -> str:
     if dev.kind == "cpu" and dev.cpu_cores_logical:
         extras.append(f"{dev.cpu_cores_logical} logical cores")
     ranks = world_text(report)
+    # ROCm builds of torch call an AMD GPU "cuda"; a trace's deviceProperties tell them apart.
+    kind = "rocm" if report.facts.get("gpu_vendor") == "amd" else dev.kind
     return (
-        f"{dev.kind}: {text}"
+        f"{kind}: {text}"
         + (f" ({', '.join(extras)})" if extras else "")
         + (f"; {ranks}" if ranks else "")
     )
