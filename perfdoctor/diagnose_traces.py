@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfdoctor import __version__
 from perfdoctor.analyze.fact_catalog import FACTS, TRACE_ONLY_REASON
 from perfdoctor.analyze.facts import breakdown_ms, derive_facts, series_for
 from perfdoctor.analyze.trace_inputs import Discovery, RunInput, discover
@@ -147,9 +148,12 @@ def _series(record: TraceRunRecord) -> dict[str, dict]:
     label = "rank " + str(record.rank_summaries[0].rank) if record.rank_summaries else "trace"
     if record.rank_summaries and record.rank_summaries[0].rank is None:
         label = record.rank_summaries[0].worker
+    waits_known = any(s.data_wait_ms is not None for s in record.timed_steps)
     for key, value in series_for(record).items():
-        if value and key != "samples":
-            series[key][label] = value
+        # No NVML samples from a trace; a breakdown without data waits is one "other" bar.
+        if not value or key == "samples" or (key == "breakdown_ms" and not waits_known):
+            continue
+        series[key][label] = value
     for summary, rank in zip(record.rank_summaries[1:], record.ranks, strict=False):
         name = f"rank {summary.rank}" if summary.rank is not None else summary.worker
         series["steps"][name] = {
@@ -206,8 +210,8 @@ def build_trace_report(
         for s in summaries:
             key = f"trace_rank{s.rank}" if s.rank is not None else f"trace_{s.worker}"
             artifacts[key] = s.trace
-    elif record.trace is not None:
-        artifacts["trace"] = record.trace.path
+    elif record.trace_files:
+        artifacts["trace"] = record.trace_files[0]
     snapshot = next((p for p in record.inputs if p.endswith((".pickle", ".pkl"))), None)
     if snapshot:
         artifacts["memory_snapshot"] = snapshot
@@ -218,7 +222,7 @@ def build_trace_report(
         exit_code=0,
         status="completed",
         device=record.device,
-        versions={},
+        versions={"perfdoctor": __version__},
         baseline=_baseline(record, facts),
         findings=tuple(results.findings),
         skipped_rules=_skip_reasons(results.skipped, facts, record),
@@ -256,7 +260,8 @@ def diagnose_traces(paths: Sequence[Path], out_dir: Path | None = None) -> list[
     be used carries its error instead of a report; a missing path or no usable input at all
     raises (TargetNotFound, CorruptArtifact)."""
     discovery = discover(paths)
-    out_dir = out_dir or default_out_dir(discovery)
+    # Absolute: the reports name their own paths, and are opened from anywhere.
+    out_dir = (out_dir or default_out_dir(discovery)).absolute()
     done = []
     for run in discovery.runs:
         try:

@@ -115,7 +115,7 @@ def render_html(report: Report) -> str:
             _findings(report),
             _recommendations(report),
             "" if summary.is_trace(report) else _variants(report),
-            _charts(build_charts(report)),
+            _charts(_shown_charts(report)),
             _skipped(report),
             _warnings(report),
             _environment(report),
@@ -359,7 +359,15 @@ def _applied_changes(report: Report) -> str:
     return f"<p>What the applied optimizations changed:</p><ul>{items}</ul>" if items else ""
 
 
+def _shown_charts(report: Report) -> list[Chart]:
+    charts = build_charts(report)
+    # A trace recorded elsewhere never has samples or a loss: its empty charts are noise.
+    return [c for c in charts if c.svg] if summary.is_trace(report) else charts
+
+
 def _charts(charts: list[Chart]) -> str:
+    if not charts:
+        return ""
     figures = []
     for chart in charts:
         if chart.svg:
