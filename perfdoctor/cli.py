@@ -334,6 +334,10 @@ def _diagnose(paths: list[Path], fmt: str, out: Path | None, quiet: bool) -> int
                 text = _render(report, fmt)
                 if text is not None:
                     sys.stdout.write(text)
+            if fmt == "terminal" and len(done) > 1:
+                from perfdoctor.render.terminal import render_runs_overview
+
+                render_runs_overview(reports, make_console())
     if reports:
         where = Path(reports[0].run_dir) if len(done) == 1 else Path(reports[0].run_dir).parent
         err_console.print(f"reports written to {where}", markup=False, soft_wrap=True)

@@ -72,6 +72,29 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(line)
 
 
+def render_runs_overview(reports: list[Report], console: Console) -> None:
+    """`perfdoctor diagnose` over several runs: one line each, after their own summaries
+    (each run's reports are in its own subdirectory, named after the run)."""
+    table = Table(title="Runs diagnosed", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run", overflow="fold", ratio=1, min_width=12)
+    table.add_column("ranks", justify="right", no_wrap=True)
+    table.add_column("step p50", justify="right", no_wrap=True)
+    table.add_column("first finding", overflow="fold", ratio=1)
+    for report in reports:
+        top = report.findings[0] if report.findings else None
+        finding = Text(
+            top.title if top else "none",
+            style=_SEVERITY_STYLE.get(top.severity, "") if top else "dim",
+        )
+        table.add_row(
+            Text(report.script),
+            Text(str(max(1, len(report.ranks)))),
+            Text(fmt.ms(report.baseline.step_ms_p50)),
+            finding,
+        )
+    console.print(table)
+
+
 def _header(report: Report) -> Text:
     if summary.is_trace(report):
         text = Text("perfdoctor diagnose ", style="bold")
