@@ -217,7 +217,7 @@ def _step(report: Report) -> str:
         ]
         breakdown = _table(["part", "time", "share", '<span class="barcol"></span>'], rows, (1, 2))
     else:
-        breakdown = '<p class="missing">not measured: no per-phase timing was recorded</p>'
+        breakdown = f'<p class="missing">{esc(summary.breakdown_missing(report))}</p>'
     return (
         f'<section><h2>{esc(summary.step_title(report))}</h2><div class="grid2">'
         f"<div>{figures}</div><div><h3>Where a step goes</h3>{breakdown}</div>"

@@ -110,7 +110,10 @@ def _step(report: Report) -> list[str]:
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
     lines += ["", "### Where a step goes", ""]
     if not parts:
-        return [*lines, "Not measured: no per-phase timing was recorded for this run.", ""]
+        missing = summary.breakdown_missing(report)
+        if not summary.is_trace(report):
+            missing = "not measured: no per-phase timing was recorded for this run"
+        return [*lines, md_text(missing[0].upper() + missing[1:] + "."), ""]
     rows = [[md_text(p), fmt.ms(v), fmt.percent(share)] for p, v, share in parts]
     return [*lines, *_table(["part", "time", "share of step"], rows, "lrr"), ""]
 

@@ -157,6 +157,13 @@ def source_text(report: Report) -> str:
     return "diagnosed from " + " and ".join(parts or ["no input"]) + ", without a perfdoctor run"
 
 
+def breakdown_missing(report: Report) -> str:
+    """Why "where a step goes" is empty, in lower case."""
+    if is_trace(report):
+        return "not measured: the trace has no DataLoader spans (and no forward/backward phases)"
+    return "not measured: no per-phase timing was recorded"
+
+
 def step_title(report: Report) -> str:
     if not is_trace(report):
         return "Baseline step"
