@@ -174,17 +174,23 @@ def _usable(ev: TraceEvents) -> bool:
 
 
 def _comm_ms_per_step(summary: TraceSummary, step_p50: float | None) -> float | None:
-    """Communication per step: GPU-side where the trace has NCCL kernels (their duration
-    includes waiting for the peers), else the host's collective ops."""
-    gpu = summary.gpu
+    """Communication per step: GPU-side where the trace has collective kernels (their
+    duration includes waiting for the peers), else the host's collective ops.
+
+    GpuSummary fields are read with getattr: the GPU analysis is being reworked, and an
+    exposed-communication share, where it exists, is the better figure.
+    """
     if step_p50 is None:
         return None
-    exposed = getattr(gpu, "comm_exposed_frac", None) if gpu is not None else None
+    gpu = summary.gpu
+    exposed = getattr(gpu, "comm_exposed_frac", None)
     if isinstance(exposed, (int, float)):
         return float(exposed) * step_p50
-    if gpu is not None and gpu.comm_kernel_frac is not None and gpu.comm_kernel_frac > 0:
-        busy = gpu.busy_frac if gpu.busy_frac is not None else 1.0
-        return float(gpu.comm_kernel_frac) * busy * step_p50
+    kernel_frac = getattr(gpu, "comm_kernel_frac", None)
+    if isinstance(kernel_frac, (int, float)) and kernel_frac > 0:
+        busy = getattr(gpu, "busy_frac", None)
+        busy = float(busy) if isinstance(busy, (int, float)) else 1.0
+        return float(kernel_frac) * busy * step_p50
     if summary.comm_frac is not None:
         return min(1.0, float(summary.comm_frac)) * step_p50
     return None
@@ -241,7 +247,7 @@ def rank_summary(rt: _RankTrace) -> RankSummary:
         step_ms_p50=p50,
         data_wait_ms_p50=wait_p50,
         data_wait_frac=sum(waits) / total if waits and total > 0 else None,
-        gpu_busy_frac=gpu.busy_frac if gpu is not None else None,
+        gpu_busy_frac=getattr(gpu, "busy_frac", None),
         comm_frac=comm / p50 if comm is not None and p50 else None,
         own_ms_p50=max(0.0, p50 - (comm or 0.0)) if p50 is not None else None,
         windows=rt.source.windows,

@@ -102,3 +102,19 @@ def test_one_unusable_run_among_several_carries_its_error(tmp_path: Path) -> Non
     done = {d.run.name: d for d in diagnose_traces([tmp_path], tmp_path / "out")}
     assert done["good"].report is not None
     assert done["bad"].report is None and "no profiler events" in str(done["bad"].error)
+
+
+def test_device_line_for_amd_and_cpu_only(tmp_path: Path) -> None:
+    synthetic.write_trace(
+        tmp_path / "amd" / "a.json", synthetic.input_bound_trace(device=synthetic.MI250)
+    )
+    cpu = synthetic.input_bound_trace(rank=3, world_size=16)
+    cpu["traceEvents"] = [e for e in cpu["traceEvents"] if e["cat"] == "user_annotation"]
+    cpu["deviceProperties"] = []
+    synthetic.write_trace(tmp_path / "cpu" / "c.json", cpu)
+    by_name = {d.run.name: d.report for d in diagnose_traces([tmp_path], tmp_path / "out")}
+    amd = _terminal(by_name["a"])
+    assert "rocm: AMD Instinct MI250X" in amd and "sm 9.0" not in amd
+    cpu_text = _terminal(by_name["c"])
+    assert "cpu: CPU (no GPU work in the trace)" in cpu_text
+    assert "world size 16 (1 of 16 ranks traced, nccl)" in cpu_text
