@@ -218,6 +218,8 @@ def _step(report: Report) -> str:
         breakdown = _table(["part", "time", "share", '<span class="barcol"></span>'], rows, (1, 2))
     else:
         breakdown = f'<p class="missing">{esc(summary.breakdown_missing(report))}</p>'
+    if not summary.has_steps(report):
+        return f"<section><h2>{esc(summary.step_title(report))}</h2>{figures}</section>"
     return (
         f'<section><h2>{esc(summary.step_title(report))}</h2><div class="grid2">'
         f"<div>{figures}</div><div><h3>Where a step goes</h3>{breakdown}</div>"

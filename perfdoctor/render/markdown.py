@@ -107,6 +107,8 @@ def _step(report: Report) -> list[str]:
     lines += _table(
         ["measure", "value"], [[md_text(k), md_text(v)] for k, v in summary.step_rows(report)], "lr"
     )
+    if not summary.has_steps(report):
+        return [*lines, ""]
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
     lines += ["", "### Where a step goes", ""]
     if not parts:

@@ -157,6 +157,11 @@ def source_text(report: Report) -> str:
     return "diagnosed from " + " and ".join(parts or ["no input"]) + ", without a perfdoctor run"
 
 
+def has_steps(report: Report) -> bool:
+    """False for a memory snapshot diagnosed alone: it has no step to break down."""
+    return not (is_trace(report) and report.facts.get("trace_steps") is None)
+
+
 def breakdown_missing(report: Report) -> str:
     """Why "where a step goes" is empty, in lower case."""
     if is_trace(report):

@@ -147,6 +147,8 @@ def _step_section(report: Report, side_by_side: bool) -> Table:
     for label, value in summary.step_rows(report):
         figures.add_row(label, Text(value))
 
+    if not summary.has_steps(report):
+        return figures
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
     if parts:
         breakdown: Table | Text = Table(
