@@ -278,6 +278,72 @@ def _render(built, fmt: str) -> str | None:
     return render_json(built)
 
 
+@app.command(
+    help="Diagnose torch.profiler traces recorded anywhere (a trace file, a directory, a "
+    "TensorBoard logdir with several runs and ranks) and CUDA memory snapshots (.pickle). "
+    "Reads its input only; reports go to -o DIR or ./perfdoctor-diagnose/<time>-<name>/."
+)
+def diagnose(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Trace files, directories or logdirs, snapshots.")
+    ],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="What to print: terminal, md, html or json.")
+    ] = "terminal",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Directory for the reports.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print report.json (-f json).")] = False,
+    quiet: Annotated[bool, typer.Option(help="Print only where the reports went.")] = False,
+) -> None:
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+    code = _run_guarded(_diagnose, paths, "json" if as_json else fmt, out, quiet)
+    raise typer.Exit(code)
+
+
+def _diagnose(paths: list[Path], fmt: str, out: Path | None, quiet: bool) -> int:
+    from perfdoctor.diagnose_traces import diagnose_traces, write_trace_reports
+    from perfdoctor.errors import EXIT_BAD_RUN_DIR
+
+    done = diagnose_traces(paths, out)
+    err_console = _stderr_console()
+    reports = []
+    for item in done:
+        if item.report is None:
+            err_console.print(
+                f"perfdoctor: error: {item.run.name}: {item.error}", markup=False, soft_wrap=True
+            )
+            continue
+        write_trace_reports(item.report)
+        reports.append(item.report)
+    if not quiet:
+        if fmt == "json":
+            import json
+
+            from perfdoctor.render.json_report import report_to_dict
+
+            data = (
+                report_to_dict(reports[0])
+                if len(done) == 1
+                else {"runs": [report_to_dict(r) for r in reports]}
+            )
+            sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        else:
+            for report in reports:
+                text = _render(report, fmt)
+                if text is not None:
+                    sys.stdout.write(text)
+            if fmt == "terminal" and len(done) > 1:
+                from perfdoctor.render.terminal import render_runs_overview
+
+                render_runs_overview(reports, make_console())
+    if reports:
+        where = Path(reports[0].run_dir) if len(done) == 1 else Path(reports[0].run_dir).parent
+        err_console.print(f"reports written to {where}", markup=False, soft_wrap=True)
+    return EXIT_BAD_RUN_DIR if len(reports) < len(done) else 0
+
+
 @app.command(help="Compare two runs (e.g. before and after your own change).")
 def compare(
     run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfdoctor.analyze.facts import derive_facts, series_for
+from perfdoctor.analyze.facts import derive_facts, gpu_timeline, series_for
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import (
@@ -250,14 +250,8 @@ def analyze_session(session_dir: Path) -> Report:
         created_at=session.created_at if session else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
-        gpu=_gpu_view(diagnosis.facts),
+        gpu=gpu_timeline(diagnosis.facts),
     )
-
-
-def _gpu_view(facts: Facts) -> dict:
-    trace = facts.settings.get("trace")
-    gpu = trace.get("gpu") if isinstance(trace, dict) else None
-    return dict(gpu) if isinstance(gpu, dict) else {}
 
 
 def _process_group_seen(observations: dict) -> bool:

@@ -285,6 +285,29 @@ class BaselineSummary:
 
 
 @dataclass(frozen=True)
+class RankSummary:
+    """One rank (one worker's trace) of a run diagnosed from traces (`perfdoctor diagnose`).
+
+    Step figures come from the trace's ProfilerStep spans, so they carry profiler overhead.
+    `own_ms_p50` is the step less the time spent in communication kernels (NCCL kernels run
+    while a rank waits for its peers): the work that is the rank's own, and the figure the
+    straggler is judged by.
+    """
+
+    rank: int | None  # distributedInfo.rank, else from the file name; None when unknown
+    worker: str  # the worker part of the trace file name (often <host>_<pid>)
+    trace: str  # path of the trace analysed (the newest profiler window of this worker)
+    steps: int
+    step_ms_p50: float | None
+    data_wait_ms_p50: float | None = None
+    data_wait_frac: float | None = None
+    gpu_busy_frac: float | None = None
+    comm_frac: float | None = None  # communication share of the step (GPU side when known)
+    own_ms_p50: float | None = None
+    windows: int = 1  # profiler windows (trace files) found for this worker
+
+
+@dataclass(frozen=True)
 class Report:
     schema_version: int
     script: str
@@ -316,3 +339,8 @@ class Report:
     # The GPU timeline beyond the flat facts (docs/report-schema.md `gpu`): the window, the
     # op counts and the top kernels; {} without GPU activity in the trace.
     gpu: Mapping[str, Any] = field(default_factory=dict)
+    # "run": a perfdoctor run directory; "trace": `perfdoctor diagnose` over traces recorded
+    # elsewhere (no spec, no manifest, no variants; step figures are the profiled steps').
+    source: Literal["run", "trace"] = "run"
+    inputs: tuple[str, ...] = ()  # the trace / snapshot files a "trace" report was built from
+    ranks: tuple[RankSummary, ...] = ()  # per-rank view of a multi-rank "trace" report

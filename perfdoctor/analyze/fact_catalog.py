@@ -16,6 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The skip reason of a rule that needs what only a perfdoctor run records, when the input was
+# a trace recorded elsewhere (`perfdoctor diagnose`); the renderers count skips by it.
+TRACE_ONLY_REASON = (
+    "skipped because this was diagnosed from a trace without a perfdoctor run "
+    "(only `perfdoctor profile` records it)"
+)
+
 
 @dataclass(frozen=True)
 class FactDoc:
@@ -37,7 +44,23 @@ FACTS: dict[str, FactDoc] = {
     "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
     "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
     "steps_timed": _f("count", "steps", "steps in the timed window"),
-    "step_detection": _f("name", "manifest", "optimizer, backward or time"),
+    "step_detection": _f(
+        "name", "manifest", "optimizer, backward or time; profiler_step for a trace alone"
+    ),
+    "step_timing_source": _f(
+        "name",
+        "trace",
+        "profiled_steps when step timing comes from a trace's ProfilerStep spans "
+        "(perfdoctor diagnose; they carry profiler overhead), else None",
+    ),
+    "gpu_name": _f("name", "trace", "the training GPU's name from the trace's deviceProperties"),
+    "gpu_vendor": _f("name", "trace", "nvidia or amd, from the trace's deviceProperties"),
+    "dataloader_multiprocess": _f(
+        "bool",
+        "trace",
+        "the trace's DataLoader iterator is _MultiProcessingDataLoaderIter (workers > 0); "
+        "False for _SingleProcessDataLoaderIter (num_workers=0)",
+    ),
     # ---- step timing (host side) -------------------------------------------------------
     "step_ms_p50": _f("ms", "steps", "median wall time of a timed step"),
     "step_ms_p90": _f("ms", "steps", "90th percentile wall time of a timed step"),

@@ -60,6 +60,8 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_sample_facts(samples if samples is not None else _samples_summary(record)))
     values.update(_trace_facts(record))
     values.update(_rank_facts(record))
+    if getattr(record, "source", "run") == "trace":
+        values.update(_trace_record_facts(record))
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
         values["optimizer_impl"] = "single_tensor"  # the child's naming (collect/observe.py)
     return values
@@ -325,6 +327,98 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
         fastest_rank_backward_ms_p50=fast["backward"],
     )
     return out
+
+
+# --------------------------------------------------------------------------- trace-only runs
+
+
+def _trace_record_facts(record: Any) -> dict[str, Scalar]:
+    """Facts of a run seen only through its traces (analyze/trace_record.TraceRunRecord).
+
+    They replace what a perfdoctor run reads from its manifest and observations: the device
+    from deviceProperties and the kernels, the process group from distributedInfo, the
+    DataLoader's worker mode from its iterator class, and the rank facts from each rank's
+    step time less its communication (every other rank waits in the collectives for the
+    slowest, so the step time alone is the same on all ranks).
+    """
+    device = getattr(record, "device", None)
+    trace = record.trace
+    props = trace.device_properties if trace is not None else ()
+    has_gpu_rows = trace is not None and trace.gpu is not None
+    if device is not None:
+        is_cuda: bool | None = device.kind == "cuda"
+    elif trace is None and record.memory is not None:
+        is_cuda = True  # a CUDA memory snapshot alone
+    elif trace is not None:
+        is_cuda = bool(has_gpu_rows or props)
+    else:
+        is_cuda = None
+    cc = device.compute_capability if device is not None else None
+    on_gpu = device is not None and device.kind == "cuda"
+    dist = getattr(record, "distributed", None) or {}
+    world = dist.get("world_size")
+    backend = dist.get("backend")
+    mode = getattr(record, "dataloader_iter", None)
+    summaries = getattr(record, "rank_summaries", ())
+    out: dict[str, Scalar] = {
+        "device_is_cuda": is_cuda,
+        "device_count": len(props) if props else (1 if on_gpu else None),
+        "gpu_compute_capability": float(cc) if cc else None,
+        "device_total_memory_bytes": device.total_memory_bytes if on_gpu else None,
+        "gpu_name": device.name if on_gpu and props else None,
+        "gpu_vendor": getattr(record, "gpu_vendor", None),
+        "step_detection": "profiler_step" if record.timed_steps else None,
+        "step_timing_source": "profiled_steps" if record.timed_steps else None,
+        # One backward per step is what a perfdoctor run counts; a trace does not say.
+        "micro_batches_per_step": None,
+        "world_size": world if isinstance(world, int) and not isinstance(world, bool) else None,
+        "dist_backend": str(backend) if backend else None,
+        "dataloader_multiprocess": {"multi": True, "single": False}.get(mode or ""),
+        "dataloader_num_workers": 0 if mode == "single" else None,
+        "ranks_launched": 1 + len(record.ranks),
+    }
+    if record.memory is not None and out["device_total_memory_bytes"]:
+        peak = record.memory.peak_allocated_bytes
+        if isinstance(peak, int):
+            out["peak_allocated_frac"] = peak / int(out["device_total_memory_bytes"])  # type: ignore[arg-type]
+    if len(summaries) > 1:
+        out.update(_trace_rank_facts(summaries))
+    return out
+
+
+def _trace_rank_facts(summaries: Sequence[Any]) -> dict[str, Scalar]:
+    """The straggler among traced ranks: the largest own time (step less communication)."""
+    timed = {
+        (s.rank if s.rank is not None else i): s
+        for i, s in enumerate(summaries)
+        if s.step_ms_p50 is not None and s.own_ms_p50 is not None
+    }
+    if len(timed) < 2:
+        return {}
+    steps = [s.step_ms_p50 for s in timed.values()]
+    straggler = max(timed, key=lambda k: (timed[k].own_ms_p50, -k))
+    fastest = min(timed, key=lambda k: (timed[k].own_ms_p50, k))
+    others = [s.own_ms_p50 for k, s in timed.items() if k != straggler]
+    slow, fast = timed[straggler], timed[fastest]
+    excess = max(0.0, slow.own_ms_p50 - float(np.median(others)))
+    typical = float(np.median(steps))
+    return {
+        "rank_step_ms_p50_spread_frac": (max(steps) - min(steps)) / min(steps)
+        if min(steps) > 0
+        else None,
+        "straggler_rank": straggler,
+        "fastest_rank": fastest,
+        "straggler_own_ms_p50": slow.own_ms_p50,
+        "fastest_rank_own_ms_p50": fast.own_ms_p50,
+        "straggler_excess_ms": excess,
+        "straggler_excess_frac": excess / typical if typical > 0 else None,
+        "straggler_data_wait_ms_p50": slow.data_wait_ms_p50,
+        "fastest_rank_data_wait_ms_p50": fast.data_wait_ms_p50,
+        "straggler_forward_ms_p50": None,
+        "fastest_rank_forward_ms_p50": None,
+        "straggler_backward_ms_p50": None,
+        "fastest_rank_backward_ms_p50": None,
+    }
 
 
 # --------------------------------------------------------------------------- observations
@@ -638,6 +732,14 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
         }
     settings["warnings"] = list(dict.fromkeys(warnings))
     return settings
+
+
+def gpu_timeline(facts: Facts) -> dict[str, Any]:
+    """Report.gpu: the GPU window, counts and top kernels beyond the flat facts ({} without
+    GPU activity in the trace)."""
+    trace = facts.settings.get("trace")
+    gpu = trace.get("gpu") if isinstance(trace, dict) else None
+    return dict(gpu) if isinstance(gpu, dict) else {}
 
 
 def _gpu_settings(g: GpuSummary) -> dict[str, Any]:

@@ -216,6 +216,7 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         for label, xs, ys in lines:
             ax.plot(xs, ys, lw=1.2, color=colors.get(label), label=_legend_label(label))
         ax.set_xlabel("step")
+        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.set_ylabel("step time (ms)")
         ax.set_ylim(bottom=0)
         _legend(ax, len(lines))
@@ -225,7 +226,8 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
 
 def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     table = dict(_group(series, "breakdown_ms"))
-    if BASELINE_LABEL not in table and report.baseline.breakdown_ms:
+    # A diagnosed trace files its breakdown under its own label: no "baseline" to add.
+    if BASELINE_LABEL not in table and report.baseline.breakdown_ms and report.source != "trace":
         table[BASELINE_LABEL] = dict(report.baseline.breakdown_ms)
     rows = []
     for label in _ordered(table):

@@ -114,10 +114,11 @@ def render_html(report: Report) -> str:
             _step(report),
             _gpu(report),
             _memory(report),
+            _ranks(report),
             _findings(report),
             _recommendations(report),
-            _variants(report),
-            _charts(build_charts(report)),
+            "" if summary.is_trace(report) else _variants(report),
+            _charts(_shown_charts(report)),
             _skipped(report),
             _warnings(report),
             _environment(report),
@@ -158,6 +159,20 @@ def _table(
 
 
 def _header(report: Report) -> str:
+    if summary.is_trace(report):
+        chips = [summary.device_text(report), summary.source_text(report)]
+        if report.created_at:
+            chips.append(report.created_at)
+        chip_html = "".join(f'<span class="chip">{esc(c)}</span>' for c in chips)
+        inputs = "".join(f"<li>{esc(p)}</li>" for p in report.inputs)
+        return (
+            "<header>"
+            "<h1>perfdoctor diagnose</h1>"
+            f'<p class="script mono">{esc(summary.run_title(report))}</p>'
+            f'<div class="chips">{chip_html}</div>'
+            f'<details><summary>input</summary><ul class="mono">{inputs}</ul></details>'
+            "</header>"
+        )
     chips = [
         summary.device_text(report),
         f"status: {report.status} (exit code {report.exit_code})",
@@ -205,9 +220,11 @@ def _step(report: Report) -> str:
         ]
         breakdown = _table(["part", "time", "share", '<span class="barcol"></span>'], rows, (1, 2))
     else:
-        breakdown = '<p class="missing">not measured: no per-phase timing was recorded</p>'
+        breakdown = f'<p class="missing">{esc(summary.breakdown_missing(report))}</p>'
+    if not summary.has_steps(report):
+        return f"<section><h2>{esc(summary.step_title(report))}</h2>{figures}</section>"
     return (
-        '<section><h2>Baseline step</h2><div class="grid2">'
+        f'<section><h2>{esc(summary.step_title(report))}</h2><div class="grid2">'
         f"<div>{figures}</div><div><h3>Where a step goes</h3>{breakdown}</div>"
         "</div></section>"
     )
@@ -267,6 +284,18 @@ def _memory(report: Report) -> str:
         parts.append(_table(header, rows, numeric=(2, 3, 4)))
     parts.append('<p class="muted">The memory chart is under Charts.</p></section>')
     return "".join(parts)
+
+
+def _ranks(report: Report) -> str:
+    if not report.ranks:
+        return ""
+    rows = ([esc(c) for c in row] for row in summary.rank_rows(report))
+    return (
+        "<section><h2>Ranks</h2>"
+        + _table(list(summary.RANK_COLUMNS), rows, numeric=(2, 3, 4, 5, 6, 7))
+        + f"<p>{esc(summary.rank_spread_text(report))}</p>"
+        + f'<p class="muted">{esc(summary.RANK_NOTE)}</p></section>'
+    )
 
 
 def _evidence_row(item: Evidence) -> list[str]:
@@ -391,7 +420,15 @@ def _applied_changes(report: Report) -> str:
     return f"<p>What the applied optimizations changed:</p><ul>{items}</ul>" if items else ""
 
 
+def _shown_charts(report: Report) -> list[Chart]:
+    charts = build_charts(report)
+    # A trace recorded elsewhere never has samples or a loss: its empty charts are noise.
+    return [c for c in charts if c.svg] if summary.is_trace(report) else charts
+
+
 def _charts(charts: list[Chart]) -> str:
+    if not charts:
+        return ""
     figures = []
     for chart in charts:
         if chart.svg:
@@ -409,10 +446,9 @@ def _skipped(report: Report) -> str:
     if not report.skipped_rules:
         return ""
     rows = ([f"<code>{esc(s.rule_id)}</code>", esc(s.reason)] for s in report.skipped_rules)
-    count = len(report.skipped_rules)
     return (
-        f"<section><details><summary>{count} rule(s) skipped: their facts were not measured "
-        f"on this run</summary>{_table(['rule', 'why'], rows)}</details></section>"
+        f"<section><details><summary>{esc(summary.skipped_summary(report))}</summary>"
+        f"{_table(['rule', 'why'], rows)}</details></section>"
     )
 
 

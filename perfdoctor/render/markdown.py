@@ -57,9 +57,11 @@ def render_markdown(report: Report) -> str:
     lines += _step(report)
     lines += _gpu(report)
     lines += _memory(report)
+    lines += _ranks(report)
     lines += _findings(report)
     lines += _recommendations(report)
-    lines += _variants(report)
+    if not summary.is_trace(report):  # a trace has no variants: nothing was applied
+        lines += _variants(report)
     lines += _skipped(report)
     lines += _warnings(report)
     lines += _environment(report)
@@ -68,6 +70,16 @@ def render_markdown(report: Report) -> str:
 
 
 def _title(report: Report) -> list[str]:
+    if summary.is_trace(report):
+        meta = [
+            f"**Device:** {md_text(summary.device_text(report))}",
+            f"**Source:** {md_text(summary.source_text(report))}",
+        ]
+        if report.created_at:
+            meta.append(f"**Created:** {md_text(report.created_at)}")
+        title = f"# perfdoctor diagnose: {md_text(summary.run_title(report))}"
+        inputs = [f"- {md_text(p)}" for p in report.inputs]
+        return [title, "", " · ".join(meta), "", "Input:", "", *inputs, ""]
     meta = [
         f"**Device:** {md_text(summary.device_text(report))}",
         f"**Status:** {md_text(report.status)} (exit code {report.exit_code})",
@@ -94,14 +106,19 @@ def _headline(report: Report) -> list[str]:
 
 
 def _step(report: Report) -> list[str]:
-    lines = ["## Baseline step", ""]
+    lines = [f"## {md_text(summary.step_title(report))}", ""]
     lines += _table(
         ["measure", "value"], [[md_text(k), md_text(v)] for k, v in summary.step_rows(report)], "lr"
     )
+    if not summary.has_steps(report):
+        return [*lines, ""]
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
     lines += ["", "### Where a step goes", ""]
     if not parts:
-        return [*lines, "Not measured: no per-phase timing was recorded for this run.", ""]
+        missing = summary.breakdown_missing(report)
+        if not summary.is_trace(report):
+            missing = "not measured: no per-phase timing was recorded for this run"
+        return [*lines, md_text(missing[0].upper() + missing[1:] + "."), ""]
     rows = [[md_text(p), fmt.ms(v), fmt.percent(share)] for p, v, share in parts]
     return [*lines, *_table(["part", "time", "share of step"], rows, "lrr"), ""]
 
@@ -129,6 +146,22 @@ def _gpu(report: Report) -> list[str]:
         lines += ["### Top kernels", ""]
         lines += [*_table(["kernel", "count", "time", "share", "kind"], kernels, "lrrrl"), ""]
     return lines
+
+
+def _ranks(report: Report) -> list[str]:
+    if not report.ranks:
+        return []
+    rows = [[md_text(c) for c in row] for row in summary.rank_rows(report)]
+    return [
+        "## Ranks",
+        "",
+        *_table(list(summary.RANK_COLUMNS), rows, "llrrrrrr"),
+        "",
+        md_text(summary.rank_spread_text(report)),
+        "",
+        md_text(summary.RANK_NOTE),
+        "",
+    ]
 
 
 def _finding(rank: int, finding: Finding) -> list[str]:
@@ -275,13 +308,12 @@ def _variants(report: Report) -> list[str]:
 def _skipped(report: Report) -> list[str]:
     if not report.skipped_rules:
         return []
-    count = len(report.skipped_rules)
     rows = [[md_text(s.rule_id), md_text(s.reason)] for s in report.skipped_rules]
     return [
         "## Skipped rules",
         "",
         "<details>",
-        f"<summary>{count} rule(s) skipped: their facts were not measured on this run</summary>",
+        f"<summary>{md_text(summary.skipped_summary(report))}</summary>",
         "",
         *_table(["rule", "why"], rows),
         "",

@@ -12,7 +12,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from perfdoctor.model import Finding, GainEstimate, Recommendation, Report, VariantResult
+from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
+from perfdoctor.model import (
+    Finding,
+    GainEstimate,
+    RankSummary,
+    Recommendation,
+    Report,
+    VariantResult,
+)
 from perfdoctor.render import format as fmt
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
@@ -58,6 +66,8 @@ class VariantRow:
 
 
 def headline(report: Report) -> Headline:
+    if is_trace(report):
+        return _trace_headline(report)
     note = _STATUS_NOTES.get(report.status)
     status_note = note.format(code=report.exit_code) if note else None
     if not report.findings and not report.baseline.steps_timed:
@@ -85,6 +95,187 @@ def headline(report: Report) -> Headline:
         measured=_measured_sentence(report, top, recs),
         status_note=status_note,
     )
+
+
+TRACE_MEASURED = (
+    "Not measured: diagnosed from what was recorded, nothing was applied. `perfdoctor "
+    "profile train.py` applies the runtime fixes and measures them."
+)
+
+
+def _trace_headline(report: Report) -> Headline:
+    if report.findings:
+        top = report.findings[0]
+        recs = recommendations_for(report, top)
+        return Headline(_slow_sentence(top), _fix_sentence(top, recs), TRACE_MEASURED)
+    if not report.baseline.steps_timed and report.facts.get("trace_steps") is not None:
+        return Headline(
+            slow="No bottleneck rule fired; the trace has no ProfilerStep spans, so the rules "
+            "that judge a step could not decide.",
+            fix="Record with a profiler schedule and call prof.step() once per iteration "
+            "(tensorboard_trace_handler does this with a schedule), then diagnose again.",
+            measured=TRACE_MEASURED,
+        )
+    peak, reserved = (
+        report.facts.get("peak_allocated_bytes"),
+        report.facts.get("peak_reserved_bytes"),
+    )
+    if report.baseline.steps_timed == 0 and isinstance(peak, int):
+        memory = f"Peak allocated {fmt.nbytes(peak)}"
+        if isinstance(reserved, int):
+            memory += f", reserved {fmt.nbytes(reserved)}"
+        return Headline(
+            slow=f"{memory}; no memory rule fired. The GPU's memory size is unknown from a "
+            "snapshot alone: pass the trace of the same run beside it to judge the headroom.",
+            fix="Nothing to fix from what the snapshot shows.",
+            measured=TRACE_MEASURED,
+        )
+    return Headline(
+        slow="No bottleneck rule fired on what the input shows.",
+        fix="Nothing to fix from what was recorded; the skipped rules say what a perfdoctor "
+        "run would add.",
+        measured=TRACE_MEASURED,
+    )
+
+
+def is_trace(report: Report) -> bool:
+    """A report of `perfdoctor diagnose`: built from traces recorded elsewhere."""
+    return report.source == "trace"
+
+
+def source_text(report: Report) -> str:
+    """Where the figures come from: '' for a perfdoctor run."""
+    if not is_trace(report):
+        return ""
+    traces = [p for p in report.inputs if not p.endswith((".pickle", ".pkl"))]
+    snaps = len(report.inputs) - len(traces)
+    parts = []
+    if traces:
+        parts.append(f"{len(traces)} trace" + ("s" if len(traces) > 1 else ""))
+    if snaps:
+        parts.append(f"{snaps} memory snapshot" + ("s" if snaps > 1 else ""))
+    return "diagnosed from " + " and ".join(parts or ["no input"]) + ", without a perfdoctor run"
+
+
+def has_steps(report: Report) -> bool:
+    """False for a memory snapshot diagnosed alone: it has no step to break down."""
+    return not (is_trace(report) and report.facts.get("trace_steps") is None)
+
+
+def breakdown_missing(report: Report) -> str:
+    """Why "where a step goes" is empty, in lower case."""
+    if is_trace(report):
+        return "not measured: the trace has no DataLoader spans (and no forward/backward phases)"
+    return "not measured: no per-phase timing was recorded"
+
+
+def step_title(report: Report) -> str:
+    if not is_trace(report):
+        return "Baseline step"
+    return "Profiled steps" if report.facts.get("trace_steps") is not None else "Memory"
+
+
+def skipped_summary(report: Report) -> str:
+    count = len(report.skipped_rules)
+    if not is_trace(report):
+        return f"{count} rule(s) skipped: their facts were not measured on this run"
+    run_only = sum(1 for s in report.skipped_rules if TRACE_ONLY_REASON in s.reason)
+    return (
+        f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from a trace "
+        "without a perfdoctor run (they need what only `perfdoctor profile` records: the "
+        "script's settings, the loss, device samples)"
+    )
+
+
+RANK_COLUMNS = ("rank", "worker", "steps", "step p50", "own p50", "data p50", "GPU busy", "comm")
+
+
+def rank_rows(report: Report) -> list[list[str]]:
+    """One row per rank of a multi-rank trace report (RANK_COLUMNS), straggler marked."""
+    slow = _straggler(report.ranks)
+    rows = []
+    for r in report.ranks:
+        label = fmt.MISSING if r.rank is None else str(r.rank)
+        if slow is not None and r is slow:
+            label += " (slowest)"
+        worker = r.worker + (f" ({r.windows} windows)" if r.windows > 1 else "")
+        rows.append(
+            [
+                label,
+                worker,
+                fmt.number(r.steps),
+                fmt.ms(r.step_ms_p50),
+                fmt.ms(r.own_ms_p50),
+                fmt.ms(r.data_wait_ms_p50),
+                fmt.percent(r.gpu_busy_frac),
+                fmt.percent(r.comm_frac),
+            ]
+        )
+    return rows
+
+
+RANK_NOTE = (
+    "Medians over the profiled steps of each rank's trace. data: time in the DataLoader per "
+    "step; comm: communication share of the step; own: the step less the "
+    "time in communication (GPU collective kernels where the trace has them, else the host's "
+    "collective calls): ranks in lockstep share the step time, and the slowest rank is the one "
+    "with the most own work, while the others wait in their collectives."
+)
+
+
+def _straggler(ranks: tuple[RankSummary, ...]) -> RankSummary | None:
+    timed = [r for r in ranks if r.own_ms_p50 is not None]
+    if len(timed) < 2:
+        return None
+    return max(timed, key=lambda r: r.own_ms_p50 or 0.0)
+
+
+def _name(r: RankSummary) -> str:
+    return f"rank {r.rank}" if r.rank is not None else r.worker
+
+
+def rank_spread_text(report: Report) -> str:
+    """The step-time spread across ranks and the straggler, with what differs on it."""
+    steps = [r.step_ms_p50 for r in report.ranks if r.step_ms_p50 is not None]
+    if len(steps) < 2:
+        return "Fewer than two ranks have ProfilerStep spans: no spread across ranks."
+    lo, hi = min(steps), max(steps)
+    text = (
+        f"Step time p50 across {len(steps)} ranks: {fmt.ms(lo)} to {fmt.ms(hi)} "
+        f"(spread {fmt.percent((hi - lo) / lo if lo > 0 else None)})."
+    )
+    slow = _straggler(report.ranks)
+    if slow is None:
+        return text
+    others = [r for r in report.ranks if r is not slow and r.own_ms_p50 is not None]
+    typical = sorted(r.own_ms_p50 for r in others if r.own_ms_p50 is not None)
+    median = typical[len(typical) // 2] if typical else None
+    if median is None or slow.own_ms_p50 is None:
+        return text
+    excess = slow.own_ms_p50 - median
+    text += (
+        f" Slowest: {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} against "
+        f"{fmt.ms(median)} on the median other rank ({fmt.ms(excess)} more per step"
+    )
+    if slow.step_ms_p50:
+        text += f", {fmt.percent(excess / slow.step_ms_p50)} of its step"
+    text += ")."
+    diffs = []
+    for label, attr, as_ms in (
+        ("data wait", "data_wait_ms_p50", True),
+        ("GPU busy", "gpu_busy_frac", False),
+        ("communication share", "comm_frac", False),
+    ):
+        mine = getattr(slow, attr)
+        theirs = sorted(v for v in (getattr(r, attr) for r in others) if v is not None)
+        if mine is None or not theirs:
+            continue
+        mid = theirs[len(theirs) // 2]
+        shown = fmt.ms if as_ms else fmt.percent
+        diffs.append(f"{label} {shown(mine)} against {shown(mid)}")
+    if diffs:
+        text += " On it: " + "; ".join(diffs) + " (median of the others)."
+    return text
 
 
 def recommendations_for(report: Report, finding: Finding) -> list[Recommendation]:
@@ -161,6 +352,8 @@ def _measured_overall(report: Report) -> str:
 def step_rows(report: Report) -> list[tuple[str, str]]:
     """The baseline's step figures as (label, value) pairs."""
     base = report.baseline
+    if is_trace(report):
+        return _trace_step_rows(report)
     micro = base.micro_batches_per_step
     rows = [
         ("step time p50", fmt.ms(base.step_ms_p50)),
@@ -172,6 +365,34 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("optimizer steps", fmt.number(base.optimizer_steps)),
         ("micro-batches per step", fmt.number(micro)),
         ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
+    ]
+    return rows
+
+
+def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
+    base, facts = report.baseline, report.facts
+    memory: list[tuple[str, str]] = [("peak memory", fmt.nbytes(base.peak_memory_bytes))]
+    reserved, frag = facts.get("peak_reserved_bytes"), facts.get("fragmentation_frac")
+    if isinstance(reserved, int):
+        memory.append(("peak reserved", fmt.nbytes(reserved)))
+    if isinstance(frag, float):
+        memory.append(("fragmentation", fmt.percent(frag)))
+    if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
+        return memory  # a memory snapshot alone: no step to show
+    loader = {True: "worker processes", False: "in-process (num_workers=0)"}
+    rows = [
+        ("step time p50", fmt.ms(base.step_ms_p50)),
+        ("step time p90", fmt.ms(base.step_ms_p90)),
+        ("waiting for data", fmt.percent(base.data_wait_frac)),
+        ("DataLoader", loader.get(facts.get("dataloader_multiprocess"), fmt.MISSING)),  # type: ignore[arg-type]
+    ]
+    busy = facts.get("gpu_busy_frac")
+    if isinstance(busy, (int, float)):
+        rows.append(("GPU busy", fmt.percent(float(busy))))
+    rows += memory
+    rows += [
+        ("profiled steps", fmt.number(base.steps_timed)),
+        ("steps counted by", "ProfilerStep spans" if base.steps_timed else fmt.MISSING),
     ]
     return rows
 
@@ -247,8 +468,10 @@ def device_text(report: Report) -> str:
     if dev.kind == "cpu" and dev.cpu_cores_logical:
         extras.append(f"{dev.cpu_cores_logical} logical cores")
     ranks = world_text(report)
+    # ROCm builds of torch call an AMD GPU "cuda"; a trace's deviceProperties tell them apart.
+    kind = "rocm" if report.facts.get("gpu_vendor") == "amd" else dev.kind
     return (
-        f"{dev.kind}: {text}"
+        f"{kind}: {text}"
         + (f" ({', '.join(extras)})" if extras else "")
         + (f"; {ranks}" if ranks else "")
     )
@@ -268,14 +491,18 @@ def world_text(report: Report) -> str:
         return ""
     if world <= 1:
         return f"{ranks} ranks, no process group"
-    details = ", ".join(
-        part for part in (f"{ranks} ranks" if ranks > 1 else "", str(backend or "")) if part
-    )
+    counted = f"{ranks} ranks" if ranks > 1 else ""
+    if is_trace(report):  # the traces given may be a few ranks of a larger job
+        counted = f"{ranks} of {world} ranks traced" if ranks < world else f"{ranks} ranks traced"
+    details = ", ".join(part for part in (counted, str(backend or "")) if part)
     return f"world size {world}" + (f" ({details})" if details else "")
 
 
 def tensorboard_command(report: Report) -> str:
-    return f"perfdoctor tensorboard {report.run_dir}" if report.run_dir else ""
+    # A diagnose report directory holds no traces: the user's own logdir is the one to open.
+    if is_trace(report) or not report.run_dir:
+        return ""
+    return f"perfdoctor tensorboard {report.run_dir}"
 
 
 _BRIEF_ARTIFACT_WORDS = ("trace", "snapshot", "memory")
@@ -292,11 +519,14 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
     root = report.run_dir.rstrip("/")
     if root:
         size = f" ({fmt.nbytes(report.run_dir_bytes)})" if report.run_dir_bytes else ""
-        rows.append(("run directory", root + size))
+        rows.append(("report directory" if is_trace(report) else "run directory", root + size))
         rows.extend((name, f"{root}/{name}") for name in (REPORT_HTML, REPORT_MD, REPORT_JSON))
     shown = {os.path.normpath(path) for _, path in rows}
     for name, path in sorted(report.artifacts.items()):
-        relative = root and not os.path.isabs(path) and not path.startswith(root)
+        # A diagnosed trace's paths are the user's own input, as given: never under the root.
+        relative = (
+            root and not is_trace(report) and not os.path.isabs(path) and not path.startswith(root)
+        )
         full = f"{root}/{path}" if relative else path
         if os.path.normpath(full) in shown:
             continue

@@ -66,21 +66,65 @@ def render_terminal(report: Report, console: Console) -> None:
     memory = memory_section(report)
     if memory is not None:
         console.print(_memory_panel(memory))
+    if report.ranks:
+        console.print(_ranks_section(report))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
         console.print(_recommendations_section(report))
-    console.print(_variants_table(report, with_applied=console.width >= _APPLIED_COLUMN_WIDTH))
+    if not summary.is_trace(report):  # a trace has no variants: nothing was applied
+        console.print(_variants_table(report, with_applied=console.width >= _APPLIED_COLUMN_WIDTH))
     for line in _footer_lines(report):
         console.print(line)
 
 
+def render_runs_overview(reports: list[Report], console: Console) -> None:
+    """`perfdoctor diagnose` over several runs: one line each, after their own summaries
+    (each run's reports are in its own subdirectory, named after the run)."""
+    table = Table(title="Runs diagnosed", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run", overflow="fold", ratio=1, min_width=12)
+    table.add_column("ranks", justify="right", no_wrap=True)
+    table.add_column("step p50", justify="right", no_wrap=True)
+    table.add_column("first finding", overflow="fold", ratio=1)
+    for report in reports:
+        top = report.findings[0] if report.findings else None
+        finding = Text(
+            top.title if top else "none",
+            style=_SEVERITY_STYLE.get(top.severity, "") if top else "dim",
+        )
+        table.add_row(
+            Text(report.script),
+            Text(str(max(1, len(report.ranks)))),
+            Text(fmt.ms(report.baseline.step_ms_p50)),
+            finding,
+        )
+    console.print(table)
+
+
 def _header(report: Report) -> Text:
+    if summary.is_trace(report):
+        text = Text("perfdoctor diagnose ", style="bold")
+        text.append(summary.run_title(report))
+        text.append(f"\n{summary.device_text(report)}", style="dim")
+        text.append(f"\n{summary.source_text(report)}", style="dim")
+        return text
     text = Text("perfdoctor ", style="bold")
     text.append(summary.run_title(report))
     text.append(f"\n{summary.device_text(report)}", style="dim")
     text.append(f"  ·  status {report.status}, exit code {report.exit_code}", style="dim")
     return text
+
+
+def _ranks_section(report: Report) -> Group:
+    table = Table(title="Ranks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    for i, column in enumerate(summary.RANK_COLUMNS):
+        if i == 1:  # worker names can be long (<host>_<pid>): they wrap, the figures never do
+            table.add_column(column, overflow="fold", ratio=1, min_width=12)
+        else:
+            table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in summary.rank_rows(report):
+        table.add_row(*(Text(cell) for cell in row))
+    return Group(table, Text(summary.rank_spread_text(report)), Text(""))
 
 
 def _headline_panel(report: Report) -> Panel:
@@ -99,13 +143,18 @@ def _headline_panel(report: Report) -> Panel:
 
 def _step_section(report: Report, side_by_side: bool) -> Table:
     figures = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, title="Baseline step", title_justify="left"
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        title=summary.step_title(report),
+        title_justify="left",
     )
     figures.add_column("measure", no_wrap=True)
     figures.add_column("value", justify="right")
     for label, value in summary.step_rows(report):
         figures.add_row(label, Text(value))
 
+    if not summary.has_steps(report):
+        return figures
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
     if parts:
         breakdown: Table | Text = Table(
@@ -313,8 +362,7 @@ def _footer_lines(report: Report) -> list[Text]:
     if report.skipped_rules:
         lines.append(
             Text(
-                f"{len(report.skipped_rules)} rule(s) skipped: their facts were not measured "
-                "on this run (listed in report.md / report.html).",
+                summary.skipped_summary(report) + " (listed in report.md / report.html).",
                 style="dim",
             )
         )

@@ -53,6 +53,8 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if wait is None or wait <= t["warning_frac"]:
         return None
     workers = num(facts, "dataloader_num_workers")
+    # From a trace alone the count is unknown, but the iterator class says whether workers run.
+    multiprocess = flag(facts, "dataloader_multiprocess")
     cpu_util = num(facts, "cpu_util_mean_frac")
     # With num_workers=0 the busy CPU is the training itself, so workers still help; a CPU
     # pegged while workers already run means the data code itself is too expensive.
@@ -67,6 +69,22 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             "make the Dataset/collate code cheaper (cache decoded samples, vectorise, move "
             "augmentation to the GPU)."
         )
+    elif workers is None and multiprocess is None:
+        # Nothing says how the DataLoader runs: advise both ways, assert neither.
+        advice = (
+            "How many DataLoader workers run is not known here: with num_workers=0, worker "
+            "processes would prepare the next batches while the model trains; with workers "
+            "already, add more or raise prefetch_factor, or make the Dataset/collate code "
+            "cheaper."
+        )
+        optimizations.append("dataloader-workers")
+    elif workers is None and multiprocess:
+        advice = (
+            "The DataLoader already runs worker processes (the trace shows "
+            "_MultiProcessingDataLoaderIter) and they do not keep up: add workers or raise "
+            "prefetch_factor, or make the Dataset/collate code cheaper."
+        )
+        optimizations.append("dataloader-workers")
     elif not workers:
         advice = "Loading runs in the training process (num_workers=0): worker processes "
         advice += "would prepare the next batches while the model trains."
@@ -86,6 +104,8 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     all_locs = locations(facts, "data_loading", "dataloader_construct", limit=6)
     wait_ms = num(facts, "data_wait_ms_p50")
     per_step = f" ({wait_ms:.1f} ms per step at the median)" if wait_ms is not None else ""
+    if facts.get("step_timing_source") == "profiled_steps":
+        per_step += " over the trace's profiled steps (its DataLoader spans)"
     return Finding(
         rule_id=INPUT_BOUND,
         severity="critical" if wait >= t["critical_frac"] else "warning",
@@ -97,7 +117,14 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(
             ev("data_wait_frac", wait, t["warning_frac"], ">"),
-            *seen(facts, "data_wait_ms_p50", *_DATALOADER_SETTINGS, "cpu_util_mean_frac"),
+            *seen(
+                facts,
+                "data_wait_ms_p50",
+                *_DATALOADER_SETTINGS,
+                "dataloader_multiprocess",
+                "cpu_util_mean_frac",
+                "step_timing_source",
+            ),
         ),
         locations=all_locs,
         optimizations=tuple(optimizations),
@@ -183,6 +210,8 @@ RULES = (
         uses=(
             "data_wait_ms_p50",
             *_DATALOADER_SETTINGS,
+            "dataloader_multiprocess",
+            "step_timing_source",
             "cpu_util_mean_frac",
             "device_is_cuda",
         ),
@@ -194,7 +223,8 @@ RULES = (
             "loadtune heuristic.py"
         ),
         description=(
-            "Share of timed step time spent inside DataLoader __next__, with the DataLoader "
+            "Share of timed step time spent inside DataLoader __next__ (from a trace alone: "
+            "the DataLoader spans inside the ProfilerStep spans), with the DataLoader "
             "settings and the user's Dataset/collate lines where the loading time goes. With a "
             "saturated CPU it advises cheaper data code instead of more workers."
         ),

@@ -1,0 +1,324 @@
+"""A RunRecord built from profiler traces alone (`perfdoctor diagnose`), with no perfdoctor run.
+
+Steps are the trace's `ProfilerStep#N` spans: they become the record's timed steps, so every
+step-timing fact (step_ms_p50, data_wait_frac, ...) comes out of the same code as for a
+perfdoctor run, but from the profiled steps, which carry the profiler's own overhead (the
+report says so). Data wait per step is the DataLoader `__next__` spans inside the step. What
+only a perfdoctor run records (the loss, NVML samples, the script's settings observed at run
+time, forward/backward phases) stays unknown, and the rules that need it are skipped.
+
+Several ranks of one run: the lowest rank is the record itself, the others are `ranks`
+(RankRecord, as `--nproc-per-node` runs have them), and `rank_summaries` holds the per-rank
+figures the report's per-rank table shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.analyze import intervals
+from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
+from perfdoctor.analyze.memory import load_memory
+from perfdoctor.analyze.record import RankRecord, RunRecord
+from perfdoctor.analyze.trace import TraceSummary, summarize_trace
+from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
+from perfdoctor.analyze.trace_index import Steps, find_steps, rows_named, union_by_thread
+from perfdoctor.analyze.trace_inputs import RankInput, RunInput
+from perfdoctor.errors import CorruptArtifact
+from perfdoctor.model import DeviceInfo, RankSummary, StepRecord
+
+log = logging.getLogger(__name__)
+
+MULTI_PROCESS_ITER = "_MultiProcessingDataLoaderIter"
+SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"
+# deviceProperties of AMD GPUs carry computeMajor/Minor of the gfx architecture (gfx90a ->
+# 9.0), which is no CUDA compute capability: a MI250 is not a Hopper.
+_AMD_NAMES = ("amd", "radeon", "instinct", "gfx")
+
+
+@dataclass(frozen=True)
+class TraceRunRecord(RunRecord):
+    """RunRecord of a run seen only through its traces; `source` tells facts.py so."""
+
+    source: str = "trace"
+    run_name: str = ""
+    inputs: tuple[str, ...] = ()
+    device: DeviceInfo | None = None
+    gpu_vendor: str | None = None  # "nvidia" or "amd", from deviceProperties
+    distributed: dict[str, Any] | None = None
+    # "multi" (_MultiProcessingDataLoaderIter: workers > 0), "single" (num_workers=0), None
+    dataloader_iter: str | None = None
+    rank_summaries: tuple[RankSummary, ...] = ()
+
+
+@dataclass(frozen=True)
+class _RankTrace:
+    rank: int | None
+    source: RankInput
+    summary: TraceSummary
+    steps: tuple[StepRecord, ...]
+    distributed: dict[str, Any] | None
+    device: DeviceInfo | None
+    vendor: str | None
+    dataloader_iter: str | None
+    comm_ms_per_step: float | None
+
+
+# --------------------------------------------------------------------------- device
+
+
+def device_from_properties(
+    props: tuple[dict[str, Any], ...], used: int | None, has_gpu_work: bool
+) -> tuple[DeviceInfo | None, str | None]:
+    """The training GPU from `deviceProperties`: the entry of the device the kernels ran on.
+
+    A minimal reader (the parser may grow a fuller one): name, memory, compute capability
+    for NVIDIA only, and the vendor.
+    """
+    if not props:
+        if has_gpu_work:
+            return DeviceInfo(kind="cuda", name="GPU (no deviceProperties in the trace)"), None
+        return None, None
+    chosen = next((p for p in props if p.get("id") == used), props[0])
+    name = str(chosen.get("name") or "GPU")
+    vendor = "amd" if any(word in name.lower() for word in _AMD_NAMES) else "nvidia"
+    if chosen.get("warpSize") == 64:  # wavefronts of 64: an AMD GPU whatever its name says
+        vendor = "amd"
+    major = chosen.get("computeMajor", chosen.get("major"))
+    minor = chosen.get("computeMinor", chosen.get("minor"))
+    capability = None
+    if vendor == "nvidia" and isinstance(major, int):
+        capability = f"{major}.{minor if isinstance(minor, int) else 0}"
+    memory = chosen.get("totalGlobalMem")
+    device = DeviceInfo(
+        kind="cuda",
+        name=name,
+        count=1,
+        total_memory_bytes=memory if isinstance(memory, int) else None,
+        compute_capability=capability,
+    )
+    return device, vendor
+
+
+def _device_used(ev: TraceEvents) -> int | None:
+    devices = ev.gpu.extra.get("device") if len(ev.gpu) else None
+    if devices is None or devices.size == 0:
+        return None
+    values, counts = np.unique(devices[devices >= 0], return_counts=True)
+    return int(values[np.argmax(counts)]) if values.size else None
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _dataloader_iter(ev: TraceEvents) -> str | None:
+    names = [n for n in ev.names if n.startswith(DATALOADER_PREFIXES)]
+    if any(MULTI_PROCESS_ITER in n for n in names):
+        return "multi"
+    if any(SINGLE_PROCESS_ITER in n for n in names):
+        return "single"
+    return None
+
+
+def _data_wait_per_step(ev: TraceEvents, steps: Steps) -> list[float] | None:
+    """Per step, the time inside DataLoader __next__ spans (union over the step's threads).
+
+    None when the trace has no DataLoader span at all: the loop then feeds itself some other
+    way, and how long that takes is unknown, not zero.
+    """
+    is_dl = ev.code_mask(lambda n: n.startswith(DATALOADER_PREFIXES))
+    spans = [(table, rows_named(table, is_dl)) for table in (ev.annotations, ev.cpu_ops)]
+    if all(rows.size == 0 for _, rows in spans):
+        return None
+    by_thread = union_by_thread(spans)
+    out = []
+    for start, end in zip(steps.starts.tolist(), steps.ends.tolist(), strict=True):
+        lo, hi = np.array([start]), np.array([end])
+        total = 0.0
+        for us, ue in by_thread.values():
+            cs, ce = intervals.clip(us, ue, lo, hi)
+            total += intervals.total(cs, ce)
+        out.append(total / 1000.0)
+    return out
+
+
+def steps_from_trace(ev: TraceEvents) -> tuple[StepRecord, ...]:
+    """One StepRecord per ProfilerStep span, as the record's timed steps."""
+    steps = find_steps(ev)
+    if not steps.count:
+        return ()
+    waits = _data_wait_per_step(ev, steps)
+    durations = steps.durations_ms().tolist()
+    return tuple(
+        StepRecord(
+            index=number,
+            phase="timed",
+            wall_ms=float(ms),
+            data_wait_ms=waits[i] if waits is not None else None,
+        )
+        for i, (number, ms) in enumerate(zip(steps.numbers, durations, strict=True))
+    )
+
+
+def _usable(ev: TraceEvents) -> bool:
+    tables = (ev.cpu_ops, ev.annotations, ev.python, ev.gpu, ev.runtime)
+    return any(len(t) for t in tables)
+
+
+# --------------------------------------------------------------------------- ranks
+
+
+def _comm_ms_per_step(summary: TraceSummary, step_p50: float | None) -> float | None:
+    """Communication per step: GPU-side where the trace has collective kernels (their
+    duration includes waiting for the peers), else the host's collective ops.
+
+    GpuSummary fields are read with getattr: the GPU analysis is being reworked, and an
+    exposed-communication share, where it exists, is the better figure.
+    """
+    if step_p50 is None:
+        return None
+    gpu = summary.gpu
+    exposed = getattr(gpu, "comm_exposed_frac", None)
+    if isinstance(exposed, (int, float)):
+        return float(exposed) * step_p50
+    kernel_frac = getattr(gpu, "comm_kernel_frac", None)
+    if isinstance(kernel_frac, (int, float)) and kernel_frac > 0:
+        busy = getattr(gpu, "busy_frac", None)
+        busy = float(busy) if isinstance(busy, (int, float)) else 1.0
+        return float(kernel_frac) * busy * step_p50
+    if summary.comm_frac is not None:
+        return min(1.0, float(summary.comm_frac)) * step_p50
+    return None
+
+
+def _read_rank(source: RankInput) -> _RankTrace:
+    ev = parse_trace(source.trace)
+    if not _usable(ev):
+        raise CorruptArtifact(
+            f"{source.trace} holds no profiler events perfdoctor can read (no cpu_op, "
+            "user_annotation, kernel or runtime events)"
+        )
+    summary = summarize_trace(ev)
+    steps = steps_from_trace(ev)
+    dist = ev.distributed if isinstance(ev.distributed, dict) else None
+    rank = dist.get("rank") if dist else None
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        rank = source.rank_from_name
+    device, vendor = device_from_properties(
+        tuple(ev.device_properties), _device_used(ev), len(ev.gpu) > 0
+    )
+    walls = [s.wall_ms for s in steps]
+    p50 = float(np.median(walls)) if walls else None
+    return _RankTrace(
+        rank=rank,
+        source=source,
+        summary=summary,
+        steps=steps,
+        distributed=dist,
+        device=device,
+        vendor=vendor,
+        dataloader_iter=_dataloader_iter(ev),
+        comm_ms_per_step=_comm_ms_per_step(summary, p50),
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def rank_summary(rt: _RankTrace) -> RankSummary:
+    walls = [s.wall_ms for s in rt.steps]
+    waits = [s.data_wait_ms for s in rt.steps if s.data_wait_ms is not None]
+    p50 = _median(walls)
+    wait_p50 = _median(waits)
+    total = sum(walls)
+    gpu = rt.summary.gpu
+    comm = rt.comm_ms_per_step
+    return RankSummary(
+        rank=rt.rank,
+        worker=rt.source.worker,
+        trace=str(rt.source.trace.absolute()),
+        steps=len(rt.steps),
+        step_ms_p50=p50,
+        data_wait_ms_p50=wait_p50,
+        data_wait_frac=sum(waits) / total if waits and total > 0 else None,
+        gpu_busy_frac=getattr(gpu, "busy_frac", None),
+        comm_frac=comm / p50 if comm is not None and p50 else None,
+        own_ms_p50=max(0.0, p50 - (comm or 0.0)) if p50 is not None else None,
+        windows=rt.source.windows,
+    )
+
+
+def len_gpu_work(rt: _RankTrace) -> bool:
+    return rt.summary.gpu is not None or bool(rt.summary.device_properties)
+
+
+def _order(ranks: list[_RankTrace]) -> list[_RankTrace]:
+    """Known ranks first in rank order, then the rest by worker name."""
+    return sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.source.worker))
+
+
+def load_trace_run(run: RunInput) -> TraceRunRecord:
+    """Parse every rank's trace (and the snapshot) of one run into a TraceRunRecord."""
+    ranks = _order([_read_rank(r) for r in run.ranks])
+    memory = load_memory(run.snapshot) if run.snapshot is not None else None
+    notes: list[str] = []
+    for r in ranks:
+        if r.source.older:
+            notes.append(
+                f"{r.source.worker}: {r.source.windows} profiler windows (trace files); "
+                f"analysed the newest, {r.source.trace.name}"
+            )
+    ranks_known = [r.rank for r in ranks if r.rank is not None]
+    if len(ranks_known) != len(set(ranks_known)):
+        notes.append(
+            "several traces claim the same rank (distributedInfo.rank or the file name): "
+            "ranks are numbered by worker name instead"
+        )
+        by_worker = sorted(ranks, key=lambda r: r.source.worker)
+        ranks = [replace(r, rank=i) for i, r in enumerate(by_worker)]
+    head = ranks[0] if ranks else None
+    others = tuple(
+        RankRecord(
+            rank=r.rank if r.rank is not None else i,
+            dir=r.source.trace.parent,
+            manifest=None,
+            observations={},
+            steps=r.steps,
+        )
+        for i, r in enumerate(ranks[1:], start=1)
+    )
+    device = head.device if head else None
+    if device is None and head is not None and not len_gpu_work(head):
+        device = DeviceInfo(kind="cpu", name="CPU (no GPU work in the trace)")
+    elif device is None and memory is not None:
+        device = DeviceInfo(kind="cuda", name="CUDA device (memory snapshot)")
+    vendors = Counter(r.vendor for r in ranks if r.vendor)
+    iters = {r.dataloader_iter for r in ranks if r.dataloader_iter}
+    directory = run.directory
+    return TraceRunRecord(
+        dir=directory,
+        spec=None,
+        manifest=None,
+        observations={},
+        steps=head.steps if head else (),
+        samples=(),
+        trace=head.summary if head else None,
+        memory=memory,
+        trace_files=tuple(str(r.source.trace.absolute()) for r in ranks),
+        notes=tuple(notes),
+        ranks=others,
+        run_name=run.name,
+        inputs=tuple(str(p.absolute()) for p in run.files),
+        device=device,
+        gpu_vendor=vendors.most_common(1)[0][0] if vendors else None,
+        distributed=head.distributed if head else None,
+        # "multi" wins: one rank loading in-process among worker-fed ranks is the odd one.
+        dataloader_iter="multi" if "multi" in iters else ("single" if iters else None),
+        rank_summaries=tuple(rank_summary(r) for r in ranks) if len(ranks) > 1 else (),
+    )
