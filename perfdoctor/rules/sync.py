@@ -17,9 +17,15 @@ def check_host_syncs(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if syncs is None or sync_ms is None or not step_ms or syncs < t["min_syncs_per_step"]:
         return None
     blocked = min(1.0, sync_ms / step_ms)
-    # A sync costs only where it lets the GPU run dry: cap by the GPU's idle share.
+    # A sync costs only where it lets the GPU run dry: cap by the GPU's idle share, or, when
+    # the trace shows it, by the idle time that followed a sync that drained the queue.
     busy = num(facts, "gpu_busy_frac")
+    drained = num(facts, "gpu_idle_host_sync_frac")
     gain = blocked if busy is None else min(blocked, max(0.0, 1.0 - busy))
+    if drained is not None:
+        gain = min(gain, drained)
+        if drained < t["min_blocked_frac"]:
+            return None  # the CPU waited, but the GPU had work queued: nothing lost
     if blocked < t["min_blocked_frac"]:
         return None
     locs = locations(facts, "host_sync")
@@ -42,7 +48,7 @@ def check_host_syncs(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 unit=" ms",
                 note=f"{pct(blocked)} of step_ms_p50 (min {pct(t['min_blocked_frac'])})",
             ),
-            *seen(facts, "gpu_busy_frac"),
+            *seen(facts, "gpu_idle_host_sync_frac", "gpu_busy_frac"),
         ),
         locations=locs,
         optimizations=("remove-host-syncs",),
@@ -59,7 +65,7 @@ RULES = (
         title="Host synchronizations in the step",
         area="sync",
         needs=("device_is_cuda", "host_syncs_per_step", "host_sync_ms_per_step", "step_ms_p50"),
-        uses=("gpu_busy_frac",),
+        uses=("gpu_busy_frac", "gpu_idle_host_sync_frac"),
         thresholds={"min_syncs_per_step": 1.0, "min_blocked_frac": 0.02},
         source=(
             "nsys analyze cuda_api_sync (any cudaDeviceSynchronize/cudaStreamSynchronize) and "
@@ -68,7 +74,8 @@ RULES = (
         ),
         description=(
             "item/_local_scalar_dense/synchronize calls per step with the user's lines; the "
-            "gain is capped by the GPU idle share because syncs only cost when the GPU drains."
+            "gain is capped by the GPU idle share because syncs only cost when the GPU drains; "
+            "with a trace, by the GPU idle time after syncs (none: no finding)."
         ),
         check=check_host_syncs,
         device="cuda",

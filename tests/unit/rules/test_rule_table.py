@@ -215,6 +215,55 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     ("host-syncs", "gpu", {"host_syncs_per_step": 0.5, "host_sync_ms_per_step": 10.0}, None),
+    # the trace shows the syncs never let the GPU run dry (it had work queued): no finding
+    (
+        "host-syncs",
+        "gpu",
+        {"host_syncs_per_step": 10, "host_sync_ms_per_step": 30.0, "gpu_idle_host_sync_frac": 0.0},
+        None,
+    ),
+    (
+        "host-syncs",
+        "gpu",
+        {
+            "host_syncs_per_step": 4,
+            "host_sync_ms_per_step": 10.0,
+            "gpu_busy_frac": 0.6,
+            "gpu_idle_host_sync_frac": 0.25,
+        },
+        "warning",
+    ),
+    # launch-bound reads the host-busy part of the host wait when the trace splits it
+    (
+        "launch-bound",
+        "gpu",
+        {
+            "gpu_idle_host_wait_frac": 0.60,
+            "gpu_idle_host_busy_frac": 0.05,
+            "gpu_idle_host_sync_frac": 0.55,
+            "kernel_us_p50": 8.0,
+        },
+        None,
+    ),
+    (
+        "launch-bound",
+        "gpu",
+        {"gpu_idle_host_wait_frac": 0.60, "gpu_idle_host_busy_frac": 0.40, "kernel_us_p50": 8.0},
+        "critical",
+    ),
+    # communication: exposed NCCL time on the GPU timeline leads on GPU traces
+    (
+        "communication-heavy",
+        "gpu",
+        {"comm_frac": 0.01, "gpu_comm_frac": 0.35, "gpu_comm_exposed_frac": 0.28},
+        "critical",
+    ),
+    (
+        "communication-heavy",
+        "gpu",
+        {"comm_frac": 0.5, "gpu_comm_frac": 0.35, "gpu_comm_exposed_frac": 0.05},
+        None,
+    ),
     # GPU utilization
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.4}, "warning"),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.2}, "critical"),
