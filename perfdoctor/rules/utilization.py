@@ -18,6 +18,7 @@ from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
 from perfdoctor.rules.sync import HOST_SYNCS
 
 GPU_UNDERUTILIZED = "gpu-underutilized"
+GPU_BOUND = "gpu-bound"
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,79 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
     )
 
 
+def _top_kernels_text(facts: Facts, count: int = 3) -> str:
+    trace = facts.settings.get("trace")
+    gpu = trace.get("gpu") if isinstance(trace, dict) else None
+    top = gpu.get("top_kernels") if isinstance(gpu, dict) else None
+    if not isinstance(top, list) or not top:
+        return ""
+    names = []
+    for k in top[:count]:
+        if isinstance(k, dict) and isinstance(k.get("share"), (int, float)):
+            name = " ".join(str(k.get("name", "")).split())
+            name = name if len(name) <= 60 else name[:59] + "…"
+            names.append(f"{name} ({pct(float(k['share']))})")
+    return " The kernels that take the most time: " + "; ".join(names) + "." if names else ""
+
+
+def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    busy = num(facts, "gpu_busy_frac")
+    compute = num(facts, "gpu_compute_frac")
+    if busy is None or busy < t["busy_frac"]:
+        return None
+    tensor_cores = num(facts, "tensor_core_kernel_frac")
+    few_tensor_cores = tensor_cores is not None and tensor_cores < t["low_tensor_core_frac"]
+    precision = (
+        f" Only {pct(tensor_cores)} of the kernel time runs on tensor cores: bf16 autocast "
+        "(or TF32 for fp32 matmuls) moves GEMMs and convolutions onto them."
+        if few_tensor_cores
+        else ""
+    )
+    return Finding(
+        rule_id=GPU_BOUND,
+        # With few tensor cores in use there is a concrete fix, so it is worth a warning.
+        severity="warning" if few_tensor_cores else "info",
+        title=f"The GPU is busy {pct(busy)} of the time: the kernels themselves set the pace",
+        explanation=(
+            f"GPU ops run {pct(busy)} of the GPU window"
+            + (f" ({pct(compute)} in compute kernels)" if compute is not None else "")
+            + ", so the host, the input pipeline and launches are not what holds this step "
+            "back: faster kernels are. torch.compile fuses element-wise and normalization "
+            "chains into fewer kernels, and less precise math is faster math."
+            + precision
+            + _top_kernels_text(facts)
+        ),
+        evidence=(
+            ev("gpu_busy_frac", busy, t["busy_frac"], ">="),
+            *seen(facts, "gpu_compute_frac", "gpu_comm_exposed_frac", "tensor_core_kernel_frac"),
+        ),
+        optimizations=("amp-bf16", "tf32", "compile") if few_tensor_cores else ("compile",),
+        gain=GainEstimate(method="not estimated: depends on which kernels get faster"),
+    )
+
+
 RULES = (
+    Rule(
+        id=GPU_BOUND,
+        title="GPU-bound: the GPU is busy nearly all the time",
+        area="utilization",
+        needs=("device_is_cuda", "gpu_busy_frac"),
+        uses=("gpu_compute_frac", "gpu_comm_exposed_frac", "tensor_core_kernel_frac"),
+        thresholds={"busy_frac": 0.85, "low_tensor_core_frac": 0.3},
+        source=(
+            "85% busy: the complement of HTA's idle share at which its docs stop looking at "
+            "idle time and point at kernel optimisation (choice here); the top kernels are "
+            "HTA's get_gpu_kernel_breakdown and tb_plugin's Kernel view; 30% tensor-core time: "
+            "choice here, below which AMP/TF32 are worth trying"
+        ),
+        description=(
+            "When idle time is not the problem, says so, names the kernels that take the time "
+            "and whether they use tensor cores."
+        ),
+        check=check_gpu_bound,
+        device="cuda",
+        optimizations=("amp-bf16", "tf32", "compile"),
+    ),
     Rule(
         id=GPU_UNDERUTILIZED,
         title="GPU under-utilized, with its biggest cause",

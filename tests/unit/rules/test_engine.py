@@ -137,6 +137,7 @@ def test_ranking_puts_critical_first_then_larger_gain() -> None:
         zero_grad_set_to_none=False,  # info
         optimizer_impl="single-tensor",
         optimizer_frac=0.2,  # warning, gain 0.10
+        gpu_busy_frac=0.8,  # neither under-utilized nor GPU-bound
     )
     order = [f.rule_id for f in evaluate(facts).findings]
     assert order == [

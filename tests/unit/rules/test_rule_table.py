@@ -265,6 +265,9 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     # GPU utilization
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.1}, "warning"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.6}, "info"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.84}, None),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.4}, "warning"),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.2}, "critical"),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.5}, None),
