@@ -12,11 +12,12 @@ iteration, count distinct input shapes and watch for graphs that never reach bac
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import types
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,91 @@ def first_tensor_shape(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
             if isinstance(value, tensor_cls):
                 return tuple(value.shape)
     return None
+
+
+# The per-module hook dicts a forward pre-hook and a forward hook are registered in.
+_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
+
+
+class PrivateHooks(OrderedDict):  # type: ignore[type-arg]
+    """A module's hook dict whose perfdoctor entries stay out of copies and pickles.
+
+    Our hooks are bound to objects that hold the torch module, the step tracker and the
+    script's frames: they can neither pickle nor deep-copy. `torch.save(model, path)` and
+    `copy.deepcopy(model)` (EMA code) must work as without perfdoctor, and the copy must not
+    be timed as a root, so both see a plain OrderedDict holding only the user's own hooks.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.private_ids: set[int] = set()
+
+    def public(self) -> OrderedDict:  # type: ignore[type-arg]
+        return OrderedDict((k, v) for k, v in self.items() if k not in self.private_ids)
+
+    def __reduce__(self) -> Any:
+        return (OrderedDict, (list(self.public().items()),))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OrderedDict:  # type: ignore[type-arg]
+        return copy.deepcopy(self.public(), memo)
+
+    def __copy__(self) -> OrderedDict:  # type: ignore[type-arg]
+        return self.public()
+
+    def copy(self) -> OrderedDict:  # type: ignore[type-arg,override]
+        return self.public()
+
+
+def _private_hook_dicts(module: Any) -> list[PrivateHooks]:
+    """Swap the module's empty forward hook dicts for PrivateHooks. A dict that already
+    holds the user's hooks stays: their handles keep weak references to it, and a swap
+    would make their remove() miss (our hooks there still copy, see InertWhenCopied)."""
+    found = []
+    for name in _HOOK_DICTS:
+        current = module.__dict__.get(name)
+        if isinstance(current, PrivateHooks):
+            found.append(current)
+        elif isinstance(current, dict) and not current:
+            replacement = PrivateHooks()
+            object.__setattr__(module, name, replacement)
+            found.append(replacement)
+    return found
+
+
+def inert_hook(*_args: Any, **_kwargs: Any) -> None:
+    """What a copied or unpickled perfdoctor hook becomes: nothing."""
+    return None
+
+
+class InertWhenCopied:
+    """A hook that pickles and deep-copies as `inert_hook` (the copy is no root of ours)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __reduce__(self) -> Any:
+        return (_inert, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return inert_hook
+
+    def __copy__(self) -> Any:
+        return inert_hook
+
+
+def _inert() -> Callable[..., None]:
+    return inert_hook
 
 
 class GradUse:
@@ -309,14 +395,23 @@ class RootFinder:
 
     def _hook_root(self, root: Any) -> None:
         try:
-            pre = root.register_forward_pre_hook(self._root_pre, prepend=True, with_kwargs=True)
-        except TypeError:
-            pre = root.register_forward_pre_hook(self._root_pre_args)
+            dicts = _private_hook_dicts(root)
+        except Exception:  # a module that refuses attribute writes: hooks work without it
+            log.debug("could not make the hook dicts private", exc_info=True)
+            dicts = []
         try:
-            post = root.register_forward_hook(self._root_post, always_call=True)
+            pre = root.register_forward_pre_hook(
+                InertWhenCopied(self._root_pre), prepend=True, with_kwargs=True
+            )
         except TypeError:
-            post = root.register_forward_hook(self._root_post)
+            pre = root.register_forward_pre_hook(InertWhenCopied(self._root_pre_args))
+        try:
+            post = root.register_forward_hook(InertWhenCopied(self._root_post), always_call=True)
+        except TypeError:
+            post = root.register_forward_hook(InertWhenCopied(self._root_post))
         self._root_handles.extend([pre, post])
+        for private in dicts:
+            private.private_ids.update((pre.id, post.id))
 
     def _root_pre_args(self, module: Any, args: Any) -> None:
         self._root_pre(module, args, None)

@@ -230,3 +230,17 @@ def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path
     assert [(loc["line"], loc["count"]) for loc in locations["zero_grad"]] == [
         (_line_of(script, "ZERO-GRAD-LINE"), 4)
     ]
+
+
+@pytest.mark.parametrize("own_hook", [False, True])
+def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
+    tmp_path: Path, own_hook: bool
+) -> None:
+    """torch.save(model) and copy.deepcopy(model) (EMA) after the roots are hooked; the
+    copies carry none of perfdoctor's hooks, and the script's own hook handle still works."""
+    run = run_child(tmp_path, "save_and_copy.py", *(["--own-hook"] if own_hook else []))
+    assert run.returncode == 0, run.output
+    assert "step 3 saved and copied" in run.stdout
+    assert run.observations["forwards"]["hooks"] == "per-root"
+    assert len(run.steps) == SMALL_PLAN.total_steps
+    assert all(row["forward_ms"] is not None for row in run.steps)
