@@ -10,7 +10,10 @@ Step signals ("step_detection"), decided while the script runs:
 * ``backward``: no optimizer was ever constructed when the first backward ran, or one exists
   but never stepped while gradients were cleared between backward calls (manual SGD), or
   `BACKWARD_FALLBACK_CALLS` backward calls passed without an optimizer step.
-* ``time``: neither backward nor optimizer, but model forwards: windows of `time_window_s`.
+* ``time``: the last resort, for scripts with no optimizer and no backward but model
+  forwards: windows of `time_window_s`. Never while an optimizer exists: forwards before
+  its first step are an evaluation (nanoGPT's `estimate_loss()` at iteration 0), and the
+  steps to time are the training steps that follow.
 
 When does a step end? A step is *pending* once it saw a step event. It is closed at the start
 of the next iteration, so the profiler's `ProfilerStep#N` span and our step N cover the same
@@ -138,6 +141,7 @@ class StepTracker:
         self._forward_total = 0
         self._backward_total = 0
         self._undecided_backwards = 0
+        self._leaving_time: str | None = None  # why time windows ended, for the next mode
 
     # ------------------------------------------------------------------ events
 
@@ -186,7 +190,11 @@ class StepTracker:
             raise PlanComplete
         self._backward_total += 1
         if self.mode == "time":
-            self._set_mode(None, "a backward pass after time-window steps; re-detecting")
+            self._leaving_time = (
+                f"a backward pass after {self.steps_closed} time-window step(s); the steps "
+                "before it were time windows"
+            )
+            self._set_mode(None, None)
             self._all_sources.clear()
         if self.mode is None and self._optimizers_constructed == 0:
             self._set_mode("backward", None)
@@ -299,7 +307,11 @@ class StepTracker:
         return step.sources >= self._all_sources
 
     def _maybe_choose_time_windows(self, now: float) -> None:
-        if self._backward_total or self._forward_total < self.TIME_MODE_MIN_FORWARDS:
+        if (
+            self._backward_total
+            or self._optimizers_constructed
+            or self._forward_total < self.TIME_MODE_MIN_FORWARDS
+        ):
             return
         first = self._first_event if self._first_event is not None else now
         if now - first >= self.TIME_MODE_MIN_WINDOWS * self._window:
@@ -319,6 +331,9 @@ class StepTracker:
             return
         self.mode = mode
         if mode is not None:
+            if self._leaving_time is not None:
+                note = f"{note}; {self._leaving_time}" if note else self._leaving_time
+                self._leaving_time = None
             self._listener.mode_changed(mode, note)
 
     def _close(self, now: float, closed_by: str) -> None:

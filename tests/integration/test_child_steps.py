@@ -294,3 +294,35 @@ def test_batch_size_comes_from_the_dataloader_else_from_the_root_input() -> None
     opt_step(tracker, clock, "opt")
     tracker.finish()
     assert [s.batch_size for s in listener.closed] == [32, 16]
+
+
+def test_an_evaluation_before_the_first_training_step_keeps_optimizer_steps() -> None:
+    """nanoGPT's estimate_loss() at iteration 0: a second of forwards under no_grad before
+    the first backward. Steps are training steps: no switch to time windows."""
+    tracker, listener, clock = make(plan_total=6, window=0.2)
+    tracker.optimizer_constructed()
+    for _ in range(40):  # 2 s of evaluation, ten time windows long
+        forward(tracker, clock, cost=0.05)
+    with pytest.raises(PlanComplete):
+        for _ in range(10):
+            forward(tracker, clock, cost=0.01)
+            backward(tracker, clock, cost=0.02)
+            opt_step(tracker, clock, "opt", cost=0.01)
+    assert tracker.mode == "optimizer"
+    assert [mode for mode, _ in listener.modes] == ["optimizer"]
+    assert len(listener.closed) == 6
+    # The evaluation lands in the first (warm-up) step; every later step is one iteration.
+    assert [s.forward_calls for s in listener.closed[1:]] == [1] * 5
+    assert all(s.wall_s == pytest.approx(0.04) for s in listener.closed[1:])
+
+
+def test_leaving_time_windows_says_why() -> None:
+    tracker, listener, clock = make(window=0.2)
+    for _ in range(10):
+        forward(tracker, clock, cost=0.1)
+    assert tracker.mode == "time"
+    backward(tracker, clock)
+    tracker.optimizer_constructed()
+    opt_step(tracker, clock, "opt")
+    assert listener.modes[-1][0] == "optimizer"
+    assert listener.modes[-1][1]  # a reason, never None
