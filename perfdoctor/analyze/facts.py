@@ -96,31 +96,51 @@ def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
-    """Growth per step that lasts, and how far it rises above the noise.
+# Growth must show in every one of this many consecutive parts of the timed window.
+GROWTH_SEGMENTS = 3
 
-    The slope is Theil-Sen's (median of pairwise slopes, robust to single jumps) over the
-    later half of the timed steps: allocators and caches grow early and then settle, a leak
-    (tensors kept with their graphs) keeps growing to the end. The second value is the rise
-    of that line over those steps divided by the scatter around it (1.4826 x the median
-    absolute residual, a robust standard deviation). A process whose RSS swings by megabytes
-    from step to step (numpy buffers of a DataLoader, measured +-8 MiB on
-    cnn_slow_dataloader.py) has a Theil-Sen slope of about a MiB per step over ten steps by
-    chance alone; its rise stays within the scatter. CUDA's allocated bytes do not scatter:
-    there the ratio is large (or infinite) for any steady growth.
-    """
-    if len(points) >= 8:
-        points = points[len(points) // 2 :]
-    if len(points) < 3:
-        return None, None
-    xs = np.asarray([x for x, _ in points], dtype=np.float64)
-    ys = np.asarray([y for _, y in points], dtype=np.float64)
+
+def _theil_sen(xs: np.ndarray, ys: np.ndarray) -> float | None:
+    """Median of the pairwise slopes: one jump moves it little, unlike least squares."""
     i, j = np.triu_indices(len(xs), k=1)
     dx = xs[j] - xs[i]
     keep = dx != 0
     if not keep.any():
+        return None
+    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+
+
+def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """Growth per step that persists over the whole timed window, and how far it rises
+    above the noise.
+
+    A leak (tensors kept with their graphs, a growing cache) adds memory at every step, to
+    the end. Three shapes only look like it: one jump (a buffer allocated once, an epoch
+    boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB per step on
+    cnn_slow_dataloader.py), and warm-up that settles. So the timed window is cut into
+    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only when each part has a
+    positive Theil-Sen slope on its own: one jump lifts one part, a swing lifts some and
+    lowers others. Growth that does not persist is 0.
+
+    The slope is Theil-Sen's over the whole window. The second value is the rise of that
+    line over the window divided by the scatter around it (1.4826 x the median absolute
+    residual, a robust standard deviation), so a slope that noise alone could draw stays
+    below the rules' 3. CUDA's allocated bytes do not scatter: there the ratio is large (or
+    1e9) for any steady growth.
+    """
+    if len(points) < 4:
         return None, None
-    slope = float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+    ordered = sorted(points)
+    xs = np.asarray([x for x, _ in ordered], dtype=np.float64)
+    ys = np.asarray([y for _, y in ordered], dtype=np.float64)
+    slope = _theil_sen(xs, ys)
+    if slope is None:
+        return None, None
+    # At least two points per part: a short window is cut in fewer parts.
+    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
+    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
+    if not all(s is not None and s > 0 for s in part_slopes):
+        return 0.0, 0.0
     residuals = ys - slope * xs
     residuals -= np.median(residuals)
     scatter = 1.4826 * float(np.median(np.abs(residuals)))
