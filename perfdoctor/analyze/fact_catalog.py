@@ -52,10 +52,12 @@ FACTS: dict[str, FactDoc] = {
     "micro_batches_per_step": _f("count", "steps", "backward calls per optimizer step"),
     "batch_size": _f("samples", "obs", "samples per micro-batch, when visible"),
     "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
-    "rss_growth_bytes_per_step": _f("bytes", "steps", "slope of process RSS over timed steps"),
+    "rss_growth_bytes_per_step": _f(
+        "bytes", "steps", "RSS slope over timed steps; 0 unless it rises in each third"
+    ),
     "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
     "rss_growth_over_noise": _f(
-        "ratio", "steps", "rise of the RSS slope over the later timed steps / RSS scatter"
+        "ratio", "steps", "rise of the RSS slope over the timed steps / RSS scatter"
     ),
     "cuda_allocated_growth_bytes_per_step": _f(
         "bytes", "steps", "slope of CUDA allocated memory over timed steps"

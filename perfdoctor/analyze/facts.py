@@ -118,9 +118,9 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     the end. Three shapes only look like it: one jump (a buffer allocated once, an epoch
     boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB per step on
     cnn_slow_dataloader.py), and warm-up that settles. So the timed window is cut into
-    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only when each part has a
-    positive Theil-Sen slope on its own: one jump lifts one part, a swing lifts some and
-    lowers others. Growth that does not persist is 0.
+    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only
+    when each part has a positive Theil-Sen slope on its own: one jump lifts one part, a
+    swing lifts some and lowers others. Growth that does not persist is 0.
 
     The slope is Theil-Sen's over the whole window. The second value is the rise of that
     line over the window divided by the scatter around it (1.4826 x the median absolute
