@@ -8,13 +8,12 @@ is always derivable from the directory alone.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfdoctor.analyze.facts import derive_facts, series_for
+from perfdoctor.analyze.facts import breakdown_ms, derive_facts, series_for
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import (
@@ -153,19 +152,8 @@ def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
     per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
     known = [n for n in per_optimizer if isinstance(n, int)]
     optimizer_steps = sum(known) if known else len(record.steps)
-    breakdown: dict[str, float] = {}
-    if timed:
-        for name, attr in (
-            ("data", "data_wait_ms"),
-            ("forward", "forward_ms"),
-            ("backward", "backward_ms"),
-            ("optimizer", "optimizer_ms"),
-        ):
-            values = [getattr(s, attr) for s in timed if getattr(s, attr) is not None]
-            if values:
-                breakdown[name] = statistics.fmean(values)
-        wall = statistics.fmean(s.wall_ms for s in timed)
-        breakdown["other"] = max(0.0, wall - sum(breakdown.values()))
+    # The medians the *_frac facts come from (analyze/facts.py), so table and facts agree.
+    breakdown = breakdown_ms(timed)
     peak = facts.get("peak_allocated_bytes")
     if peak is None and timed:
         rss = [s.rss_bytes for s in record.steps if s.rss_bytes]

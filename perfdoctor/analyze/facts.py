@@ -213,10 +213,36 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
 # --------------------------------------------------------------------------- steps
 
 
-def _frac(steps: Sequence[StepRecord], attr: str) -> float | None:
-    pairs = [(getattr(s, attr), s.wall_ms) for s in steps if getattr(s, attr) is not None]
-    wall = sum(w for _, w in pairs)
-    return sum(v for v, _ in pairs) / wall if pairs and wall > 0 else None
+def _phase_medians(steps: Sequence[StepRecord]) -> dict[str, float]:
+    """Median ms per step of each measured phase (a phase never measured is absent)."""
+    out: dict[str, float] = {}
+    for name, attr in (
+        ("data", "data_wait_ms"),
+        ("forward", "forward_ms"),
+        ("backward", "backward_ms"),
+        ("optimizer", "optimizer_ms"),
+    ):
+        values = _numbers(getattr(s, attr) for s in steps)
+        if values:
+            out[name] = float(np.median(values))
+    return out
+
+
+def _share(phases: Mapping[str, float], name: str, step_ms: float) -> float | None:
+    value = phases.get(name)
+    return value / step_ms if value is not None and step_ms > 0 else None
+
+
+def throughput(steps: Sequence[StepRecord], batch: int | None) -> float | None:
+    """Samples per second at the median step: the median of the samples per step (batch
+    x micro-batches) over the median step time. The one definition of throughput: the
+    baseline's, each variant's (optimize/compare.py) and `perfdoctor compare`'s."""
+    walls = _numbers(s.step_ms for s in steps)
+    if batch is None or not walls:
+        return None
+    p50 = float(np.median(walls))
+    samples = float(np.median([(s.batch_size or batch) * max(1, s.micro_batches) for s in steps]))
+    return samples * 1000.0 / p50 if p50 > 0 else None
 
 
 def _batch_size(record: RunRecord) -> int | None:
@@ -254,11 +280,14 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     )
     waits = _numbers(s.data_wait_ms for s in timed)
     out["data_wait_ms_p50"] = float(np.median(waits)) if waits else None
+    # Shares of the median step, from the per-phase medians (the breakdown): one slow step
+    # (an epoch boundary's first batch, an evaluation) does not make a whole run input-bound.
+    phases = _phase_medians(timed)
     fracs = {
-        "data_wait_frac": _frac(timed, "data_wait_ms"),
-        "forward_frac": _frac(timed, "forward_ms"),
-        "backward_frac": _frac(timed, "backward_ms"),
-        "optimizer_frac": _frac(timed, "optimizer_ms"),
+        "data_wait_frac": _share(phases, "data", p50),
+        "forward_frac": _share(phases, "forward", p50),
+        "backward_frac": _share(phases, "backward", p50),
+        "optimizer_frac": _share(phases, "optimizer", p50),
     }
     out.update(fracs)
     parts = list(fracs.values())
@@ -266,9 +295,7 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     out["micro_batches_per_step"] = float(np.mean([s.micro_batches for s in timed]))
     batch = _batch_size(record)
     out["batch_size"] = batch
-    if batch is not None and walls.sum() > 0:
-        samples = sum((s.batch_size or batch) * s.micro_batches for s in timed)
-        out["throughput_samples_s"] = samples / (walls.sum() / 1000.0)
+    out["throughput_samples_s"] = throughput(timed, batch)
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
     out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = _sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
@@ -665,18 +692,15 @@ def series_for(record: RunRecord) -> dict[str, Any]:
 
 
 def breakdown_ms(steps: Sequence[StepRecord]) -> dict[str, float]:
-    """Mean ms per step in each phase; `other` is what the measured phases leave over."""
-    if not steps:
+    """Median ms per step in each phase; `other` is what they leave of the median step.
+    The same medians give the *_frac facts, so the chart, the table and the facts agree."""
+    walls = _numbers(s.wall_ms for s in steps)
+    if not walls:
         return {}
-    n = len(steps)
-    out = {
-        "data": sum(s.data_wait_ms or 0.0 for s in steps) / n,
-        "forward": sum(s.forward_ms or 0.0 for s in steps) / n,
-        "backward": sum(s.backward_ms or 0.0 for s in steps) / n,
-        "optimizer": sum(s.optimizer_ms or 0.0 for s in steps) / n,
-    }
-    wall = sum(s.wall_ms for s in steps) / n
-    out["other"] = max(0.0, wall - sum(out.values()))
+    out = _phase_medians(steps)
+    for name in ("data", "forward", "backward", "optimizer"):
+        out.setdefault(name, 0.0)
+    out["other"] = max(0.0, float(np.median(walls)) - sum(out.values()))
     return out
 
 
