@@ -234,6 +234,7 @@ class RootFinder:
         self._candidates: dict[int, Any] = {}
         self._discovery_calls: dict[int, int] = {}
         self._has_params: dict[int, bool] = {}
+        self._batch_dims: dict[int, int] = {}
         self._global_handles: list[Any] = []
         self._root_handles: list[Any] = []
         self._depth = 0
@@ -268,13 +269,13 @@ class RootFinder:
         if self._depth == 0 and self._graph_task_id() == -1:
             if self.resolved:
                 if id(module) in self._root_ids:
-                    t0 = self._enter(args, None)
+                    t0 = self._enter(module, args, None)
             elif self._holds_params(module):
                 key = id(module)
                 if key not in self._candidates:
                     self._candidates[key] = module
                 self._discovery_calls[key] = self._discovery_calls.get(key, 0) + 1
-                t0 = self._enter(args, None)
+                t0 = self._enter(module, args, None)
         self._depth += 1
         self._stack.append(t0)
 
@@ -421,7 +422,7 @@ class RootFinder:
             return None
         t0 = None
         if self._depth == 0 and self._graph_task_id() == -1:
-            t0 = self._enter(args, kwargs)
+            t0 = self._enter(module, args, kwargs)
         # else: a root inside a root, or a checkpoint recompute during backward.
         self._depth += 1
         self._stack.append(t0)
@@ -439,13 +440,16 @@ class RootFinder:
 
     # ------------------------------------------------------------------ one root forward
 
-    def _enter(self, args: Any, kwargs: Any) -> float:
+    def _enter(self, module: Any, args: Any, kwargs: Any) -> float:
         """A depth-0 forward of a root (or, before roots are known, of a candidate)."""
         t0 = self._tracker.forward_start()  # may stop the script: before depth moves
         shape = first_tensor_shape(self._torch, args, kwargs)
         if shape:
-            # Without a DataLoader the batch size is the root input's first dimension.
-            self._tracker.input_batch(shape[0])
+            # The batch is what the model received, not what the DataLoader was built with
+            # (a script may slice a big batch, or feed a sequence model time-major).
+            dim = self._batch_dim(module)
+            if len(shape) > dim:
+                self._tracker.input_batch(shape[dim])
         if self.resolved:
             self.root_calls += 1
             if self.track_shapes and shape is not None and len(self.shapes) < MAX_SHAPES:
@@ -461,6 +465,30 @@ class RootFinder:
         if self.resolved and self._torch.is_grad_enabled():
             # Frames above: Module._call_impl and its helpers, then the user's call site.
             self.grad_use.watch(output, sys._getframe(2))
+
+    def _batch_dim(self, module: Any) -> int:
+        """1 for a time-major sequence model (recurrent or attention layers built with
+        batch_first=False take (seq, batch, ...): word_language_model's (35, 20) batch is
+        20 sequences), else 0."""
+        key = id(module)
+        known = self._batch_dims.get(key)
+        if known is None:
+            nn = self._torch.nn
+            kinds = tuple(
+                k
+                for k in (getattr(nn, "RNNBase", None), getattr(nn, "MultiheadAttention", None))
+                if k is not None
+            )
+            flags = []
+            try:
+                for sub in module.modules():
+                    if kinds and isinstance(sub, kinds):
+                        flags.append(bool(getattr(sub, "batch_first", False)))
+            except Exception:
+                log.debug("could not walk the module tree", exc_info=True)
+            known = 1 if flags and not any(flags) else 0
+            self._batch_dims[key] = known
+        return known
 
     def remove_hooks(self) -> None:
         for handle in self._global_handles + self._root_handles:

@@ -80,6 +80,7 @@ class _OpenStep:
     micro_batches: int = 0
     losses: list[Any] = field(default_factory=list)
     batch_size: int | None = None
+    batch_from_model: bool = False  # batch_size came from a root's input
     sources: set[Any] = field(default_factory=set)
     data_driven: bool = False  # a DataLoader batch was fetched before the first step event
 
@@ -162,7 +163,7 @@ class StepTracker:
             return
         step.data_s += self._clock() - t0
         step.data_calls += 1
-        if step.batch_size is None and batch_size is not None:
+        if step.batch_size is None and batch_size is not None and not step.batch_from_model:
             step.batch_size = batch_size
 
     def forward_start(self) -> float:
@@ -172,10 +173,12 @@ class StepTracker:
         return self._clock()
 
     def input_batch(self, size: int) -> None:
-        """A root's input batch size: used when no DataLoader batch gave one this step."""
+        """The batch size the model received in this step's first root forward: it wins
+        over the DataLoader batch's first dimension (a script may slice its batches)."""
         step = self._open
-        if step is not None and step.batch_size is None:
+        if step is not None and not step.batch_from_model:
             step.batch_size = int(size)
+            step.batch_from_model = True
 
     def forward_end(self, t0: float) -> None:
         step = self._open

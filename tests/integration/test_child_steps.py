@@ -278,7 +278,7 @@ def test_nothing_is_timed_before_the_first_event() -> None:
     assert listener.closed[0].wall_s == pytest.approx(0.01)
 
 
-def test_batch_size_comes_from_the_dataloader_else_from_the_root_input() -> None:
+def test_batch_size_is_what_the_root_received_else_the_dataloader_batch() -> None:
     def root_forward(tracker: StepTracker, batch: int) -> None:
         t0 = tracker.forward_start()  # the order of the root pre-hook
         tracker.input_batch(batch)
@@ -287,13 +287,15 @@ def test_batch_size_comes_from_the_dataloader_else_from_the_root_input() -> None
     tracker, listener, clock = make()
     tracker.optimizer_constructed()
     fetch(tracker, clock, batch=32)
-    root_forward(tracker, 8)  # a slice of the batch: the DataLoader's size wins
+    root_forward(tracker, 8)  # a slice of the batch: what the model trained on (issue 13)
     opt_step(tracker, clock, "opt")
     fetch(tracker, clock, batch=None)  # a batch without tensors
     root_forward(tracker, 16)
     opt_step(tracker, clock, "opt")
+    fetch(tracker, clock, batch=24)  # a model whose input has no tensor (a dict of lists)
+    opt_step(tracker, clock, "opt")
     tracker.finish()
-    assert [s.batch_size for s in listener.closed] == [32, 16]
+    assert [s.batch_size for s in listener.closed] == [8, 16, 24]
 
 
 def test_an_evaluation_before_the_first_training_step_keeps_optimizer_steps() -> None:

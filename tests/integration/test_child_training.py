@@ -244,3 +244,15 @@ def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
     assert run.observations["forwards"]["hooks"] == "per-root"
     assert len(run.steps) == SMALL_PLAN.total_steps
     assert all(row["forward_ms"] is not None for row in run.steps)
+
+
+@pytest.mark.parametrize(("flag", "batch"), [("--slice", 10), ("--lstm", 20)])
+def test_the_batch_size_is_what_the_model_received(tmp_path: Path, flag: str, batch: int) -> None:
+    """Not the DataLoader's batch_size (50, sliced by the script), nor a time-major
+    sequence model's first dimension (35 time steps)."""
+    run = run_child(tmp_path, "batch_shapes.py", flag)
+    assert run.returncode == 0, run.output
+    sizes = [row["batch_size"] for row in run.steps]
+    # (A step that a repeated optimizer step opened saw no forward of its own: None.)
+    assert {size for size in sizes if size is not None} == {batch}
+    assert sizes.count(batch) >= len(sizes) // 2
