@@ -95,7 +95,7 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     (
         "cpu-oversubscribed",
         "cpu",
-        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.85},
+        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.85, "cpu_other_busy_cores": 0.0},
         "info",
     ),
     ("cpu-oversubscribed", "cpu", {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.84}, None),
@@ -104,6 +104,27 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         "cpu",
         {"dataloader_num_workers": 1, "torch_num_threads": 1, "cpu_util_mean_frac": 0.95},
         None,
+    ),
+    # The CPU is busy, but other processes keep 1 of its 2 cores busy: busy-machine's finding.
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {
+            "dataloader_num_workers": 2,
+            "cpu_util_mean_frac": 0.95,
+            "cpu_other_busy_cores": 1.0,
+        },
+        None,
+    ),
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {
+            "dataloader_num_workers": 2,
+            "cpu_util_mean_frac": 0.95,
+            "cpu_other_busy_cores": 0.1,
+        },
+        "info",
     ),
     # precision
     (
