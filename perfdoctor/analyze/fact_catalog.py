@@ -133,7 +133,9 @@ FACTS: dict[str, FactDoc] = {
         "ms", "steps", "median backward (host) per step, fastest (holds its all-reduce wait)"
     ),
     "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
-    "input_shape_changes": _f("count", "obs", "distinct root input shapes after warm-up"),
+    "input_shape_changes": _f(
+        "count", "obs", "most distinct training input shapes of one root after warm-up"
+    ),
     # ---- trace: CPU side -----------------------------------------------------------------
     "trace_steps": _f("count", "trace", "ProfilerStep spans in the trace"),
     "trace_step_ms_p50": _f("ms", "trace", "median ProfilerStep span"),

@@ -379,7 +379,10 @@ class Probes:
             "profiler": self._profiler_info(),
             "dist": observe.dist_info(torch),
             "compile": observe.compile_info(),
-            "inputs": {"distinct_shapes_after_warmup": len(self.roots.shapes)},
+            "inputs": {
+                "distinct_shapes_after_warmup": self.roots.distinct_shapes(),
+                "distinct_shapes_per_root": [len(x) for x in self.roots.shapes.values()],
+            },
             "cuda_memory": observe.cuda_memory(torch),
             "memory_history": self.memory.info,
             "nvtx": self.nvtx_info,

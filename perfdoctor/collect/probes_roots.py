@@ -228,7 +228,9 @@ class RootFinder:
         self.roots: list[Any] = []
         self.resolved = False
         self.track_shapes = False
-        self.shapes: set[Any] = set()
+        # Distinct training input shapes per root (id): a GAN's generator and discriminator
+        # each see their own shape, which is no shape change.
+        self.shapes: dict[int, set[Any]] = {}
         self.root_calls = 0
         self.nvtx: Any = None
         self._candidates: dict[int, Any] = {}
@@ -452,8 +454,12 @@ class RootFinder:
                 self._tracker.input_batch(shape[dim])
         if self.resolved:
             self.root_calls += 1
-            if self.track_shapes and shape is not None and len(self.shapes) < MAX_SHAPES:
-                self.shapes.add(shape)
+            # Training forwards only: an evaluation's batch (no_grad, another size) is not a
+            # shape the training loop's compiled graph or cuDNN plans have to handle.
+            if self.track_shapes and shape is not None and self._torch.is_grad_enabled():
+                seen = self.shapes.setdefault(id(module), set())
+                if len(seen) < MAX_SHAPES:
+                    seen.add(shape)
         if self.nvtx is not None:
             self._nvtx_handle = self.nvtx.start("forward")
         return t0
@@ -489,6 +495,10 @@ class RootFinder:
             known = 1 if flags and not any(flags) else 0
             self._batch_dims[key] = known
         return known
+
+    def distinct_shapes(self) -> int:
+        """The most distinct training input shapes any one root saw after warm-up."""
+        return max((len(seen) for seen in self.shapes.values()), default=0)
 
     def remove_hooks(self) -> None:
         for handle in self._global_handles + self._root_handles:

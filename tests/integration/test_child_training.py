@@ -45,6 +45,9 @@ def test_two_optimizers_count_iterations_not_optimizer_calls(tmp_path: Path) -> 
     obs = run.observations
     assert [opt["steps"] for opt in obs["optimizers"]] == [4, 4]
     assert len(obs["roots"]) == 2  # generator and discriminator
+    # Each model sees one shape: noise for G, images for D. Together that is no shape change.
+    assert obs["inputs"]["distinct_shapes_after_warmup"] == 1
+    assert sorted(obs["inputs"]["distinct_shapes_per_root"]) == [1, 1]
 
 
 def test_no_optimizer_falls_back_to_backward_calls(tmp_path: Path) -> None:

@@ -401,6 +401,14 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {"input_shape_changes": 5, "cudnn_benchmark": False, "model_compiled": False},
         None,
     ),
+    # A CPU run: cudnn.benchmark set by the script (DCGAN does) changes nothing there.
+    (
+        "shape-changes",
+        "cpu",
+        {"input_shape_changes": 5, "cudnn_benchmark": True, "model_compiled": False},
+        None,
+    ),
+    ("shape-changes", "cpu", {"input_shape_changes": 5, "model_compiled": True}, "warning"),
 ]
 
 
@@ -464,3 +472,24 @@ def test_rule_is_skipped_when_a_needed_fact_is_missing(rule_id: str, fact: str) 
     assert len(results.skipped) == 1
     assert results.skipped[0].rule_id == rule_id
     assert fact in results.skipped[0].reason
+
+
+def test_recompiles_at_stable_shapes_are_not_blamed_on_shapes() -> None:
+    """An epoch-end validation recompiled the model for eval mode; the training shapes
+    never changed: neither step-jitter nor recompilations may send the user padding
+    batches."""
+    stable = {"input_shape_changes": 1, "recompile_count": 2, "step_jitter_ratio": 2.5}
+    jitter = run_rule("step-jitter", "gpu", stable)
+    assert jitter is not None
+    assert "input shapes change" not in jitter.explanation
+    assert "model.eval()" in jitter.explanation
+    assert "static-shapes" not in jitter.optimizations
+    recompiles = run_rule("recompilations", "gpu", stable)
+    assert recompiles is not None
+    assert "Pad or bucket" not in recompiles.explanation
+    assert "model.eval()" in recompiles.explanation
+    assert recompiles.optimizations == ()
+    # Shapes that do change are still named as the cause.
+    changing = {**stable, "input_shape_changes": 6}
+    assert "input shapes change" in run_rule("step-jitter", "gpu", changing).explanation
+    assert run_rule("recompilations", "gpu", changing).optimizations == ("static-shapes",)
