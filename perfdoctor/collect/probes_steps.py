@@ -6,7 +6,9 @@ imports no torch, so its rules are tested with a fake clock.
 Step signals ("step_detection"), decided while the script runs:
 
 * ``optimizer``: step events are depth-0 optimizer steps and `GradScaler.update` calls (a
-  skipped fp16 step never calls `optimizer.step`, but the scaler updates every iteration).
+  skipped fp16 step never calls `optimizer.step`, but the scaler updates every iteration),
+  and each call of the closure given to `optimizer.step(closure)`: LBFGS evaluates it up to
+  max_iter times in one call, each a forward and backward, so each is a step.
 * ``backward``: no optimizer was ever constructed when the first backward ran, or one exists
   but never stepped while gradients were cleared between backward calls (manual SGD), or
   `BACKWARD_FALLBACK_CALLS` backward calls passed without an optimizer step.
@@ -83,6 +85,7 @@ class _OpenStep:
     batch_from_model: bool = False  # batch_size came from a root's input
     sources: set[Any] = field(default_factory=set)
     data_driven: bool = False  # a DataLoader batch was fetched before the first step event
+    closure_driven: bool = False  # a closure call of optimizer.step(closure) opened it
 
     def close(self, end: float, closed_by: str) -> ClosedStep:
         return ClosedStep(
@@ -143,6 +146,7 @@ class StepTracker:
         self._backward_total = 0
         self._undecided_backwards = 0
         self._leaving_time: str | None = None  # why time windows ended, for the next mode
+        self._closure_calls = 0  # closure evaluations inside the current optimizer.step
 
     # ------------------------------------------------------------------ events
 
@@ -232,10 +236,24 @@ class StepTracker:
 
     def optimizer_end(self, key: Any, t0: float) -> None:
         step = self._open
+        closures, self._closure_calls = self._closure_calls, 0
         if step is None or self.stopped:
             return
-        step.optimizer_s += self._clock() - t0
+        if not closures:
+            # With closure steps the call's time spans them all: no one step owns it.
+            step.optimizer_s += self._clock() - t0
         self._join(step, key)
+
+    def closure_call(self, key: Any) -> None:
+        """One evaluation of the closure passed to `optimizer.step(closure)` (LBFGS runs up
+        to max_iter of them in one call): each is a forward and backward of its own, so
+        each is a step; the repeat rule closes the previous one."""
+        self._closure_calls += 1
+        self._source_event(("closure", key), self._clock())
+        step = self._open
+        if step is not None and not self.stopped:
+            step.closure_driven = True  # closed by the next closure call or step() only
+            self._join(step, ("closure", key))
 
     def scaler_update(self, key: Any) -> None:
         self._source_event(key, self._clock())
@@ -261,7 +279,7 @@ class StepTracker:
             elif self._forward_total:
                 self._set_mode("time", "the script ended before any backward pass")
         # Whole = it would have been closed by the next iteration's first event.
-        keep = self._pending(step, now, "data")
+        keep = self._pending(step, now, "end")
         self._open = None
         if keep:
             self.steps_closed += 1
@@ -305,8 +323,10 @@ class StepTracker:
             return now - step.start >= self._window
         if not step.sources:
             return False
+        if step.closure_driven:
+            return kind == "end"
         if step.data_driven:
-            return kind == "data"
+            return kind in ("data", "end")
         return step.sources >= self._all_sources
 
     def _maybe_choose_time_windows(self, now: float) -> None:

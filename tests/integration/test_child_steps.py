@@ -328,3 +328,20 @@ def test_leaving_time_windows_says_why() -> None:
     opt_step(tracker, clock, "opt")
     assert listener.modes[-1][0] == "optimizer"
     assert listener.modes[-1][1]  # a reason, never None
+
+
+def test_each_closure_call_of_a_closure_optimizer_is_a_step() -> None:
+    tracker, listener, clock = make()
+    tracker.optimizer_constructed()
+    for _call in range(2):  # two optimizer.step(closure) calls, 5 evaluations each
+        t0 = tracker.optimizer_start("lbfgs")
+        for _ in range(5):
+            tracker.closure_call("lbfgs")
+            forward(tracker, clock, cost=0.01)
+            backward(tracker, clock, cost=0.02)
+        tracker.optimizer_end("lbfgs", t0)
+    tracker.finish()
+    assert len(listener.closed) == 10
+    assert all(s.forward_calls == 1 and s.micro_batches == 1 for s in listener.closed)
+    assert all(s.optimizer_s == 0.0 for s in listener.closed)  # the call spans all of them
+    assert all(s.wall_s == pytest.approx(0.03) for s in listener.closed)

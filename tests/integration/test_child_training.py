@@ -259,3 +259,23 @@ def test_the_batch_size_is_what_the_model_received(tmp_path: Path, flag: str, ba
     # (A step that a repeated optimizer step opened saw no forward of its own: None.)
     assert {size for size in sizes if size is not None} == {batch}
     assert sizes.count(batch) >= len(sizes) // 2
+
+
+def test_a_closure_optimizer_times_each_closure_call_and_opens_the_profiler(
+    tmp_path: Path,
+) -> None:
+    """LBFGS with max_iter=20 and one optimizer.step(closure) call: 20 forward/backward
+    evaluations inside one call. Each is a step, so the plan is timed and profiled."""
+    plan = StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=2)
+    run = run_child(tmp_path, "lbfgs.py", plan=plan)
+    assert run.returncode == 0, run.output
+    obs = run.observations
+    assert obs["step_detection"] == "optimizer"
+    assert "closure" in obs["step_detection_note"]
+    assert obs["stopped_by_perfdoctor"] is True
+    timed = [row for row in run.steps if row["phase"] == "timed"]
+    assert len(timed) == 4
+    assert all(row["micro_batches"] == 1 and row["forward_ms"] is not None for row in timed)
+    assert all((row["optimizer_ms"] or 0.0) <= row["wall_ms"] for row in run.steps)
+    assert obs["profiler"]["trace_files"], obs["profiler"]
+    assert len(obs["roots"]) == 1
