@@ -8,6 +8,7 @@ is always derivable from the directory alone.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +30,9 @@ from perfdoctor.model import (
 from perfdoctor.optimize.compare import (
     adjacent_baselines,
     compare_variant,
+    load_run_sample,
+    percentile,
+    pooled_text,
     run_sample_from_record,
     stack_candidates,
 )
@@ -173,6 +177,23 @@ def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
     )
 
 
+def _with_pooled(
+    summary: BaselineSummary, session_dir: Path, session: Session | None
+) -> BaselineSummary:
+    """The baseline's step figures over all its runs: what each variant is compared with."""
+    rels = list(session.baseline_runs) if session is not None else []
+    samples = [load_run_sample(session_dir / rel) for rel in rels if (session_dir / rel).is_dir()]
+    steps = [ms for sample in samples if sample.usable for ms in sample.step_ms]
+    if not steps:
+        return summary
+    return replace(
+        summary,
+        pooled_step_ms_p50=statistics.median(steps),
+        pooled_step_ms_p90=percentile(steps, 90),
+        pooled=pooled_text(samples),
+    )
+
+
 def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -226,7 +247,7 @@ def analyze_session(session_dir: Path) -> Report:
         status=manifest.status if manifest else "completed",
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
-        baseline=_baseline_summary(record, diagnosis.facts),
+        baseline=_with_pooled(_baseline_summary(record, diagnosis.facts), session_dir, session),
         findings=diagnosis.findings,
         skipped_rules=diagnosis.skipped,
         recommendations=diagnosis.recommendations,

@@ -220,6 +220,13 @@ def _pooled(runs: Sequence[RunSample]) -> list[float]:
     return [ms for r in runs if r.usable for ms in r.step_ms]
 
 
+def pooled_text(runs: Sequence[RunSample]) -> str:
+    """How a pooled median was taken: "median of 40 steps over 2 runs"."""
+    usable = [r for r in runs if r.usable]
+    steps = sum(len(r.step_ms) for r in usable)
+    return f"median of {steps} steps over {len(usable)} run" + ("" if len(usable) == 1 else "s")
+
+
 def _peak(runs: Sequence[RunSample], reserved: bool = False) -> int | None:
     values = [
         (r.peak_reserved_bytes if reserved else r.peak_memory_bytes)
@@ -344,9 +351,16 @@ def compare_variant(
     usable = [r for r in variant_runs if r.usable]
     pooled = _pooled(usable)
     applied = next((r.applied for r in variant_runs if r.applied), ())
+    base_pooled = _pooled(baseline_runs)
     common = {
         "label": name,
         "optimizations": ids,
+        "baseline_step_ms_p50": statistics.median(base_pooled) if base_pooled else None,
+        "pooled": (
+            f"{pooled_text(usable)}; baseline {pooled_text(baseline_runs)}"
+            if pooled and base_pooled
+            else ""
+        ),
         "step_ms_p50": statistics.median(pooled) if pooled else None,
         "step_ms_p90": percentile(pooled, 90) if pooled else None,
         "peak_memory_bytes": _peak(variant_runs),

@@ -318,9 +318,10 @@ def _variants(report: Report) -> str:
     return (
         "<section><h2>Variants</h2>"
         + _table(header, rows, numeric=(2, 3, 4, 5, 6))
-        + '<p class="muted">Speedup is baseline median step time / variant median step time, '
-        "± the half-width of the noise band. Loss Δ is the relative drift of the loss "
-        "against the baseline with the same seed.</p>" + _applied_changes(report) + "</section>"
+        + f'<p class="muted">{esc(summary.VARIANTS_NOTE)} Loss Δ is the relative drift of '
+        "the loss against the baseline with the same seed.</p>"
+        + _applied_changes(report)
+        + "</section>"
     )
 
 

@@ -130,8 +130,13 @@ def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
-    if baseline_ms is not None and variant.step_ms_p50 is not None:
-        text += f", step {fmt.ms(baseline_ms)} → {fmt.ms(variant.step_ms_p50)}"
+    # The baseline figure beside the variant's comes from the same pool and statistic: the
+    # baseline runs this variant was paired with, every timed step of each.
+    base = variant.baseline_step_ms_p50 if variant.baseline_step_ms_p50 is not None else baseline_ms
+    if base is not None and variant.step_ms_p50 is not None:
+        text += f", step {fmt.ms(base)} → {fmt.ms(variant.step_ms_p50)}"
+        if variant.pooled:
+            text += f" ({variant.pooled})"
     return f"{text}, {variant.verdict} ({variant.reason})."
 
 
@@ -188,17 +193,20 @@ def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, 
 def variant_rows(report: Report) -> list[VariantRow]:
     """The baseline first (the reference every speedup is relative to), then each variant."""
     base = report.baseline
+    # Variants' figures pool all their runs; so does the baseline row (all baseline runs).
+    p50 = base.pooled_step_ms_p50 if base.pooled_step_ms_p50 is not None else base.step_ms_p50
+    p90 = base.pooled_step_ms_p90 if base.pooled_step_ms_p90 is not None else base.step_ms_p90
     rows = [
         VariantRow(
             label=BASELINE_LABEL,
             applied=fmt.MISSING,
-            step_p50=fmt.ms(base.step_ms_p50),
-            step_p90=fmt.ms(base.step_ms_p90),
-            speedup=fmt.speedup(1.0) if base.step_ms_p50 is not None else fmt.MISSING,
+            step_p50=fmt.ms(p50),
+            step_p90=fmt.ms(p90),
+            speedup=fmt.speedup(1.0) if p50 is not None else fmt.MISSING,
             memory=fmt.nbytes(base.peak_memory_bytes),
             loss_delta=fmt.MISSING,
             verdict="reference",
-            reason="the unmodified script",
+            reason="the unmodified script" + (f"; {base.pooled}" if base.pooled else ""),
         )
     ]
     for v in report.variants:
@@ -217,6 +225,14 @@ def variant_rows(report: Report) -> list[VariantRow]:
             )
         )
     return rows
+
+
+VARIANTS_NOTE = (
+    "Step p50/p90 pool every timed step of every run of a row (the baseline row: all baseline "
+    "runs). Speedup is the median over the A/B rounds of baseline run median / variant run "
+    "median, ± the noise band; the A/B line beside it shows the pooled medians of the runs "
+    "it paired."
+)
 
 
 def applied_changes(report: Report) -> list[tuple[str, str]]:
