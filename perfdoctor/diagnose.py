@@ -31,6 +31,7 @@ from perfdoctor.optimize.compare import (
     adjacent_baselines,
     compare_variant,
     load_run_sample,
+    peak_rss,
     percentile,
     pooled_text,
     run_sample_from_record,
@@ -160,8 +161,7 @@ def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
     breakdown = breakdown_ms(timed)
     peak = facts.get("peak_allocated_bytes")
     if peak is None and timed:
-        rss = [s.rss_bytes for s in record.steps if s.rss_bytes]
-        peak = max(rss) if rss else None
+        peak = peak_rss(record.steps, record.samples)
     micro = facts.get("micro_batches_per_step")
     return BaselineSummary(
         steps_timed=len(timed),

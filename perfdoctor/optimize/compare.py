@@ -515,10 +515,8 @@ def build_run_sample(
     timed = [s.step_ms for s in ordered if s.phase == "timed"]
     cuda_memory = observations.get("cuda_memory") or {}
     cuda_peaks = [s.cuda_max_allocated_bytes for s in ordered if s.cuda_max_allocated_bytes]
-    rss_peaks = [s.rss_bytes for s in ordered if s.rss_bytes]
-    peak = cuda_memory.get("max_allocated_bytes") or (
-        max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
-    )
+    rss_peak = peak_rss(ordered, samples)
+    peak = cuda_memory.get("max_allocated_bytes") or (max(cuda_peaks) if cuda_peaks else rss_peak)
     window, steps_in_window = timed_window(progress)
     sampled = summarize_samples(samples, window, steps_in_window)
     batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in ordered if s.batch_size]
@@ -551,6 +549,24 @@ def build_run_sample(
         other_busy_cores=sampled.other_busy_cores,
         cpu_cores=sampled.cpu_cores,
     )
+
+
+def peak_rss(
+    steps: Sequence[StepRecord], samples: Sequence[Mapping[str, Any]] = ()
+) -> int | None:
+    """The process's RSS peak over the run: the largest of the RSS read at each step end
+    and of the sampler's readings (10 per second, so between steps too). The report's peak
+    and the memory chart's, which draws the sampled line, are then the same figure."""
+    values = [s.rss_bytes for s in steps if s.rss_bytes]
+    values += [
+        int(row["rss_bytes"])
+        for row in samples
+        if isinstance(row, Mapping)
+        and row.get("kind") == "cpu"
+        and isinstance(row.get("rss_bytes"), int)
+        and not isinstance(row.get("rss_bytes"), bool)
+    ]
+    return max(values) if values else None
 
 
 def _read_observations(run_dir: Path) -> dict[str, Any]:

@@ -355,6 +355,39 @@ def _memory_lines(series: Mapping[str, Any]) -> tuple[str, list[_MemoryLine]]:
     return "", []
 
 
+def _reported_peaks(report: Report, source: str) -> dict[str, int]:
+    """The peak each report table states, by label, when the chart draws the same quantity
+    (allocated CUDA memory; process RSS on a CPU run): the chart labels that figure, so the
+    chart and the summary never disagree."""
+    on_cpu = report.device is not None and report.device.kind == "cpu"
+    if source != "allocated device memory" and not (source == "process RSS" and on_cpu):
+        return {}
+    peaks: dict[str, int] = {}
+    if report.baseline.peak_memory_bytes is not None:
+        peaks[BASELINE_LABEL] = report.baseline.peak_memory_bytes
+    for variant in report.variants:
+        if variant.peak_memory_bytes is not None:
+            peaks[variant.label] = variant.peak_memory_bytes
+    return peaks
+
+
+# Peak labels closer than this share of the y axis are moved apart.
+_LABEL_GAP_FRAC = 0.07
+
+
+def _spread_labels(ys: list[float], top: float) -> list[float]:
+    """Label heights, in the order given, at least _LABEL_GAP_FRAC x top apart."""
+    gap = top * _LABEL_GAP_FRAC
+    order = sorted(range(len(ys)), key=ys.__getitem__)
+    placed: dict[int, float] = {}
+    last = None
+    for i in order:
+        y = ys[i] if last is None else max(ys[i], last + gap)
+        placed[i] = y
+        last = y
+    return [placed[i] for i in range(len(ys))]
+
+
 def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     source, lines = _memory_lines(series)
     if not lines:
@@ -364,26 +397,38 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
             None,
             "not measured: no memory history or memory samples were recorded",
         )
+    reported = _reported_peaks(report, source)
+    # Each line's peak: the report's figure where it states one for this quantity.
+    peaks = [max(reported.get(label, peak_y), peak_y) for label, *_, peak_y in lines]
     title = f"Memory over time ({source}), peak marked"
-    top = max(peak_y for *_, peak_y in lines)
+    top = max(peaks)
     unit, scale = ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20)
+    label_ys = _spread_labels([p / scale for p in peaks], top / scale * 1.2)
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
-        for label, xs, ys, peak_x, peak_y in lines:
+        for (label, xs, ys, peak_x, peak_y), peak, label_y in zip(
+            lines, peaks, label_ys, strict=True
+        ):
             color = colors.get(label)
             ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
-            ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
+            if peak == peak_y:
+                ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
+            else:  # reached between the drawn samples (or in another run of the variant)
+                ax.axhline(peak / scale, color=color, lw=0.8, ls=":")
             ax.annotate(
-                f"peak {fmt.nbytes(peak_y)}",
-                (peak_x, peak_y / scale),
+                f"peak {fmt.nbytes(peak)}" + ("" if len(lines) == 1 else f" ({label})"),
+                xy=(1.0, label_y),
+                xycoords=("axes fraction", "data"),
+                xytext=(-4, 3),
                 textcoords="offset points",
-                xytext=(4, 6),
+                ha="right",
                 fontsize=8,
+                color=color,
             )
         ax.set_xlabel("time since the script started (s)")
         ax.set_ylabel(f"{source} ({unit})")
-        ax.set_ylim(bottom=0, top=top / scale * 1.15)
+        ax.set_ylim(bottom=0, top=max(top / scale * 1.15, max(label_ys) * 1.08))
         _legend(ax, len(lines))
 
     return Chart("memory", title, _render(draw))
