@@ -318,7 +318,8 @@ class Report:
     #                    "phase": []}},
     #  "breakdown_ms": {label: {"data": ms, "forward": ms, "backward": ms,
     #                           "optimizer": ms, "other": ms}},
-    #  "samples": {label: {"t": [], "cpu_util": [], "gpu_util": [], "power_w": [],  # util: 0..1
+    #  "samples": {label: {"t": [], "cpu_util": [], "run_cpu_util": [], "gpu_util": [],
+    #                      "power_w": [],  # util: 0..1
     #                      "mem_used_bytes": [], "rss_bytes": []}},
     #  "memory": {label: {"t_s": [], "allocated_bytes": [], "peak_index": int}}}
     series: Mapping[str, Any] = field(default_factory=dict)

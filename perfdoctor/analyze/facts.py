@@ -717,6 +717,11 @@ def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
             cores = row.get("cpu_percent")
             if isinstance(cores, list) and cores:
                 slot["cpu_util"] = float(np.mean(_numbers(cores))) / 100.0
+                # The run's own share (training process and its workers) of all cores: on a
+                # shared machine the machine-wide line says more about the neighbours.
+                own = _numbers([row.get("child_cpu_percent"), row.get("workers_cpu_percent")])
+                if own:
+                    slot["run_cpu_util"] = min(1.0, sum(own) / 100.0 / len(cores))
             if isinstance(row.get("rss_bytes"), int):
                 slot["rss_bytes"] = row["rss_bytes"]
         else:
@@ -727,12 +732,22 @@ def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
             if isinstance(row.get("mem_used_bytes"), (int, float)):
                 slot["mem"].append(int(row["mem_used_bytes"]))
     out: dict[str, list[Any]] = {
-        k: [] for k in ("t", "cpu_util", "gpu_util", "power_w", "mem_used_bytes", "rss_bytes")
+        k: []
+        for k in (
+            "t",
+            "cpu_util",
+            "run_cpu_util",
+            "gpu_util",
+            "power_w",
+            "mem_used_bytes",
+            "rss_bytes",
+        )
     }
     for t in sorted(by_t):
         slot = by_t[t]
         out["t"].append(t)
         out["cpu_util"].append(slot.get("cpu_util"))
+        out["run_cpu_util"].append(slot.get("run_cpu_util"))
         out["gpu_util"].append(float(np.mean(slot["util"])) if slot["util"] else None)
         out["power_w"].append(float(sum(slot["power"])) if slot["power"] else None)
         out["mem_used_bytes"].append(int(sum(slot["mem"])) if slot["mem"] else None)

@@ -278,16 +278,26 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
         for row in samples.values()
     )
     util_key = "gpu_util" if uses_gpu else "cpu_util"
+    machine_lines = []
     for label in _ordered(samples):
         row = samples[label] if isinstance(samples[label], Mapping) else {}
         xs, ys = _pairs(row.get("t"), row.get(util_key))
-        if xs:
+        own_xs, own_ys = _pairs(row.get("t"), row.get("run_cpu_util"))
+        if not uses_gpu and own_xs:
+            # On CPU the run's own processes are the line; the machine's busy share (other
+            # jobs included: a flat 100% on a shared machine) is drawn faintly for context.
+            util_lines.append((label, *downsample(own_xs, [y * 100 for y in own_ys])))
+            if xs:
+                machine_lines.append((label, *downsample(xs, [y * 100 for y in ys])))
+        elif xs:
             # Utilization arrives as a fraction (0..1); people read percent.
             util_lines.append((label, *downsample(xs, [y * 100 for y in ys])))
         xs, ys = _pairs(row.get("t"), row.get("power_w"))
         if xs:
             power_lines.append((label, *downsample(xs, ys)))
     title = "GPU utilization and power over time" if uses_gpu else "CPU utilization over time"
+    if machine_lines:
+        title = "CPU used by this run over time (dotted: the whole machine)"
     if power_lines and not uses_gpu:
         title = "CPU utilization and power over time"
     if not util_lines and not power_lines:
@@ -302,8 +312,23 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
         ax = fig.add_subplot()
         for label, xs, ys in util_lines:
             ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
+        for label, xs, ys in machine_lines:
+            ax.plot(
+                xs,
+                ys,
+                lw=0.8,
+                ls=":",
+                alpha=0.6,
+                color=colors.get(label),
+                label=_legend_label(f"{label}: whole machine"),
+            )
         ax.set_xlabel("time since the script started (s)")
-        ax.set_ylabel("GPU utilization (%)" if uses_gpu else "CPU utilization (% of all cores)")
+        if uses_gpu:
+            ax.set_ylabel("GPU utilization (%)")
+        elif machine_lines:
+            ax.set_ylabel("CPU used by this run (% of all cores)")
+        else:
+            ax.set_ylabel("CPU utilization (% of all cores)")
         ax.set_ylim(0, 105)
         handles, names = ax.get_legend_handles_labels()
         if power_lines:

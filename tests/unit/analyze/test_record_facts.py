@@ -248,3 +248,21 @@ def test_manifest_without_device_falls_back_to_observations_and_trace(run: Path)
     facts = derive_facts(load_run(run))
     assert facts.get("gpu_compute_capability") == pytest.approx(9.0)  # trace deviceProperties
     assert facts.get("device_total_memory_bytes") == 85029158912  # observations
+
+
+def test_sample_series_carry_the_runs_own_cpu_share() -> None:
+    from perfdoctor.analyze.facts import _sample_series
+
+    rows = [
+        {"kind": "cpu", "t": 0.1, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 60.0},
+        {
+            "kind": "cpu",
+            "t": 0.2,
+            "cpu_percent": [100.0, 100.0],
+            "child_cpu_percent": 50.0,
+            "workers_cpu_percent": 70.0,
+        },
+    ]
+    out = _sample_series(rows)
+    assert out["cpu_util"] == [1.0, 1.0]
+    assert out["run_cpu_util"] == pytest.approx([0.3, 0.6])

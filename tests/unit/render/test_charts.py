@@ -96,3 +96,19 @@ def test_close_peak_labels_are_moved_apart():
     near = sorted(ys[i] for i in (0, 1, 3))
     assert near[0] == 400.0
     assert all(b - a >= 500.0 * _LABEL_GAP_FRAC - 1e-9 for a, b in itertools.pairwise(near))
+
+
+def test_cpu_chart_draws_the_runs_own_cpu_not_a_flat_machine_line():
+    """Issue 13: on a shared machine the chart was a flat 100% line (other jobs' CPU)."""
+    report = cpu_report()
+    series = dict(report.series)
+    samples = dict(series["samples"])
+    base = dict(samples["baseline"])
+    base["cpu_util"] = [1.0] * len(base["t"])
+    base["run_cpu_util"] = [0.4] * len(base["t"])
+    samples["baseline"] = base
+    series["samples"] = samples
+    util = build_charts(replace(report, series=series))[2]
+    assert util.title.startswith("CPU used by this run")
+    assert "whole machine" in (util.svg or "")
+    assert "CPU used by this run (% of all cores)" in (util.svg or "")
