@@ -323,4 +323,27 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
     command = tensorboard_command(report)
     if command:
         rows.append(("traces and scalars", command))
+        note = profiler_tab_note(report)
+        if note:
+            rows.append(("PyTorch Profiler tab", note))
     return rows
+
+
+def profiler_tab_note(report: Report) -> str | None:
+    """Why TensorBoard's PyTorch Profiler tab shows DataLoader = 0 when this report measured
+    data wait: torch-tb-profiler (0.4.x, unmaintained) counts DataLoader time only from
+    `cpu_op` events named enumerate(DataLoader)#...__next__, and torch 2 records those spans
+    as `user_annotation`, which the plugin drops. A user cross-checking the two must not see
+    a contradiction without the reason."""
+    traced = report.facts.get("dataloader_trace_ms_per_step")
+    if not isinstance(traced, (int, float)) or isinstance(traced, bool) or traced <= 0:
+        return None
+    wait = report.baseline.data_wait_frac
+    measured = f" ({fmt.percent(wait)} of the step here)" if wait is not None else ""
+    return (
+        "its Overview reads DataLoader 0: torch-tb-profiler counts only cpu_op events named "
+        "enumerate(DataLoader)#..., and this torch records them as user_annotation, which "
+        f"the plugin drops. The spans are in the trace ({fmt.ms(float(traced))} per step; "
+        f"Trace view shows them), and the data wait perfdoctor reports{measured} comes from "
+        "its own DataLoader timing."
+    )

@@ -153,3 +153,14 @@ def test_the_baseline_row_pools_all_baseline_runs_as_the_variant_rows_do():
     assert rows[0].step_p50 == fmt.ms(41.8)  # pooled, not the profiled run's 41.5
     assert rows[0].step_p90 == fmt.ms(45.6)
     assert "median of 40 steps over 2 runs" in rows[0].reason
+
+
+def test_the_profiler_tab_note_explains_dataloader_zero_when_the_trace_has_spans():
+    report = cpu_report()
+    facts = dict(report.facts)
+    facts["dataloader_trace_ms_per_step"] = 25.0
+    rows = dict(artifact_rows(replace(report, facts=facts)))
+    note = rows["PyTorch Profiler tab"]
+    assert "DataLoader 0" in note and "user_annotation" in note and "62.0%" in note
+    facts["dataloader_trace_ms_per_step"] = None
+    assert "PyTorch Profiler tab" not in dict(artifact_rows(replace(report, facts=facts)))
