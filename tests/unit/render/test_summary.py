@@ -6,7 +6,13 @@ import pytest
 
 from perfdoctor.model import AppliedOptimization, Evidence
 from perfdoctor.render import format as fmt
-from perfdoctor.render.summary import artifact_rows, breakdown_rows, headline, variant_rows
+from perfdoctor.render.summary import (
+    artifact_rows,
+    breakdown_rows,
+    headline,
+    step_rows,
+    variant_rows,
+)
 
 from .fixtures import cpu_report, empty_series_report
 
@@ -164,3 +170,9 @@ def test_the_profiler_tab_note_explains_dataloader_zero_when_the_trace_has_spans
     assert "DataLoader 0" in note and "user_annotation" in note and "62.0%" in note
     facts["dataloader_trace_ms_per_step"] = None
     assert "PyTorch Profiler tab" not in dict(artifact_rows(replace(report, facts=facts)))
+
+
+def test_the_step_table_names_the_pooled_baseline_figure_too():
+    rows = dict(step_rows(cpu_report()))
+    assert rows["step time p50"] == fmt.ms(41.5)  # the profiled run
+    assert rows["step time p50, all runs"] == f"{fmt.ms(41.8)} (median of 40 steps over 2 runs)"
