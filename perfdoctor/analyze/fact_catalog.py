@@ -44,14 +44,18 @@ FACTS: dict[str, FactDoc] = {
     "step_ms_mean": _f("ms", "steps", "mean wall time of a timed step"),
     "step_jitter_ratio": _f("ratio", "steps", "p90 / p50 of timed step time"),
     "data_wait_ms_p50": _f("ms", "steps", "median time per step inside DataLoader __next__"),
-    "data_wait_frac": _f("frac", "steps", "share of timed step time spent waiting for data"),
-    "forward_frac": _f("frac", "steps", "share of step time in root-module forward (host)"),
-    "backward_frac": _f("frac", "steps", "share of step time in backward (host)"),
-    "optimizer_frac": _f("frac", "steps", "share of step time in optimizer.step (host)"),
+    "data_wait_frac": _f(
+        "frac", "steps", "median data wait per step / median step (one slow step is no trend)"
+    ),
+    "forward_frac": _f("frac", "steps", "median root-module forward / median step (host)"),
+    "backward_frac": _f("frac", "steps", "median backward / median step (host)"),
+    "optimizer_frac": _f("frac", "steps", "median optimizer.step / median step (host)"),
     "other_frac": _f("frac", "steps", "share of step time outside data/fwd/bwd/optimizer"),
     "micro_batches_per_step": _f("count", "steps", "backward calls per optimizer step"),
-    "batch_size": _f("samples", "obs", "samples per micro-batch, when visible"),
-    "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
+    "batch_size": _f("samples", "obs", "samples per micro-batch: what the root model received"),
+    "throughput_samples_s": _f(
+        "samples/s", "steps", "median samples per step / median timed step time"
+    ),
     "rss_growth_bytes_per_step": _f(
         "bytes", "steps", "RSS slope over timed steps; 0 unless it rises in each third"
     ),
