@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfdoctor.analyze.facts import breakdown_ms, derive_facts, series_for
+from perfdoctor.analyze.facts import (
+    breakdown_ms,
+    derive_facts,
+    profiler_window_missed,
+    series_for,
+)
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import (
@@ -184,8 +189,8 @@ def _with_pooled(
     rels = list(session.baseline_runs) if session is not None else []
     samples = [load_run_sample(session_dir / rel) for rel in rels if (session_dir / rel).is_dir()]
     steps = [ms for sample in samples if sample.usable for ms in sample.step_ms]
-    if not steps:
-        return summary
+    if sum(1 for sample in samples if sample.usable) < 2:
+        return summary  # one run: the profiled run's figures are the pool
     return replace(
         summary,
         pooled_step_ms_p50=statistics.median(steps),
@@ -226,6 +231,9 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
+    missed = profiler_window_missed(record.observations)
+    if missed:
+        warnings.append(missed)
     if record.ranks_launched > 1 and not _process_group_seen(record.observations):
         warnings.append(
             f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "

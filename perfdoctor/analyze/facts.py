@@ -628,6 +628,28 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
     return out
 
 
+def profiler_window_missed(obs: Mapping[str, Any]) -> str | None:
+    """Why a run that asked for a profiler trace has none, when the script simply ended
+    before the profiled steps (the plan puts them after the warm-up and timed steps)."""
+    profiler, plan = obs.get("profiler"), obs.get("plan")
+    if not isinstance(profiler, Mapping) or not isinstance(plan, Mapping):
+        return None
+    if not profiler.get("requested") or profiler.get("started") or profiler.get("user_profiler"):
+        return None
+    seen, profiled = obs.get("steps_seen"), plan.get("profiled_steps")
+    parts = [plan.get(k) for k in ("warmup_steps", "timed_steps", "profiler_warmup_steps")]
+    if not isinstance(seen, int) or not profiled or not all(isinstance(p, int) for p in parts):
+        return None
+    start = sum(parts)  # type: ignore[arg-type]
+    if seen > start:
+        return None
+    return (
+        f"no profiler trace: the script ended after {seen} steps, before the profiler window "
+        f"(steps {start + 1}-{start + profiled} of the plan); run more iterations, or fewer "
+        "--warmup/--steps"
+    )
+
+
 def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, Any]:
     obs = record.observations
     warnings: list[str] = [str(w) for w in obs.get("warnings") or []]

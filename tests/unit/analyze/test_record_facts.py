@@ -266,3 +266,24 @@ def test_sample_series_carry_the_runs_own_cpu_share() -> None:
     out = _sample_series(rows)
     assert out["cpu_util"] == [1.0, 1.0]
     assert out["run_cpu_util"] == pytest.approx([0.3, 0.6])
+
+
+def test_a_run_that_ended_before_the_profiler_window_says_so() -> None:
+    from perfdoctor.analyze.facts import profiler_window_missed
+
+    plan = {
+        "warmup_steps": 5,
+        "timed_steps": 20,
+        "profiler_warmup_steps": 1,
+        "profiled_steps": 3,
+        "total_steps": 29,
+    }
+    obs = {
+        "plan": plan,
+        "steps_seen": 20,  # LBFGS: 20 closure evaluations, one optimizer.step call
+        "profiler": {"requested": True, "started": False, "user_profiler": False},
+    }
+    note = profiler_window_missed(obs)
+    assert note is not None and "ended after 20 steps" in note and "27-29" in note
+    assert profiler_window_missed({**obs, "steps_seen": 29}) is None
+    assert profiler_window_missed({**obs, "profiler": {"requested": False}}) is None
