@@ -138,8 +138,8 @@ class RunComparison:
     findings_introduced: tuple[Finding, ...]  # found in B, not in A
     findings_kept: tuple[str, ...]  # rule ids found in both
     notes: tuple[str, ...]
-    # Set when A and B ran different scripts or arguments: they are unrelated runs, and the
-    # speedup compares two workloads rather than one change.
+    # Set when A and B ran different scripts: they are unrelated runs, and the speedup
+    # compares two workloads rather than one change.
     unrelated: str | None = None
 
     @property
@@ -516,17 +516,13 @@ def _nonfinite_loss(samples: Sequence[RunSample]) -> str | None:
 
 
 def unrelated_runs(a: RunSide, b: RunSide, why_not: str | None) -> str | None:
-    """Why A and B are not two runs of one workload, when they are not."""
-    if why_not is None or not ("different scripts" in why_not or "arguments" in why_not):
+    """Why A and B are not two runs of one workload, when they ran different scripts.
+    (Different arguments of one script are often the change being judged: --batch-size.)"""
+    if why_not is None or "different scripts" not in why_not:
         return None
-    what = (
-        f"{a.script} vs {b.script}"
-        if "scripts" in why_not
-        else f"{shlex.join(a.argv) or '(none)'} vs {shlex.join(b.argv) or '(none)'}"
-    )
     return (
-        f"{why_not} ({what}): these are unrelated runs, and the speedup compares two "
-        "workloads, not one change"
+        f"{why_not} ({a.script} vs {b.script}): these are unrelated runs, and the speedup "
+        "compares two workloads, not one change"
     )
 
 
