@@ -551,9 +551,7 @@ def build_run_sample(
     )
 
 
-def peak_rss(
-    steps: Sequence[StepRecord], samples: Sequence[Mapping[str, Any]] = ()
-) -> int | None:
+def peak_rss(steps: Sequence[StepRecord], samples: Sequence[Mapping[str, Any]] = ()) -> int | None:
     """The process's RSS peak over the run: the largest of the RSS read at each step end
     and of the sampler's readings (10 per second, so between steps too). The report's peak
     and the memory chart's, which draws the sampled line, are then the same figure."""
