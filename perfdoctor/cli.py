@@ -355,6 +355,7 @@ def compare(
 
 def _compare(run_a: Path, run_b: Path, as_json: bool) -> None:
     from perfdoctor.compare_runs import compare_runs
+    from perfdoctor.errors import NoTrainingSteps
     from perfdoctor.render.compare import render_comparison
 
     result = compare_runs(run_a, run_b)
@@ -366,6 +367,9 @@ def _compare(run_a: Path, run_b: Path, as_json: bool) -> None:
         sys.stdout.write(json.dumps(to_jsonable(result), indent=2) + "\n")
     else:
         render_comparison(result, make_console())
+    if not result.usable:
+        # Nothing was compared: a script or CI reading only the exit code must see it.
+        raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")

@@ -138,6 +138,14 @@ class RunComparison:
     findings_introduced: tuple[Finding, ...]  # found in B, not in A
     findings_kept: tuple[str, ...]  # rule ids found in both
     notes: tuple[str, ...]
+    # Set when A and B ran different scripts: they are unrelated runs, and the speedup
+    # compares two workloads rather than one change.
+    unrelated: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Both sides have timed steps: False means there is nothing to compare."""
+        return self.verdict.verdict != "failed"
 
 
 # --------------------------------------------------------------------------- loading
@@ -451,6 +459,12 @@ def judge(
     if result.verdict == "failed":
         return Judgement(result, False, "B has no usable run", None)
 
+    nonfinite = _nonfinite_loss(b)
+    if nonfinite is not None:
+        # Never accepted, related runs or not: a NaN/inf loss means B no longer trains.
+        rejected = replace(result, verdict="rejected", reason=nonfinite)
+        return Judgement(rejected, comparable, nonfinite, None)
+
     speed = widened_estimate(judged_a, _usable(judged_b))
     speed_fields = {
         "speedup": speed.speedup if speed else None,
@@ -481,10 +495,35 @@ def judge(
         note = f"numerics not judged: {why_not_comparable}{delta}"
         extra = f" ({note})"
     verdict, reason = speed_verdict(speed, extra)
+    if result.low_confidence:
+        # The same busy-machine note compare_variant gives: it must survive the new reason.
+        reason += f"; low confidence: {result.low_confidence}"
     judged = replace(result, verdict=verdict, reason=reason, **speed_fields)
     if comparable:
         return Judgement(judged, guard.checked, note, guard.loss_delta)
     return Judgement(judged, False, note, info_delta)
+
+
+def _nonfinite_loss(samples: Sequence[RunSample]) -> str | None:
+    for sample in _usable(samples):
+        bad = next(
+            (i for i, x in enumerate(sample.losses) if x is not None and not math.isfinite(x)),
+            None,
+        )
+        if bad is not None:
+            return f"B's loss is {sample.losses[bad]} at step {bad}: B no longer trains"
+    return None
+
+
+def unrelated_runs(a: RunSide, b: RunSide, why_not: str | None) -> str | None:
+    """Why A and B are not two runs of one workload, when they ran different scripts.
+    (Different arguments of one script are often the change being judged: --batch-size.)"""
+    if why_not is None or "different scripts" not in why_not:
+        return None
+    return (
+        f"{why_not} ({a.script} vs {b.script}): these are unrelated runs, and the speedup "
+        "compares two workloads, not one change"
+    )
 
 
 def _runs(count: int) -> str:
@@ -542,4 +581,5 @@ def compare_runs(run_a: Path, run_b: Path, *, tolerance: float | None = None) ->
         findings_introduced=introduced,
         findings_kept=kept,
         notes=_notes(a, b, differences),
+        unrelated=unrelated_runs(side_a, side_b, why_not),
     )

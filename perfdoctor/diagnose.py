@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfdoctor.analyze.facts import derive_facts, gpu_timeline, series_for
+from perfdoctor.analyze.facts import (
+    breakdown_ms,
+    derive_facts,
+    gpu_timeline,
+    profiler_window_missed,
+    series_for,
+)
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import (
@@ -30,6 +36,10 @@ from perfdoctor.model import (
 from perfdoctor.optimize.compare import (
     adjacent_baselines,
     compare_variant,
+    load_run_sample,
+    peak_rss,
+    percentile,
+    pooled_text,
     run_sample_from_record,
     stack_candidates,
 )
@@ -153,23 +163,11 @@ def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
     per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
     known = [n for n in per_optimizer if isinstance(n, int)]
     optimizer_steps = sum(known) if known else len(record.steps)
-    breakdown: dict[str, float] = {}
-    if timed:
-        for name, attr in (
-            ("data", "data_wait_ms"),
-            ("forward", "forward_ms"),
-            ("backward", "backward_ms"),
-            ("optimizer", "optimizer_ms"),
-        ):
-            values = [getattr(s, attr) for s in timed if getattr(s, attr) is not None]
-            if values:
-                breakdown[name] = statistics.fmean(values)
-        wall = statistics.fmean(s.wall_ms for s in timed)
-        breakdown["other"] = max(0.0, wall - sum(breakdown.values()))
+    # The medians the *_frac facts come from (analyze/facts.py), so table and facts agree.
+    breakdown = breakdown_ms(timed)
     peak = facts.get("peak_allocated_bytes")
     if peak is None and timed:
-        rss = [s.rss_bytes for s in record.steps if s.rss_bytes]
-        peak = max(rss) if rss else None
+        peak = peak_rss(record.steps, record.samples)
     micro = facts.get("micro_batches_per_step")
     return BaselineSummary(
         steps_timed=len(timed),
@@ -182,6 +180,23 @@ def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
         throughput_samples_s=_float(facts.get("throughput_samples_s")),
         breakdown_ms=breakdown,
         peak_memory_bytes=int(peak) if peak is not None else None,
+    )
+
+
+def _with_pooled(
+    summary: BaselineSummary, session_dir: Path, session: Session | None
+) -> BaselineSummary:
+    """The baseline's step figures over all its runs: what each variant is compared with."""
+    rels = list(session.baseline_runs) if session is not None else []
+    samples = [load_run_sample(session_dir / rel) for rel in rels if (session_dir / rel).is_dir()]
+    steps = [ms for sample in samples if sample.usable for ms in sample.step_ms]
+    if sum(1 for sample in samples if sample.usable) < 2:
+        return summary  # one run: the profiled run's figures are the pool
+    return replace(
+        summary,
+        pooled_step_ms_p50=statistics.median(steps),
+        pooled_step_ms_p90=percentile(steps, 90),
+        pooled=pooled_text(samples),
     )
 
 
@@ -217,6 +232,9 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
+    missed = profiler_window_missed(record.observations)
+    if missed:
+        warnings.append(missed)
     if record.ranks_launched > 1 and not _process_group_seen(record.observations):
         warnings.append(
             f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
@@ -238,7 +256,7 @@ def analyze_session(session_dir: Path) -> Report:
         status=manifest.status if manifest else "completed",
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
-        baseline=_baseline_summary(record, diagnosis.facts),
+        baseline=_with_pooled(_baseline_summary(record, diagnosis.facts), session_dir, session),
         findings=diagnosis.findings,
         skipped_rules=diagnosis.skipped,
         recommendations=diagnosis.recommendations,

@@ -268,6 +268,10 @@ class VariantResult:
     # Set when other processes kept the machine busy during these runs: why the verdict
     # may not hold on a quiet machine.
     low_confidence: str | None = None
+    # The baseline figure shown beside this variant's: the median of the timed steps of the
+    # baseline runs it was paired with, pooled as this variant's own runs are, and how.
+    baseline_step_ms_p50: float | None = None
+    pooled: str = ""  # e.g. "median of 40 steps over 2 runs each side"
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,11 @@ class BaselineSummary:
     throughput_samples_s: float | None = None
     breakdown_ms: Mapping[str, float] = field(default_factory=dict)  # data/forward/...
     peak_memory_bytes: int | None = None
+    # Over every timed step of every baseline run (the A/B repeats included), the pool the
+    # variants' figures come from; the figures above are the profiled (first) run's.
+    pooled_step_ms_p50: float | None = None
+    pooled_step_ms_p90: float | None = None
+    pooled: str = ""  # e.g. "median of 40 steps over 2 runs"
 
 
 @dataclass(frozen=True)
@@ -332,7 +341,8 @@ class Report:
     #                    "phase": []}},
     #  "breakdown_ms": {label: {"data": ms, "forward": ms, "backward": ms,
     #                           "optimizer": ms, "other": ms}},
-    #  "samples": {label: {"t": [], "cpu_util": [], "gpu_util": [], "power_w": [],  # util: 0..1
+    #  "samples": {label: {"t": [], "cpu_util": [], "run_cpu_util": [], "gpu_util": [],
+    #                      "power_w": [],  # util: 0..1
     #                      "mem_used_bytes": [], "rss_bytes": []}},
     #  "memory": {label: {"t_s": [], "allocated_bytes": [], "peak_index": int}}}
     series: Mapping[str, Any] = field(default_factory=dict)

@@ -67,18 +67,24 @@ FACTS: dict[str, FactDoc] = {
     "step_ms_mean": _f("ms", "steps", "mean wall time of a timed step"),
     "step_jitter_ratio": _f("ratio", "steps", "p90 / p50 of timed step time"),
     "data_wait_ms_p50": _f("ms", "steps", "median time per step inside DataLoader __next__"),
-    "data_wait_frac": _f("frac", "steps", "share of timed step time spent waiting for data"),
-    "forward_frac": _f("frac", "steps", "share of step time in root-module forward (host)"),
-    "backward_frac": _f("frac", "steps", "share of step time in backward (host)"),
-    "optimizer_frac": _f("frac", "steps", "share of step time in optimizer.step (host)"),
+    "data_wait_frac": _f(
+        "frac", "steps", "median data wait per step / median step (one slow step is no trend)"
+    ),
+    "forward_frac": _f("frac", "steps", "median root-module forward / median step (host)"),
+    "backward_frac": _f("frac", "steps", "median backward / median step (host)"),
+    "optimizer_frac": _f("frac", "steps", "median optimizer.step / median step (host)"),
     "other_frac": _f("frac", "steps", "share of step time outside data/fwd/bwd/optimizer"),
     "micro_batches_per_step": _f("count", "steps", "backward calls per optimizer step"),
-    "batch_size": _f("samples", "obs", "samples per micro-batch, when visible"),
-    "throughput_samples_s": _f("samples/s", "steps", "samples per second in timed steps"),
-    "rss_growth_bytes_per_step": _f("bytes", "steps", "slope of process RSS over timed steps"),
+    "batch_size": _f("samples", "obs", "samples per micro-batch: what the root model received"),
+    "throughput_samples_s": _f(
+        "samples/s", "steps", "median samples per step / median timed step time"
+    ),
+    "rss_growth_bytes_per_step": _f(
+        "bytes", "steps", "RSS slope over timed steps; 0 unless it rises in each third"
+    ),
     "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
     "rss_growth_over_noise": _f(
-        "ratio", "steps", "rise of the RSS slope over the later timed steps / RSS scatter"
+        "ratio", "steps", "rise of the RSS slope over the timed steps / RSS scatter"
     ),
     "cuda_allocated_growth_bytes_per_step": _f(
         "bytes", "steps", "slope of CUDA allocated memory over timed steps"
@@ -154,7 +160,9 @@ FACTS: dict[str, FactDoc] = {
         "ms", "steps", "median backward (host) per step, fastest (holds its all-reduce wait)"
     ),
     "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
-    "input_shape_changes": _f("count", "obs", "distinct root input shapes after warm-up"),
+    "input_shape_changes": _f(
+        "count", "obs", "most distinct training input shapes of one root after warm-up"
+    ),
     # ---- trace: CPU side -----------------------------------------------------------------
     "trace_steps": _f("count", "trace", "ProfilerStep spans in the trace"),
     "trace_step_ms_p50": _f("ms", "trace", "median ProfilerStep span"),

@@ -105,31 +105,51 @@ def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
-    """Growth per step that lasts, and how far it rises above the noise.
+# Growth must show in every one of this many consecutive parts of the timed window.
+GROWTH_SEGMENTS = 3
 
-    The slope is Theil-Sen's (median of pairwise slopes, robust to single jumps) over the
-    later half of the timed steps: allocators and caches grow early and then settle, a leak
-    (tensors kept with their graphs) keeps growing to the end. The second value is the rise
-    of that line over those steps divided by the scatter around it (1.4826 x the median
-    absolute residual, a robust standard deviation). A process whose RSS swings by megabytes
-    from step to step (numpy buffers of a DataLoader, measured +-8 MiB on
-    cnn_slow_dataloader.py) has a Theil-Sen slope of about a MiB per step over ten steps by
-    chance alone; its rise stays within the scatter. CUDA's allocated bytes do not scatter:
-    there the ratio is large (or infinite) for any steady growth.
-    """
-    if len(points) >= 8:
-        points = points[len(points) // 2 :]
-    if len(points) < 3:
-        return None, None
-    xs = np.asarray([x for x, _ in points], dtype=np.float64)
-    ys = np.asarray([y for _, y in points], dtype=np.float64)
+
+def _theil_sen(xs: np.ndarray, ys: np.ndarray) -> float | None:
+    """Median of the pairwise slopes: one jump moves it little, unlike least squares."""
     i, j = np.triu_indices(len(xs), k=1)
     dx = xs[j] - xs[i]
     keep = dx != 0
     if not keep.any():
+        return None
+    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+
+
+def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """Growth per step that persists over the whole timed window, and how far it rises
+    above the noise.
+
+    A leak (tensors kept with their graphs, a growing cache) adds memory at every step, to
+    the end. Three shapes only look like it: one jump (a buffer allocated once, an epoch
+    boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB per step on
+    cnn_slow_dataloader.py), and warm-up that settles. So the timed window is cut into
+    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only
+    when each part has a positive Theil-Sen slope on its own: one jump lifts one part, a
+    swing lifts some and lowers others. Growth that does not persist is 0.
+
+    The slope is Theil-Sen's over the whole window. The second value is the rise of that
+    line over the window divided by the scatter around it (1.4826 x the median absolute
+    residual, a robust standard deviation), so a slope that noise alone could draw stays
+    below the rules' 3. CUDA's allocated bytes do not scatter: there the ratio is large (or
+    1e9) for any steady growth.
+    """
+    if len(points) < 4:
         return None, None
-    slope = float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+    ordered = sorted(points)
+    xs = np.asarray([x for x, _ in ordered], dtype=np.float64)
+    ys = np.asarray([y for _, y in ordered], dtype=np.float64)
+    slope = _theil_sen(xs, ys)
+    if slope is None:
+        return None, None
+    # At least two points per part: a short window is cut in fewer parts.
+    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
+    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
+    if not all(s is not None and s > 0 for s in part_slopes):
+        return 0.0, 0.0
     residuals = ys - slope * xs
     residuals -= np.median(residuals)
     scatter = 1.4826 * float(np.median(np.abs(residuals)))
@@ -202,10 +222,36 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
 # --------------------------------------------------------------------------- steps
 
 
-def _frac(steps: Sequence[StepRecord], attr: str) -> float | None:
-    pairs = [(getattr(s, attr), s.wall_ms) for s in steps if getattr(s, attr) is not None]
-    wall = sum(w for _, w in pairs)
-    return sum(v for v, _ in pairs) / wall if pairs and wall > 0 else None
+def _phase_medians(steps: Sequence[StepRecord]) -> dict[str, float]:
+    """Median ms per step of each measured phase (a phase never measured is absent)."""
+    out: dict[str, float] = {}
+    for name, attr in (
+        ("data", "data_wait_ms"),
+        ("forward", "forward_ms"),
+        ("backward", "backward_ms"),
+        ("optimizer", "optimizer_ms"),
+    ):
+        values = _numbers(getattr(s, attr) for s in steps)
+        if values:
+            out[name] = float(np.median(values))
+    return out
+
+
+def _share(phases: Mapping[str, float], name: str, step_ms: float) -> float | None:
+    value = phases.get(name)
+    return value / step_ms if value is not None and step_ms > 0 else None
+
+
+def throughput(steps: Sequence[StepRecord], batch: int | None) -> float | None:
+    """Samples per second at the median step: the median of the samples per step (batch
+    x micro-batches) over the median step time. The one definition of throughput: the
+    baseline's, each variant's (optimize/compare.py) and `perfdoctor compare`'s."""
+    walls = _numbers(s.step_ms for s in steps)
+    if batch is None or not walls:
+        return None
+    p50 = float(np.median(walls))
+    samples = float(np.median([(s.batch_size or batch) * max(1, s.micro_batches) for s in steps]))
+    return samples * 1000.0 / p50 if p50 > 0 else None
 
 
 def _batch_size(record: RunRecord) -> int | None:
@@ -243,11 +289,14 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     )
     waits = _numbers(s.data_wait_ms for s in timed)
     out["data_wait_ms_p50"] = float(np.median(waits)) if waits else None
+    # Shares of the median step, from the per-phase medians (the breakdown): one slow step
+    # (an epoch boundary's first batch, an evaluation) does not make a whole run input-bound.
+    phases = _phase_medians(timed)
     fracs = {
-        "data_wait_frac": _frac(timed, "data_wait_ms"),
-        "forward_frac": _frac(timed, "forward_ms"),
-        "backward_frac": _frac(timed, "backward_ms"),
-        "optimizer_frac": _frac(timed, "optimizer_ms"),
+        "data_wait_frac": _share(phases, "data", p50),
+        "forward_frac": _share(phases, "forward", p50),
+        "backward_frac": _share(phases, "backward", p50),
+        "optimizer_frac": _share(phases, "optimizer", p50),
     }
     out.update(fracs)
     parts = list(fracs.values())
@@ -255,9 +304,7 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     out["micro_batches_per_step"] = float(np.mean([s.micro_batches for s in timed]))
     batch = _batch_size(record)
     out["batch_size"] = batch
-    if batch is not None and walls.sum() > 0:
-        samples = sum((s.batch_size or batch) * s.micro_batches for s in timed)
-        out["throughput_samples_s"] = samples / (walls.sum() / 1000.0)
+    out["throughput_samples_s"] = throughput(timed, batch)
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
     out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = _sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
@@ -691,6 +738,28 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
     return out
 
 
+def profiler_window_missed(obs: Mapping[str, Any]) -> str | None:
+    """Why a run that asked for a profiler trace has none, when the script simply ended
+    before the profiled steps (the plan puts them after the warm-up and timed steps)."""
+    profiler, plan = obs.get("profiler"), obs.get("plan")
+    if not isinstance(profiler, Mapping) or not isinstance(plan, Mapping):
+        return None
+    if not profiler.get("requested") or profiler.get("started") or profiler.get("user_profiler"):
+        return None
+    seen, profiled = obs.get("steps_seen"), plan.get("profiled_steps")
+    parts = [plan.get(k) for k in ("warmup_steps", "timed_steps", "profiler_warmup_steps")]
+    if not isinstance(seen, int) or not profiled or not all(isinstance(p, int) for p in parts):
+        return None
+    start = sum(parts)  # type: ignore[arg-type]
+    if seen > start:
+        return None
+    return (
+        f"no profiler trace: the script ended after {seen} steps, before the profiler window "
+        f"(steps {start + 1}-{start + profiled} of the plan); run more iterations, or fewer "
+        "--warmup/--steps"
+    )
+
+
 def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, Any]:
     obs = record.observations
     warnings: list[str] = [str(w) for w in obs.get("warnings") or []]
@@ -793,18 +862,15 @@ def series_for(record: RunRecord) -> dict[str, Any]:
 
 
 def breakdown_ms(steps: Sequence[StepRecord]) -> dict[str, float]:
-    """Mean ms per step in each phase; `other` is what the measured phases leave over."""
-    if not steps:
+    """Median ms per step in each phase; `other` is what they leave of the median step.
+    The same medians give the *_frac facts, so the chart, the table and the facts agree."""
+    walls = _numbers(s.wall_ms for s in steps)
+    if not walls:
         return {}
-    n = len(steps)
-    out = {
-        "data": sum(s.data_wait_ms or 0.0 for s in steps) / n,
-        "forward": sum(s.forward_ms or 0.0 for s in steps) / n,
-        "backward": sum(s.backward_ms or 0.0 for s in steps) / n,
-        "optimizer": sum(s.optimizer_ms or 0.0 for s in steps) / n,
-    }
-    wall = sum(s.wall_ms for s in steps) / n
-    out["other"] = max(0.0, wall - sum(out.values()))
+    out = _phase_medians(steps)
+    for name in ("data", "forward", "backward", "optimizer"):
+        out.setdefault(name, 0.0)
+    out["other"] = max(0.0, float(np.median(walls)) - sum(out.values()))
     return out
 
 
@@ -821,6 +887,11 @@ def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
             cores = row.get("cpu_percent")
             if isinstance(cores, list) and cores:
                 slot["cpu_util"] = float(np.mean(_numbers(cores))) / 100.0
+                # The run's own share (training process and its workers) of all cores: on a
+                # shared machine the machine-wide line says more about the neighbours.
+                own = _numbers([row.get("child_cpu_percent"), row.get("workers_cpu_percent")])
+                if own:
+                    slot["run_cpu_util"] = min(1.0, sum(own) / 100.0 / len(cores))
             if isinstance(row.get("rss_bytes"), int):
                 slot["rss_bytes"] = row["rss_bytes"]
         else:
@@ -831,12 +902,22 @@ def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
             if isinstance(row.get("mem_used_bytes"), (int, float)):
                 slot["mem"].append(int(row["mem_used_bytes"]))
     out: dict[str, list[Any]] = {
-        k: [] for k in ("t", "cpu_util", "gpu_util", "power_w", "mem_used_bytes", "rss_bytes")
+        k: []
+        for k in (
+            "t",
+            "cpu_util",
+            "run_cpu_util",
+            "gpu_util",
+            "power_w",
+            "mem_used_bytes",
+            "rss_bytes",
+        )
     }
     for t in sorted(by_t):
         slot = by_t[t]
         out["t"].append(t)
         out["cpu_util"].append(slot.get("cpu_util"))
+        out["run_cpu_util"].append(slot.get("run_cpu_util"))
         out["gpu_util"].append(float(np.mean(slot["util"])) if slot["util"] else None)
         out["power_w"].append(float(sum(slot["power"])) if slot["power"] else None)
         out["mem_used_bytes"].append(int(sum(slot["mem"])) if slot["mem"] else None)

@@ -120,6 +120,7 @@ class Probes:
         self.stopped_by_perfdoctor = False
         self.step_detection: str | None = None
         self.step_detection_note: str | None = None
+        self._closure_calls = 0
         # what the hooks saw
         self.optimizers: list[Any] = []
         self.optimizer_locations: list[Location | None] = []
@@ -239,6 +240,19 @@ class Probes:
         key = id(opt)
         self.optimizer_steps[key] = self.optimizer_steps.get(key, 0) + 1
         if not self.roots.resolved:
+            self.publish_roots(list(self.optimizers))
+
+    def closure_steps_seen(self, opt: Any) -> None:
+        """A closure call of optimizer.step(closure): say how steps are counted, and pick
+        the roots once the first closure's forward was seen (the optimizer's own post-hook
+        may come only after the whole plan, or never)."""
+        self._closure_calls += 1
+        if self._closure_calls == 1:
+            self.step_detection_note = (
+                f"{type(opt).__name__}.step(closure) evaluates its closure several times per "
+                "call: each closure call (one forward and backward) is counted as a step"
+            )
+        elif not self.roots.resolved:
             self.publish_roots(list(self.optimizers))
 
     def publish_roots(self, optimizers: list[Any]) -> None:
@@ -379,7 +393,10 @@ class Probes:
             "profiler": self._profiler_info(),
             "dist": observe.dist_info(torch),
             "compile": observe.compile_info(),
-            "inputs": {"distinct_shapes_after_warmup": len(self.roots.shapes)},
+            "inputs": {
+                "distinct_shapes_after_warmup": self.roots.distinct_shapes(),
+                "distinct_shapes_per_root": [len(x) for x in self.roots.shapes.values()],
+            },
             "cuda_memory": observe.cuda_memory(torch),
             "memory_history": self.memory.info,
             "nvtx": self.nvtx_info,

@@ -69,17 +69,36 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
     nvtx = probes.nvtx
     nvtx_handle: list[Any] = [None]
 
-    def pre_hook(opt: Any, args: Any, kwargs: Any) -> None:
+    def pre_hook(opt: Any, args: Any, kwargs: Any) -> Any:
         if is_compiling():
             return None
         if stack and any(o is opt for o in stack):
             stack.clear()
-        if not stack:
+        outer = not stack
+        if outer:
             started[0] = tracker.optimizer_start(opt)  # may stop the script
             if nvtx is not None:
                 nvtx_handle[0] = nvtx.start("optimizer")
         stack.append(opt)
-        return None
+        return _closure_steps(opt, args, kwargs) if outer else None
+
+    def _closure_steps(opt: Any, args: Any, kwargs: Any) -> Any:
+        """step(closure): each closure call becomes a step (probes_steps.closure_call).
+        The hook's args start with the optimizer itself: step's own arguments follow."""
+        closure = args[1] if len(args) > 1 else (kwargs or {}).get("closure")
+        if not callable(closure):
+            return None
+
+        @functools.wraps(closure)
+        def counted(*c_args: Any, **c_kwargs: Any) -> Any:
+            if not is_compiling():
+                tracker.closure_call(opt)  # may stop the script
+                probes.closure_steps_seen(opt)
+            return closure(*c_args, **c_kwargs)
+
+        if len(args) > 1:
+            return (args[0], counted, *args[2:]), kwargs
+        return args, {**kwargs, "closure": counted}
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling() or not stack:

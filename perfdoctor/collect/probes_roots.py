@@ -12,11 +12,12 @@ iteration, count distinct input shapes and watch for graphs that never reach bac
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import types
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,91 @@ def first_tensor_shape(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
             if isinstance(value, tensor_cls):
                 return tuple(value.shape)
     return None
+
+
+# The per-module hook dicts a forward pre-hook and a forward hook are registered in.
+_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
+
+
+class PrivateHooks(OrderedDict):  # type: ignore[type-arg]
+    """A module's hook dict whose perfdoctor entries stay out of copies and pickles.
+
+    Our hooks are bound to objects that hold the torch module, the step tracker and the
+    script's frames: they can neither pickle nor deep-copy. `torch.save(model, path)` and
+    `copy.deepcopy(model)` (EMA code) must work as without perfdoctor, and the copy must not
+    be timed as a root, so both see a plain OrderedDict holding only the user's own hooks.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.private_ids: set[int] = set()
+
+    def public(self) -> OrderedDict:  # type: ignore[type-arg]
+        return OrderedDict((k, v) for k, v in self.items() if k not in self.private_ids)
+
+    def __reduce__(self) -> Any:
+        return (OrderedDict, (list(self.public().items()),))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OrderedDict:  # type: ignore[type-arg]
+        return copy.deepcopy(self.public(), memo)
+
+    def __copy__(self) -> OrderedDict:  # type: ignore[type-arg]
+        return self.public()
+
+    def copy(self) -> OrderedDict:  # type: ignore[type-arg,override]
+        return self.public()
+
+
+def _private_hook_dicts(module: Any) -> list[PrivateHooks]:
+    """Swap the module's empty forward hook dicts for PrivateHooks. A dict that already
+    holds the user's hooks stays: their handles keep weak references to it, and a swap
+    would make their remove() miss (our hooks there still copy, see InertWhenCopied)."""
+    found = []
+    for name in _HOOK_DICTS:
+        current = module.__dict__.get(name)
+        if isinstance(current, PrivateHooks):
+            found.append(current)
+        elif isinstance(current, dict) and not current:
+            replacement = PrivateHooks()
+            object.__setattr__(module, name, replacement)
+            found.append(replacement)
+    return found
+
+
+def inert_hook(*_args: Any, **_kwargs: Any) -> None:
+    """What a copied or unpickled perfdoctor hook becomes: nothing."""
+    return None
+
+
+class InertWhenCopied:
+    """A hook that pickles and deep-copies as `inert_hook` (the copy is no root of ours)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __reduce__(self) -> Any:
+        return (_inert, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return inert_hook
+
+    def __copy__(self) -> Any:
+        return inert_hook
+
+
+def _inert() -> Callable[..., None]:
+    return inert_hook
 
 
 class GradUse:
@@ -142,12 +228,15 @@ class RootFinder:
         self.roots: list[Any] = []
         self.resolved = False
         self.track_shapes = False
-        self.shapes: set[Any] = set()
+        # Distinct training input shapes per root (id): a GAN's generator and discriminator
+        # each see their own shape, which is no shape change.
+        self.shapes: dict[int, set[Any]] = {}
         self.root_calls = 0
         self.nvtx: Any = None
         self._candidates: dict[int, Any] = {}
         self._discovery_calls: dict[int, int] = {}
         self._has_params: dict[int, bool] = {}
+        self._batch_dims: dict[int, int] = {}
         self._global_handles: list[Any] = []
         self._root_handles: list[Any] = []
         self._depth = 0
@@ -182,13 +271,13 @@ class RootFinder:
         if self._depth == 0 and self._graph_task_id() == -1:
             if self.resolved:
                 if id(module) in self._root_ids:
-                    t0 = self._enter(args, None)
+                    t0 = self._enter(module, args, None)
             elif self._holds_params(module):
                 key = id(module)
                 if key not in self._candidates:
                     self._candidates[key] = module
                 self._discovery_calls[key] = self._discovery_calls.get(key, 0) + 1
-                t0 = self._enter(args, None)
+                t0 = self._enter(module, args, None)
         self._depth += 1
         self._stack.append(t0)
 
@@ -309,14 +398,23 @@ class RootFinder:
 
     def _hook_root(self, root: Any) -> None:
         try:
-            pre = root.register_forward_pre_hook(self._root_pre, prepend=True, with_kwargs=True)
-        except TypeError:
-            pre = root.register_forward_pre_hook(self._root_pre_args)
+            dicts = _private_hook_dicts(root)
+        except Exception:  # a module that refuses attribute writes: hooks work without it
+            log.debug("could not make the hook dicts private", exc_info=True)
+            dicts = []
         try:
-            post = root.register_forward_hook(self._root_post, always_call=True)
+            pre = root.register_forward_pre_hook(
+                InertWhenCopied(self._root_pre), prepend=True, with_kwargs=True
+            )
         except TypeError:
-            post = root.register_forward_hook(self._root_post)
+            pre = root.register_forward_pre_hook(InertWhenCopied(self._root_pre_args))
+        try:
+            post = root.register_forward_hook(InertWhenCopied(self._root_post), always_call=True)
+        except TypeError:
+            post = root.register_forward_hook(InertWhenCopied(self._root_post))
         self._root_handles.extend([pre, post])
+        for private in dicts:
+            private.private_ids.update((pre.id, post.id))
 
     def _root_pre_args(self, module: Any, args: Any) -> None:
         self._root_pre(module, args, None)
@@ -326,7 +424,7 @@ class RootFinder:
             return None
         t0 = None
         if self._depth == 0 and self._graph_task_id() == -1:
-            t0 = self._enter(args, kwargs)
+            t0 = self._enter(module, args, kwargs)
         # else: a root inside a root, or a checkpoint recompute during backward.
         self._depth += 1
         self._stack.append(t0)
@@ -344,17 +442,24 @@ class RootFinder:
 
     # ------------------------------------------------------------------ one root forward
 
-    def _enter(self, args: Any, kwargs: Any) -> float:
+    def _enter(self, module: Any, args: Any, kwargs: Any) -> float:
         """A depth-0 forward of a root (or, before roots are known, of a candidate)."""
         t0 = self._tracker.forward_start()  # may stop the script: before depth moves
         shape = first_tensor_shape(self._torch, args, kwargs)
         if shape:
-            # Without a DataLoader the batch size is the root input's first dimension.
-            self._tracker.input_batch(shape[0])
+            # The batch is what the model received, not what the DataLoader was built with
+            # (a script may slice a big batch, or feed a sequence model time-major).
+            dim = self._batch_dim(module)
+            if len(shape) > dim:
+                self._tracker.input_batch(shape[dim])
         if self.resolved:
             self.root_calls += 1
-            if self.track_shapes and shape is not None and len(self.shapes) < MAX_SHAPES:
-                self.shapes.add(shape)
+            # Training forwards only: an evaluation's batch (no_grad, another size) is not a
+            # shape the training loop's compiled graph or cuDNN plans have to handle.
+            if self.track_shapes and shape is not None and self._torch.is_grad_enabled():
+                seen = self.shapes.setdefault(id(module), set())
+                if len(seen) < MAX_SHAPES:
+                    seen.add(shape)
         if self.nvtx is not None:
             self._nvtx_handle = self.nvtx.start("forward")
         return t0
@@ -366,6 +471,34 @@ class RootFinder:
         if self.resolved and self._torch.is_grad_enabled():
             # Frames above: Module._call_impl and its helpers, then the user's call site.
             self.grad_use.watch(output, sys._getframe(2))
+
+    def _batch_dim(self, module: Any) -> int:
+        """1 for a time-major sequence model (recurrent or attention layers built with
+        batch_first=False take (seq, batch, ...): word_language_model's (35, 20) batch is
+        20 sequences), else 0."""
+        key = id(module)
+        known = self._batch_dims.get(key)
+        if known is None:
+            nn = self._torch.nn
+            kinds = tuple(
+                k
+                for k in (getattr(nn, "RNNBase", None), getattr(nn, "MultiheadAttention", None))
+                if k is not None
+            )
+            flags = []
+            try:
+                for sub in module.modules():
+                    if kinds and isinstance(sub, kinds):
+                        flags.append(bool(getattr(sub, "batch_first", False)))
+            except Exception:
+                log.debug("could not walk the module tree", exc_info=True)
+            known = 1 if flags and not any(flags) else 0
+            self._batch_dims[key] = known
+        return known
+
+    def distinct_shapes(self) -> int:
+        """The most distinct training input shapes any one root saw after warm-up."""
+        return max((len(seen) for seen in self.shapes.values()), default=0)
 
     def remove_hooks(self) -> None:
         for handle in self._global_handles + self._root_handles:

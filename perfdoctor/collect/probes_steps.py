@@ -6,11 +6,16 @@ imports no torch, so its rules are tested with a fake clock.
 Step signals ("step_detection"), decided while the script runs:
 
 * ``optimizer``: step events are depth-0 optimizer steps and `GradScaler.update` calls (a
-  skipped fp16 step never calls `optimizer.step`, but the scaler updates every iteration).
+  skipped fp16 step never calls `optimizer.step`, but the scaler updates every iteration),
+  and each call of the closure given to `optimizer.step(closure)`: LBFGS evaluates it up to
+  max_iter times in one call, each a forward and backward, so each is a step.
 * ``backward``: no optimizer was ever constructed when the first backward ran, or one exists
   but never stepped while gradients were cleared between backward calls (manual SGD), or
   `BACKWARD_FALLBACK_CALLS` backward calls passed without an optimizer step.
-* ``time``: neither backward nor optimizer, but model forwards: windows of `time_window_s`.
+* ``time``: the last resort, for scripts with no optimizer and no backward but model
+  forwards: windows of `time_window_s`. Never while an optimizer exists: forwards before
+  its first step are an evaluation (nanoGPT's `estimate_loss()` at iteration 0), and the
+  steps to time are the training steps that follow.
 
 When does a step end? A step is *pending* once it saw a step event. It is closed at the start
 of the next iteration, so the profiler's `ProfilerStep#N` span and our step N cover the same
@@ -77,8 +82,10 @@ class _OpenStep:
     micro_batches: int = 0
     losses: list[Any] = field(default_factory=list)
     batch_size: int | None = None
+    batch_from_model: bool = False  # batch_size came from a root's input
     sources: set[Any] = field(default_factory=set)
     data_driven: bool = False  # a DataLoader batch was fetched before the first step event
+    closure_driven: bool = False  # a closure call of optimizer.step(closure) opened it
 
     def close(self, end: float, closed_by: str) -> ClosedStep:
         return ClosedStep(
@@ -138,6 +145,8 @@ class StepTracker:
         self._forward_total = 0
         self._backward_total = 0
         self._undecided_backwards = 0
+        self._leaving_time: str | None = None  # why time windows ended, for the next mode
+        self._closure_calls = 0  # closure evaluations inside the current optimizer.step
 
     # ------------------------------------------------------------------ events
 
@@ -158,7 +167,7 @@ class StepTracker:
             return
         step.data_s += self._clock() - t0
         step.data_calls += 1
-        if step.batch_size is None and batch_size is not None:
+        if step.batch_size is None and batch_size is not None and not step.batch_from_model:
             step.batch_size = batch_size
 
     def forward_start(self) -> float:
@@ -168,10 +177,12 @@ class StepTracker:
         return self._clock()
 
     def input_batch(self, size: int) -> None:
-        """A root's input batch size: used when no DataLoader batch gave one this step."""
+        """The batch size the model received in this step's first root forward: it wins
+        over the DataLoader batch's first dimension (a script may slice its batches)."""
         step = self._open
-        if step is not None and step.batch_size is None:
+        if step is not None and not step.batch_from_model:
             step.batch_size = int(size)
+            step.batch_from_model = True
 
     def forward_end(self, t0: float) -> None:
         step = self._open
@@ -186,7 +197,11 @@ class StepTracker:
             raise PlanComplete
         self._backward_total += 1
         if self.mode == "time":
-            self._set_mode(None, "a backward pass after time-window steps; re-detecting")
+            self._leaving_time = (
+                f"a backward pass after {self.steps_closed} time-window step(s); the steps "
+                "before it were time windows"
+            )
+            self._set_mode(None, None)
             self._all_sources.clear()
         if self.mode is None and self._optimizers_constructed == 0:
             self._set_mode("backward", None)
@@ -221,10 +236,24 @@ class StepTracker:
 
     def optimizer_end(self, key: Any, t0: float) -> None:
         step = self._open
+        closures, self._closure_calls = self._closure_calls, 0
         if step is None or self.stopped:
             return
-        step.optimizer_s += self._clock() - t0
+        if not closures:
+            # With closure steps the call's time spans them all: no one step owns it.
+            step.optimizer_s += self._clock() - t0
         self._join(step, key)
+
+    def closure_call(self, key: Any) -> None:
+        """One evaluation of the closure passed to `optimizer.step(closure)` (LBFGS runs up
+        to max_iter of them in one call): each is a forward and backward of its own, so
+        each is a step; the repeat rule closes the previous one."""
+        self._closure_calls += 1
+        self._source_event(("closure", key), self._clock())
+        step = self._open
+        if step is not None and not self.stopped:
+            step.closure_driven = True  # closed by the next closure call or step() only
+            self._join(step, ("closure", key))
 
     def scaler_update(self, key: Any) -> None:
         self._source_event(key, self._clock())
@@ -250,7 +279,7 @@ class StepTracker:
             elif self._forward_total:
                 self._set_mode("time", "the script ended before any backward pass")
         # Whole = it would have been closed by the next iteration's first event.
-        keep = self._pending(step, now, "data")
+        keep = self._pending(step, now, "end")
         self._open = None
         if keep:
             self.steps_closed += 1
@@ -294,12 +323,18 @@ class StepTracker:
             return now - step.start >= self._window
         if not step.sources:
             return False
+        if step.closure_driven:
+            return kind == "end"
         if step.data_driven:
-            return kind == "data"
+            return kind in ("data", "end")
         return step.sources >= self._all_sources
 
     def _maybe_choose_time_windows(self, now: float) -> None:
-        if self._backward_total or self._forward_total < self.TIME_MODE_MIN_FORWARDS:
+        if (
+            self._backward_total
+            or self._optimizers_constructed
+            or self._forward_total < self.TIME_MODE_MIN_FORWARDS
+        ):
             return
         first = self._first_event if self._first_event is not None else now
         if now - first >= self.TIME_MODE_MIN_WINDOWS * self._window:
@@ -319,6 +354,9 @@ class StepTracker:
             return
         self.mode = mode
         if mode is not None:
+            if self._leaving_time is not None:
+                note = f"{note}; {self._leaving_time}" if note else self._leaving_time
+                self._leaving_time = None
             self._listener.mode_changed(mode, note)
 
     def _close(self, now: float, closed_by: str) -> None:

@@ -220,6 +220,13 @@ def _pooled(runs: Sequence[RunSample]) -> list[float]:
     return [ms for r in runs if r.usable for ms in r.step_ms]
 
 
+def pooled_text(runs: Sequence[RunSample]) -> str:
+    """How a pooled median was taken: "median of 40 steps over 2 runs"."""
+    usable = [r for r in runs if r.usable]
+    steps = sum(len(r.step_ms) for r in usable)
+    return f"median of {steps} steps over {len(usable)} run" + ("" if len(usable) == 1 else "s")
+
+
 def _peak(runs: Sequence[RunSample], reserved: bool = False) -> int | None:
     values = [
         (r.peak_reserved_bytes if reserved else r.peak_memory_bytes)
@@ -344,9 +351,16 @@ def compare_variant(
     usable = [r for r in variant_runs if r.usable]
     pooled = _pooled(usable)
     applied = next((r.applied for r in variant_runs if r.applied), ())
+    base_pooled = _pooled(baseline_runs)
     common = {
         "label": name,
         "optimizations": ids,
+        "baseline_step_ms_p50": statistics.median(base_pooled) if base_pooled else None,
+        "pooled": (
+            f"{pooled_text(usable)}; baseline {pooled_text(baseline_runs)}"
+            if pooled and base_pooled
+            else ""
+        ),
         "step_ms_p50": statistics.median(pooled) if pooled else None,
         "step_ms_p90": percentile(pooled, 90) if pooled else None,
         "peak_memory_bytes": _peak(variant_runs),
@@ -501,10 +515,8 @@ def build_run_sample(
     timed = [s.step_ms for s in ordered if s.phase == "timed"]
     cuda_memory = observations.get("cuda_memory") or {}
     cuda_peaks = [s.cuda_max_allocated_bytes for s in ordered if s.cuda_max_allocated_bytes]
-    rss_peaks = [s.rss_bytes for s in ordered if s.rss_bytes]
-    peak = cuda_memory.get("max_allocated_bytes") or (
-        max(cuda_peaks) if cuda_peaks else (max(rss_peaks) if rss_peaks else None)
-    )
+    rss_peak = peak_rss(ordered, samples)
+    peak = cuda_memory.get("max_allocated_bytes") or (max(cuda_peaks) if cuda_peaks else rss_peak)
     window, steps_in_window = timed_window(progress)
     sampled = summarize_samples(samples, window, steps_in_window)
     batch_sizes = [s.batch_size * max(1, s.micro_batches) for s in ordered if s.batch_size]
@@ -537,6 +549,22 @@ def build_run_sample(
         other_busy_cores=sampled.other_busy_cores,
         cpu_cores=sampled.cpu_cores,
     )
+
+
+def peak_rss(steps: Sequence[StepRecord], samples: Sequence[Mapping[str, Any]] = ()) -> int | None:
+    """The process's RSS peak over the run: the largest of the RSS read at each step end
+    and of the sampler's readings (10 per second, so between steps too). The report's peak
+    and the memory chart's, which draws the sampled line, are then the same figure."""
+    values = [s.rss_bytes for s in steps if s.rss_bytes]
+    values += [
+        int(row["rss_bytes"])
+        for row in samples
+        if isinstance(row, Mapping)
+        and row.get("kind") == "cpu"
+        and isinstance(row.get("rss_bytes"), int)
+        and not isinstance(row.get("rss_bytes"), bool)
+    ]
+    return max(values) if values else None
 
 
 def _read_observations(run_dir: Path) -> dict[str, Any]:

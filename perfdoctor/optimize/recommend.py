@@ -94,6 +94,24 @@ def _gather(findings: Sequence[Finding], facts: Facts) -> dict[str, _Gathered]:
     return gathered
 
 
+def cpu_threads_target(facts: Facts) -> int | None:
+    """The intra-op thread count the cpu-threads applier (collect/appliers/cpu.py) sets:
+    the cores the run may use (its CPU affinity, its share of them per rank), minus the
+    training DataLoader's worker processes. None when the cores were not observed."""
+    cpu = facts.settings.get("cpu") if isinstance(facts.settings, dict) else None
+    affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
+    cores = affinity if isinstance(affinity, int) and affinity > 0 else None
+    if cores is None:
+        logical = num(facts, "cpu_cores_logical")
+        cores = int(logical) if logical else None
+    if cores is None:
+        return None
+    ranks = int(num(facts, "ranks_launched") or 1)
+    usable = max(1, cores // max(1, ranks))
+    workers = int(num(facts, "dataloader_num_workers") or 0)
+    return max(1, usable - workers)
+
+
 def _fact_true(facts: Facts, name: str) -> bool:
     return bool(facts.get(name))
 
@@ -228,6 +246,14 @@ def auto_candidates(
             # refused: raising it stays a change by hand (the finding says by how much).
             log.info("not trying dataloader-workers: the script sets num_workers itself")
             continue
+        if opt_id == "cpu-threads":
+            target = cpu_threads_target(facts)
+            threads = num(facts, "torch_num_threads")
+            if target is not None and threads is not None and int(threads) == target:
+                # The applier would set what the script already runs with: a re-run that
+                # changes nothing measures only noise.
+                log.info("not trying cpu-threads: the script already runs %d threads", target)
+                continue
         if opt_id == "compile-cudagraphs" and wanted is None:
             syncs = facts.get("host_syncs_per_step")
             if isinstance(syncs, (int, float)) and syncs > 0:

@@ -280,16 +280,26 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
         for row in samples.values()
     )
     util_key = "gpu_util" if uses_gpu else "cpu_util"
+    machine_lines = []
     for label in _ordered(samples):
         row = samples[label] if isinstance(samples[label], Mapping) else {}
         xs, ys = _pairs(row.get("t"), row.get(util_key))
-        if xs:
+        own_xs, own_ys = _pairs(row.get("t"), row.get("run_cpu_util"))
+        if not uses_gpu and own_xs:
+            # On CPU the run's own processes are the line; the machine's busy share (other
+            # jobs included: a flat 100% on a shared machine) is drawn faintly for context.
+            util_lines.append((label, *downsample(own_xs, [y * 100 for y in own_ys])))
+            if xs:
+                machine_lines.append((label, *downsample(xs, [y * 100 for y in ys])))
+        elif xs:
             # Utilization arrives as a fraction (0..1); people read percent.
             util_lines.append((label, *downsample(xs, [y * 100 for y in ys])))
         xs, ys = _pairs(row.get("t"), row.get("power_w"))
         if xs:
             power_lines.append((label, *downsample(xs, ys)))
     title = "GPU utilization and power over time" if uses_gpu else "CPU utilization over time"
+    if machine_lines:
+        title = "CPU used by this run over time (dotted: the whole machine)"
     if power_lines and not uses_gpu:
         title = "CPU utilization and power over time"
     if not util_lines and not power_lines:
@@ -304,8 +314,23 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
         ax = fig.add_subplot()
         for label, xs, ys in util_lines:
             ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
+        for label, xs, ys in machine_lines:
+            ax.plot(
+                xs,
+                ys,
+                lw=0.8,
+                ls=":",
+                alpha=0.6,
+                color=colors.get(label),
+                label=_legend_label(f"{label}: whole machine"),
+            )
         ax.set_xlabel("time since the script started (s)")
-        ax.set_ylabel("GPU utilization (%)" if uses_gpu else "CPU utilization (% of all cores)")
+        if uses_gpu:
+            ax.set_ylabel("GPU utilization (%)")
+        elif machine_lines:
+            ax.set_ylabel("CPU used by this run (% of all cores)")
+        else:
+            ax.set_ylabel("CPU utilization (% of all cores)")
         ax.set_ylim(0, 105)
         handles, names = ax.get_legend_handles_labels()
         if power_lines:
@@ -357,6 +382,39 @@ def _memory_lines(series: Mapping[str, Any]) -> tuple[str, list[_MemoryLine]]:
     return "", []
 
 
+def _reported_peaks(report: Report, source: str) -> dict[str, int]:
+    """The peak each report table states, by label, when the chart draws the same quantity
+    (allocated CUDA memory; process RSS on a CPU run): the chart labels that figure, so the
+    chart and the summary never disagree."""
+    on_cpu = report.device is not None and report.device.kind == "cpu"
+    if source != "allocated device memory" and not (source == "process RSS" and on_cpu):
+        return {}
+    peaks: dict[str, int] = {}
+    if report.baseline.peak_memory_bytes is not None:
+        peaks[BASELINE_LABEL] = report.baseline.peak_memory_bytes
+    for variant in report.variants:
+        if variant.peak_memory_bytes is not None:
+            peaks[variant.label] = variant.peak_memory_bytes
+    return peaks
+
+
+# Peak labels closer than this share of the y axis are moved apart.
+_LABEL_GAP_FRAC = 0.07
+
+
+def _spread_labels(ys: list[float], top: float) -> list[float]:
+    """Label heights, in the order given, at least _LABEL_GAP_FRAC x top apart."""
+    gap = top * _LABEL_GAP_FRAC
+    order = sorted(range(len(ys)), key=ys.__getitem__)
+    placed: dict[int, float] = {}
+    last = None
+    for i in order:
+        y = ys[i] if last is None else max(ys[i], last + gap)
+        placed[i] = y
+        last = y
+    return [placed[i] for i in range(len(ys))]
+
+
 def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     source, lines = _memory_lines(series)
     if not lines:
@@ -366,9 +424,13 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
             None,
             "not measured: no memory history or memory samples were recorded",
         )
+    reported = _reported_peaks(report, source)
+    # Each line's peak: the report's figure where it states one for this quantity.
+    peaks = [max(reported.get(label, peak_y), peak_y) for label, *_, peak_y in lines]
     title = f"Memory over time ({source}), peak marked"
-    top = max(peak_y for *_, peak_y in lines)
+    top = max(peaks)
     unit, scale = ("GiB", 2**30) if top >= 2**30 else ("MiB", 2**20)
+    label_ys = _spread_labels([p / scale for p in peaks], top / scale * 1.2)
 
     # A snapshot's history also gives the cache the allocator reserved (dashed): the gap
     # between the lines is memory cached but holding no tensor.
@@ -385,7 +447,9 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
-        for label, xs, ys, peak_x, peak_y in lines:
+        for (label, xs, ys, peak_x, peak_y), peak, label_y in zip(
+            lines, peaks, label_ys, strict=True
+        ):
             color = colors.get(label)
             if label in reserved:
                 rx, ry = reserved[label]
@@ -398,13 +462,19 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
                     label=f"{_legend_label(label)} reserved",
                 )
             ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
-            ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
+            if peak == peak_y:
+                ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
+            else:  # reached between the drawn samples (or in another run of the variant)
+                ax.axhline(peak / scale, color=color, lw=0.8, ls=":")
             ax.annotate(
-                f"peak {fmt.nbytes(peak_y)}",
-                (peak_x, peak_y / scale),
+                f"peak {fmt.nbytes(peak)}" + ("" if len(lines) == 1 else f" ({label})"),
+                xy=(1.0, label_y),
+                xycoords=("axes fraction", "data"),
+                xytext=(-4, 3),
                 textcoords="offset points",
-                xytext=(4, 6),
+                ha="right",
                 fontsize=8,
+                color=color,
             )
         ax.set_xlabel(
             "time since the allocator history began (s)"
@@ -412,7 +482,7 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
             else "time since the script started (s)"
         )
         ax.set_ylabel(f"{'device memory' if reserved else source} ({unit})")
-        ax.set_ylim(bottom=0, top=top / scale * 1.15)
+        ax.set_ylim(bottom=0, top=max(top / scale * 1.15, max(label_ys) * 1.08))
         if reserved:
             ax.legend(loc="lower right", fontsize=8, frameon=False)
         else:

@@ -63,8 +63,15 @@ def _header(result: RunComparison) -> Group:
 def _verdict_panel(result: RunComparison) -> Panel:
     verdict = result.verdict
     line = Text("B against A: ")
-    line.append(verdict.verdict.upper(), style=_VERDICT_STYLE.get(verdict.verdict, ""))
+    # "?": measured while other processes kept the machine busy (the reason says how much).
+    word = verdict.verdict.upper() + ("?" if verdict.low_confidence else "")
+    line.append(word, style=_VERDICT_STYLE.get(verdict.verdict, ""))
     line.append("  " + fmt.one_line(verdict.reason))
+    parts: list[Text] = []
+    unrelated = getattr(result, "unrelated", None)
+    if unrelated:
+        parts.append(Text("WARNING: " + fmt.one_line(unrelated), style="bold yellow"))
+    parts.append(line)
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(ratio=1)
@@ -74,7 +81,7 @@ def _verdict_panel(result: RunComparison) -> Panel:
     if result.numerics_note and result.numerics_note not in verdict.reason:
         loss.append(" — " + fmt.one_line(result.numerics_note))
     grid.add_row("Loss", loss)
-    return Panel(Group(line, grid), title="Verdict", title_align="left", box=box.ROUNDED)
+    return Panel(Group(*parts, grid), title="Verdict", title_align="left", box=box.ROUNDED)
 
 
 def _relative(a: float | int | None, b: float | int | None) -> str:

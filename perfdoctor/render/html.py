@@ -71,8 +71,9 @@ section, .card {
 .grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 18px; }
 table { border-collapse: collapse; width: 100%; font-size: 0.92rem; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
-  vertical-align: top; overflow-wrap: anywhere; }
+  vertical-align: top; overflow-wrap: break-word; }
 th { color: var(--muted); font-weight: 600; }
+.id { white-space: nowrap; }  /* ids such as dataloader-workers read as one word */
 td.num, th.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 .barcol { display: inline-block; width: 160px; }
 .bar { background: var(--bar); height: 10px; border-radius: 3px; min-width: 2px; }
@@ -391,7 +392,7 @@ def _variants(report: Report) -> str:
     header += ["loss Δ", "verdict"]
     rows = [
         [
-            f"<strong>{esc(r.label)}</strong>",
+            f'<strong class="id">{esc(r.label)}</strong>',
             esc(r.applied),
             esc(r.step_p50),
             esc(r.step_p90),
@@ -406,9 +407,10 @@ def _variants(report: Report) -> str:
     return (
         "<section><h2>Variants</h2>"
         + _table(header, rows, numeric=(2, 3, 4, 5, 6))
-        + '<p class="muted">Speedup is baseline median step time / variant median step time, '
-        "± the half-width of the noise band. Loss Δ is the relative drift of the loss "
-        "against the baseline with the same seed.</p>" + _applied_changes(report) + "</section>"
+        + f'<p class="muted">{esc(summary.VARIANTS_NOTE)} Loss Δ is the relative drift of '
+        "the loss against the baseline with the same seed.</p>"
+        + _applied_changes(report)
+        + "</section>"
     )
 
 

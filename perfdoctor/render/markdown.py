@@ -296,7 +296,7 @@ def _variants(report: Report) -> list[str]:
         for r in summary.variant_rows(report)
     ]
     lines += _table(header, rows, "llrrrrrll")
-    lines += ["", "Speedup is baseline median step time / variant median, ± the noise band.", ""]
+    lines += ["", summary.VARIANTS_NOTE, ""]
     changes = summary.applied_changes(report)
     if changes:
         lines += ["What the applied optimizations changed:", ""]

@@ -321,8 +321,13 @@ def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
-    if baseline_ms is not None and variant.step_ms_p50 is not None:
-        text += f", step {fmt.ms(baseline_ms)} → {fmt.ms(variant.step_ms_p50)}"
+    # The baseline figure beside the variant's comes from the same pool and statistic: the
+    # baseline runs this variant was paired with, every timed step of each.
+    base = variant.baseline_step_ms_p50 if variant.baseline_step_ms_p50 is not None else baseline_ms
+    if base is not None and variant.step_ms_p50 is not None:
+        text += f", step {fmt.ms(base)} → {fmt.ms(variant.step_ms_p50)}"
+        if variant.pooled:
+            text += f" ({variant.pooled})"
     return f"{text}, {variant.verdict} ({variant.reason})."
 
 
@@ -366,6 +371,12 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("micro-batches per step", fmt.number(micro)),
         ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
     ]
+    if base.pooled_step_ms_p50 is not None and base.pooled:
+        # The figures above are the profiled run's; the variants are compared with this one.
+        rows.insert(
+            2,
+            ("step time p50, all runs", f"{fmt.ms(base.pooled_step_ms_p50)} ({base.pooled})"),
+        )
     return rows
 
 
@@ -409,17 +420,20 @@ def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, 
 def variant_rows(report: Report) -> list[VariantRow]:
     """The baseline first (the reference every speedup is relative to), then each variant."""
     base = report.baseline
+    # Variants' figures pool all their runs; so does the baseline row (all baseline runs).
+    p50 = base.pooled_step_ms_p50 if base.pooled_step_ms_p50 is not None else base.step_ms_p50
+    p90 = base.pooled_step_ms_p90 if base.pooled_step_ms_p90 is not None else base.step_ms_p90
     rows = [
         VariantRow(
             label=BASELINE_LABEL,
             applied=fmt.MISSING,
-            step_p50=fmt.ms(base.step_ms_p50),
-            step_p90=fmt.ms(base.step_ms_p90),
-            speedup=fmt.speedup(1.0) if base.step_ms_p50 is not None else fmt.MISSING,
+            step_p50=fmt.ms(p50),
+            step_p90=fmt.ms(p90),
+            speedup=fmt.speedup(1.0) if p50 is not None else fmt.MISSING,
             memory=fmt.nbytes(base.peak_memory_bytes),
             loss_delta=fmt.MISSING,
             verdict="reference",
-            reason="the unmodified script",
+            reason="the unmodified script" + (f"; {base.pooled}" if base.pooled else ""),
         )
     ]
     for v in report.variants:
@@ -438,6 +452,14 @@ def variant_rows(report: Report) -> list[VariantRow]:
             )
         )
     return rows
+
+
+VARIANTS_NOTE = (
+    "Step p50/p90 pool every timed step of every run of a row (the baseline row: all baseline "
+    "runs). Speedup is the median over the A/B rounds of baseline run median / variant run "
+    "median, ± the noise band; the A/B line beside it shows the pooled medians of the runs "
+    "it paired."
+)
 
 
 def applied_changes(report: Report) -> list[tuple[str, str]]:
@@ -537,4 +559,27 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
     command = tensorboard_command(report)
     if command:
         rows.append(("traces and scalars", command))
+        note = profiler_tab_note(report)
+        if note:
+            rows.append(("PyTorch Profiler tab", note))
     return rows
+
+
+def profiler_tab_note(report: Report) -> str | None:
+    """Why TensorBoard's PyTorch Profiler tab shows DataLoader = 0 when this report measured
+    data wait: torch-tb-profiler (0.4.x, unmaintained) counts DataLoader time only from
+    `cpu_op` events named enumerate(DataLoader)#...__next__, and torch 2 records those spans
+    as `user_annotation`, which the plugin drops. A user cross-checking the two must not see
+    a contradiction without the reason."""
+    traced = report.facts.get("dataloader_trace_ms_per_step")
+    if not isinstance(traced, (int, float)) or isinstance(traced, bool) or traced <= 0:
+        return None
+    wait = report.baseline.data_wait_frac
+    measured = f" ({fmt.percent(wait)} of the step here)" if wait is not None else ""
+    return (
+        "its Overview reads DataLoader 0: torch-tb-profiler counts only cpu_op events named "
+        "enumerate(DataLoader)#..., and this torch records them as user_annotation, which "
+        f"the plugin drops. The spans are in the trace ({fmt.ms(float(traced))} per step; "
+        f"Trace view shows them), and the data wait perfdoctor reports{measured} comes from "
+        "its own DataLoader timing."
+    )

@@ -354,7 +354,8 @@ def _variants_table(report: Report, with_applied: bool = True) -> Table | Text |
         line.append(row.verdict, style=_VERDICT_STYLE.get(row.verdict, ""))
         line.append(" — " + fmt.one_line(row.reason))
         reasons.append(line)
-    return Group(table, *reasons)
+    note = Text(fmt.one_line(summary.VARIANTS_NOTE), style="dim")
+    return Group(table, *reasons, note)
 
 
 def _footer_lines(report: Report) -> list[Text]:

@@ -76,13 +76,24 @@ def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding |
     )
 
 
+def _own_util(facts: Facts, logical: int) -> float | None:
+    """The share of the CPU the run itself (the training process and its workers) kept
+    busy: the machine's utilization less the cores other processes used. CPU that other
+    jobs take is busy-machine's finding; fewer threads would not give it back."""
+    util = num(facts, "cpu_util_mean_frac")
+    others = num(facts, "cpu_other_busy_cores")
+    if util is None or others is None or logical <= 0:
+        return util
+    return max(0.0, util - others / logical)
+
+
 def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     threads = num(facts, "torch_num_threads")
-    util = num(facts, "cpu_util_mean_frac")
-    if threads is None or util is None:
-        return None
     usable, workers, target = _compute_cores(facts)
     logical = int(num(facts, "cpu_cores_logical") or usable)
+    util = _own_util(facts, logical)
+    if threads is None or util is None:
+        return None
     if workers < 1 or threads + workers <= logical or util < t["cpu_saturated_frac"]:
         return None
     return Finding(
@@ -92,15 +103,22 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             f"{threads:.0f} compute threads and {workers} DataLoader workers share {logical} cores"
         ),
         explanation=(
-            f"The CPU is {pct(util)} busy and the training process runs {threads:.0f} "
+            f"The run keeps {pct(util)} of the CPU busy and its training process runs "
+            f"{threads:.0f} "
             f"intra-op threads next to {workers} worker processes on {logical} logical cores, "
             "so they preempt each other. torch.set_num_threads"
             f"({target}) leaves the workers their cores."
         ),
         evidence=(
             ev("torch_num_threads", int(threads), logical - workers, ">"),
-            ev("cpu_util_mean_frac", util, t["cpu_saturated_frac"], ">="),
-            *seen(facts, "dataloader_num_workers", "cpu_cores_logical"),
+            ev(
+                "cpu_util_mean_frac",
+                util,
+                t["cpu_saturated_frac"],
+                ">=",
+                note="the run's own processes, other processes' CPU left out",
+            ),
+            *seen(facts, "dataloader_num_workers", "cpu_cores_logical", "cpu_other_busy_cores"),
         ),
         optimizations=("cpu-threads",),
         gain=GainEstimate(method="not estimated: contention cost varies; the re-run measures"),
@@ -145,13 +163,16 @@ RULES = (
             "dataloader_num_workers",
             "cpu_util_mean_frac",
         ),
-        uses=("cpu_cores_physical", "ranks_launched"),
+        uses=("cpu_cores_physical", "ranks_launched", "cpu_busy_cores", "cpu_other_busy_cores"),
         thresholds={"cpu_saturated_frac": 0.85},
         source=(
             "loadtune src/loadtune/heuristic.py (CPU >= 85% = saturated; caps intra-op "
             "threads when workers run)"
         ),
-        description="Threads plus workers exceed the logical cores on a saturated CPU.",
+        description=(
+            "Threads plus workers exceed the logical cores while the run's own processes "
+            "saturate the CPU (other processes' load is busy-machine's)."
+        ),
         check=check_oversubscribed,
         device="cpu",
         optimizations=("cpu-threads",),

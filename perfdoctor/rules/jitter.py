@@ -27,10 +27,18 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     related: tuple[str, ...] = ()
     shapes = num(facts, "input_shape_changes")
     recompiles = num(facts, "recompile_count")
-    if (shapes or 0) >= t["min_distinct_shapes"] or (recompiles or 0) >= 1:
+    if (shapes or 0) >= t["min_distinct_shapes"]:
         hints.append("input shapes change (re-tuning or recompiling for each new shape)")
         optimizations.append("static-shapes")
         related = (SHAPE_CHANGES, RECOMPILATIONS)
+    elif (recompiles or 0) >= 1:
+        # Shapes held still: blaming them would send the user padding batches for nothing.
+        hints.append(
+            f"torch.compile recompiled {recompiles:g} time(s) while the training input shapes "
+            "stayed the same: a switch to model.eval() for an evaluation in the loop, or a "
+            "Python value the graph guards on"
+        )
+        related = (RECOMPILATIONS,)
     data_wait = num(facts, "data_wait_frac")
     if data_wait is not None and data_wait > t["data_wait_frac"]:
         hints.append(f"the DataLoader stalls ({pct(data_wait)} of step time waiting)")
@@ -69,6 +77,8 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
     if flag(facts, "model_compiled") is not True or count is None or count < t["min_recompiles"]:
         return None
     limit = count >= t["recompile_limit"]
+    shapes = num(facts, "input_shape_changes")
+    stable = shapes is not None and shapes < t["min_distinct_shapes"]
     fallback = (
         " It reached dynamo's recompile limit, after which the model runs eagerly: compile "
         "bought nothing."
@@ -81,15 +91,24 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
         title=f"torch.compile recompiled {count:g} times",
         explanation=(
             f"The compiled model was recompiled {count:g} times, each costing seconds of "
-            f"compilation inside training, usually because input shapes or Python values "
-            f"guarded by the graph changed.{fallback} Pad or bucket shapes, use drop_last=True, "
-            "or compile with dynamic=True."
+            "compilation inside training."
+            + (
+                f"{fallback} The training input shapes stayed the same ({shapes:g} distinct "
+                "after warm-up), so they are not the cause: a switch between model.train() "
+                "and model.eval() (an evaluation inside the loop) or a Python value the "
+                "graph guards on (a changing float or flag) is. Evaluate with the uncompiled "
+                "module or a separately compiled copy, and pass changing numbers as tensors."
+                if stable
+                else " Usually input shapes or Python values guarded by the graph changed."
+                f"{fallback} Pad or bucket shapes, use drop_last=True, or compile with "
+                "dynamic=True."
+            )
         ),
         evidence=(
             ev("recompile_count", int(count), int(t["min_recompiles"]), ">="),
             *seen(facts, "input_shape_changes"),
         ),
-        optimizations=("static-shapes",),
+        optimizations=() if stable else ("static-shapes",),
         gain=GainEstimate(method="not estimated: compile time depends on the graph"),
     )
 
@@ -98,7 +117,8 @@ def check_shape_changes(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     shapes = num(facts, "input_shape_changes")
     if shapes is None or shapes < t["min_distinct_shapes"]:
         return None
-    benchmark = flag(facts, "cudnn_benchmark") is True
+    # cudnn.benchmark does nothing on a CPU run, whatever the script set.
+    benchmark = flag(facts, "cudnn_benchmark") is True and flag(facts, "device_is_cuda") is True
     compiled = flag(facts, "model_compiled") is True
     if not (benchmark or compiled):
         return None
@@ -159,8 +179,8 @@ RULES = (
         title="torch.compile recompilations",
         area="jitter",
         needs=("model_compiled", "recompile_count"),
-        uses=("input_shape_changes",),
-        thresholds={"min_recompiles": 2.0, "recompile_limit": 8.0},
+        uses=("input_shape_changes",),  # stable shapes: the cause is a mode switch or a value
+        thresholds={"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0},
         source=(
             "torch._dynamo config.recompile_limit (8) falls back to eager (mechanics.md §3.0); "
             "one recompile is dynamo marking a dimension dynamic, so >= 2 warns"
@@ -175,13 +195,16 @@ RULES = (
         title="Input shape changes that defeat cudnn.benchmark or torch.compile",
         area="jitter",
         needs=("input_shape_changes",),
-        uses=("cudnn_benchmark", "model_compiled"),
+        uses=("cudnn_benchmark", "model_compiled", "device_is_cuda"),
         thresholds={"min_distinct_shapes": 3.0},
         source=(
             "mechanics.md §3.c (benchmark re-tunes every new shape) and §3.e (compile "
             "recompiles); >= 3 because a last partial batch alone gives 2"
         ),
-        description="Distinct root input shapes after warm-up with shape-specialising modes on.",
+        description=(
+            "Distinct training input shapes of one root model after warm-up, with "
+            "shape-specialising modes on (cudnn.benchmark on CUDA, torch.compile)."
+        ),
         check=check_shape_changes,
         optimizations=("static-shapes",),
         root_cause=_SHAPES,

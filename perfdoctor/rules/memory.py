@@ -298,9 +298,11 @@ _GROWTH_SOURCE = (
     "times 20); 64 KiB/step floor: a well-tuned MLP and CNN moved RSS by <= 11 KiB/step on "
     "this CPU while a loop keeping one graph per step grew 389 KiB/step "
     "(perfdoctor/rules/threshold_measurements.md); critical at 10%: choice here; the rise "
-    "over the later timed steps must exceed 3x the step-to-step scatter (a 3-sigma trend): "
+    "over the timed steps must exceed 3x the step-to-step scatter (a 3-sigma trend): "
     "cnn_slow_dataloader.py's RSS scatters +-8 MiB per step, enough for a 1 MiB/step "
-    "Theil-Sen slope over 10 steps by chance"
+    "Theil-Sen slope over 10 steps by chance; and the growth must persist, rising in each "
+    "third of the timed window (one jump or a swing with no trend is not a leak: four real "
+    "scripts were flagged for those before)"
 )
 
 RULES = (

@@ -120,6 +120,17 @@ def test_cpu_threads_raised_and_held_against_the_script(harness_factory, keep_th
     assert torch.get_num_threads() == 1  # uninstalled: the plain API again
 
 
+def test_cpu_threads_that_change_nothing_are_refused(harness_factory, keep_threads):
+    torch.set_num_threads(base.usable_cores())  # the script already uses every core
+    harness = harness_factory("cpu-threads")
+    model = seeded(Mlp)
+    harness.train(model, torch.optim.SGD(model.parameters(), lr=0.1), batches((4, 8)), steps=3)
+    row = harness.results()["cpu-threads"]
+    assert not row["applied"], row
+    assert "nothing to change" in row["detail"]
+    harness.close()
+
+
 def test_cudnn_flags_set_and_checked_later(harness_factory, monkeypatch):
     monkeypatch.setattr(base, "cuda_available", lambda: True)
     before = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)

@@ -278,7 +278,7 @@ def test_nothing_is_timed_before_the_first_event() -> None:
     assert listener.closed[0].wall_s == pytest.approx(0.01)
 
 
-def test_batch_size_comes_from_the_dataloader_else_from_the_root_input() -> None:
+def test_batch_size_is_what_the_root_received_else_the_dataloader_batch() -> None:
     def root_forward(tracker: StepTracker, batch: int) -> None:
         t0 = tracker.forward_start()  # the order of the root pre-hook
         tracker.input_batch(batch)
@@ -287,10 +287,61 @@ def test_batch_size_comes_from_the_dataloader_else_from_the_root_input() -> None
     tracker, listener, clock = make()
     tracker.optimizer_constructed()
     fetch(tracker, clock, batch=32)
-    root_forward(tracker, 8)  # a slice of the batch: the DataLoader's size wins
+    root_forward(tracker, 8)  # a slice of the batch: what the model trained on (issue 13)
     opt_step(tracker, clock, "opt")
     fetch(tracker, clock, batch=None)  # a batch without tensors
     root_forward(tracker, 16)
     opt_step(tracker, clock, "opt")
+    fetch(tracker, clock, batch=24)  # a model whose input has no tensor (a dict of lists)
+    opt_step(tracker, clock, "opt")
     tracker.finish()
-    assert [s.batch_size for s in listener.closed] == [32, 16]
+    assert [s.batch_size for s in listener.closed] == [8, 16, 24]
+
+
+def test_an_evaluation_before_the_first_training_step_keeps_optimizer_steps() -> None:
+    """nanoGPT's estimate_loss() at iteration 0: a second of forwards under no_grad before
+    the first backward. Steps are training steps: no switch to time windows."""
+    tracker, listener, clock = make(plan_total=6, window=0.2)
+    tracker.optimizer_constructed()
+    for _ in range(40):  # 2 s of evaluation, ten time windows long
+        forward(tracker, clock, cost=0.05)
+    with pytest.raises(PlanComplete):
+        for _ in range(10):
+            forward(tracker, clock, cost=0.01)
+            backward(tracker, clock, cost=0.02)
+            opt_step(tracker, clock, "opt", cost=0.01)
+    assert tracker.mode == "optimizer"
+    assert [mode for mode, _ in listener.modes] == ["optimizer"]
+    assert len(listener.closed) == 6
+    # The evaluation lands in the first (warm-up) step; every later step is one iteration.
+    assert [s.forward_calls for s in listener.closed[1:]] == [1] * 5
+    assert all(s.wall_s == pytest.approx(0.04) for s in listener.closed[1:])
+
+
+def test_leaving_time_windows_says_why() -> None:
+    tracker, listener, clock = make(window=0.2)
+    for _ in range(10):
+        forward(tracker, clock, cost=0.1)
+    assert tracker.mode == "time"
+    backward(tracker, clock)
+    tracker.optimizer_constructed()
+    opt_step(tracker, clock, "opt")
+    assert listener.modes[-1][0] == "optimizer"
+    assert listener.modes[-1][1]  # a reason, never None
+
+
+def test_each_closure_call_of_a_closure_optimizer_is_a_step() -> None:
+    tracker, listener, clock = make()
+    tracker.optimizer_constructed()
+    for _call in range(2):  # two optimizer.step(closure) calls, 5 evaluations each
+        t0 = tracker.optimizer_start("lbfgs")
+        for _ in range(5):
+            tracker.closure_call("lbfgs")
+            forward(tracker, clock, cost=0.01)
+            backward(tracker, clock, cost=0.02)
+        tracker.optimizer_end("lbfgs", t0)
+    tracker.finish()
+    assert len(listener.closed) == 10
+    assert all(s.forward_calls == 1 and s.micro_batches == 1 for s in listener.closed)
+    assert all(s.optimizer_s == 0.0 for s in listener.closed)  # the call spans all of them
+    assert all(s.wall_s == pytest.approx(0.03) for s in listener.closed)

@@ -45,6 +45,9 @@ def test_two_optimizers_count_iterations_not_optimizer_calls(tmp_path: Path) -> 
     obs = run.observations
     assert [opt["steps"] for opt in obs["optimizers"]] == [4, 4]
     assert len(obs["roots"]) == 2  # generator and discriminator
+    # Each model sees one shape: noise for G, images for D. Together that is no shape change.
+    assert obs["inputs"]["distinct_shapes_after_warmup"] == 1
+    assert sorted(obs["inputs"]["distinct_shapes_per_root"]) == [1, 1]
 
 
 def test_no_optimizer_falls_back_to_backward_calls(tmp_path: Path) -> None:
@@ -230,3 +233,49 @@ def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path
     assert [(loc["line"], loc["count"]) for loc in locations["zero_grad"]] == [
         (_line_of(script, "ZERO-GRAD-LINE"), 4)
     ]
+
+
+@pytest.mark.parametrize("own_hook", [False, True])
+def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
+    tmp_path: Path, own_hook: bool
+) -> None:
+    """torch.save(model) and copy.deepcopy(model) (EMA) after the roots are hooked; the
+    copies carry none of perfdoctor's hooks, and the script's own hook handle still works."""
+    run = run_child(tmp_path, "save_and_copy.py", *(["--own-hook"] if own_hook else []))
+    assert run.returncode == 0, run.output
+    assert "step 3 saved and copied" in run.stdout
+    assert run.observations["forwards"]["hooks"] == "per-root"
+    assert len(run.steps) == SMALL_PLAN.total_steps
+    assert all(row["forward_ms"] is not None for row in run.steps)
+
+
+@pytest.mark.parametrize(("flag", "batch"), [("--slice", 10), ("--lstm", 20)])
+def test_the_batch_size_is_what_the_model_received(tmp_path: Path, flag: str, batch: int) -> None:
+    """Not the DataLoader's batch_size (50, sliced by the script), nor a time-major
+    sequence model's first dimension (35 time steps)."""
+    run = run_child(tmp_path, "batch_shapes.py", flag)
+    assert run.returncode == 0, run.output
+    sizes = [row["batch_size"] for row in run.steps]
+    # (A step that a repeated optimizer step opened saw no forward of its own: None.)
+    assert {size for size in sizes if size is not None} == {batch}
+    assert sizes.count(batch) >= len(sizes) // 2
+
+
+def test_a_closure_optimizer_times_each_closure_call_and_opens_the_profiler(
+    tmp_path: Path,
+) -> None:
+    """LBFGS with max_iter=20 and one optimizer.step(closure) call: 20 forward/backward
+    evaluations inside one call. Each is a step, so the plan is timed and profiled."""
+    plan = StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=2)
+    run = run_child(tmp_path, "lbfgs.py", plan=plan)
+    assert run.returncode == 0, run.output
+    obs = run.observations
+    assert obs["step_detection"] == "optimizer"
+    assert "closure" in obs["step_detection_note"]
+    assert obs["stopped_by_perfdoctor"] is True
+    timed = [row for row in run.steps if row["phase"] == "timed"]
+    assert len(timed) == 4
+    assert all(row["micro_batches"] == 1 and row["forward_ms"] is not None for row in timed)
+    assert all((row["optimizer_ms"] or 0.0) <= row["wall_ms"] for row in run.steps)
+    assert obs["profiler"]["trace_files"], obs["profiler"]
+    assert len(obs["roots"]) == 1

@@ -198,3 +198,26 @@ def test_a_taken_port_is_reported_not_hung(tmp_path: Path):
         with pytest.raises(TensorBoardFailed, match="already in use") as err:
             start_tensorboard(tmp_path, port=port, ready_timeout_s=60)
     assert err.value.exit_code == EXIT_MISSING_TOOL
+
+
+@needs_plugin
+def test_the_plugin_reads_dataloader_zero_from_a_trace_that_holds_dataloader_spans() -> None:
+    """What the report's "PyTorch Profiler tab" note (render/summary.profiler_tab_note)
+    explains: the recorded cnn_slow_dataloader trace holds enumerate(DataLoader) spans as
+    user_annotation, which torch-tb-profiler drops, so its DataLoader cost is 0."""
+    from torch_tb_profiler.profiler.data import RunProfileData
+    from torch_tb_profiler.profiler.event_parser import ProfileRole
+
+    from perfdoctor.analyze.facts import derive_facts
+    from perfdoctor.analyze.record import load_run
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cnn_slow_dataloader_cpu"
+    (trace_path,) = run.glob("*.pt.trace.json.gz")
+    with gzip.open(trace_path, "rt") as fh:
+        trace = json.load(fh)
+    spans = [e for e in trace["traceEvents"] if e.get("name", "").startswith("enumerate(DataL")]
+    assert spans and {e.get("cat") for e in spans} == {"user_annotation"}
+    data = RunProfileData.from_json("worker", "span", trace)
+    data.process()
+    assert data.avg_costs.costs[ProfileRole.DataLoader] == 0
+    assert (derive_facts(load_run(run)).get("dataloader_trace_ms_per_step") or 0) > 0

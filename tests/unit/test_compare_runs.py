@@ -372,3 +372,59 @@ def test_comparing_never_imports_torch() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- trust (issue 13)
+
+
+def test_unrelated_scripts_are_flagged_and_shown_as_a_warning(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", timed_ms=scaled(0.2), script="other_train.py")
+    result = compare_runs(a, b)
+    assert result.unrelated is not None and "different scripts" in result.unrelated
+    assert "other_train.py" in result.unrelated
+    text = _render(result)
+    assert "WARNING" in text and "unrelated runs" in text
+    # The same script with the same arguments is one workload: no warning.
+    same = compare_runs(a, make_run(tmp_path / "c", timed_ms=scaled(0.5)))
+    assert same.unrelated is None and "WARNING" not in _render(same)
+
+
+def test_a_nonfinite_loss_on_b_is_never_accepted_even_for_unrelated_runs(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    losses = list(LOSSES)
+    losses[5] = float("nan")
+    for name, change in (("b", {"script": "other_train.py"}), ("c", {})):
+        b = make_run(tmp_path / name, timed_ms=scaled(0.2), losses=losses, **change)
+        result = compare_runs(a, b)
+        assert result.verdict.verdict == "rejected", result.verdict.reason
+        assert "nan" in result.verdict.reason.lower()
+
+
+def test_low_confidence_stays_visible_in_the_verdict_and_the_terminal(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", timed_ms=scaled(0.5))
+    busy = [
+        {"t": 0.0, "kind": "cpu", "cpu_percent": [100.0, 100.0], "child_cpu_percent": 10.0},
+    ]
+    for run in (a, b):
+        (run / rundir.SAMPLES_FILE).write_text("".join(json.dumps(r) + "\n" for r in busy))
+    result = compare_runs(a, b)
+    if result.verdict.low_confidence is None:
+        pytest.skip("the fixture's samples format gives no busy-machine figure")
+    assert "low confidence" in result.verdict.reason
+    assert "ACCEPTED?" in _render(result)
+
+
+def test_comparing_against_a_run_without_timed_steps_exits_non_zero(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", status="script_crashed")
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "compare", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 67, proc.stdout + proc.stderr
+    assert "nothing to compare" in proc.stderr + proc.stdout
+    assert "FAILED" in proc.stdout

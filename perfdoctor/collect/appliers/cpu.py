@@ -1,11 +1,14 @@
-"""CPU intra-op threads = usable cores.
+"""CPU intra-op threads = usable cores minus DataLoader workers.
 
 Decision (documented in the report detail): the applier sets torch's intra-op threads to the
-cores this process may run on and HOLDS that number: a later torch.set_num_threads(n) from
-the script is ignored in the main process. Scripts that lower threads mostly do so as a
-leftover (OMP_NUM_THREADS=1 in a launcher, a copied snippet); measuring the script with its
-cores in use is the point of this variant. Calls from DataLoader worker processes (a
-different pid; torch sets 1 thread there on purpose) and from torch itself pass through.
+cores this process may run on, less one per DataLoader worker process once the loaders are
+known (at the first optimizer step; the rules and optimize/recommend.cpu_threads_target count
+the same way), and HOLDS that number: a later torch.set_num_threads(n) from the script is
+ignored in the main process. Scripts that lower threads mostly do so as a leftover
+(OMP_NUM_THREADS=1 in a launcher, a copied snippet); measuring the script with its cores in
+use is the point of this variant. Calls from DataLoader worker processes (a different pid;
+torch sets 1 thread there on purpose) and from torch itself pass through. When the script
+already runs that many threads, nothing changes and the applier refuses.
 """
 
 from __future__ import annotations
@@ -41,7 +44,26 @@ class CpuThreads(Applier):
         self.mark_applied(
             f"intra-op threads held at {self.target} (usable cores; {before} at startup)"
         )
-        ctx.when_roots_known(self, lambda roots, optimizers: original(self.target))
+        self.before = before
+
+        def at_first_step(roots: object, optimizers: object) -> None:
+            workers = max(
+                (int(getattr(x, "num_workers", 0) or 0) for x in ctx.runtime.dataloaders),
+                default=0,
+            )
+            usable = usable_cores()
+            self.target = max(1, usable - workers)
+            original(self.target)
+            if workers:
+                self.mark_applied(
+                    f"intra-op threads held at {self.target} ({usable} usable cores minus "
+                    f"{workers} DataLoader workers; {before} at startup)"
+                )
+            if self.target == before and not any(n != before for n in self.script_requests):
+                # Nothing differs from the unmodified script: say so rather than time noise.
+                self.refuse(f"nothing to change: the script already runs {before} threads")
+
+        ctx.when_roots_known(self, at_first_step)
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         threads = torch.get_num_threads()

@@ -104,16 +104,17 @@ def test_step_facts_use_the_timed_phase_only(facts: Facts) -> None:
     assert facts.get("step_ms_p90") == pytest.approx(120 + 0.7 * 80)
     assert facts.get("step_ms_mean") == pytest.approx(sum(walls) / 4)
     assert facts.get("step_jitter_ratio") == pytest.approx(176 / 115)
-    total = sum(walls)
-    assert facts.get("data_wait_frac") == pytest.approx(40 / total)
-    assert facts.get("forward_frac") == pytest.approx(120 / total)
-    assert facts.get("backward_frac") == pytest.approx(160 / total)
-    assert facts.get("optimizer_frac") == pytest.approx(40 / total)
-    assert facts.get("other_frac") == pytest.approx(1 - 360 / total)
+    # Shares of the median step (115 ms) from the per-phase medians.
+    assert facts.get("data_wait_frac") == pytest.approx(10 / 115)
+    assert facts.get("forward_frac") == pytest.approx(30 / 115)
+    assert facts.get("backward_frac") == pytest.approx(40 / 115)
+    assert facts.get("optimizer_frac") == pytest.approx(10 / 115)
+    assert facts.get("other_frac") == pytest.approx(1 - 90 / 115)
     assert facts.get("data_wait_ms_p50") == pytest.approx(10.0)
     assert facts.get("micro_batches_per_step") == pytest.approx(1.0)
     assert facts.get("batch_size") == 8
-    assert facts.get("throughput_samples_s") == pytest.approx(32 / (total / 1000))
+    # Median-based, as every variant's: 8 samples per median step.
+    assert facts.get("throughput_samples_s") == pytest.approx(8 / 0.115)
     assert facts.get("rss_growth_bytes_per_step") == pytest.approx(100.0)
     assert facts.get("rss_bytes_max") == 1500
     assert facts.get("cuda_allocated_growth_bytes_per_step") == pytest.approx(0.0, abs=1e-6)
@@ -232,7 +233,7 @@ def test_series_for_one_run(run: Path) -> None:
     assert series["steps"]["index"] == list(range(7))
     assert series["steps"]["phase"][:3] == ["warmup", "warmup", "timed"]
     assert series["breakdown_ms"] == pytest.approx(
-        {"data": 10.0, "forward": 30.0, "backward": 40.0, "optimizer": 10.0, "other": 42.5}
+        {"data": 10.0, "forward": 30.0, "backward": 40.0, "optimizer": 10.0, "other": 25.0}
     )
     samples = series["samples"]
     assert len(samples["t"]) == len(samples["cpu_util"]) == len(samples["power_w"]) == 7
@@ -249,3 +250,42 @@ def test_manifest_without_device_falls_back_to_observations_and_trace(run: Path)
     facts = derive_facts(load_run(run))
     assert facts.get("gpu_compute_capability") == pytest.approx(9.0)  # trace deviceProperties
     assert facts.get("device_total_memory_bytes") == 85029158912  # observations
+
+
+def test_sample_series_carry_the_runs_own_cpu_share() -> None:
+    from perfdoctor.analyze.facts import _sample_series
+
+    rows = [
+        {"kind": "cpu", "t": 0.1, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 60.0},
+        {
+            "kind": "cpu",
+            "t": 0.2,
+            "cpu_percent": [100.0, 100.0],
+            "child_cpu_percent": 50.0,
+            "workers_cpu_percent": 70.0,
+        },
+    ]
+    out = _sample_series(rows)
+    assert out["cpu_util"] == [1.0, 1.0]
+    assert out["run_cpu_util"] == pytest.approx([0.3, 0.6])
+
+
+def test_a_run_that_ended_before_the_profiler_window_says_so() -> None:
+    from perfdoctor.analyze.facts import profiler_window_missed
+
+    plan = {
+        "warmup_steps": 5,
+        "timed_steps": 20,
+        "profiler_warmup_steps": 1,
+        "profiled_steps": 3,
+        "total_steps": 29,
+    }
+    obs = {
+        "plan": plan,
+        "steps_seen": 20,  # LBFGS: 20 closure evaluations, one optimizer.step call
+        "profiler": {"requested": True, "started": False, "user_profiler": False},
+    }
+    note = profiler_window_missed(obs)
+    assert note is not None and "ended after 20 steps" in note and "27-29" in note
+    assert profiler_window_missed({**obs, "steps_seen": 29}) is None
+    assert profiler_window_missed({**obs, "profiler": {"requested": False}}) is None

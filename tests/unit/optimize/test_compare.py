@@ -273,3 +273,21 @@ def test_adjacent_baselines_pair_each_variant_run_with_its_neighbour():
         "baseline",
         "baseline/repeat-2",
     ]
+
+
+def test_the_baseline_figure_of_a_variant_pools_its_paired_baseline_runs():
+    """Both sides of "step A -> B" are medians over every timed step of the runs compared,
+    and the result says so (issue 13: the first baseline run's figure beside a pooled one)."""
+    base = [run("baseline", 1400.0, seed=1), run("baseline", 2700.0, seed=2)]
+    variant = [
+        run("v", 1900.0, seed=3, ids=("compile",)),
+        run("v", 1910.0, seed=4, ids=("compile",)),
+    ]
+    result = compare_variant(base, variant, ("compile",))
+    pooled = sorted(ms for r in base for ms in r.step_ms)
+    assert result.baseline_step_ms_p50 == pytest.approx((pooled[19] + pooled[20]) / 2)
+    assert result.pooled == (
+        "median of 40 steps over 2 runs; baseline median of 40 steps over 2 runs"
+    )
+    # Speedup > 1 only with a pooled baseline above the variant's figure.
+    assert (result.speedup or 0) > 1 and result.baseline_step_ms_p50 > result.step_ms_p50

@@ -131,3 +131,25 @@ def test_cudagraphs_not_tried_with_host_syncs_unless_asked():
 def test_expandable_segments_is_an_auto_candidate_on_cuda():
     recs = recommend([finding("fragmentation", "expandable-segments", memory=1 << 30)], H100)
     assert auto_candidates(recs, H100) == ["expandable-segments"]
+
+
+def test_cpu_threads_is_not_tried_when_it_would_change_nothing():
+    recs = recommend([finding("cpu-oversubscribed", "cpu-threads")], CPU)
+    # 2 usable cores, 2 workers: the applier would set 1 thread; the script runs 2.
+    two_workers = Facts(
+        {**CPU.values, "torch_num_threads": 2, "dataloader_num_workers": 2},
+        settings={"cpu": {"affinity_cores": 2, "logical_cores": 2}},
+    )
+    assert auto_candidates(recs, two_workers) == ["cpu-threads"]
+    # No workers: the applier would hold 2 threads, which the script already runs.
+    no_workers = Facts(
+        {**CPU.values, "torch_num_threads": 2, "dataloader_num_workers": 0},
+        settings={"cpu": {"affinity_cores": 2, "logical_cores": 2}},
+    )
+    assert auto_candidates(recs, no_workers) == []
+    # Affinity narrower than the machine: 1 usable core, the script runs 2 threads.
+    pinned = Facts(
+        {**CPU.values, "torch_num_threads": 2, "cpu_cores_logical": 4},
+        settings={"cpu": {"affinity_cores": 1, "logical_cores": 4}},
+    )
+    assert auto_candidates(recs, pinned) == ["cpu-threads"]

@@ -174,6 +174,8 @@ def cpu_report(**overrides: Any) -> Report:
             throughput_samples_s=1860.5,
             applied=(AppliedOptimization("dataloader-workers", True, True, "num_workers 0 -> 2"),),
             run_dirs=("dataloader-workers", "dataloader-workers/repeat-2"),
+            baseline_step_ms_p50=41.8,
+            pooled="median of 40 steps over 2 runs; baseline median of 40 steps over 2 runs",
         ),
         VariantResult(
             label="set-num-threads",
@@ -218,6 +220,9 @@ def cpu_report(**overrides: Any) -> Report:
                 "other": 0.7,
             },
             peak_memory_bytes=428_015_616,
+            pooled_step_ms_p50=41.8,
+            pooled_step_ms_p90=45.6,
+            pooled="median of 40 steps over 2 runs",
         ),
         findings=findings,
         skipped_rules=(

@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
-from perfdoctor.render.charts import MAX_POINTS, build_charts, downsample
+from perfdoctor.render.charts import (
+    _LABEL_GAP_FRAC,
+    MAX_POINTS,
+    _spread_labels,
+    build_charts,
+    downsample,
+)
 from perfdoctor.render.format import nbytes
 
 from .fixtures import cpu_report
@@ -70,3 +77,38 @@ def test_gpu_samples_switch_the_utilization_chart():
     util = build_charts(replace(report, series=series))[2]
     assert util.title == "GPU utilization and power over time"
     assert "power (W, dashed)" in (util.svg or "")
+
+
+def test_memory_chart_labels_the_peak_the_summary_states():
+    """Issue 13: the chart said 421.0 MiB while the summary said 398.1 MiB."""
+    report = cpu_report()
+    rss = report.series["samples"]["baseline"]["rss_bytes"]
+    stated = max(rss) + 23 * 2**20  # reached between the chart's samples
+    report = replace(report, baseline=replace(report.baseline, peak_memory_bytes=stated))
+    svg = build_charts(report)[3].svg or ""
+    assert f"peak {nbytes(stated)}" in svg
+    assert f"peak {nbytes(max(rss))}" not in svg
+
+
+def test_close_peak_labels_are_moved_apart():
+    ys = _spread_labels([400.0, 402.0, 100.0, 401.0], top=500.0)
+    assert ys[2] == 100.0
+    near = sorted(ys[i] for i in (0, 1, 3))
+    assert near[0] == 400.0
+    assert all(b - a >= 500.0 * _LABEL_GAP_FRAC - 1e-9 for a, b in itertools.pairwise(near))
+
+
+def test_cpu_chart_draws_the_runs_own_cpu_not_a_flat_machine_line():
+    """Issue 13: on a shared machine the chart was a flat 100% line (other jobs' CPU)."""
+    report = cpu_report()
+    series = dict(report.series)
+    samples = dict(series["samples"])
+    base = dict(samples["baseline"])
+    base["cpu_util"] = [1.0] * len(base["t"])
+    base["run_cpu_util"] = [0.4] * len(base["t"])
+    samples["baseline"] = base
+    series["samples"] = samples
+    util = build_charts(replace(report, series=series))[2]
+    assert util.title.startswith("CPU used by this run")
+    assert "whole machine" in (util.svg or "")
+    assert "CPU used by this run (% of all cores)" in (util.svg or "")

@@ -6,7 +6,13 @@ import pytest
 
 from perfdoctor.model import AppliedOptimization, Evidence
 from perfdoctor.render import format as fmt
-from perfdoctor.render.summary import artifact_rows, breakdown_rows, headline, variant_rows
+from perfdoctor.render.summary import (
+    artifact_rows,
+    breakdown_rows,
+    headline,
+    step_rows,
+    variant_rows,
+)
 
 from .fixtures import cpu_report, empty_series_report
 
@@ -129,3 +135,44 @@ def test_evidence_unit_comes_from_the_fact_name(name, unit):
     assert fmt.unit_for(name) == unit
     assert fmt.unit_for(name, "x") == "x"
     assert fmt.unit_for("dataloader_num_workers") == ""
+
+
+def test_the_ab_line_shows_the_pooled_baseline_and_says_which_statistic():
+    """Issue 13: "1.02x ± 0.35, step 1,409 ms -> 1,906 ms": a speedup above 1 beside a step
+    time that went up, because the baseline figure was the first run's alone."""
+    report = cpu_report()
+    variant = replace(
+        report.variants[0],
+        speedup=1.02,
+        step_ms_p50=1906.0,
+        baseline_step_ms_p50=2062.0,
+        pooled="median of 40 steps over 2 runs; baseline median of 40 steps over 2 runs",
+    )
+    baseline = replace(report.baseline, step_ms_p50=1409.0)
+    head = headline(replace(report, variants=(variant,), baseline=baseline))
+    assert "step 2,062 ms → 1,906 ms (median of 40 steps over 2 runs" in head.measured
+    assert "1,409" not in head.measured
+
+
+def test_the_baseline_row_pools_all_baseline_runs_as_the_variant_rows_do():
+    rows = variant_rows(cpu_report())
+    assert rows[0].step_p50 == fmt.ms(41.8)  # pooled, not the profiled run's 41.5
+    assert rows[0].step_p90 == fmt.ms(45.6)
+    assert "median of 40 steps over 2 runs" in rows[0].reason
+
+
+def test_the_profiler_tab_note_explains_dataloader_zero_when_the_trace_has_spans():
+    report = cpu_report()
+    facts = dict(report.facts)
+    facts["dataloader_trace_ms_per_step"] = 25.0
+    rows = dict(artifact_rows(replace(report, facts=facts)))
+    note = rows["PyTorch Profiler tab"]
+    assert "DataLoader 0" in note and "user_annotation" in note and "62.0%" in note
+    facts["dataloader_trace_ms_per_step"] = None
+    assert "PyTorch Profiler tab" not in dict(artifact_rows(replace(report, facts=facts)))
+
+
+def test_the_step_table_names_the_pooled_baseline_figure_too():
+    rows = dict(step_rows(cpu_report()))
+    assert rows["step time p50"] == fmt.ms(41.5)  # the profiled run
+    assert rows["step time p50, all runs"] == f"{fmt.ms(41.8)} (median of 40 steps over 2 runs)"

@@ -40,7 +40,7 @@ def test_content(monkeypatch):
     text = _render(cpu_report(), monkeypatch, COLUMNS="100")
     flat = " ".join(text.split())
     assert "Slow Training waits for the DataLoader: data_wait_frac = 62.0% (> 10.0%)." in flat
-    assert "dataloader-workers: 2.41x ± 0.06 faster, step 41.5 ms → 17.2 ms, accepted" in flat
+    assert "dataloader-workers: 2.41x ± 0.06 faster, step 41.8 ms → 17.2 ms (median of 40" in flat
     assert "sample_models/image_cnn.py:48 (main)" in flat
     assert "2.41x ± 0.06" in flat and "rejected" in flat
     assert "3 rule(s) skipped" in flat

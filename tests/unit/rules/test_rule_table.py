@@ -95,7 +95,7 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     (
         "cpu-oversubscribed",
         "cpu",
-        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.85},
+        {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.85, "cpu_other_busy_cores": 0.0},
         "info",
     ),
     ("cpu-oversubscribed", "cpu", {"dataloader_num_workers": 2, "cpu_util_mean_frac": 0.84}, None),
@@ -104,6 +104,27 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         "cpu",
         {"dataloader_num_workers": 1, "torch_num_threads": 1, "cpu_util_mean_frac": 0.95},
         None,
+    ),
+    # The CPU is busy, but other processes keep 1 of its 2 cores busy: busy-machine's finding.
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {
+            "dataloader_num_workers": 2,
+            "cpu_util_mean_frac": 0.95,
+            "cpu_other_busy_cores": 1.0,
+        },
+        None,
+    ),
+    (
+        "cpu-oversubscribed",
+        "cpu",
+        {
+            "dataloader_num_workers": 2,
+            "cpu_util_mean_frac": 0.95,
+            "cpu_other_busy_cores": 0.1,
+        },
+        "info",
     ),
     # precision
     (
@@ -432,6 +453,14 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {"input_shape_changes": 5, "cudnn_benchmark": False, "model_compiled": False},
         None,
     ),
+    # A CPU run: cudnn.benchmark set by the script (DCGAN does) changes nothing there.
+    (
+        "shape-changes",
+        "cpu",
+        {"input_shape_changes": 5, "cudnn_benchmark": True, "model_compiled": False},
+        None,
+    ),
+    ("shape-changes", "cpu", {"input_shape_changes": 5, "model_compiled": True}, "warning"),
 ]
 
 
@@ -495,3 +524,24 @@ def test_rule_is_skipped_when_a_needed_fact_is_missing(rule_id: str, fact: str) 
     assert len(results.skipped) == 1
     assert results.skipped[0].rule_id == rule_id
     assert fact in results.skipped[0].reason
+
+
+def test_recompiles_at_stable_shapes_are_not_blamed_on_shapes() -> None:
+    """An epoch-end validation recompiled the model for eval mode; the training shapes
+    never changed: neither step-jitter nor recompilations may send the user padding
+    batches."""
+    stable = {"input_shape_changes": 1, "recompile_count": 2, "step_jitter_ratio": 2.5}
+    jitter = run_rule("step-jitter", "gpu", stable)
+    assert jitter is not None
+    assert "input shapes change" not in jitter.explanation
+    assert "model.eval()" in jitter.explanation
+    assert "static-shapes" not in jitter.optimizations
+    recompiles = run_rule("recompilations", "gpu", stable)
+    assert recompiles is not None
+    assert "Pad or bucket" not in recompiles.explanation
+    assert "model.eval()" in recompiles.explanation
+    assert recompiles.optimizations == ()
+    # Shapes that do change are still named as the cause.
+    changing = {**stable, "input_shape_changes": 6}
+    assert "input shapes change" in run_rule("step-jitter", "gpu", changing).explanation
+    assert run_rule("recompilations", "gpu", changing).optimizations == ("static-shapes",)

@@ -1,0 +1,51 @@
+"""What the model receives is the batch: --slice feeds a DataLoader's 50-sample batches in
+slices of 10 (one optimizer step each); --lstm feeds a time-major LSTM language model
+(input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does)."""
+
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def sliced() -> None:
+    data = TensorDataset(torch.randn(500, 8), torch.randn(500, 1))
+    loader = DataLoader(data, batch_size=50)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(5):
+        for x, y in loader:
+            for i in range(0, len(x), 10):
+                loss = nn.functional.mse_loss(model(x[i : i + 10]), y[i : i + 10])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+class LanguageModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 16)
+        self.rnn = nn.LSTM(16, 16)  # batch_first=False: (seq, batch, features)
+        self.out = nn.Linear(16, 100)
+
+    def forward(self, tokens):
+        hidden, _ = self.rnn(self.embed(tokens))
+        return self.out(hidden)
+
+
+def lstm() -> None:
+    model = LanguageModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    stream = torch.randint(0, 100, (2000, 20))  # batchify: 20 columns of one long stream
+    for i in range(0, 35 * 40, 35):
+        tokens, target = stream[i : i + 35], stream[i + 1 : i + 36]
+        loss = nn.functional.cross_entropy(model(tokens).reshape(-1, 100), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    sliced() if "--slice" in sys.argv else lstm()
