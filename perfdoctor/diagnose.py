@@ -16,7 +16,7 @@ from pathlib import Path
 
 from perfdoctor.analyze.facts import derive_facts, series_for
 from perfdoctor.analyze.record import RunRecord, load_run
-from perfdoctor.errors import BadRunDir
+from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
     BaselineSummary,
     Facts,
@@ -41,6 +41,7 @@ from perfdoctor.rundir import (
     REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
+    LATEST_LINK,
     SCHEMA_VERSION,
     SESSION_FILE,
     is_child_dir,
@@ -61,12 +62,16 @@ class Diagnosis:
 
 
 def resolve_session_dir(path: Path) -> Path:
-    """Accept the session dir, the `latest` link, or a child run dir inside a session."""
+    """Accept the session dir, the `latest` link, a child run dir inside a session, or the
+    `--out` directory of `perfdoctor profile` (its `latest` session)."""
     path = path.resolve()
     if not path.is_dir():
         raise BadRunDir(f"{path} is not a directory")
     if (path / SESSION_FILE).is_file() or (path / BASELINE_LABEL).is_dir():
         return path
+    latest = path / LATEST_LINK
+    if latest.is_dir() and not is_child_dir(path):
+        return resolve_session_dir(latest)
     if is_child_dir(path) and (path.parent / SESSION_FILE).is_file():
         return path.parent
     if is_child_dir(path):
@@ -77,9 +82,20 @@ def resolve_session_dir(path: Path) -> Path:
     )
 
 
+def is_lone_child_run(path: Path) -> bool:
+    """A child run directory on its own (copied out of its session), not a session."""
+    # A baseline/ that is no child run (TensorBoard scalars an earlier perfdoctor wrote into
+    # a lone run) does not make it a session.
+    return (
+        is_child_dir(path)
+        and not is_child_dir(path / BASELINE_LABEL)
+        and not (path / SESSION_FILE).is_file()
+    )
+
+
 def _baseline_dirs(session_dir: Path) -> list[Path]:
-    if is_child_dir(session_dir) and not (session_dir / BASELINE_LABEL).is_dir():
-        return [session_dir]  # a lone child run dir
+    if is_lone_child_run(session_dir):
+        return [session_dir]
     base = session_dir / BASELINE_LABEL
     if not base.is_dir():
         raise BadRunDir(f"{session_dir} has no {BASELINE_LABEL}/ run")
@@ -215,7 +231,13 @@ def analyze_session(session_dir: Path) -> Report:
     else:
         target = Target(kind="script", name=str(session_dir), argv=())
     script = target.name if target.kind == "script" else f"-m {target.name}"
-    warnings = list(manifest.warnings) if manifest else []
+    status, exit_code, stop_warnings = _session_status(session, manifest)
+    warnings = stop_warnings + (list(manifest.warnings) if manifest else [])
+    if manifest is not None and manifest.error and status != "completed":
+        # The script's own error line ("RuntimeError: boom at step 12"), in every report.
+        line = f"the script's error: {manifest.error}"
+        if line not in warnings:
+            warnings.append(line)
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
     if record.ranks_launched > 1 and not _process_group_seen(record.observations):
         warnings.append(
@@ -234,8 +256,8 @@ def analyze_session(session_dir: Path) -> Report:
         schema_version=SCHEMA_VERSION,
         script=script,
         argv=tuple(target.argv),
-        exit_code=manifest.exit_code if manifest else 0,
-        status=manifest.status if manifest else "completed",
+        exit_code=exit_code,
+        status=status,
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
         baseline=_baseline_summary(record, diagnosis.facts),
@@ -251,6 +273,40 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
     )
+
+
+def _session_status(session: Session | None, manifest) -> tuple[str, int, list[str]]:
+    """The report's status and exit code: the baseline's, unless the session did not end.
+
+    A session that perfdoctor was stopped in (Ctrl-C, SIGTERM) reads "interrupted" with the
+    code the command returned, even when its baseline had completed; a baseline without a
+    manifest was never finished by its launcher (perfdoctor was killed outright), so it
+    cannot read as completed either.
+    """
+    warnings: list[str] = []
+    if manifest is None:
+        status, exit_code = "interrupted", EXIT_INTERRUPTED
+        warnings.append(
+            "the baseline has no manifest.json: perfdoctor was stopped before the run ended "
+            "(killed outright?), so this report is partial"
+        )
+    else:
+        status, exit_code = manifest.status, manifest.exit_code
+    stop = session.interrupted if session is not None else None
+    if stop:
+        by = str(stop.get("by") or "an interruption")
+        during = stop.get("during")
+        code = stop.get("exit_code")
+        where = f" during {during}" if during else ""
+        partial = (
+            "the baseline's diagnosis is complete; the variants' results are partial"
+            if during and during != BASELINE_LABEL
+            else "this report is partial"
+        )
+        warnings.insert(0, f"perfdoctor was stopped by {by}{where}: {partial}")
+        status = "interrupted"
+        exit_code = code if isinstance(code, int) else EXIT_INTERRUPTED
+    return status, exit_code, warnings
 
 
 def _process_group_seen(observations: dict) -> bool:
@@ -273,7 +329,7 @@ def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, 
             ("report_html", REPORT_HTML),
         )
     }
-    base = session_dir / BASELINE_LABEL if (session_dir / BASELINE_LABEL).is_dir() else session_dir
+    base = session_dir if is_lone_child_run(session_dir) else session_dir / BASELINE_LABEL
     for name, rel in child_artifacts.items():
         found[f"baseline_{name}"] = str(base / rel)
     found["tensorboard_logdir"] = str(session_dir)
