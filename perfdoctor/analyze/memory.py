@@ -78,6 +78,13 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         raise
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError) as err:
         raise CorruptArtifact(f"corrupt memory snapshot {path}: {err}") from err
+    except (MemoryError, OverflowError) as err:
+        # A length field claiming more bytes than the file holds (2**62 in 20 bytes): the
+        # file is corrupt, not the machine short of memory.
+        raise CorruptArtifact(
+            f"corrupt memory snapshot {path}: it claims an object too large to load "
+            f"({type(err).__name__}, file of {path.stat().st_size:,} bytes)"
+        ) from err
     if not isinstance(data, dict) or not isinstance(data.get("segments", []), list):
         raise CorruptArtifact(f"{path} is not a CUDA memory snapshot (no segments list)")
     return data
