@@ -23,13 +23,11 @@ from rich.console import Console
 from perfdoctor import __version__
 from perfdoctor.errors import (
     EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     PerfdoctorError,
     ProfileStopped,
     Stopped,
     UsageError,
     interrupt_exit_code,
-    interrupt_name,
 )
 
 app = typer.Typer(
@@ -225,9 +223,7 @@ def profile(
     warmup: Annotated[int, typer.Option(metavar="N", help="Warm-up steps, not measured.")] = 5,
     profile_steps: Annotated[
         int,
-        typer.Option(
-            "--profile-steps", metavar="N", help="Steps under torch.profiler (0: none)."
-        ),
+        typer.Option("--profile-steps", metavar="N", help="Steps under torch.profiler (0: none)."),
     ] = 3,
     timeout: Annotated[
         float | None,

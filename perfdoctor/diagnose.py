@@ -38,10 +38,10 @@ from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import (
     BASELINE_LABEL,
+    LATEST_LINK,
     REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
-    LATEST_LINK,
     SCHEMA_VERSION,
     SESSION_FILE,
     is_child_dir,
@@ -361,7 +361,8 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
 
     try:
         write_scalars(session_dir, report)
-    except OSError as err:  # TensorBoard scalars are a convenience; the reports stand alone
+    except (OSError, UnicodeError) as err:  # a convenience: the reports stand alone
+        # (UnicodeError: TensorBoard's writer cannot take a path that is not valid UTF-8.)
         log.warning("could not write TensorBoard scalars: %s", err)
     renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
     paths = {fname: session_dir / fname for fname in renderers}
@@ -372,7 +373,12 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     # Re-rendering a session rewrites reports of the same size: right at the first guess.
     sized = replace(report, run_dir_bytes=on_disk)
     for _ in range(_SIZE_ROUNDS):
-        texts = {fname: render(sized).encode("utf-8") for fname, render in renderers.items()}
+        # backslashreplace: a path that is not valid UTF-8 (its bytes decoded as surrogates)
+        # is shown escaped rather than failing the whole report.
+        texts = {
+            fname: render(sized).encode("utf-8", "backslashreplace")
+            for fname, render in renderers.items()
+        }
         total = others + sum(len(text) for text in texts.values())
         if total == sized.run_dir_bytes:
             break

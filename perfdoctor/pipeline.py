@@ -216,7 +216,7 @@ def _stopped(runner: _Runner, err: KeyboardInterrupt) -> ProfileStopped:
     where = f" during {during}" if during else ""
     try:
         _write_session_reports(runner.session_dir)
-    except Exception as report_err:  # noqa: BLE001 - the artifacts are kept whatever happens
+    except Exception as report_err:  # the artifacts are kept whatever happens
         log.warning("the partial report could not be written: %s", report_err)
         return ProfileStopped(
             f"stopped by {by}{where}; the runs' artifacts are kept in {runner.session_dir}",

@@ -587,6 +587,7 @@ def _assemble_manifest(
         or steps_seen >= spec.plan.total_steps
     )
     warnings = [str(w) for w in _as_list(obs.get("warnings"))] + outcome.warnings
+    warnings += _collector_failures(spec, obs, run_dir, status)
     if outcome.timed_out:
         warnings.append("the script ran past the timeout and was stopped")
     return RunManifest(
@@ -604,6 +605,41 @@ def _assemble_manifest(
         warnings=tuple(warnings),
         error=error,
     )
+
+
+# What a failing collector costs the report, by its key in observations.json.
+_COLLECTOR_LOSS = {
+    "profiler": "no profiler trace for this run: the rules that need one are skipped",
+    "memory_history": "no CUDA memory history for this run",
+}
+
+
+def _collector_failures(
+    spec: RunSpec, obs: Mapping[str, Any], run_dir: Path, status: RunStatus
+) -> list[str]:
+    """One warning per collector that failed in the child (its section of observations.json
+    holds an "error"), and one when the profiler was asked for and no trace came back. A
+    failing collector never fails the run, so without these the report would read complete.
+    """
+    warnings = []
+    for key, section in obs.items():
+        if isinstance(section, Mapping) and section.get("error"):
+            loss = _COLLECTOR_LOSS.get(key, "its observations are missing from this run")
+            warnings.append(f"{key} failed: {_one_line(section['error'])} ({loss})")
+    profiler = obs.get("profiler")
+    profiler_failed = isinstance(profiler, Mapping) and bool(profiler.get("error"))
+    user_profiled = isinstance(profiler, Mapping) and profiler.get("user_profiler")
+    if (
+        spec.profile
+        and status == "completed"
+        and not profiler_failed
+        and not user_profiled
+        and not find_traces(run_dir)
+    ):
+        warnings.append(
+            "the profiler window ran but wrote no trace: the rules that need one are skipped"
+        )
+    return warnings
 
 
 def _classify(

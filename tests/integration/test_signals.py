@@ -18,8 +18,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-
-
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,7 +192,7 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
         seen_report_before_variant["md"] = (session_link / "report.md").is_file()
         return _steps_in(variant) >= 1
 
-    tree, out, err = _terminate_when(proc, variant_running, "the variant's first step", 4)
+    tree, _out, err = _terminate_when(proc, variant_running, "the variant's first step", 4)
 
     assert proc.returncode == EXIT_SIGTERM, err
     assert not _still_running(tree), _still_running(tree)

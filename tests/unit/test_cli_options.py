@@ -89,12 +89,13 @@ def test_a_pickle_that_claims_2_62_bytes_is_a_corrupt_artifact(tmp_path: Path) -
     assert "corrupt memory snapshot" in result.stderr
 
 
-def test_with_debug_an_internal_error_keeps_its_exit_code(monkeypatch) -> None:
+def test_with_debug_an_internal_error_keeps_its_exit_code(tmp_path: Path, monkeypatch) -> None:
     def broken(_path):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr("perfdoctor.diagnose.analyze_session", broken)
-    result = invoke("--debug", "report", str(FIXTURE))
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    result = invoke("--debug", "report", str(tmp_path / "run"))
     assert result.exit_code == errors.EXIT_INTERNAL, result.output
     assert "Traceback" in result.stderr and "RuntimeError: a bug" in result.stderr
 

@@ -1,0 +1,124 @@
+"""Nothing fails silently: a collector that fails leaves a warning in the manifest and the
+report, a crashed script's error line is shown even with --quiet, the terminal says whether
+the script or perfdoctor failed, and a module that is not found leaves `latest` alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import errors
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_LOOP = REPO / "tests" / "integration" / "scripts" / "train_loop.py"
+SHORT = ("--no-apply", "--steps", "3", "--warmup", "1")
+
+
+def run_cli(*args: str, cwd: Path | bytes) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=300,
+    )
+
+
+def test_a_failing_profiler_leaves_a_warning_in_the_manifest_and_the_report(
+    tmp_path: Path,
+) -> None:
+    # torch.profiler cannot encode a working directory whose name is not valid UTF-8.
+    where = os.fsencode(tmp_path) + b"/bad\xffdir"
+    try:
+        os.mkdir(where)
+    except (OSError, UnicodeError):
+        pytest.skip("this filesystem refuses names that are not valid UTF-8")
+    shutil.copy(TRAIN_LOOP, where + b"/train.py")
+    proc = run_cli(
+        "profile",
+        *SHORT,
+        "--profile-steps",
+        "1",
+        "--quiet",
+        "train.py",
+        "--epochs",
+        "20",
+        cwd=where,
+    )
+    assert proc.returncode == 0, proc.stderr
+    session = Path(os.fsdecode(where)) / "perfdoctor-runs" / "latest"
+    manifest = json.loads((session / "baseline" / "manifest.json").read_text())
+    failed = [w for w in manifest["warnings"] if w.startswith("profiler failed")]
+    assert failed, manifest["warnings"]
+    assert "no profiler trace" in failed[0]
+    report = (session / "report.md").read_text(encoding="utf-8")
+    assert "profiler failed" in report
+    assert "warning: profiler failed" in proc.stdout
+
+
+def test_a_crash_under_quiet_still_shows_the_scripts_error_line(tmp_path: Path) -> None:
+    shutil.copy(TRAIN_LOOP, tmp_path / "train.py")
+    proc = run_cli(
+        "profile",
+        *SHORT,
+        "--profile-steps",
+        "0",
+        "--quiet",
+        "train.py",
+        "--crash-at",
+        "2",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "ValueError: planted crash at step 2" in proc.stderr
+    assert "the script failed with exit code 1" in proc.stderr
+    report = (tmp_path / "perfdoctor-runs" / "latest" / "report.md").read_text()
+    assert "ValueError: planted crash at step 2" in report
+
+
+def test_a_scripts_own_exit_code_64_to_69_is_said_to_be_the_scripts(tmp_path: Path) -> None:
+    shutil.copy(TRAIN_LOOP, tmp_path / "train.py")
+    # 16 steps, then sys.exit(65): the plan (1 + 30 steps) outlasts the script.
+    proc = run_cli(
+        "profile",
+        "--no-apply",
+        "--steps",
+        "30",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "0",
+        "--quiet",
+        "train.py",
+        "--exit-code",
+        "65",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 65, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "the script failed with exit code 65, passed through" in last
+    assert "perfdoctor: error:" not in proc.stderr
+
+
+def test_an_unknown_module_is_said_once_and_leaves_latest_alone(tmp_path: Path) -> None:
+    runs = tmp_path / "perfdoctor-runs"
+    earlier = runs / "20260101-000000-train"
+    earlier.mkdir(parents=True)
+    (runs / "latest").symlink_to(earlier.name, target_is_directory=True)
+    proc = run_cli("profile", "--no-apply", "-m", "no_such_pkg.train", cwd=tmp_path)
+    assert proc.returncode == errors.EXIT_TARGET_NOT_FOUND, proc.stderr
+    assert proc.stderr.count("no_such_pkg") == 1, proc.stderr
+    assert os.readlink(runs / "latest") == earlier.name
+    assert sorted(p.name for p in runs.iterdir()) == [earlier.name, "latest"]
