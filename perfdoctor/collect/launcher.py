@@ -639,6 +639,28 @@ def _collector_failures(
         warnings.append(
             "the profiler window ran but wrote no trace: the rules that need one are skipped"
         )
+    return warnings + _sampler_failures(run_dir)
+
+
+# The notes SamplingThread writes when a sampler fails (collect/sampling.py); "NVML
+# unavailable" on a machine without a GPU is expected and not among them.
+_SAMPLER_FAILURE_NOTES = ("sampler could not start", "sampler stopped")
+
+
+def _sampler_failures(run_dir: Path) -> list[str]:
+    warnings = []
+    try:
+        with (run_dir / SAMPLES_FILE).open("rb") as fh:
+            lines = [line for line in fh if b'"note"' in line]
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            message = str(json.loads(line).get("message", ""))
+        except (ValueError, AttributeError):
+            continue
+        if message.endswith(_SAMPLER_FAILURE_NOTES):
+            warnings.append(f"{message}: the device samples of this run are incomplete")
     return warnings
 
 
