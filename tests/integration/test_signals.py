@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -179,7 +180,7 @@ def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
 
 def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
-    args = ["profile", "--steps", "5", "--warmup", "1", "--profile-steps", "1", "--quiet"]
+    args = ["profile", "--steps", "5", "--warmup", "1", "--profile-steps", "0", "--quiet"]
     proc = _start([*args, "--only", "anomaly-off", "train.py"], tmp_path)
     session_link = tmp_path / "perfdoctor-runs" / "latest"
     variant = session_link / "anomaly-off"
@@ -216,7 +217,15 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
     reason="tensorboard is not installed",
 )
 def test_sigterm_stops_the_tensorboard_server(tmp_path: Path) -> None:
-    proc = _start(["tensorboard", str(FIXTURE)], tmp_path)
-    tree, _out, err = _terminate_when(proc, lambda: _descendants(proc.pid), "TensorBoard", 1)
+    from perfdoctor.tensorboard_launch import free_port
+
+    port = free_port()
+
+    def serving() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    proc = _start(["tensorboard", str(FIXTURE), "--port", str(port)], tmp_path)
+    tree, _out, err = _terminate_when(proc, serving, "TensorBoard to serve", 1)
     assert proc.returncode == EXIT_SIGTERM, err
     assert not _still_running(tree), _still_running(tree)
