@@ -1,6 +1,6 @@
 """Nothing fails silently: a collector that fails leaves a warning in the manifest and the
-report, and a module that is not found is said once and leaves `latest` alone. (A crashed
-script's error line under --quiet, and which side failed: test_profile_e2e.py.)"""
+report. (A crashed script's error line under --quiet, and which side failed:
+test_profile_e2e.py; a module that is not found, said once: test_cli_errors.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from perfdoctor import errors
 
 pytestmark = pytest.mark.integration
 
@@ -66,15 +64,3 @@ def test_a_failing_profiler_leaves_a_warning_in_the_manifest_and_the_report(
     report = (session / "report.md").read_text(encoding="utf-8")
     assert "profiler failed" in report
     assert "warning: profiler failed" in proc.stdout
-
-
-def test_an_unknown_module_is_said_once_and_leaves_latest_alone(tmp_path: Path) -> None:
-    runs = tmp_path / "perfdoctor-runs"
-    earlier = runs / "20260101-000000-train"
-    earlier.mkdir(parents=True)
-    (runs / "latest").symlink_to(earlier.name, target_is_directory=True)
-    proc = run_cli("profile", "--no-apply", "-m", "no_such_pkg.train", cwd=tmp_path)
-    assert proc.returncode == errors.EXIT_TARGET_NOT_FOUND, proc.stderr
-    assert proc.stderr.count("no_such_pkg") == 1, proc.stderr
-    assert os.readlink(runs / "latest") == earlier.name
-    assert sorted(p.name for p in runs.iterdir()) == [earlier.name, "latest"]
