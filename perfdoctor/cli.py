@@ -91,6 +91,8 @@ def _stop_signals_as_interrupts():
         if sig is None:  # SIGHUP does not exist on Windows
             continue
         try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored on purpose (nohup ignores SIGHUP): leave it ignored
             previous[sig] = signal.signal(sig, handler)
         except ValueError:  # not the main thread (perfdoctor called from a library)
             continue
