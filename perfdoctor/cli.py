@@ -6,10 +6,14 @@ Exit codes are documented in perfdoctor/errors.py and the README.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
+import math
 import os
+import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +23,11 @@ from rich.console import Console
 from perfdoctor import __version__
 from perfdoctor.errors import (
     EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     PerfdoctorError,
+    ProfileStopped,
+    Stopped,
+    UsageError,
+    interrupt_exit_code,
 )
 
 app = typer.Typer(
@@ -29,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 _DEBUG = {"on": False}
@@ -53,29 +61,96 @@ def _fail(err: PerfdoctorError) -> typer.Exit:
     return typer.Exit(err.exit_code)
 
 
-def _run_guarded(fn, *args, **kwargs):
-    """One clear line and a documented exit code for anything a user can cause."""
+# SIGTERM (kill, timeout(1), Slurm, CI cancellation) and SIGHUP (the terminal closed) stop
+# perfdoctor as Ctrl-C does; their exit code is 128 + the signal's number.
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _stop_signals_as_interrupts():
+    """Turn SIGTERM/SIGHUP into errors.Stopped (a KeyboardInterrupt) in the main thread.
+
+    Without this, Python dies at once on SIGTERM: no manifest, no report, and the child
+    (in its own session, so the signal never reaches it) keeps training, re-parented to init.
+    A repeated signal while perfdoctor is already stopping is ignored, so that the child's
+    grace period and the partial report are not cut short (Ctrl-C still cuts them short).
+    """
+    stopping = {"by": None}
+
+    def handler(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if stopping["by"] is not None:
+            logging.getLogger(__name__).info("%s while stopping: ignored", name)
+            return
+        stopping["by"] = name
+        raise Stopped(signum, name)
+
+    previous = {}
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is None:  # SIGHUP does not exist on Windows
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # ignored on purpose (nohup ignores SIGHUP): leave it ignored
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread (perfdoctor called from a library)
+            continue
     try:
-        return fn(*args, **kwargs)
+        yield
+    finally:
+        for sig, old in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, old)
+
+
+def _print_traceback() -> None:
+    sys.stderr.write(traceback.format_exc())
+
+
+def _run_guarded(fn, *args, **kwargs):
+    """One clear line and a documented exit code for anything a user can cause.
+
+    With --debug the traceback is printed too, and the exit code stays the documented one
+    (never 1, which is what a failing user script returns).
+    """
+    try:
+        with _stop_signals_as_interrupts():
+            return fn(*args, **kwargs)
+    except ProfileStopped as err:
+        console = _stderr_console()
+        console.print(f"perfdoctor: {err}", markup=False, soft_wrap=True)
+        if err.hint:
+            console.print(f"  {err.hint}", markup=False, soft_wrap=True)
+        raise typer.Exit(err.exit_code) from None
     except PerfdoctorError as err:
         if _DEBUG["on"]:
-            raise
+            _print_traceback()
         raise _fail(err) from None
-    except KeyboardInterrupt:
-        _stderr_console().print("perfdoctor: interrupted", markup=False)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    except typer.Exit:
+    except KeyboardInterrupt as err:
+        what = "interrupted" if not isinstance(err, Stopped) else f"stopped by {err.name}"
+        _stderr_console().print(f"perfdoctor: {what}", markup=False)
+        raise typer.Exit(interrupt_exit_code(err)) from None
+    except (typer.Exit, typer.Abort):
         raise
     except Exception as err:
         if _DEBUG["on"]:
-            raise
+            _print_traceback()
         _stderr_console().print(
-            f"perfdoctor: internal error: {type(err).__name__}: {err} "
-            "(run again with --debug for the traceback)",
+            f"perfdoctor: internal error: {type(err).__name__}: {err}"
+            + ("" if _DEBUG["on"] else " (run again with --debug for the traceback)"),
             markup=False,
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _print_version(value: bool) -> None:
+    # Eager: runs while the command line is parsed, so `perfdoctor --version` alone works
+    # (a group's callback only runs once a command is given).
+    if value:
+        typer.echo(f"perfdoctor {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -83,22 +158,47 @@ def main(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks of perfdoctor errors.")
     ] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
 ) -> None:
     _DEBUG["on"] = debug or bool(os.environ.get("PERFDOCTOR_DEBUG"))
     logging.basicConfig(
         level=logging.DEBUG if _DEBUG["on"] else logging.WARNING,
         format="perfdoctor: %(levelname)s: %(message)s",
     )
-    if version:
-        typer.echo(f"perfdoctor {__version__}")
-        raise typer.Exit(0)
 
 
-def _split_ids(value: str | None) -> tuple[str, ...] | None:
+def _split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
+    """Comma-separated optimization ids; an unknown one is a usage error naming the closest
+    known id (a typo must not silently run nothing)."""
     if value is None:
         return None
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+    from perfdoctor.optimize.catalog import CATALOG
+
+    ids = tuple(part.strip() for part in value.split(",") if part.strip())
+    for opt_id in ids:
+        if opt_id in CATALOG:
+            continue
+        close = difflib.get_close_matches(opt_id, list(CATALOG), n=1, cutoff=0.5)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(
+            f"{option}: unknown optimization id {opt_id!r}{guess}",
+            hint="perfdoctor optimizations lists them all",
+        )
+    return ids
+
+
+def _check_timeout(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a number of seconds above 0, not {value:g}")
+    return value
 
 
 @app.command(
@@ -107,35 +207,51 @@ def _split_ids(value: str | None) -> tuple[str, ...] | None:
         "ignore_unknown_options": True,
         "allow_interspersed_args": False,
     },
+    # SCRIPT [ARGS] are not a click argument (click would parse the script's own options):
+    # the usage line names them here.
+    options_metavar="[OPTIONS] SCRIPT [ARGS]...",
     help="Run SCRIPT (everything after it goes to the script), diagnose it, apply fixes "
     "at runtime and measure them. Example: perfdoctor profile train.py --epochs 2",
 )
 def profile(
     ctx: typer.Context,
     module: Annotated[
-        str | None, typer.Option("-m", "--module", help="Run a module, as python -m does.")
+        str | None,
+        typer.Option("-m", "--module", metavar="MODULE", help="Run a module, as python -m does."),
     ] = None,
-    steps: Annotated[int, typer.Option(help="Timed steps (hooks only, no profiler).")] = 20,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps, not measured.")] = 5,
+    steps: Annotated[
+        int, typer.Option(metavar="N", help="Timed steps (hooks only, no profiler).")
+    ] = 20,
+    warmup: Annotated[int, typer.Option(metavar="N", help="Warm-up steps, not measured.")] = 5,
     profile_steps: Annotated[
-        int, typer.Option("--profile-steps", help="Steps under torch.profiler (0: none).")
+        int,
+        typer.Option("--profile-steps", metavar="N", help="Steps under torch.profiler (0: none)."),
     ] = 3,
-    timeout: Annotated[float | None, typer.Option(help="Seconds before a run is stopped.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for torch, random and numpy.")] = 0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="Seconds before a run is stopped (above 0).",
+            callback=_check_timeout,
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed for torch, random and numpy.")] = 0,
     no_seed: Annotated[bool, typer.Option("--no-seed", help="Do not seed.")] = False,
     apply: Annotated[
         bool, typer.Option("--apply/--no-apply", help="Re-run with fixes applied.")
     ] = True,
     only: Annotated[
-        str | None, typer.Option(help="Try only these optimization ids (comma-separated).")
+        str | None,
+        typer.Option(metavar="IDS", help="Try only these optimization ids (comma-separated)."),
     ] = None,
     skip: Annotated[
-        str | None, typer.Option(help="Never try these optimization ids (comma-separated).")
+        str | None,
+        typer.Option(metavar="IDS", help="Never try these optimization ids (comma-separated)."),
     ] = None,
-    repeat: Annotated[int, typer.Option(help="A/B rounds per variant.")] = 2,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where session directories go.")] = Path(
-        "perfdoctor-runs"
-    ),
+    repeat: Annotated[int, typer.Option(metavar="N", help="A/B rounds per variant.")] = 2,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
+    ] = Path("perfdoctor-runs"),
     as_json: Annotated[
         bool, typer.Option("--json", help="Print report.json to stdout (for CI).")
     ] = False,
@@ -146,16 +262,19 @@ def profile(
         typer.Option(
             "--nproc-per-node",
             "--nproc_per_node",
+            metavar="N",
             help="Ranks per run, as torchrun --standalone --nproc-per-node N (DDP scripts).",
         ),
     ] = 1,
 ) -> None:
     from perfdoctor.model import StepPlan, Target
 
+    # Everything after the script is the script's, options included: allow_interspersed_args
+    # is off, so click stops parsing at the script and leaves the rest in ctx.args.
     args = list(ctx.args)
     if module is None:
         if not args:
-            raise _fail(PerfdoctorError("no script given: perfdoctor profile SCRIPT [ARGS]..."))
+            raise _fail(UsageError("no script given: perfdoctor profile SCRIPT [ARGS]..."))
         target = Target(kind="script", name=args[0], argv=tuple(args[1:]))
     else:
         target = Target(kind="module", name=module, argv=tuple(args))
@@ -168,6 +287,11 @@ def profile(
             raise typer.BadParameter(f"{name} must be at least 1")
     if warmup < 0 or profile_steps < 0:
         raise typer.BadParameter("--warmup and --profile-steps cannot be negative")
+    try:
+        only_ids = _split_ids(only, "--only")
+        skip_ids = _split_ids(skip, "--skip") or ()
+    except UsageError as err:
+        raise _fail(err) from None
 
     from perfdoctor.pipeline import ProfileOptions
 
@@ -178,8 +302,8 @@ def profile(
         plan=StepPlan(warmup_steps=warmup, timed_steps=steps, profiled_steps=profile_steps),
         seed=None if no_seed else seed,
         apply=apply,
-        only=_split_ids(only),
-        skip=_split_ids(skip) or (),
+        only=only_ids,
+        skip=skip_ids,
         repeat=repeat,
         timeout_s=timeout,
         nvtx=nvtx,
@@ -196,7 +320,31 @@ def profile(
         from perfdoctor.render.terminal import render_terminal
 
         render_terminal(outcome.report, console)
+    if outcome.exit_code != 0:
+        _say_the_script_failed(outcome)
     raise typer.Exit(outcome.exit_code)
+
+
+def _say_the_script_failed(outcome) -> None:
+    """The last line says which side failed: a script's own exit code 64..69 or 128+n must
+    not be read as one of perfdoctor's (README, "Exit codes"). Printed even with --quiet,
+    which hides the script's output and so its traceback."""
+    code = outcome.exit_code
+    if outcome.script_status == "interrupted":
+        return  # the launcher stopped it: the interruption's own message says so
+    if outcome.script_status == "launch_failed":
+        what = f"the script could not start (exit code {code})"
+    elif code > 128 and outcome.script_error and outcome.script_error.startswith("killed by"):
+        what = f"the script was {outcome.script_error} (exit code {code} = 128 + {code - 128})"
+    else:
+        what = f"the script failed with exit code {code}, passed through"
+    if outcome.script_error and not outcome.script_error.startswith("killed by"):
+        what += f": {outcome.script_error}"
+    _stderr_console().print(
+        f"perfdoctor: {what} (partial report in {outcome.session_dir})",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _profile(options, console: Console):
@@ -207,7 +355,7 @@ def _profile(options, console: Console):
     with make_progress_sink(console) as sink:
         try:
             return run_profile(options, sink)
-        except (NoTrainingSteps, RunTimeout) as err:
+        except (NoTrainingSteps, RunTimeout, ProfileStopped) as err:
             # The partial report exists: show it, then the one-line error.
             _show_latest_partial(options.runs_root, console)
             raise err
@@ -220,42 +368,89 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
 
     latest = runs_root / LATEST_LINK
     if latest.exists():
-        with contextlib.suppress(PerfdoctorError):
+        # The partial report is on disk whatever happens here; a failure to show it (or a
+        # second Ctrl-C) must not hide the one-line error that follows.
+        with contextlib.suppress(PerfdoctorError, OSError, KeyboardInterrupt):
             render_terminal(analyze_session(latest), console)
 
 
 FORMATS = ("terminal", "md", "html", "json")
 
 
-@app.command(help="Re-analyse a run directory and re-render its reports (no torch needed).")
+@app.command(
+    help="Re-analyse a run directory and re-render its reports (no torch needed). On a "
+    "session directory it rewrites the session's report.json/.md/.html and TensorBoard "
+    "scalars; on a lone child run directory it writes nothing into it."
+)
 def report(
-    run: Annotated[Path, typer.Argument(help="A session directory, e.g. perfdoctor-runs/latest")],
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory (e.g. perfdoctor-runs/latest), a child run directory, or "
+            "the --out directory of `perfdoctor profile` (its latest session is used)."
+        ),
+    ],
     fmt: Annotated[
         str, typer.Option("--format", "-f", help="terminal, md, html or json.")
     ] = "terminal",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the report here (its directory must exist) instead of to stdout.",
+        ),
+    ] = None,
 ) -> None:
     if fmt not in FORMATS:
         raise typer.BadParameter(f"--format must be one of {', '.join(FORMATS)}")
+    if output is not None:
+        _check_output_path(output)
     _run_guarded(_report, run, fmt, output)
 
 
+def _check_output_path(output: Path) -> None:
+    """Refuse, before any analysis, a report path that cannot be written: exit code 2."""
+    parent = output.parent if str(output.parent) else Path(".")
+    if output.is_dir():
+        raise _fail(UsageError(f"--output {output} is a directory; give a file name"))
+    if not parent.is_dir():
+        raise _fail(
+            UsageError(
+                f"--output {output}: directory {parent} does not exist",
+                hint=f"create it first: mkdir -p {parent}",
+            )
+        )
+
+
 def _report(run: Path, fmt: str, output: Path | None) -> None:
-    from perfdoctor.diagnose import analyze_session, resolve_session_dir, write_reports
+    from perfdoctor.diagnose import (
+        analyze_session,
+        is_lone_child_run,
+        resolve_session_dir,
+        write_reports,
+    )
 
     session_dir = resolve_session_dir(run)
     built = analyze_session(session_dir)
-    try:
-        built = write_reports(session_dir, built).report
-    except OSError as err:  # a read-only copy of a run: still render to the terminal
-        logging.getLogger(__name__).warning("reports not rewritten: %s", err)
+    # Only a session's own reports are rewritten. A lone child run directory (copied out of
+    # its session) gets nothing written into it: scalars under baseline/ would turn it into
+    # something `report` no longer recognises.
+    if not is_lone_child_run(session_dir):
+        try:
+            built = write_reports(session_dir, built).report
+        except OSError as err:  # a read-only copy of a run: still render to the terminal
+            logging.getLogger(__name__).warning("reports not rewritten: %s", err)
     text = _render(built, fmt)
     if text is None:
         return
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"cannot write {output}: {err.strerror or err}") from None
         _stderr_console().print(f"wrote {output}", markup=False)
 
 
@@ -344,7 +539,7 @@ def _diagnose(paths: list[Path], fmt: str, out: Path | None, quiet: bool) -> int
     return EXIT_BAD_RUN_DIR if len(reports) < len(done) else 0
 
 
-@app.command(help="Compare two runs (e.g. before and after your own change).")
+@app.command(help="Compare two runs, such as before and after your own change.")
 def compare(
     run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
     run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
@@ -388,9 +583,10 @@ def optimizations() -> None:
 
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
 def tensorboard(
-    run: Annotated[Path, typer.Argument(help="A session directory.")] = Path(
-        "perfdoctor-runs/latest"
-    ),
+    run: Annotated[
+        Path,
+        typer.Argument(help="A session directory, or the --out directory (its latest session)."),
+    ] = Path("perfdoctor-runs/latest"),
     port: Annotated[int | None, typer.Option(help="Port (default: a free one).")] = None,
 ) -> None:
     _run_guarded(_tensorboard, run, port)
@@ -398,7 +594,11 @@ def tensorboard(
 
 def _tensorboard(run: Path, port: int | None) -> None:
     from perfdoctor.diagnose import resolve_session_dir
-    from perfdoctor.tensorboard_launch import profiler_plugin_installed, start_tensorboard
+    from perfdoctor.tensorboard_launch import (
+        profiler_plugin_installed,
+        start_tensorboard,
+        stop_tensorboard,
+    )
 
     logdir = resolve_session_dir(run)
     console = make_console()
@@ -414,5 +614,6 @@ def _tensorboard(run: Path, port: int | None) -> None:
         while process.poll() is None:
             time.sleep(0.5)
     finally:
-        if process.poll() is None:
-            process.terminate()
+        # Ctrl-C, SIGTERM or SIGHUP (see _stop_signals_as_interrupts): never leave the
+        # server running behind us.
+        stop_tensorboard(process)

@@ -22,7 +22,7 @@ from perfdoctor.analyze.facts import (
     series_for,
 )
 from perfdoctor.analyze.record import RunRecord, load_run
-from perfdoctor.errors import BadRunDir
+from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
     BaselineSummary,
     Facts,
@@ -48,6 +48,7 @@ from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import (
     BASELINE_LABEL,
+    LATEST_LINK,
     REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
@@ -71,12 +72,16 @@ class Diagnosis:
 
 
 def resolve_session_dir(path: Path) -> Path:
-    """Accept the session dir, the `latest` link, or a child run dir inside a session."""
+    """Accept the session dir, the `latest` link, a child run dir inside a session, or the
+    `--out` directory of `perfdoctor profile` (its `latest` session)."""
     path = path.resolve()
     if not path.is_dir():
         raise BadRunDir(f"{path} is not a directory")
     if (path / SESSION_FILE).is_file() or (path / BASELINE_LABEL).is_dir():
         return path
+    latest = path / LATEST_LINK
+    if latest.is_dir() and not is_child_dir(path):
+        return resolve_session_dir(latest)
     if is_child_dir(path) and (path.parent / SESSION_FILE).is_file():
         return path.parent
     if is_child_dir(path):
@@ -87,9 +92,20 @@ def resolve_session_dir(path: Path) -> Path:
     )
 
 
+def is_lone_child_run(path: Path) -> bool:
+    """A child run directory on its own (copied out of its session), not a session."""
+    # A baseline/ that is no child run (TensorBoard scalars an earlier perfdoctor wrote into
+    # a lone run) does not make it a session.
+    return (
+        is_child_dir(path)
+        and not is_child_dir(path / BASELINE_LABEL)
+        and not (path / SESSION_FILE).is_file()
+    )
+
+
 def _baseline_dirs(session_dir: Path) -> list[Path]:
-    if is_child_dir(session_dir) and not (session_dir / BASELINE_LABEL).is_dir():
-        return [session_dir]  # a lone child run dir
+    if is_lone_child_run(session_dir):
+        return [session_dir]
     base = session_dir / BASELINE_LABEL
     if not base.is_dir():
         raise BadRunDir(f"{session_dir} has no {BASELINE_LABEL}/ run")
@@ -230,7 +246,13 @@ def analyze_session(session_dir: Path) -> Report:
     else:
         target = Target(kind="script", name=str(session_dir), argv=())
     script = target.name if target.kind == "script" else f"-m {target.name}"
-    warnings = list(manifest.warnings) if manifest else []
+    status, exit_code, stop_warnings = _session_status(session, manifest)
+    warnings = stop_warnings + (list(manifest.warnings) if manifest else [])
+    if manifest is not None and manifest.error and status != "completed":
+        # The script's own error line ("RuntimeError: boom at step 12"), in every report.
+        line = f"the script's error: {manifest.error}"
+        if line not in warnings:
+            warnings.append(line)
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
     missed = profiler_window_missed(record.observations)
     if missed:
@@ -252,8 +274,8 @@ def analyze_session(session_dir: Path) -> Report:
         schema_version=SCHEMA_VERSION,
         script=script,
         argv=tuple(target.argv),
-        exit_code=manifest.exit_code if manifest else 0,
-        status=manifest.status if manifest else "completed",
+        exit_code=exit_code,
+        status=status,
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
         baseline=_with_pooled(_baseline_summary(record, diagnosis.facts), session_dir, session),
@@ -270,6 +292,40 @@ def analyze_session(session_dir: Path) -> Report:
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
     )
+
+
+def _session_status(session: Session | None, manifest) -> tuple[str, int, list[str]]:
+    """The report's status and exit code: the baseline's, unless the session did not end.
+
+    A session that perfdoctor was stopped in (Ctrl-C, SIGTERM) reads "interrupted" with the
+    code the command returned, even when its baseline had completed; a baseline without a
+    manifest was never finished by its launcher (perfdoctor was killed outright), so it
+    cannot read as completed either.
+    """
+    warnings: list[str] = []
+    if manifest is None:
+        status, exit_code = "interrupted", EXIT_INTERRUPTED
+        warnings.append(
+            "the baseline has no manifest.json: perfdoctor was stopped before the run ended "
+            "(killed outright?), so this report is partial"
+        )
+    else:
+        status, exit_code = manifest.status, manifest.exit_code
+    stop = session.interrupted if session is not None else None
+    if stop:
+        by = str(stop.get("by") or "an interruption")
+        during = stop.get("during")
+        code = stop.get("exit_code")
+        where = f" during {during}" if during else ""
+        partial = (
+            "the baseline's diagnosis is complete; the variants' results are partial"
+            if during and during != BASELINE_LABEL
+            else "this report is partial"
+        )
+        warnings.insert(0, f"perfdoctor was stopped by {by}{where}: {partial}")
+        status = "interrupted"
+        exit_code = code if isinstance(code, int) else EXIT_INTERRUPTED
+    return status, exit_code, warnings
 
 
 def _process_group_seen(observations: dict) -> bool:
@@ -292,7 +348,7 @@ def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, 
             ("report_html", REPORT_HTML),
         )
     }
-    base = session_dir / BASELINE_LABEL if (session_dir / BASELINE_LABEL).is_dir() else session_dir
+    base = session_dir if is_lone_child_run(session_dir) else session_dir / BASELINE_LABEL
     for name, rel in child_artifacts.items():
         found[f"baseline_{name}"] = str(base / rel)
     found["tensorboard_logdir"] = str(session_dir)
@@ -324,7 +380,8 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
 
     try:
         write_scalars(session_dir, report)
-    except OSError as err:  # TensorBoard scalars are a convenience; the reports stand alone
+    except (OSError, UnicodeError) as err:  # a convenience: the reports stand alone
+        # (UnicodeError: TensorBoard's writer cannot take a path that is not valid UTF-8.)
         log.warning("could not write TensorBoard scalars: %s", err)
     renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
     paths = {fname: session_dir / fname for fname in renderers}
@@ -335,7 +392,12 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     # Re-rendering a session rewrites reports of the same size: right at the first guess.
     sized = replace(report, run_dir_bytes=on_disk)
     for _ in range(_SIZE_ROUNDS):
-        texts = {fname: render(sized).encode("utf-8") for fname, render in renderers.items()}
+        # backslashreplace: a path that is not valid UTF-8 (its bytes decoded as surrogates)
+        # is shown escaped rather than failing the whole report.
+        texts = {
+            fname: render(sized).encode("utf-8", "backslashreplace")
+            for fname, render in renderers.items()
+        }
         total = others + sum(len(text) for text in texts.values())
         if total == sized.run_dir_bytes:
             break

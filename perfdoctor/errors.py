@@ -3,8 +3,10 @@
 Exit codes of `perfdoctor` (README, "Exit codes"):
 
     0         success
-    1..63     the user's script failed: its own exit code is passed through (an uncaught
-              exception in the script gives 1, as plain `python script.py` would)
+    1..255    the user's script failed: its own exit code is passed through (an uncaught
+              exception in the script gives 1, as plain `python script.py` would; a script
+              killed by signal n gives 128+n). The terminal's last line then says it was the
+              script, so a script's own 64..69 cannot be read as perfdoctor's.
     2         command-line usage error (bad option)
     64        internal error in perfdoctor itself (a bug: please report it, with --debug)
     65        the target is not a runnable Python script (not .py, binary, syntax error)
@@ -13,7 +15,10 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
     68        not a perfdoctor run directory, or one of its artifacts is corrupt or untrusted
     69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`)
     124       the script ran past --timeout and was stopped (artifacts are kept)
-    130       interrupted (Ctrl-C)
+    129       perfdoctor was stopped by SIGHUP (its terminal closed): as 130
+    130       interrupted (Ctrl-C): the script's process tree is stopped, the manifest and a
+              partial report are written
+    143       perfdoctor was stopped by SIGTERM (kill, timeout(1), Slurm, CI cancel): as 130
 """
 
 from __future__ import annotations
@@ -27,7 +32,37 @@ EXIT_NO_TRAINING = 67
 EXIT_BAD_RUN_DIR = 68
 EXIT_MISSING_TOOL = 69
 EXIT_TIMEOUT = 124
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT: 128 + 2
+
+
+def exit_code_for_signal(signum: int) -> int:
+    """The shell's convention for a death by signal `signum`."""
+    return 128 + int(signum)
+
+
+class Stopped(KeyboardInterrupt):
+    """perfdoctor itself got SIGTERM or SIGHUP: handled exactly as Ctrl-C is (every
+    `except KeyboardInterrupt` stops the child's process tree and keeps its artifacts),
+    but ends with 128 + the signal's number."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = int(signum)
+        self.name = name
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for_signal(self.signum)
+
+
+def interrupt_exit_code(err: BaseException) -> int:
+    """130 for Ctrl-C, 128+n for a signal perfdoctor was stopped by."""
+    return err.exit_code if isinstance(err, Stopped) else EXIT_INTERRUPTED
+
+
+def interrupt_name(err: BaseException) -> str:
+    """How the user stopped perfdoctor, for messages and the session record."""
+    return err.name if isinstance(err, Stopped) else "Ctrl-C"
 
 
 class PerfdoctorError(Exception):
@@ -38,6 +73,12 @@ class PerfdoctorError(Exception):
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+class UsageError(PerfdoctorError):
+    """A bad command line: exit code 2, as click gives for its own usage errors."""
+
+    exit_code = EXIT_USAGE
 
 
 class TargetNotFound(PerfdoctorError):
@@ -62,6 +103,15 @@ class CorruptArtifact(BadRunDir):
 
 class UntrustedPickle(CorruptArtifact):
     """A memory snapshot that holds anything but plain containers and scalars."""
+
+
+class ProfileStopped(PerfdoctorError):
+    """perfdoctor was stopped (Ctrl-C, SIGTERM, SIGHUP) after the partial report was written;
+    its exit code is the interruption's (130, or 128 + the signal's number)."""
+
+    def __init__(self, message: str, *, exit_code: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = exit_code
 
 
 class MissingTool(PerfdoctorError):

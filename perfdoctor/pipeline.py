@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfdoctor import diagnose
-from perfdoctor.errors import NoTrainingSteps, RunTimeout, TargetNotFound
+from perfdoctor.errors import (
+    NoTrainingSteps,
+    ProfileStopped,
+    RunTimeout,
+    TargetNotFound,
+    interrupt_exit_code,
+    interrupt_name,
+)
 from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
 from perfdoctor.optimize.sizing import (
     WORKERS_ENV,
@@ -27,6 +35,7 @@ from perfdoctor.optimize.sizing import (
 )
 from perfdoctor.rundir import (
     BASELINE_LABEL,
+    LATEST_LINK,
     child_dir,
     session_dir_name,
     update_latest_link,
@@ -74,6 +83,10 @@ class ProfileOutcome:
     session_dir: Path
     report: Report
     exit_code: int
+    # How the baseline ended when the script failed: for the terminal's last line, which says
+    # that the exit code is the script's own and not one of perfdoctor's.
+    script_status: str | None = None
+    script_error: str | None = None
 
 
 class ProgressSink:
@@ -100,6 +113,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
 
     options.runs_root.mkdir(parents=True, exist_ok=True)
     session_dir = _new_session_dir(options.runs_root, options.target.name)
+    previous_latest = _latest_target(options.runs_root)
     update_latest_link(options.runs_root, session_dir)
     session = Session(
         target=options.target,
@@ -119,9 +133,18 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
         },
     )
     runner = _Runner(options, session_dir, session, sink)
+    try:
+        return _run_session(runner, previous_latest)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Stopped)
+        raise _stopped(runner, err) from None
 
+
+def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome:
+    options, session_dir, sink = runner.options, runner.session_dir, runner.sink
     baseline = runner.run(BASELINE_LABEL, (), repeat=1, planned_runs=1)
     if baseline.status == "launch_failed" and baseline.exit_code == 66:
+        # Nothing ran: leave no empty session behind, and `latest` where it was.
+        _discard_session(options.runs_root, session_dir, previous_latest)
         raise TargetNotFound(baseline.error or f"module not found: {options.target.name}")
 
     if baseline.status in FAILED_STATUSES or not options.apply or baseline.steps_seen == 0:
@@ -133,6 +156,9 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
         sink.note("no optimization to try automatically for this run")
         return _finish(runner, baseline)
 
+    # The baseline's report first: stopping during the variants (which take most of the
+    # time) must not cost the diagnosis that is already done. Rewritten at the end.
+    _write_session_reports(session_dir)
     sink.note("trying: " + ", ".join(candidates))
     runner.worker_sizing = _worker_sizing(diagnosis, candidates, sink)
     runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in candidates])
@@ -160,8 +186,68 @@ def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
             "the script never trained: no optimizer step, backward or model forward was seen "
             f"(report in {runner.session_dir})"
         )
-    exit_code = baseline.exit_code if baseline.status in FAILED_STATUSES else 0
-    return ProfileOutcome(runner.session_dir, report, exit_code)
+    if baseline.status in FAILED_STATUSES:
+        return ProfileOutcome(
+            runner.session_dir,
+            report,
+            baseline.exit_code,
+            script_status=baseline.status,
+            script_error=baseline.error,
+        )
+    return ProfileOutcome(runner.session_dir, report, 0)
+
+
+def _write_session_reports(session_dir: Path) -> Report:
+    return diagnose.write_reports(session_dir, diagnose.analyze_session(session_dir)).report
+
+
+def _stopped(runner: _Runner, err: KeyboardInterrupt) -> ProfileStopped:
+    """Record in session.json that perfdoctor was stopped, and write the partial report.
+
+    The child's process tree is already stopped and its manifest written (the launcher's
+    `except KeyboardInterrupt`); a second Ctrl-C while the report is written still ends it.
+    """
+    by, code = interrupt_name(err), interrupt_exit_code(err)
+    during = runner.current_run
+    runner.session = replace(
+        runner.session, interrupted={"by": by, "exit_code": code, "during": during}
+    )
+    save_session(runner.session_dir, runner.session)
+    where = f" during {during}" if during else ""
+    try:
+        _write_session_reports(runner.session_dir)
+    except Exception as report_err:  # the artifacts are kept whatever happens
+        log.warning("the partial report could not be written: %s", report_err)
+        return ProfileStopped(
+            f"stopped by {by}{where}; the runs' artifacts are kept in {runner.session_dir}",
+            exit_code=code,
+            hint=f"perfdoctor report {runner.session_dir} rebuilds the report",
+        )
+    return ProfileStopped(
+        f"stopped by {by}{where}; partial report in {runner.session_dir}",
+        exit_code=code,
+        hint=f"perfdoctor report {runner.session_dir} re-renders it",
+    )
+
+
+def _latest_target(runs_root: Path) -> str | None:
+    link = runs_root / LATEST_LINK
+    try:
+        return os.readlink(link) if link.is_symlink() else None
+    except OSError:
+        return None
+
+
+def _discard_session(runs_root: Path, session_dir: Path, previous_latest: str | None) -> None:
+    shutil.rmtree(session_dir, ignore_errors=True)
+    link = runs_root / LATEST_LINK
+    try:
+        if link.is_symlink():
+            link.unlink()
+        if previous_latest is not None:
+            link.symlink_to(previous_latest, target_is_directory=True)
+    except OSError:
+        pass
 
 
 def _new_session_dir(runs_root: Path, script_name: str) -> Path:
@@ -187,6 +273,7 @@ class _Runner:
         self.sink = sink
         self.started = 0
         self.baseline_repeats = 0
+        self.current_run: str | None = None  # the child run in progress, relative to the session
         # DataLoader workers sized from the baseline, passed to the runs that add workers.
         self.worker_sizing: WorkerSizing | None = None
         save_session(session_dir, session)
@@ -222,6 +309,7 @@ class _Runner:
             profiled=spec.profile,
         )
         self.sink.run_started(announcement)
+        self.current_run = str(run_dir.relative_to(self.session_dir))
         manifest = launch(
             spec,
             timeout_s=self.options.timeout_s,
@@ -229,6 +317,7 @@ class _Runner:
             echo_output=self.options.echo_output and label == BASELINE_LABEL,
             nproc_per_node=self.options.nproc_per_node,
         )
+        self.current_run = None
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
         if label == BASELINE_LABEL:

@@ -38,6 +38,9 @@ class Session:
     variants: tuple[VariantPlan, ...] = ()
     run_order: tuple[str, ...] = ()  # every child run dir in the order it ran (A B A B ...)
     options: dict[str, Any] = field(default_factory=dict)
+    # Set when perfdoctor itself was stopped (Ctrl-C, SIGTERM, SIGHUP) before the session's
+    # plan was done: {"by": "SIGTERM", "exit_code": 143, "during": "<child run dir>"}.
+    interrupted: dict[str, Any] | None = None
     perfdoctor_version: str = __version__
     schema_version: int = SCHEMA_VERSION
 
@@ -86,6 +89,7 @@ def load_session(session_dir: Path) -> Session:
         ),
         run_order=tuple(data.get("run_order", ())),
         options=dict(data.get("options", {})),
+        interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), dict) else None,
         perfdoctor_version=data.get("perfdoctor_version", ""),
         schema_version=data.get("schema_version", SCHEMA_VERSION),
     )

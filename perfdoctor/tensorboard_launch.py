@@ -8,6 +8,7 @@ server behind.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import socket
@@ -76,15 +77,40 @@ def start_tensorboard(
 
 
 def stop_tensorboard(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    """Terminate, then kill if it does not stop within `timeout_s`."""
-    if process.poll() is not None:
-        return
-    process.terminate()
+    """Terminate, then kill if it does not stop within `timeout_s`; the same for anything
+    it started (a data server), so that nothing keeps serving after perfdoctor returns."""
+    helpers = _descendants(process.pid)
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout_s)
+    _stop_all(helpers, timeout_s)
+
+
+def _descendants(pid: int) -> list:
     try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=timeout_s)
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # gone already, or no psutil
+        return []
+
+
+def _stop_all(processes: list, timeout_s: float) -> None:
+    if not processes:
+        return
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _gone, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 class TensorBoardFailed(PerfdoctorError):

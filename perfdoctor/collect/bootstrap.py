@@ -48,7 +48,7 @@ from perfdoctor.collect import script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.user_code import UserCode
-from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_USAGE
+from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_TARGET_NOT_FOUND, EXIT_USAGE
 from perfdoctor.model import RunSpec
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,8 @@ def _report_launch_error(exc: script_runner.LaunchError, outcome: Outcome) -> No
     cause = exc.__cause__
     if isinstance(cause, SyntaxError):
         traceback.print_exception(type(cause), cause, None)  # as Python shows it
-    else:
+    elif exc.exit_code != EXIT_TARGET_NOT_FOUND:
+        # (A target that is not found is said once, by the parent's one-line error.)
         sys.stderr.write(f"{sys.executable}: {exc}\n")
     outcome.exit_code = exc.exit_code
     outcome.observations["launch_error"] = str(exc)

@@ -35,7 +35,13 @@ from perfdoctor import __version__
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.nvml import NvmlSampler
 from perfdoctor.collect.sampling import DEFAULT_PERIOD_S, SamplingThread
-from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_MISSING_TOOL, EXIT_TIMEOUT
+from perfdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_TOOL,
+    EXIT_TIMEOUT,
+    interrupt_exit_code,
+    interrupt_name,
+)
 from perfdoctor.model import AppliedOptimization, DeviceInfo, RunManifest, RunSpec, RunStatus
 from perfdoctor.rundir import (
     MANIFEST_FILE,
@@ -64,6 +70,9 @@ T0_ENV = "PERFDOCTOR_T0_UNIX"
 GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
 LEFTOVER_GRACE_S = 2.0  # processes the script left behind after it exited
 POLL_S = 0.1
+# How often the child's process tree is listed: a descendant that leaves the child's process
+# group (setsid, start_new_session) is still stopped with it if it was seen once.
+TREE_REFRESH_S = 1.0
 _STEP_DETECTIONS = ("optimizer", "backward", "time")
 # Profiler chatter from kineto (mechanics §6.4); kept in stderr.log, hidden from the terminal.
 _NOISE_PREFIX = b"USDT:"
@@ -101,7 +110,8 @@ def launch(
     """Run one child to its end and return (and write) its manifest.
 
     The target is not validated here: call perfdoctor.collect.target.validate_target first.
-    KeyboardInterrupt ends the child, writes the manifest with status "interrupted" and is
+    KeyboardInterrupt (Ctrl-C, or perfdoctor.errors.Stopped for SIGTERM/SIGHUP) ends the
+    child's whole process tree, writes the manifest with status "interrupted" and is
     re-raised. `nproc_per_node` > 1 runs that many ranks as torchrun would
     (perfdoctor.collect.ranks); rank 0 is the child whose directory this is.
     """
@@ -150,22 +160,29 @@ def launch(
         period_s=DEFAULT_PERIOD_S,
     )
     outcome = _Outcome()
+    tree = _ProcessTree(proc.pid)
     pending: BaseException | None = None
     try:
         for tee in tees:
             tee.start()
         sampler.start()
-        outcome = _supervise(proc, watch, timeout_s)
+        outcome = _supervise(proc, watch, timeout_s, tree)
     except BaseException as err:  # KeyboardInterrupt, or a failing on_progress callback
         pending = err
         outcome = _Outcome(interrupted=True)
-        if not isinstance(err, KeyboardInterrupt):
+        if isinstance(err, KeyboardInterrupt):
+            outcome.interrupt_code = interrupt_exit_code(err)
+            if outcome.interrupt_code != EXIT_INTERRUPTED:
+                outcome.internal_error = f"perfdoctor was stopped by {interrupt_name(err)}"
+        else:
             outcome.internal_error = f"perfdoctor: {type(err).__name__}: {err}"
+        tree.refresh()
         outcome.exit_code = _terminate_group(proc, GRACE_S)
     finally:
         outcome.exit_code = proc.wait() if outcome.exit_code is None else outcome.exit_code
         outcome.wall_s = time.monotonic() - watch.t0
-        if _end_leftovers(proc.pid):
+        left_in_group = _end_leftovers(proc.pid)
+        if tree.stop_survivors() or left_in_group:
             outcome.warnings.append("processes the script left behind were terminated")
         sampler.stop()
         for tee in tees:
@@ -221,24 +238,89 @@ class _Outcome:
     wall_s: float = 0.0
     timed_out: bool = False
     interrupted: bool = False
+    interrupt_code: int = EXIT_INTERRUPTED  # 130 for Ctrl-C, 128+n for SIGTERM/SIGHUP
     spawn_error: str | None = None
     internal_error: str | None = None
     stderr_tail: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
 
 
-def _supervise(proc: subprocess.Popen[bytes], watch: _Watch, timeout_s: float | None) -> _Outcome:
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    watch: _Watch,
+    timeout_s: float | None,
+    tree: _ProcessTree | None = None,
+) -> _Outcome:
     while True:
         try:
             code = proc.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
             watch.poll()
+            if tree is not None:
+                tree.refresh(every_s=TREE_REFRESH_S)
             if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
                 logger.info("timeout after %.1f s: stopping the child", timeout_s)
+                if tree is not None:
+                    tree.refresh()
                 code = _terminate_group(proc, GRACE_S)
                 return _Outcome(exit_code=code, timed_out=True)
             continue
         return _Outcome(exit_code=code)
+
+
+class _ProcessTree:
+    """The child's descendants as last seen, to stop those that left its process group.
+
+    killpg reaches DataLoader workers and everything else that stays in the child's group;
+    a descendant that started its own session (a server the script launched with
+    start_new_session=True, a daemon) is re-parented to init when the child dies and would
+    keep running. psutil.Process remembers each one's start time, so a recycled pid is never
+    signalled.
+    """
+
+    def __init__(self, root_pid: int) -> None:
+        self._root_pid = root_pid
+        self._seen: dict[int, Any] = {}
+        self._listed_at = float("-inf")
+
+    def refresh(self, every_s: float = 0.0) -> None:
+        now = time.monotonic()
+        if now - self._listed_at < every_s:
+            return
+        self._listed_at = now
+        try:
+            import psutil
+
+            children = psutil.Process(self._root_pid).children(recursive=True)
+        except Exception:  # gone already, or no psutil: killpg still covers the group
+            return
+        for child in children:
+            self._seen.setdefault(child.pid, child)
+
+    def stop_survivors(self, grace_s: float = LEFTOVER_GRACE_S) -> bool:
+        """SIGTERM, then SIGKILL, every descendant seen that still runs; True if any did."""
+        try:
+            import psutil
+        except ImportError:
+            return False
+        alive = []
+        for process in self._seen.values():
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.Error:
+                continue
+        if not alive:
+            return False
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.terminate()
+        _gone, still = psutil.wait_procs(alive, timeout=grace_s)
+        for process in still:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(still, timeout=grace_s)
+        return True
 
 
 def _terminate_group(proc: subprocess.Popen[bytes], grace_s: float) -> int:
@@ -505,6 +587,7 @@ def _assemble_manifest(
         or steps_seen >= spec.plan.total_steps
     )
     warnings = [str(w) for w in _as_list(obs.get("warnings"))] + outcome.warnings
+    warnings += _collector_failures(spec, obs, run_dir, status)
     if outcome.timed_out:
         warnings.append("the script ran past the timeout and was stopped")
     return RunManifest(
@@ -524,6 +607,63 @@ def _assemble_manifest(
     )
 
 
+# What a failing collector costs the report, by its key in observations.json.
+_COLLECTOR_LOSS = {
+    "profiler": "no profiler trace for this run: the rules that need one are skipped",
+    "memory_history": "no CUDA memory history for this run",
+}
+
+
+def _collector_failures(
+    spec: RunSpec, obs: Mapping[str, Any], run_dir: Path, status: RunStatus
+) -> list[str]:
+    """One warning per collector that failed in the child (its section of observations.json
+    holds an "error"), and one when the profiler was asked for and no trace came back. A
+    failing collector never fails the run, so without these the report would read complete.
+    """
+    warnings = []
+    for key, section in obs.items():
+        if isinstance(section, Mapping) and section.get("error"):
+            loss = _COLLECTOR_LOSS.get(key, "its observations are missing from this run")
+            warnings.append(f"{key} failed: {_one_line(section['error'])} ({loss})")
+    profiler = obs.get("profiler")
+    profiler_failed = isinstance(profiler, Mapping) and bool(profiler.get("error"))
+    user_profiled = isinstance(profiler, Mapping) and profiler.get("user_profiler")
+    if (
+        spec.profile
+        and status == "completed"
+        and not profiler_failed
+        and not user_profiled
+        and not find_traces(run_dir)
+    ):
+        warnings.append(
+            "the profiler window ran but wrote no trace: the rules that need one are skipped"
+        )
+    return warnings + _sampler_failures(run_dir)
+
+
+# The notes SamplingThread writes when a sampler fails (collect/sampling.py); "NVML
+# unavailable" on a machine without a GPU is expected and not among them.
+_SAMPLER_FAILURE_NOTES = ("sampler could not start", "sampler stopped")
+
+
+def _sampler_failures(run_dir: Path) -> list[str]:
+    warnings = []
+    try:
+        with (run_dir / SAMPLES_FILE).open("rb") as fh:
+            lines = [line for line in fh if b'"note"' in line]
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            message = str(json.loads(line).get("message", ""))
+        except (ValueError, AttributeError):
+            continue
+        if message.endswith(_SAMPLER_FAILURE_NOTES):
+            warnings.append(f"{message}: the device samples of this run are incomplete")
+    return warnings
+
+
 def _classify(
     outcome: _Outcome, observations: dict[str, Any] | None, steps_seen: int
 ) -> tuple[RunStatus, int, str | None]:
@@ -534,7 +674,7 @@ def _classify(
         error = f"could not start the child: {outcome.spawn_error}"
         return "launch_failed", EXIT_MISSING_TOOL, error
     if outcome.interrupted:
-        return "interrupted", EXIT_INTERRUPTED, outcome.internal_error or script_error
+        return "interrupted", outcome.interrupt_code, outcome.internal_error or script_error
     if outcome.timed_out:
         return "timeout", EXIT_TIMEOUT, script_error
     code = outcome.exit_code if outcome.exit_code is not None else 1

@@ -81,8 +81,15 @@ def headline(report: Report) -> Headline:
             status_note=status_note,
         )
     if not report.findings:
+        # A partial run is not a clean bill of health: say what the silence is based on.
+        slow = (
+            "No bottleneck rule fired on this run."
+            if status_note is None
+            else f"No bottleneck rule fired on the {report.baseline.steps_timed} timed steps "
+            "measured before the run stopped."
+        )
         return Headline(
-            slow="No bottleneck rule fired on this run.",
+            slow=slow,
             fix="Nothing to fix from what was measured.",
             measured=_measured_overall(report),
             status_note=status_note,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,5 +71,14 @@ def test_script_that_never_trains(tmp_path: Path) -> None:
 
 
 def test_unknown_module(tmp_path: Path) -> None:
+    runs = tmp_path / "perfdoctor-runs"
+    earlier = runs / "20260101-000000-train"
+    earlier.mkdir(parents=True)
+    (runs / "latest").symlink_to(earlier.name, target_is_directory=True)
     proc = run_cli("profile", "--no-apply", "-m", "no_such_pkg.train", cwd=tmp_path)
     assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "no_such_pkg")
+    # Said once (not echoed by the child as well), and nothing ran: `latest` stays where it
+    # was and no empty session is left behind.
+    assert proc.stderr.count("no_such_pkg") == 1, proc.stderr
+    assert os.readlink(runs / "latest") == earlier.name
+    assert sorted(p.name for p in runs.iterdir()) == [earlier.name, "latest"]

@@ -158,8 +158,10 @@ def test_trim_keeps_the_first_two_profiled_steps_and_their_analysis(
     assert after.steps == 2
     assert after.step_ms == before.step_ms[:2]
     for summary in (before, after):
-        top = summary.locations["data_loading"][0]
-        assert (top.file, top.function) == ("train.py", "__getitem__")
+        # The user's __getitem__ is among the data loading sites (which one ranks first
+        # depends on the machine's load while the fixture was recorded).
+        sites = {(loc.file, loc.function) for loc in summary.locations["data_loading"]}
+        assert ("train.py", "__getitem__") in sites, sorted(sites)
 
 
 def test_over_budget_drops_library_frames_without_changing_attribution(

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.launcher import _Tee
 from perfdoctor.collect.ranks import RANK_ENV, free_port, rank_environment, rank_spec
@@ -107,11 +109,17 @@ def test_cpu_sampler_sums_the_other_ranks() -> None:
         sampler = CpuSampler(os.getpid(), peers=[peer.pid])
         assert sampler.start() == []
         sampler.sample()
-        time.sleep(0.3)
+        # Behaviour, not timing: once the peer has used some CPU since the last reading
+        # (however long a loaded machine takes to give it some), the next row counts it.
+        watched = psutil.Process(peer.pid)
+        used = sum(watched.cpu_times()[:2])
+        deadline = time.monotonic() + 60
+        while sum(watched.cpu_times()[:2]) - used < 0.05 and time.monotonic() < deadline:
+            time.sleep(0.05)
         row = sampler.sample()[0]
         assert row["ranks"] == 1
         assert row["ranks_rss_bytes"] > 0
-        assert row["ranks_cpu_percent"] > 20.0  # it spins
+        assert row["ranks_cpu_percent"] > 0.0  # it spins
     finally:
         peer.kill()
         peer.wait()

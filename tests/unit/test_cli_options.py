@@ -1,0 +1,143 @@
+"""Command-line checks that need no child process: bad options are refused with exit code 2
+and one clear line, `report` reads without writing into what it reads, and every error keeps
+its documented exit code (README, "Exit codes")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from perfdoctor import __version__, errors
+from perfdoctor.cli import app
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "tuned_mlp_cpu"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def tree(path: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(path)): p.stat().st_size for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+def test_version_alone_prints_the_version() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"perfdoctor {__version__}"
+
+
+def test_profile_without_a_script_is_a_usage_error() -> None:
+    result = invoke("profile")
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert "no script given" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "closest"),
+    [
+        ("--only", "dataloader-worker", "dataloader-workers"),
+        ("--skip", "anomaly-off,fused-optimiser", "fused-optimizer"),
+    ],
+)
+def test_unknown_optimization_ids_are_refused_with_the_closest_one(
+    option: str, value: str, closest: str
+) -> None:
+    result = invoke("profile", option, value, "train.py")
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert f"did you mean {closest}?" in result.stderr
+
+
+def test_known_ids_pass_the_check(tmp_path: Path) -> None:
+    # Accepted ids get as far as the target check (the script does not exist: 66).
+    result = invoke("profile", "--only", "dataloader-workers", str(tmp_path / "missing.py"))
+    assert result.exit_code == errors.EXIT_TARGET_NOT_FOUND, result.output
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_timeout_must_be_a_positive_number_of_seconds(value: str) -> None:
+    result = invoke("profile", "--timeout", value, "train.py")
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert "--timeout" in result.output
+
+
+def test_profile_help_names_the_script_and_shows_no_bool_placeholders() -> None:
+    result = invoke("profile", "--help")
+    assert result.exit_code == 0
+    usage = result.stdout.splitlines()[0]
+    assert usage.endswith("profile [OPTIONS] SCRIPT [ARGS]..."), usage
+    assert "<bool>" not in result.stdout
+    assert "--only IDS" in result.stdout
+
+
+def test_a_pickle_that_claims_2_62_bytes_is_a_corrupt_artifact(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    # Protocol 4, BINBYTES8 with a length of 2**62, then junk: 20 bytes in all.
+    data = b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"x" * 9
+    assert len(data) == 20
+    (run / "memory_snapshot.pickle").write_bytes(data)
+    result = invoke("report", str(run))
+    assert result.exit_code == errors.EXIT_BAD_RUN_DIR, result.output
+    assert "corrupt memory snapshot" in result.stderr
+
+
+def test_with_debug_an_internal_error_keeps_its_exit_code(tmp_path: Path, monkeypatch) -> None:
+    def broken(_path):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("perfdoctor.diagnose.analyze_session", broken)
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    result = invoke("--debug", "report", str(tmp_path / "run"))
+    assert result.exit_code == errors.EXIT_INTERNAL, result.output
+    assert "Traceback" in result.stderr and "RuntimeError: a bug" in result.stderr
+
+
+def test_with_debug_a_user_error_keeps_its_exit_code(tmp_path: Path) -> None:
+    result = invoke("--debug", "report", str(tmp_path))
+    assert result.exit_code == errors.EXIT_BAD_RUN_DIR, result.output
+
+
+def test_report_into_a_missing_directory_is_one_clear_usage_error(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "x.md"
+    result = invoke("report", str(FIXTURE), "-f", "md", "-o", str(target))
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert "does not exist" in result.stderr
+    assert "internal error" not in result.output
+
+
+def test_report_on_a_lone_child_run_writes_nothing_into_it(tmp_path: Path) -> None:
+    run = tmp_path / "tuned_mlp_cpu"
+    shutil.copytree(FIXTURE, run)
+    before = tree(run)
+    for _ in range(2):  # the second call failed with 68 once the first had written baseline/
+        result = invoke("report", str(run), "-f", "json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["status"] == "completed"
+    assert tree(run) == before
+
+
+def test_report_on_a_lone_run_that_an_earlier_version_wrote_scalars_into(tmp_path: Path) -> None:
+    run = tmp_path / "tuned_mlp_cpu"
+    shutil.copytree(FIXTURE, run)
+    (run / "baseline").mkdir()
+    (run / "baseline" / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+    result = invoke("report", str(run), "-f", "json")
+    assert result.exit_code == 0, result.output
+
+
+def test_report_on_the_out_directory_takes_its_latest_session(tmp_path: Path) -> None:
+    runs = tmp_path / "perfdoctor-runs"
+    session = runs / "20260101-000000-tuned_mlp"
+    shutil.copytree(FIXTURE, session / "baseline")
+    (runs / "latest").symlink_to(session.name, target_is_directory=True)
+    result = invoke("report", str(runs), "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["run_dir"] == str(session.resolve())
