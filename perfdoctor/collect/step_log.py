@@ -60,7 +60,9 @@ class StepLog:
     def flush(self) -> None:
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
+        # The rows leave the buffer only once they are on disk: a SIGTERM (SystemExit) raised
+        # in the middle of a flush leaves them for close() to write, instead of losing them.
+        pending = list(self._pending)
         values = _loss_values([losses for _, losses in pending])
         lines = []
         for (row, _), loss in zip(pending, values, strict=True):
@@ -80,6 +82,7 @@ class StepLog:
             lines.append(json.dumps(row))
         with self._steps_path.open("a") as fh:
             fh.write("\n".join(lines) + "\n")
+        del self._pending[: len(pending)]
         self.rows_written += len(lines)
         if self._progress is not None:
             try:
