@@ -217,7 +217,11 @@ def analyze_session(session_dir: Path) -> Report:
     script = target.name if target.kind == "script" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
-    if record.ranks_launched > 1 and not _process_group_seen(record.observations):
+    if (
+        record.ranks_launched > 1
+        and not _process_group_seen(record.observations)
+        and _launched_as_ranks(record.observations)
+    ):
         warnings.append(
             f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
             "never initialised a process group (torch.distributed.init_process_group): each "
@@ -251,6 +255,13 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
     )
+
+
+def _launched_as_ranks(obs: dict) -> bool:
+    """Started as a rank by a launcher (torchrun), not as a worker the script started itself
+    (a Hogwild trainer needs no process group); collect/process_tree.py records the kind."""
+    process = obs.get("process")
+    return not isinstance(process, dict) or process.get("kind") == "torchrun"
 
 
 def _process_group_seen(observations: dict) -> bool:

@@ -180,14 +180,24 @@ def settle(run_dir: Path) -> list[str]:
     if failed is not None and not root_obs.get("error"):
         _note_failure(run_dir, failed)
     rundir.write_json(run_dir / rundir.PROCESSES_FILE, {"processes": entries})
-    if not root_steps and len(trainers) > 1:
-        ranked = all(t.rank is not None for t in trainers)
-        what = "ranks" if ranked else "processes"
-        warnings.append(
-            f"{len(trainers)} {what} trained in processes the script started; "
-            f"the report's steps are the lead's ({_name(trainers[0])})"
-        )
+    if len(entries) > 1 or not root_steps:
+        warnings.append(_trained_note(entries))
     return warnings
+
+
+def _trained_note(entries: list[dict[str, Any]]) -> str:
+    """'trained in 2 processes: rank 0 (pid 12, this record), rank 1 (pid 13, ranks/1)'."""
+    parts = []
+    for entry in entries:
+        rank, pid, record = entry.get("rank"), entry.get("pid"), entry.get("record")
+        who = f"rank {rank}" if isinstance(rank, int) else "a process"
+        where = "this record" if record == "." else str(record)
+        host = entry.get("host")
+        node = f" on {host}" if host and entry.get("node_rank") else ""
+        pid_text = f"pid {pid}, " if pid else ""
+        parts.append(f"{who} ({pid_text}{entry.get('steps')} steps{node}, {where})")
+    count = len(entries)
+    return f"trained in {count} process{'es' if count != 1 else ''}: " + ", ".join(parts)
 
 
 def _trainers(base: Path) -> list[_Trainer]:

@@ -267,7 +267,7 @@ def world_text(report: Report) -> str:
     if ranks <= 1 and world <= 1:
         return ""
     if world <= 1:
-        return f"{ranks} ranks, no process group"
+        return f"{ranks} training processes, no process group"
     details = ", ".join(
         part for part in (f"{ranks} ranks" if ranks > 1 else "", str(backend or "")) if part
     )

@@ -90,6 +90,9 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     excess = num(facts, "straggler_excess_ms")
     if frac is None or rank is None or excess is None or frac <= t["excess_frac"]:
         return None
+    world = num(facts, "world_size")
+    if world is not None and world <= 1:
+        return None  # no process group (Hogwild trainers): nobody waits for anybody
     fastest = num(facts, "fastest_rank")
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     data, fast_data = (

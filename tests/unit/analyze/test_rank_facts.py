@@ -104,7 +104,7 @@ def test_report_shows_world_size_and_warns_without_a_process_group(tmp_path: Pat
 
     rewrite_json(run / rundir.OBSERVATIONS_FILE, dist={"initialized": False, "world_size": 1})
     report = analyze_session(run)
-    assert world_text(report) == "2 ranks, no process group"
+    assert world_text(report) == "2 training processes, no process group"
     assert any("never initialised a process group" in w for w in report.warnings)
 
 
