@@ -54,7 +54,7 @@ class ProfileOptions:
     timeout_s: float | None = None
     nvtx: bool = False
     echo_output: bool = True
-    nproc_per_node: int = 1  # > 1: every child run is that many DDP ranks (collect/ranks.py)
+    nproc_per_node: int = 1  # > 1: every child run is torchrun with N ranks (collect/torchrun.py)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ Layout of one `perfdoctor profile` session (documented in docs/run-directory.md)
             ranks/<k>/                               training process k >= 1 of a run with several
                                                      (observations, steps, trace; k = its rank)
             processes.json                           every training process: pid, host, rank, record
-            procs/<host>-<pid>/                      while a run goes: a training sub-process's record
+            procs/<host>-<pid>/                      a training sub-process, while the run goes
             repeat-<k>/                              further timing-only repeats of this variant
     perfdoctor-runs/latest -> <newest session>
 

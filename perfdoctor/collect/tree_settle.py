@@ -174,7 +174,9 @@ def settle(run_dir: Path) -> list[str]:
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(trainer.dir), str(target))
-        entries.append({**trainer.process, "record": f"{rundir.RANKS_DIR}/{k}", "steps": trainer.steps})
+        entries.append(
+            {**trainer.process, "record": f"{rundir.RANKS_DIR}/{k}", "steps": trainer.steps}
+        )
     shutil.rmtree(base, ignore_errors=True)
     failed = _first_failure(trainers)
     if failed is not None and not root_obs.get("error"):

@@ -46,8 +46,8 @@ def cuda_available() -> bool:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on; in a multi-rank run (torchrun, --nproc-per-node) its share of
-    them, as the ranks on this machine split them evenly."""
+    """The cores this process may run on; in a multi-rank run (a torchrun rank, as under
+    --nproc-per-node) its share of them, as the ranks on this machine split them evenly."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS / Windows

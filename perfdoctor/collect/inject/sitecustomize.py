@@ -52,7 +52,7 @@ def _is_launcher_or_root() -> bool:
 class _TorchImportHook:
     """A meta path finder that lets torch import as usual, then activates the probes."""
 
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 - importlib API
+    def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
         sys.meta_path.remove(self)  # one shot; also keeps the lookup below from recursing
@@ -64,7 +64,7 @@ class _TorchImportHook:
         loader = spec.loader
         exec_module = loader.exec_module
 
-        def exec_then_activate(module):  # noqa: ANN001, ANN202
+        def exec_then_activate(module):
             exec_module(module)
             try:
                 from perfdoctor.collect import process_tree
