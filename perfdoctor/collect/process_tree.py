@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ class _ProcessProbes:
         self.done = False
         self.rank_seen: dict[str, Any] = {}
         self.error: str | None = None
+        self.error_at: float | None = None
         self.probes: Any = None
         self.runtime: Any = None
         self.applied: Any = None
@@ -141,6 +143,7 @@ class _ProcessProbes:
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
             lines = str(exc).strip().splitlines()
             self.error = f"{kind.__name__}: {lines[-1] if lines else ''}"
+            self.error_at = time.time()  # the first rank to fail names the run's error
             previous_hook(kind, exc, tb)
 
         sys.excepthook = excepthook
@@ -157,6 +160,8 @@ class _ProcessProbes:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        if self.done:
+            return  # already writing the record (atexit after a crash); SIGKILL bounds us
         self.finish(EXIT_SIGTERM, signal_name="SIGTERM")
         _leave(EXIT_SIGTERM)
 
@@ -182,6 +187,7 @@ class _ProcessProbes:
             outcome.observations["signal"] = signal_name
         if self.error:
             outcome.observations["error"] = self.error
+            outcome.observations["error_at_unix"] = self.error_at
             outcome.exit_code = 1
         self._note_rank()
         outcome.observations["process"] = self.describe(exit_code)

@@ -180,7 +180,7 @@ def settle(run_dir: Path) -> list[str]:
     shutil.rmtree(base, ignore_errors=True)
     failed = _first_failure(trainers)
     if failed is not None and not root_obs.get("error"):
-        _note_failure(run_dir, failed)
+        _note_failure(run_dir, failed, len(trainers) > 1)
     rundir.write_json(run_dir / rundir.PROCESSES_FILE, {"processes": entries})
     if len(entries) > 1 or not root_steps:
         warnings.append(_trained_note(entries))
@@ -248,18 +248,22 @@ def _promote(lead: _Trainer, run_dir: Path, root_obs: dict[str, Any]) -> None:
 
 
 def _first_failure(trainers: list[_Trainer]) -> _Trainer | None:
-    for trainer in trainers:
-        if trainer.observations.get("error"):
-            return trainer
-    return None
+    """The trainer that failed first: the others' errors are usually its consequence (gloo's
+    "Connection closed by peer" in the ranks that waited for it)."""
+    failed = [t for t in trainers if t.observations.get("error")]
+
+    def when(t: _Trainer) -> float:
+        at = t.observations.get("error_at_unix")
+        return float(at) if isinstance(at, (int, float)) else float("inf")
+
+    return min(failed, key=when) if failed else None
 
 
-def _note_failure(run_dir: Path, failed: _Trainer) -> None:
+def _note_failure(run_dir: Path, failed: _Trainer, several: bool) -> None:
     """A trainer that crashed names the run's error when the starting process did not."""
     obs = _read_obs(run_dir) or {}
     error = str(failed.observations.get("error"))
-    prefix = _name(failed)
-    obs["error"] = error if obs.get("process") == failed.process else f"{prefix}: {error}"
+    obs["error"] = f"{_name(failed)}: {error}" if several else error
     rundir.write_json(run_dir / rundir.OBSERVATIONS_FILE, obs)
 
 
