@@ -1,0 +1,122 @@
+"""Training in processes the script starts itself: torch.multiprocessing.spawn DDP workers and
+Hogwild multiprocessing.Process trainers (gloo, CPU, 127.0.0.1).
+
+Each profile bounds its wait (a hang fails instead of blocking) and checks that no process
+of the run is left running afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from perfdoctor.rundir import load_manifest, load_steps, rank_dir
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PLAN = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-apply"]
+PLAN_TOTAL = 2 + 6 + 1 + 2
+WAIT_S = 180
+
+
+def profile(tmp: Path, script: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
+    runs = tmp / "runs"
+    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN]
+    proc = subprocess.run(
+        [*command, *options, str(SCRIPTS / script), *args],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    session = (runs / "latest").resolve()
+    log = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (session / "report.json").is_file(), log
+    assert_nothing_left(session)
+    return {
+        "proc": proc,
+        "session": session,
+        "baseline": session / "baseline",
+        "report": json.loads((session / "report.json").read_text()),
+        "md": (session / "report.md").read_text(),
+        "log": log,
+    }
+
+
+def assert_nothing_left(root: Path) -> None:
+    """No process of the run is alive (found by the run named in their environment)."""
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            tree = proc.environ().get("PERFDOCTOR_TREE", "")
+            if tree.startswith(str(root)) and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append((proc.pid, proc.cmdline()))
+        except (psutil.Error, OSError):
+            continue
+    assert not left
+
+
+def processes(run_dir: Path) -> list[dict[str, Any]]:
+    return json.loads((run_dir / "processes.json").read_text())["processes"]
+
+
+def test_spawn_ddp_workers_are_profiled_as_ranks(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py")
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    manifest = load_manifest(baseline)
+    assert manifest.status == "completed" and manifest.steps_seen == PLAN_TOTAL
+    listed = processes(baseline)
+    assert [(p["rank"], p["record"], p["kind"]) for p in listed] == [
+        (0, ".", "multiprocessing-spawn"),
+        (1, "ranks/1", "multiprocessing-spawn"),
+    ]
+    for path in (baseline, rank_dir(baseline, 1)):
+        assert len(load_steps(path)) == PLAN_TOTAL
+        assert list(path.glob("*.pt.trace.json*"))  # each rank traced its profiled steps
+    # The `python -c pass` child and the main process never trained: no record of theirs.
+    assert not (baseline / "procs").exists() and not rank_dir(baseline, 2).exists()
+    assert "main: workers done" in (baseline / "stdout.log").read_text()  # main went on
+    report = run["report"]
+    assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    assert report["findings"], report
+    assert "world size 2 (2 ranks, gloo)" in run["md"]
+    assert "rank 0 (pid" in run["md"] and "rank 1 (pid" in run["md"]
+
+
+def test_a_crashing_spawn_worker_fails_the_run_with_its_error(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py", "--crash-rank", "1")
+    assert run["proc"].returncode == 1, run["log"]
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "script_crashed" and manifest.exit_code == 1
+    assert manifest.error is not None and "planted crash in worker 1" in manifest.error
+
+
+def test_a_hanging_spawn_worker_is_stopped_by_the_timeout(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py", "--hang-rank", "1", options=("--timeout", "25"))
+    assert run["proc"].returncode == 124, run["log"]
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "timeout"
+
+
+def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path) -> None:
+    run = profile(tmp_path, "hogwild.py")
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    assert load_manifest(baseline).status == "completed"
+    listed = processes(baseline)
+    assert [(p["rank"], p["record"]) for p in listed] == [(None, "."), (None, "ranks/1")]
+    assert all(p["steps"] == PLAN_TOTAL for p in listed)
+    assert "main: trainers done [0, 0]" in (baseline / "stdout.log").read_text()
+    report = run["report"]
+    assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]
+    assert not any("never initialised a process group" in w for w in report["warnings"])
+    assert "2 training processes, no process group" in run["md"]
