@@ -156,7 +156,12 @@ def profile(
     if module is None:
         if not args:
             raise _fail(PerfdoctorError("no script given: perfdoctor profile SCRIPT [ARGS]..."))
-        target = Target(kind="script", name=args[0], argv=tuple(args[1:]))
+        from perfdoctor.collect.target import is_command
+
+        kind = "command" if is_command(args[0], Path.cwd()) else "script"
+        target = Target(kind=kind, name=args[0], argv=tuple(args[1:]))
+        if kind == "command" and nproc_per_node > 1:
+            raise typer.BadParameter("--nproc-per-node applies to a script, not a launcher command")
     else:
         target = Target(kind="module", name=module, argv=tuple(args))
     for name, value in (

@@ -214,7 +214,7 @@ def analyze_session(session_dir: Path) -> Report:
         target = record.spec.target
     else:
         target = Target(kind="script", name=str(session_dir), argv=())
-    script = target.name if target.kind == "script" else f"-m {target.name}"
+    script = target.name if target.kind != "module" else f"-m {target.name}"
     warnings = list(manifest.warnings) if manifest else []
     warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
     if (

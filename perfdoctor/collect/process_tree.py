@@ -109,6 +109,9 @@ class _ProcessProbes:
             runtime.observations["seeded"] = bootstrap.seed_everything(spec.seed, torch)
         runtime.observations["seed"] = spec.seed
         roots = UserCode.for_target(bootstrap._initial_user_root(spec), spec.cwd)
+        script = sys.argv[0] if sys.argv else ""
+        if script.endswith(".py"):  # a torchrun rank or a `python train.py` the script started
+            roots.add_root(os.path.dirname(os.path.abspath(script)))
         self.applied = bootstrap._install_appliers(spec, runtime)
         self.probes = Probes(runtime, torch, roots, bootstrap._time_origin())
         _guard_plan_complete(self.probes.tracker, self)

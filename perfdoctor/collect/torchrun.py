@@ -49,10 +49,13 @@ def launcher_args(nproc: int, nodes: Nodes | None = None) -> list[str]:
 def root_command(
     spec: RunSpec, python: str, nproc: int, nodes: Nodes | None = None
 ) -> list[str] | None:
-    """The child's command line under torchrun, or None for one plain process."""
+    """The child's command line: the user's own launcher command as written, torchrun for
+    several ranks, or None for one plain process (the bootstrap)."""
+    target = spec.target
+    if target.kind == "command":
+        return [target.name, *target.argv]
     if nproc <= 1 and nodes is None:
         return None
-    target = spec.target
     script = ["-m", target.name] if target.kind == "module" else [target.name]
     return [
         python,

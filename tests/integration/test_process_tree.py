@@ -8,6 +8,7 @@ of the run is left running afterwards.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,62 @@ def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path) -> None:
     assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]
     assert not any("never initialised a process group" in w for w in report["warnings"])
     assert "2 training processes, no process group" in run["md"]
+
+
+needs_torchrun = pytest.mark.skipif(
+    shutil.which("torchrun") is None, reason="torch's torchrun script is not on PATH"
+)
+
+
+@needs_torchrun
+def test_a_wrapped_torchrun_command_profiles_every_rank(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "ddp_train.py")
+    run = profile_command(tmp_path, "torchrun", "--nproc-per-node", "2", script)
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    assert load_manifest(baseline).status == "completed"
+    listed = processes(baseline)
+    assert [(p["rank"], p["kind"], p["record"]) for p in listed] == [
+        (0, "torchrun", "."),
+        (1, "torchrun", "ranks/1"),
+    ]
+    spec = json.loads((baseline / "spec.json").read_text())
+    assert spec["target"] == {"kind": "command", "name": "torchrun", "argv": list(run["argv"])}
+    assert run["report"]["facts"]["world_size"] == 2
+    assert "torchrun --nproc-per-node 2" in run["md"]
+
+
+@needs_torchrun
+def test_a_wrapped_command_keeps_a_failing_ranks_exit_code_and_error(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "ddp_train.py")
+    args = ("--nproc-per-node", "2", script, "--crash-rank", "1")
+    run = profile_command(tmp_path, "torchrun", *args)
+    assert run["proc"].returncode == 1, run["log"]  # torchrun's own exit code
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "script_crashed"
+    assert manifest.error == "rank 1: ValueError: planted crash on rank 1 at step 3"
+
+
+def profile_command(tmp: Path, *command: str) -> dict[str, Any]:
+    runs = tmp / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN, "--", *command],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    session = (runs / "latest").resolve()
+    log = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (session / "report.json").is_file(), log
+    assert_nothing_left(session)
+    return {
+        "proc": proc,
+        "argv": command[1:],
+        "session": session,
+        "baseline": session / "baseline",
+        "report": json.loads((session / "report.json").read_text()),
+        "md": (session / "report.md").read_text(),
+        "log": log,
+    }
