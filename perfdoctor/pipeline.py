@@ -8,6 +8,7 @@ it goes, so an interrupted session still says what ran. Analysis is delegated to
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfdoctor import diagnose
+from perfdoctor.collect.torchrun import Nodes
 from perfdoctor.errors import NoTrainingSteps, RunTimeout, TargetNotFound
 from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
 from perfdoctor.optimize.sizing import (
@@ -55,6 +57,7 @@ class ProfileOptions:
     nvtx: bool = False
     echo_output: bool = True
     nproc_per_node: int = 1  # > 1: every child run is torchrun with N ranks (collect/torchrun.py)
+    nodes: Nodes | None = None  # several nodes: this one's place (collect/torchrun.py)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
             "nvtx": options.nvtx,
             # Only when asked for: a single-process session.json stays as it was.
             **({"nproc_per_node": options.nproc_per_node} if options.nproc_per_node > 1 else {}),
+            **({"nodes": dataclasses.asdict(options.nodes)} if options.nodes else {}),
         },
     )
     runner = _Runner(options, session_dir, session, sink)
@@ -228,6 +232,7 @@ class _Runner:
             on_progress=self.sink.step,
             echo_output=self.options.echo_output and label == BASELINE_LABEL,
             nproc_per_node=self.options.nproc_per_node,
+            nodes=self.options.nodes,
         )
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))

@@ -100,6 +100,7 @@ def launch(
     echo_output: bool = True,
     python: str = sys.executable,
     nproc_per_node: int = 1,
+    nodes: torchrun.Nodes | None = None,
 ) -> RunManifest:
     """Run one child to its end and return (and write) its manifest.
 
@@ -119,7 +120,7 @@ def launch(
     env = _child_env(spec, watch.t0_unix)
     # Process tree (collect/tree_settle.py): probes in every Python process the child starts.
     env = tree_settle.tree_env(run_dir, env)
-    command = torchrun.root_command(spec, python, nproc_per_node) or [
+    command = torchrun.root_command(spec, python, nproc_per_node, nodes) or [
         python,
         "-c",
         ENTRY_CODE,

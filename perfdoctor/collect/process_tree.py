@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 TREE_ENV = "PERFDOCTOR_TREE"  # the child run directory; set by the parent (tree_settle.py)
 EXIT_SIGTERM = 128 + signal.SIGTERM
+_GATHER_KEY = "perfdoctor/record"
+GATHER_S = 60.0  # how long rank 0 waits for the other nodes' records at the plan's end
 
 _active: _ProcessProbes | None = None
 
@@ -200,6 +202,11 @@ class _ProcessProbes:
             )
         except Exception:
             log.exception("process record not written")
+        if stopped:  # every rank reached the plan's end: the store is there for all of them
+            try:
+                _gather_on_node_0(self)
+            except Exception as err:
+                log.warning("records of the other nodes not gathered: %r", err)
 
     def describe(self, exit_code: int | None) -> dict[str, Any]:
         env = os.environ
@@ -220,6 +227,57 @@ class _ProcessProbes:
             "node_rank": int(env["GROUP_RANK"]) if env.get("GROUP_RANK", "").isdigit() else None,
             "exit_code": exit_code,
         }
+
+
+def _gather_on_node_0(owner: _ProcessProbes) -> None:
+    """Several nodes: ranks of nodes >= 1 hand their record to rank 0 through torch.distributed's
+    own store (the job's rendezvous store, no server of ours); rank 0 unpacks them into its
+    run's procs/, so node 0's report has every rank. Nodes >= 1 keep their own copy too."""
+    env = os.environ
+    if int(env.get("GROUP_WORLD_SIZE", "1") or 1) <= 1:
+        return
+    dist = owner.torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    from datetime import timedelta
+
+    store = dist.distributed_c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if int(env.get("GROUP_RANK", "0") or 0) != 0:
+        store.set(f"{_GATHER_KEY}/{rank}", _pack(owner.run_dir))
+        return
+    if rank != 0:
+        return
+    remote = list(range(local, world))  # torchrun numbers ranks node by node
+    keys = [f"{_GATHER_KEY}/{r}" for r in remote]
+    with contextlib.suppress(Exception):  # a node that never got there: keep what came
+        store.wait(keys, timedelta(seconds=GATHER_S))
+    for r, key in zip(remote, keys, strict=True):
+        if store.check([key]):
+            _unpack(store.get(key), owner.run_dir.parent / f"node-rank-{r}")
+
+
+def _pack(directory: Path) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(directory.iterdir()):
+            if path.is_file():
+                tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes, directory: Path) -> None:
+    import io
+    import tarfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and "/" not in m.name]
+        tar.extractall(directory, members=members, filter="data")
 
 
 def _guard_plan_complete(tracker: Any, owner: _ProcessProbes) -> None:

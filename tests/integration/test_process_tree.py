@@ -180,3 +180,59 @@ def profile_command(tmp: Path, *command: str) -> dict[str, Any]:
         "md": (session / "report.md").read_text(),
         "log": log,
     }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
+    """Two `perfdoctor profile --nnodes 2` processes, as on two machines (own --out each):
+    node 1's rank reaches node 0's report through torch.distributed's store."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    script = str(SCRIPTS / "ddp_train.py")
+    nodes = []
+    for node in (1, 0):
+        out = tmp_path / f"node{node}"
+        command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
+        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
+        nodes.append(
+            subprocess.Popen(
+                [*command, script],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    node0 = (tmp_path / "node0" / "latest").resolve()
+    node1 = (tmp_path / "node1" / "latest").resolve()
+    for session in (node0, node1):
+        assert_nothing_left(session)
+    baseline = node0 / "baseline"
+    listed = processes(baseline)
+    assert [(p["rank"], p["node_rank"], p["record"]) for p in listed] == [
+        (0, 0, "."),
+        (1, 1, "ranks/1"),
+    ]
+    assert len(load_steps(rank_dir(baseline, 1))) == PLAN_TOTAL
+    report = json.loads((node0 / "report.json").read_text())
+    assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    # Node 1 keeps its own rank's record and report as well.
+    assert [p["rank"] for p in processes(node1 / "baseline")] == [1]
+
+
+def test_several_nodes_need_an_endpoint_and_no_apply(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "perfdoctor", "profile", "--nnodes", "2"]
+    script = str(SCRIPTS / "ddp_train.py")
+    for extra in ([], ["--rdzv-endpoint", "127.0.0.1:1"], ["--node-rank", "2", "--no-apply"]):
+        done = subprocess.run(
+            [*base, *extra, script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2, (extra, done.stderr)
