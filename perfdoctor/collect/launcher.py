@@ -338,6 +338,11 @@ class _Watch:
 
     def poll(self) -> None:
         """Read complete new lines only: the child may be halfway through writing one."""
+        if self._offset == 0 and not self._path.is_file():
+            # Training in processes the child started: follow the first one that steps.
+            found = sorted(self._path.parent.glob(f"{PROCS_DIR}/*/{PROGRESS_FILE}"))
+            if found:
+                self._path = found[0]
         try:
             with self._path.open("rb") as fh:
                 fh.seek(self._offset)
