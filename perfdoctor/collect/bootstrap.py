@@ -43,7 +43,7 @@ from typing import Any
 
 import perfdoctor
 from perfdoctor import rundir
-from perfdoctor.collect import script_runner
+from perfdoctor.collect import process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.user_code import UserCode
@@ -146,6 +146,7 @@ def main(argv: list[str]) -> int:
 
     probes = Probes(runtime, torch, user_code, origin)
     probes.install()
+    process_tree.follow_forks(runtime, probes, applied, torch)  # fork children: their own record
 
     outcome = Outcome()
     resolved: script_runner.ResolvedTarget | None = None

@@ -17,8 +17,11 @@ model is alive, bootstrap.py's doc). SIGTERM (a timeout, Ctrl-C, a failing rank)
 record and leaves with 143. The parent settles these records into the run directory when the
 run ends (collect/tree_settle.py).
 
-Fork children inherit an active process's probes but not its identity: every entry point
-checks the pid, so a forked DataLoader worker stays inert.
+Fork children (multiprocessing's fork start method, the Linux default) inherit the probes of
+the process that forked, the perfdoctor child included: `follow_forks` re-points them in the
+child to a record of its own (`_ProcessProbes.adopt`), so a forked Hogwild trainer keeps its
+own steps and a forked DataLoader worker, which never steps, writes nothing. Every entry
+point checks the pid.
 """
 
 from __future__ import annotations
@@ -63,6 +66,25 @@ def process_kind() -> str:
     if os.environ.get("TORCHELASTIC_RUN_ID"):
         return "torchrun"
     return "subprocess"
+
+
+def follow_forks(runtime: Any, probes: Any, applied: Any, torch: Any) -> None:
+    """A forked child (multiprocessing's fork start method) inherits this process's probes;
+    after the fork it keeps them as its own record instead (`_ProcessProbes.adopt`)."""
+    tree = os.environ.get(TREE_ENV)
+    if not tree or not hasattr(os, "register_at_fork"):
+        return
+    base = runtime.spec
+
+    def after_in_child() -> None:
+        global _active
+        try:
+            _active = _ProcessProbes(base, Path(tree), torch)
+            _active.adopt(runtime, probes, applied)
+        except Exception:
+            log.debug("forked child not followed", exc_info=True)
+
+    os.register_at_fork(after_in_child=after_in_child)
 
 
 def activate(torch: Any) -> None:
@@ -119,6 +141,31 @@ class _ProcessProbes:
         _guard_plan_complete(self.probes.tracker, self)
         runtime.on_step_start(self._on_step_start)
         self.probes.install()
+        follow_forks(runtime, self.probes, self.applied, torch)
+
+    def adopt(self, runtime: Any, probes: Any, applied: Any) -> None:
+        """Take over probes inherited through fork(): new files, this process's plan end."""
+        from perfdoctor.collect import bootstrap
+        from perfdoctor.collect.memory_history import MemoryHistory
+        from perfdoctor.collect.profiler_window import ProfilerWindow
+        from perfdoctor.collect.step_log import StepLog
+
+        self.runtime, self.probes, self.applied = runtime, probes, applied
+        self.kind = "multiprocessing-fork"
+        runtime.spec = self.spec
+        probes.step_log = StepLog(self.run_dir, bootstrap._time_origin())
+        if probes.profiler is not None:
+            plan = probes.plan
+            probes.profiler = ProfilerWindow(
+                self.run_dir, first_step=plan.profiled_start, steps=plan.profiled
+            )
+        # CUDA cannot be used after fork anyway: no memory history of the parent's.
+        probes.memory = MemoryHistory(self.run_dir, requested=False, max_entries=1)
+        _guard_plan_complete(probes.tracker, self)
+        runtime.on_step_start(self._on_step_start)
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGTERM, self._on_sigterm)  # not the parent's handler
 
     # ------------------------------------------------------------------ the first step
 

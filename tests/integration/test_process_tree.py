@@ -108,14 +108,16 @@ def test_a_hanging_spawn_worker_is_stopped_by_the_timeout(tmp_path: Path) -> Non
     assert manifest.status == "timeout"
 
 
-def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path) -> None:
-    run = profile(tmp_path, "hogwild.py")
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path, start_method: str) -> None:
+    run = profile(tmp_path, "hogwild.py", "--start-method", start_method)
     assert run["proc"].returncode == 0, run["log"]
     baseline = run["baseline"]
     assert load_manifest(baseline).status == "completed"
     listed = processes(baseline)
     assert [(p["rank"], p["record"]) for p in listed] == [(None, "."), (None, "ranks/1")]
     assert all(p["steps"] == PLAN_TOTAL for p in listed)
+    assert {p["kind"] for p in listed} == {f"multiprocessing-{start_method}"}
     assert "main: trainers done [0, 0]" in (baseline / "stdout.log").read_text()
     report = run["report"]
     assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]

@@ -1,4 +1,5 @@
-"""Hogwild: 2 multiprocessing.Process trainers update one model in shared memory (spawn)."""
+"""Hogwild: 2 multiprocessing.Process trainers update one model in shared memory
+(start method spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild)."""
 
 import argparse
 
@@ -22,8 +23,9 @@ def train(model: nn.Module, seed: int, steps: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--start-method", default="spawn")
     args = p.parse_args()
-    mp.set_start_method("spawn", force=True)
+    mp.set_start_method(args.start_method, force=True)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     model.share_memory()
     procs = [mp.Process(target=train, args=(model, k, args.steps)) for k in range(2)]
