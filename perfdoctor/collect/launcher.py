@@ -66,6 +66,7 @@ ENTRY_CODE = f"import sys; from {BOOTSTRAP_MODULE} import main; sys.exit(main(sy
 T0_ENV = "PERFDOCTOR_T0_UNIX"
 GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
 LEFTOVER_GRACE_S = 2.0  # processes the script left behind after it exited
+SELF_EXIT_S = 1.0  # what the script started may still be ending on its own
 POLL_S = 0.1
 _STEP_DETECTIONS = ("optimizer", "backward", "time")
 # Profiler chatter from kineto (mechanics §6.4); kept in stderr.log, hidden from the terminal.
@@ -274,6 +275,13 @@ def _end_leftovers(pgid: int) -> bool:
     """End processes still in the child's group (e.g. DataLoader workers); True if any were."""
     if not _group_alive(pgid):
         return False
+    # Helpers that end themselves once the script has (multiprocessing's resource tracker
+    # sees its pipe close) are not left behind: a moment for them first.
+    deadline = time.monotonic() + SELF_EXIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if not _group_alive(pgid):
+            return False
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while time.monotonic() < deadline:
