@@ -102,7 +102,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
     validate_target(options.target, options.cwd)
 
     options.runs_root.mkdir(parents=True, exist_ok=True)
-    session_dir = _new_session_dir(options.runs_root, options.target.name)
+    session_dir = _new_session_dir(options.runs_root, _session_name(options.target))
     update_latest_link(options.runs_root, session_dir)
     session = Session(
         target=options.target,
@@ -302,6 +302,14 @@ def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:
             cores = os.cpu_count() or 1
     ranks = diagnosis.facts.get("ranks_launched")
     return max(1, cores // ranks) if isinstance(ranks, int) and ranks > 1 else cores
+
+
+def _session_name(target: Target) -> str:
+    """The script's name; for a launcher command, the script it launches (`torchrun ...
+    train.py` -> train.py), else the launcher's."""
+    if target.kind == "command":
+        return next((a for a in target.argv if a.endswith(".py")), target.name)
+    return target.name
 
 
 def _env_for(optimizations: Sequence[str]) -> dict[str, str]:
