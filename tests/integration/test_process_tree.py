@@ -8,6 +8,7 @@ of the run is left running afterwards.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,71 @@ def test_several_nodes_need_an_endpoint_and_no_apply(tmp_path: Path) -> None:
             [*base, *extra, script], cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 2, (extra, done.stderr)
+
+
+def _netns(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def two_hosts() -> Any:
+    """Two network namespaces joined by a veth pair: node 1 reaches node 0 at 10.213.0.1,
+    not over loopback. Skips where namespaces cannot be made (not root, no iproute2)."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        pytest.skip("network namespaces need iproute2 and root")
+    tag = f"{os.getpid() % 100000}"
+    names = (f"pd0-{tag}", f"pd1-{tag}")
+    veths = (f"pdv0-{tag}", f"pdv1-{tag}")
+    if _netns("netns", "add", names[0]).returncode != 0:
+        pytest.skip("cannot create a network namespace here")
+    try:
+        steps = [
+            ("netns", "add", names[1]),
+            ("link", "add", veths[0], "type", "veth", "peer", "name", veths[1]),
+        ]
+        for k in (0, 1):
+            steps += [
+                ("link", "set", veths[k], "netns", names[k]),
+                ("-n", names[k], "addr", "add", f"10.213.0.{k + 1}/24", "dev", veths[k]),
+                ("-n", names[k], "link", "set", veths[k], "up"),
+                ("-n", names[k], "link", "set", "lo", "up"),
+            ]
+        for step in steps:
+            done = _netns(*step)
+            if done.returncode != 0:
+                pytest.skip(f"ip {' '.join(step)}: {done.stderr.strip()}")
+        yield names, veths
+    finally:
+        for name in names:
+            _netns("netns", "del", name)
+
+
+def test_two_nodes_in_network_namespaces_reach_node_0_over_a_real_address(
+    tmp_path: Path, two_hosts: Any
+) -> None:
+    names, veths = two_hosts
+    endpoint = "10.213.0.1:29533"
+    script = str(SCRIPTS / "ddp_train.py")
+    nodes = []
+    for node in (1, 0):
+        out = tmp_path / f"node{node}"
+        command = ["ip", "netns", "exec", names[node], "env", f"GLOO_SOCKET_IFNAME={veths[node]}"]
+        command += [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
+        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
+        nodes.append(
+            subprocess.Popen(
+                [*command, script],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    node0 = (tmp_path / "node0" / "latest").resolve()
+    assert_nothing_left(node0)
+    assert_nothing_left((tmp_path / "node1" / "latest").resolve())
+    listed = processes(node0 / "baseline")
+    assert [(p["rank"], p["node_rank"]) for p in listed] == [(0, 0), (1, 1)]
+    assert len(load_steps(rank_dir(node0 / "baseline", 1))) == PLAN_TOTAL
