@@ -82,5 +82,6 @@ def main() -> None:
                     f"{statistics.median(diffs):+.1f} ms"
                 )
 
+
 if __name__ == "__main__":
     main()
