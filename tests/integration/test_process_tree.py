@@ -307,3 +307,35 @@ def test_two_nodes_in_network_namespaces_reach_node_0_over_a_real_address(
     listed = processes(node0 / "baseline")
     assert [(p["rank"], p["node_rank"]) for p in listed] == [(0, 0), (1, 1)]
     assert len(load_steps(rank_dir(node0 / "baseline", 1))) == PLAN_TOTAL
+
+
+def test_ctrl_c_stops_the_spawn_workers_and_keeps_their_records(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN]
+    proc = subprocess.Popen(
+        [*command, "--quiet", str(SCRIPTS / "spawn_ddp.py"), "--hang-rank", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        # A shell's background jobs ignore SIGINT; perfdoctor must see it as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + WAIT_S
+    hung = runs / "latest" / "baseline" / "stdout.log"
+    while time.monotonic() < deadline:
+        if hung.is_file() and "worker 1 hangs" in hung.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("worker 1 never reached its hang")
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    baseline = (runs / "latest" / "baseline").resolve()
+    assert_nothing_left(baseline)
+    assert load_manifest(baseline).status == "interrupted"
+    listed = processes(baseline)
+    assert sorted(p["rank"] for p in listed) == [0, 1]  # both wrote their records when stopped
