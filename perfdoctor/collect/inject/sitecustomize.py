@@ -50,21 +50,39 @@ def _is_launcher_or_root() -> bool:
 
 
 class _TorchImportHook:
-    """A meta path finder that lets torch import as usual, then activates the probes."""
+    """A meta path finder that lets torch import as usual, then activates the probes.
+
+    It stays in place until torch is really executed: a library that only asks whether
+    torch is there (`importlib.util.find_spec("torch")`) must not use it up.
+    """
+
+    def __init__(self):
+        self._busy = False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self._busy:
             return None
-        sys.meta_path.remove(self)  # one shot; also keeps the lookup below from recursing
-        import importlib.util
-
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None:
+        self._busy = True  # the other finders below may ask the meta path again
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         loader = spec.loader
         exec_module = loader.exec_module
+        hook = self
 
         def exec_then_activate(module):
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)  # one shot
             exec_module(module)
             try:
                 from perfdoctor.collect import process_tree

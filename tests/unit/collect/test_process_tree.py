@@ -175,3 +175,12 @@ def test_end_tree_finds_processes_by_their_run_not_their_parent(tmp_path: Path) 
     finally:
         other.kill()
         other.wait()
+
+
+def test_asking_whether_torch_exists_does_not_use_the_hook_up(tmp_path: Path) -> None:
+    env = tree_env(tmp_path, dict(os.environ))
+    code = (
+        "import importlib.util, sys; importlib.util.find_spec('torch'); "
+        "print(any(type(f).__name__ == '_TorchImportHook' for f in sys.meta_path))"
+    )
+    assert run_python(code, env).strip() == "True"
