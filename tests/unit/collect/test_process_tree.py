@@ -184,3 +184,30 @@ def test_asking_whether_torch_exists_does_not_use_the_hook_up(tmp_path: Path) ->
         "print(any(type(f).__name__ == '_TorchImportHook' for f in sys.meta_path))"
     )
     assert run_python(code, env).strip() == "True"
+
+
+def test_a_record_travels_between_nodes_as_one_value(tmp_path: Path) -> None:
+    from perfdoctor.collect.process_tree import _pack, _unpack
+
+    record = tmp_path / "rank-2"
+    record.mkdir()
+    (record / rundir.STEPS_FILE).write_text('{"index": 0}\n')
+    (record / "h_9.1.pt.trace.json.gz").write_bytes(b"\x1f\x8b trace")
+    (record / "sub").mkdir()  # only the record's own files travel
+    _unpack(_pack(record), tmp_path / "node0" / "procs" / "node-rank-2")
+    got = tmp_path / "node0" / "procs" / "node-rank-2"
+    assert sorted(p.name for p in got.iterdir()) == ["h_9.1.pt.trace.json.gz", "steps.jsonl"]
+    assert (got / "h_9.1.pt.trace.json.gz").read_bytes() == b"\x1f\x8b trace"
+
+
+def test_how_a_process_was_started_is_read_from_its_command_line(monkeypatch) -> None:
+    from perfdoctor.collect import process_tree
+
+    spawn = ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()"]
+    monkeypatch.setattr(sys, "orig_argv", [*spawn, "--multiprocessing-fork"], raising=False)
+    assert process_tree.process_kind() == "multiprocessing-spawn"
+    monkeypatch.setattr(sys, "orig_argv", ["python", "train.py"], raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert process_tree.process_kind() == "torchrun"
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    assert process_tree.process_kind() == "subprocess"
