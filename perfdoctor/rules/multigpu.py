@@ -119,10 +119,13 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             "logging, checkpointing, code that runs on that rank only): move it off the "
             "training step or spread it over the ranks."
         )
+    node = num(facts, "straggler_node_rank")
+    where = f" (node {node:.0f})" if node is not None else ""
     return Finding(
         rule_id=RANK_STRAGGLER,
         severity=severity_for_gain(frac, floor="warning"),
-        title=f"Rank {rank:.0f} is a straggler: every rank waits {excess:.1f} ms per step for it",
+        title=f"Rank {rank:.0f}{where} is a straggler: every rank waits {excess:.1f} ms per step "
+        "for it",
         explanation=(
             "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
             f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
@@ -135,6 +138,7 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             *seen(
                 facts,
                 "straggler_rank",
+                "straggler_node_rank",
                 "fastest_rank",
                 "straggler_own_ms_p50",
                 "fastest_rank_own_ms_p50",
@@ -208,6 +212,7 @@ RULES = (
             "straggler_backward_ms_p50",
             "fastest_rank_backward_ms_p50",
             "world_size",
+            "straggler_node_rank",
         ),
         thresholds={"excess_frac": 0.10, "data_share_of_excess": 0.5},
         source=(
