@@ -208,7 +208,8 @@ class _ProcessProbes:
             self.rank_seen = {"rank": dist.get("rank"), "world_size": dist.get("world_size")}
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if os.getpid() != self.pid:
+        if os.getpid() != self.pid or not self.trained:
+            # Not ours to record (a forked DataLoader worker): die of it, as it would have.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
