@@ -266,6 +266,16 @@ def profile(
             help="Ranks per run, as torchrun --standalone --nproc-per-node N (DDP scripts).",
         ),
     ] = 1,
+    nnodes: Annotated[
+        int, typer.Option("--nnodes", help="Nodes of the job; run perfdoctor once per node.")
+    ] = 1,
+    node_rank: Annotated[
+        int, typer.Option("--node-rank", "--node_rank", help="This node's rank (0: the report).")
+    ] = 0,
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT of node 0."),
+    ] = None,
 ) -> None:
     from perfdoctor.model import StepPlan, Target
 
@@ -275,7 +285,12 @@ def profile(
     if module is None:
         if not args:
             raise _fail(UsageError("no script given: perfdoctor profile SCRIPT [ARGS]..."))
-        target = Target(kind="script", name=args[0], argv=tuple(args[1:]))
+        from perfdoctor.collect.target import is_command
+
+        kind = "command" if is_command(args[0], Path.cwd()) else "script"
+        target = Target(kind=kind, name=args[0], argv=tuple(args[1:]))
+        if kind == "command" and nproc_per_node > 1:
+            raise typer.BadParameter("--nproc-per-node applies to a script, not a launcher command")
     else:
         target = Target(kind="module", name=module, argv=tuple(args))
     for name, value in (
@@ -293,6 +308,8 @@ def profile(
     except UsageError as err:
         raise _fail(err) from None
 
+    nodes = _nodes(nnodes, node_rank, rdzv_endpoint, apply, target)
+
     from perfdoctor.pipeline import ProfileOptions
 
     options = ProfileOptions(
@@ -309,6 +326,7 @@ def profile(
         nvtx=nvtx,
         echo_output=not (quiet or as_json),
         nproc_per_node=nproc_per_node,
+        nodes=nodes,
     )
     console = _stderr_console() if as_json else make_console()
     outcome = _run_guarded(_profile, options, console)
@@ -345,6 +363,30 @@ def _say_the_script_failed(outcome) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+def _nodes(nnodes: int, node_rank: int, endpoint: str | None, apply: bool, target):
+    """--nnodes/--node-rank/--rdzv-endpoint -> collect.torchrun.Nodes (None on one node)."""
+    if nnodes < 1:
+        raise typer.BadParameter("--nnodes must be at least 1")
+    if nnodes == 1:
+        if node_rank != 0 or endpoint is not None:
+            raise typer.BadParameter("--node-rank and --rdzv-endpoint need --nnodes > 1")
+        return None
+    if not 0 <= node_rank < nnodes:
+        raise typer.BadParameter(f"--node-rank must be in 0..{nnodes - 1}")
+    host, _, port = (endpoint or "").rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's)")
+    if apply:
+        # Each node decides its variants from its own ranks: they could differ, and every
+        # node must run the same runs in the same order to meet at each rendezvous.
+        raise typer.BadParameter("--nnodes > 1 profiles the baseline only: add --no-apply")
+    if target.kind == "command":
+        raise typer.BadParameter("--nnodes applies to a script; a launcher command has its own")
+    from perfdoctor.collect.torchrun import Nodes
+
+    return Nodes(nnodes=nnodes, node_rank=node_rank, endpoint=endpoint or "")
 
 
 def _profile(options, console: Console):

@@ -227,7 +227,7 @@ def _script_display(record: RunRecord) -> str:
     if record.spec is None:
         return str(record.dir)
     target = record.spec.target
-    return target.name if target.kind == "script" else f"-m {target.name}"
+    return target.name if target.kind != "module" else f"-m {target.name}"
 
 
 def _summarize(loaded: _Loaded) -> RunSide:
@@ -271,6 +271,8 @@ def _script_identity(record: RunRecord) -> str | None:
         return None
     if spec.target.kind == "module":
         return f"-m {spec.target.name}"
+    if spec.target.kind == "command":
+        return " ".join((spec.target.name, *spec.target.argv))
     return os.path.normpath(os.path.join(spec.cwd, spec.target.name))
 
 

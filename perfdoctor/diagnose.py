@@ -245,7 +245,7 @@ def analyze_session(session_dir: Path) -> Report:
         target = record.spec.target
     else:
         target = Target(kind="script", name=str(session_dir), argv=())
-    script = target.name if target.kind == "script" else f"-m {target.name}"
+    script = target.name if target.kind != "module" else f"-m {target.name}"
     status, exit_code, stop_warnings = _session_status(session, manifest)
     warnings = stop_warnings + (list(manifest.warnings) if manifest else [])
     if manifest is not None and manifest.error and status != "completed":
@@ -257,7 +257,11 @@ def analyze_session(session_dir: Path) -> Report:
     missed = profiler_window_missed(record.observations)
     if missed:
         warnings.append(missed)
-    if record.ranks_launched > 1 and not _process_group_seen(record.observations):
+    if (
+        record.ranks_launched > 1
+        and not _process_group_seen(record.observations)
+        and _launched_as_ranks(record.observations)
+    ):
         warnings.append(
             f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
             "never initialised a process group (torch.distributed.init_process_group): each "
@@ -326,6 +330,13 @@ def _session_status(session: Session | None, manifest) -> tuple[str, int, list[s
         status = "interrupted"
         exit_code = code if isinstance(code, int) else EXIT_INTERRUPTED
     return status, exit_code, warnings
+
+
+def _launched_as_ranks(obs: dict) -> bool:
+    """Started as a rank by a launcher (torchrun), not as a worker the script started itself
+    (a Hogwild trainer needs no process group); collect/process_tree.py records the kind."""
+    process = obs.get("process")
+    return not isinstance(process, dict) or process.get("kind") == "torchrun"
 
 
 def _process_group_seen(observations: dict) -> bool:

@@ -53,10 +53,11 @@ class StepPlan:
 
 @dataclass(frozen=True)
 class Target:
-    """What to run: `python path argv...` or `python -m module argv...`."""
+    """What to run: `python path argv...`, `python -m module argv...`, or a launcher command
+    run as written (`torchrun --nproc-per-node 2 train.py`, collect/torchrun.py)."""
 
-    kind: Literal["script", "module"]
-    name: str  # script path as typed by the user, or the dotted module name
+    kind: Literal["script", "module", "command"]
+    name: str  # script path as typed by the user, the dotted module name, or the executable
     argv: tuple[str, ...] = ()
 
 

@@ -8,6 +8,7 @@ it goes, so an interrupted session still says what ran. Analysis is delegated to
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfdoctor import diagnose
+from perfdoctor.collect.torchrun import Nodes
 from perfdoctor.errors import (
     NoTrainingSteps,
     ProfileStopped,
@@ -63,7 +65,8 @@ class ProfileOptions:
     timeout_s: float | None = None
     nvtx: bool = False
     echo_output: bool = True
-    nproc_per_node: int = 1  # > 1: every child run is that many DDP ranks (collect/ranks.py)
+    nproc_per_node: int = 1  # > 1: every child run is torchrun with N ranks (collect/torchrun.py)
+    nodes: Nodes | None = None  # several nodes: this one's place (collect/torchrun.py)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
     validate_target(options.target, options.cwd)
 
     options.runs_root.mkdir(parents=True, exist_ok=True)
-    session_dir = _new_session_dir(options.runs_root, options.target.name)
+    session_dir = _new_session_dir(options.runs_root, _session_name(options.target))
     previous_latest = _latest_target(options.runs_root)
     update_latest_link(options.runs_root, session_dir)
     session = Session(
@@ -130,6 +133,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
             "nvtx": options.nvtx,
             # Only when asked for: a single-process session.json stays as it was.
             **({"nproc_per_node": options.nproc_per_node} if options.nproc_per_node > 1 else {}),
+            **({"nodes": dataclasses.asdict(options.nodes)} if options.nodes else {}),
         },
     )
     runner = _Runner(options, session_dir, session, sink)
@@ -316,6 +320,7 @@ class _Runner:
             on_progress=self.sink.step,
             echo_output=self.options.echo_output and label == BASELINE_LABEL,
             nproc_per_node=self.options.nproc_per_node,
+            nodes=self.options.nodes,
         )
         self.current_run = None
         self.sink.run_finished(announcement, manifest)
@@ -386,6 +391,14 @@ def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:
             cores = os.cpu_count() or 1
     ranks = diagnosis.facts.get("ranks_launched")
     return max(1, cores // ranks) if isinstance(ranks, int) and ranks > 1 else cores
+
+
+def _session_name(target: Target) -> str:
+    """The script's name; for a launcher command, the script it launches (`torchrun ...
+    train.py` -> train.py), else the launcher's."""
+    if target.kind == "command":
+        return next((a for a in target.argv if a.endswith(".py")), target.name)
+    return target.name
 
 
 def _env_for(optimizations: Sequence[str]) -> dict[str, str]:

@@ -15,8 +15,10 @@ Layout of one `perfdoctor profile` session (documented in docs/run-directory.md)
             <host>_<pid>.<ns>.pt.trace.json.gz       profiler trace (trace-handler layout)
             memory_snapshot.pickle                   CUDA allocator history (CUDA only)
             events.out.tfevents.*                    per-step scalars for TensorBoard
-            ranks/<k>/                               --nproc-per-node N > 1: rank k's own record
-                                                     (spec, manifest, observations, steps, logs)
+            ranks/<k>/                               training process k >= 1 of a run with several
+                                                     (observations, steps, trace; k = its rank)
+            processes.json                           every training process: pid, host, rank, record
+            procs/<host>-<pid>/                      a training sub-process, while the run goes
             repeat-<k>/                              further timing-only repeats of this variant
     perfdoctor-runs/latest -> <newest session>
 
@@ -65,6 +67,10 @@ PROGRESS_FILE = "progress.jsonl"  # child -> parent live progress (one line per 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 REPEAT_PREFIX = "repeat-"
 RANKS_DIR = "ranks"  # <child>/ranks/<k>/: ranks 1..N-1 of a multi-rank run (rank 0 is the child)
+# Written by training sub-processes while the run goes (collect/process_tree.py), settled into
+# the child dir and ranks/<k>/ when it ends (collect/tree_settle.py).
+PROCS_DIR = "procs"
+PROCESSES_FILE = "processes.json"  # <child>/processes.json: every process that trained
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -102,6 +108,11 @@ def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:
         return []
     found = [(int(p.name), p) for p in base.iterdir() if p.is_dir() and p.name.isdigit()]
     return sorted(found)
+
+
+def proc_dir(run_dir: Path, key: str) -> Path:
+    """Where a training sub-process (`key` = "<host>-<pid>") writes while the run goes."""
+    return run_dir / PROCS_DIR / _UNSAFE.sub("_", key)
 
 
 def find_traces(run_dir: Path) -> list[Path]:

@@ -46,7 +46,7 @@ class Session:
 
     @property
     def script_display(self) -> str:
-        return self.target.name if self.target.kind == "script" else f"-m {self.target.name}"
+        return self.target.name if self.target.kind != "module" else f"-m {self.target.name}"
 
     def with_run(self, label: str, run_rel: str) -> Session:
         order = (*self.run_order, run_rel)

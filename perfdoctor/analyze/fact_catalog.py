@@ -140,6 +140,7 @@ FACTS: dict[str, FactDoc] = {
         "frac", "steps", "(slowest - fastest) / fastest median timed step over the ranks"
     ),
     "straggler_rank": _f("index", "steps", "the rank with the most own host time per step"),
+    "straggler_node_rank": _f("index", "obs", "the straggler's node, when ranks span nodes"),
     "fastest_rank": _f("index", "steps", "the rank with the least own host time per step"),
     "straggler_own_ms_p50": _f(
         "ms", "steps", "median own host time per step (outside forward and backward), straggler"

@@ -341,6 +341,19 @@ def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
     }
 
 
+def _rank_nodes(record: RunRecord) -> dict[int, int]:
+    """rank -> node rank, from each process's record (collect/process_tree.py), where known."""
+
+    def node(obs: Mapping[str, Any]) -> int | None:
+        process = obs.get("process")
+        value = process.get("node_rank") if isinstance(process, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    found = {0: node(record.observations)}
+    found.update({r.rank: node(r.observations) for r in record.ranks})
+    return {rank: n for rank, n in found.items() if n is not None}
+
+
 def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     """Multi-rank facts (fact_catalog's "multi-rank runs"): who the others wait for."""
     out: dict[str, Scalar] = {"ranks_launched": record.ranks_launched}
@@ -354,6 +367,9 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     fastest = min(timed, key=lambda k: (timed[k]["own"] or 0.0, k))
     others = [v["own"] for k, v in timed.items() if k != straggler and v["own"] is not None]
     slow, fast = timed[straggler], timed[fastest]
+    nodes = _rank_nodes(record)
+    if len(set(nodes.values())) > 1 and straggler in nodes:
+        out["straggler_node_rank"] = nodes[straggler]
     excess = max(0.0, (slow["own"] or 0.0) - float(np.median(others)))
     typical = float(np.median(steps))
     out.update(

@@ -83,8 +83,10 @@ def _user_roots(spec: RunSpec | None) -> tuple[str, ...]:
     if spec is None:
         return ()
     roots = [spec.cwd]
-    if spec.target.kind == "script":
-        script = Path(spec.target.name)
+    scripts = [a for a in spec.target.argv if a.endswith(".py")]  # a launcher's script
+    name = spec.target.name if spec.target.kind == "script" else (scripts or [None])[0]
+    if name is not None and spec.target.kind != "module":
+        script = Path(name)
         if not script.is_absolute():
             script = Path(spec.cwd) / script
         roots.insert(0, str(script.parent))

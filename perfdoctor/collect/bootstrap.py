@@ -17,17 +17,16 @@ so only two frames (`<string>`, `main`) are above the script's own top-level fra
 `torch.autograd.set_detect_anomaly(True)` every op records the whole Python stack: every
 frame above the script's costs time on every op (~20 us per frame and step on a small MLP).
 
-Under `perfdoctor profile --nproc-per-node N` (N > 1) every rank is one such child, started by
-perfdoctor.collect.ranks with torchrun's environment and PERFDOCTOR_RANK. All ranks run the
-same plan; ranks >= 1 open no profiler window (rank 0 traces the run), and every rank leaves
-with os._exit once its artifacts are written: torch 2.13's gloo teardown at interpreter exit
-aborts now and then (SIGABRT, "terminate called without an active exception") while a DDP
-model is alive, which a rank stopped mid-training always has.
+Python processes the script starts (torch.multiprocessing.spawn workers, Hogwild trainers,
+torchrun ranks under `--nproc-per-node N`) are instrumented by perfdoctor.collect.process_tree,
+which reuses this module's seeding, appliers and finalisation. They leave with os._exit once
+their artifacts are written: torch 2.13's gloo teardown at interpreter exit aborts now and then
+(SIGABRT, "terminate called without an active exception") while a DDP model is alive, which a
+rank stopped mid-training always has.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from typing import Any
 
 import perfdoctor
 from perfdoctor import rundir
-from perfdoctor.collect import script_runner
+from perfdoctor.collect import process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.user_code import UserCode
@@ -57,8 +56,6 @@ EXIT_SIGTERM = 128 + signal.SIGTERM
 # Unix time of the parent's t=0 (perfdoctor.collect.launcher.T0_ENV; not imported, to keep
 # the child's imports to what it uses).
 T0_ENV = "PERFDOCTOR_T0_UNIX"
-# This child's rank in a multi-rank run (perfdoctor.collect.ranks.RANK_ENV); unset otherwise.
-RANK_ENV = "PERFDOCTOR_RANK"
 
 
 @dataclass
@@ -124,14 +121,6 @@ def _initial_user_root(spec: RunSpec) -> str:
     return os.path.abspath(spec.cwd)
 
 
-def _group_rank() -> int | None:
-    """This child's rank when perfdoctor started it as one of several; None otherwise."""
-    try:
-        return int(os.environ[RANK_ENV])
-    except (KeyError, ValueError):
-        return None
-
-
 def main(argv: list[str]) -> int:
     _log_to_stderr()
     if len(argv) != 1:
@@ -156,11 +145,8 @@ def main(argv: list[str]) -> int:
     from perfdoctor.collect.probes import Probes
 
     probes = Probes(runtime, torch, user_code, origin)
-    group_rank = _group_rank()
-    if group_rank:
-        # Same plan as rank 0 (the ranks stop at the same step), without its profiler window.
-        probes.profiler = None
     probes.install()
+    process_tree.follow_forks(runtime, probes, applied, torch)  # fork children: their own record
 
     outcome = Outcome()
     resolved: script_runner.ResolvedTarget | None = None
@@ -195,23 +181,10 @@ def main(argv: list[str]) -> int:
     finally:
         _SigtermState.finalizing = True
         _finalize(spec, runtime, probes, applied, outcome, torch)
-        if group_rank is not None:
-            _exit_rank(outcome)
     if outcome.reraise is not None:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
     return outcome.exit_code
-
-
-def _exit_rank(outcome: Outcome) -> None:
-    """Leave now, skipping interpreter teardown (module docstring: gloo aborts in it)."""
-    code = outcome.reraise.code if isinstance(outcome.reraise, SystemExit) else None
-    if isinstance(code, str):
-        sys.stderr.write(f"{code}\n")  # as Python prints sys.exit("message")
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(outcome.exit_code & 0xFF)
 
 
 def _exit_status(code: Any) -> int:

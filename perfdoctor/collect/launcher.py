@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfdoctor import __version__
+from perfdoctor.collect import torchrun, tree_settle
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.nvml import NvmlSampler
 from perfdoctor.collect.sampling import DEFAULT_PERIOD_S, SamplingThread
@@ -47,6 +48,8 @@ from perfdoctor.rundir import (
     MANIFEST_FILE,
     MEMORY_SNAPSHOT_FILE,
     OBSERVATIONS_FILE,
+    PROCESSES_FILE,
+    PROCS_DIR,
     PROGRESS_FILE,
     RANKS_DIR,
     SAMPLES_FILE,
@@ -69,6 +72,7 @@ ENTRY_CODE = f"import sys; from {BOOTSTRAP_MODULE} import main; sys.exit(main(sy
 T0_ENV = "PERFDOCTOR_T0_UNIX"
 GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
 LEFTOVER_GRACE_S = 2.0  # processes the script left behind after it exited
+SELF_EXIT_S = 1.0  # what the script started may still be ending on its own
 POLL_S = 0.1
 # How often the child's process tree is listed: a descendant that leaves the child's process
 # group (setsid, start_new_session) is still stopped with it if it was seen once.
@@ -106,26 +110,17 @@ def launch(
     echo_output: bool = True,
     python: str = sys.executable,
     nproc_per_node: int = 1,
+    nodes: torchrun.Nodes | None = None,
 ) -> RunManifest:
     """Run one child to its end and return (and write) its manifest.
 
     The target is not validated here: call perfdoctor.collect.target.validate_target first.
     KeyboardInterrupt (Ctrl-C, or perfdoctor.errors.Stopped for SIGTERM/SIGHUP) ends the
     child's whole process tree, writes the manifest with status "interrupted" and is
-    re-raised. `nproc_per_node` > 1 runs that many ranks as torchrun would
-    (perfdoctor.collect.ranks); rank 0 is the child whose directory this is.
+    re-raised. `nproc_per_node` > 1 runs the script under torchrun with that many ranks
+    (perfdoctor.collect.torchrun); every Python process the child starts is instrumented
+    (perfdoctor.collect.tree_settle), and the lead trainer's record is this directory's.
     """
-    if nproc_per_node > 1:
-        from perfdoctor.collect.ranks import launch_ranks
-
-        return launch_ranks(
-            spec,
-            nproc_per_node,
-            timeout_s=timeout_s,
-            on_progress=on_progress,
-            echo_output=echo_output,
-            python=python,
-        )
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artifacts(run_dir)
@@ -134,7 +129,14 @@ def launch(
     watch = _Watch(spec, run_dir, on_progress)
     watch.start_clock()
     env = _child_env(spec, watch.t0_unix)
-    command = [python, "-c", ENTRY_CODE, str(spec_path)]
+    # Process tree (collect/tree_settle.py): probes in every Python process the child starts.
+    env = tree_settle.tree_env(run_dir, env)
+    command = torchrun.root_command(spec, python, nproc_per_node, nodes) or [
+        python,
+        "-c",
+        ENTRY_CODE,
+        str(spec_path),
+    ]
     try:
         proc = subprocess.Popen(
             command,
@@ -148,6 +150,7 @@ def launch(
         where = f"working directory {spec.cwd}" if not Path(spec.cwd).is_dir() else python
         failed = _Outcome(spawn_error=f"{where}: {err.strerror or err}")
         return _write_manifest(spec, run_dir, failed, watch)
+    proc.perfdoctor_run_dir = run_dir  # type: ignore[attr-defined]  # for _signal_tree
     tees = [
         _Tee(proc.stdout, run_dir / STDOUT_FILE, sys.stdout if echo_output else None),
         _Tee(proc.stderr, run_dir / STDERR_FILE, sys.stderr if echo_output else None),
@@ -184,6 +187,9 @@ def launch(
         left_in_group = _end_leftovers(proc.pid)
         if tree.stop_survivors() or left_in_group:
             outcome.warnings.append("processes the script left behind were terminated")
+        if tree_settle.end_tree(run_dir, LEFTOVER_GRACE_S):
+            outcome.warnings.append("processes of the run still running were terminated")
+        outcome.warnings.extend(tree_settle.settle(run_dir))
         sampler.stop()
         for tee in tees:
             if tee.is_alive():
@@ -329,6 +335,7 @@ def _terminate_group(proc: subprocess.Popen[bytes], grace_s: float) -> int:
     A second Ctrl-C during the grace period skips the rest of it.
     """
     _signal_group(proc.pid, signal.SIGTERM)
+    _signal_tree(proc, signal.SIGTERM)  # ranks in sessions of their own (torchrun)
     try:
         return proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -336,13 +343,27 @@ def _terminate_group(proc: subprocess.Popen[bytes], grace_s: float) -> int:
     except KeyboardInterrupt:
         logger.info("second interrupt: killing the child")
     _signal_group(proc.pid, signal.SIGKILL)
+    _signal_tree(proc, signal.SIGKILL)
     return proc.wait()
+
+
+def _signal_tree(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    run_dir = getattr(proc, "perfdoctor_run_dir", None)
+    if run_dir is not None:
+        tree_settle.signal_tree(run_dir, sig)
 
 
 def _end_leftovers(pgid: int) -> bool:
     """End processes still in the child's group (e.g. DataLoader workers); True if any were."""
     if not _group_alive(pgid):
         return False
+    # Helpers that end themselves once the script has (multiprocessing's resource tracker
+    # sees its pipe close) are not left behind: a moment for them first.
+    deadline = time.monotonic() + SELF_EXIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if not _group_alive(pgid):
+            return False
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while time.monotonic() < deadline:
@@ -407,6 +428,11 @@ class _Watch:
 
     def poll(self) -> None:
         """Read complete new lines only: the child may be halfway through writing one."""
+        if self._offset == 0 and not self._path.is_file():
+            # Training in processes the child started: follow the first one that steps.
+            found = sorted(self._path.parent.glob(f"{PROCS_DIR}/*/{PROGRESS_FILE}"))
+            if found:
+                self._path = found[0]
         try:
             with self._path.open("rb") as fh:
                 fh.seek(self._offset)
@@ -564,8 +590,10 @@ def _remove_stale_artifacts(run_dir: Path) -> None:
         if path.is_file():
             logger.debug("removing stale %s", path)
             path.unlink()
-    if (run_dir / RANKS_DIR).is_dir():  # the other ranks of an earlier multi-rank run
-        shutil.rmtree(run_dir / RANKS_DIR, ignore_errors=True)
+    for sub in (RANKS_DIR, PROCS_DIR):  # the other processes of an earlier run
+        if (run_dir / sub).is_dir():
+            shutil.rmtree(run_dir / sub, ignore_errors=True)
+    (run_dir / PROCESSES_FILE).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- the manifest

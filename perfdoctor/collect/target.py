@@ -10,6 +10,7 @@ packages, so the child reports a missing module instead (exit 66, observations["
 from __future__ import annotations
 
 import io
+import shutil
 import tokenize
 import warnings
 from pathlib import Path
@@ -26,6 +27,10 @@ def validate_target(target: Target, cwd: Path) -> None:
     """Raise TargetNotFound / TargetInvalid when `target` cannot run as `python target`."""
     if target.kind == "module":
         _validate_module_name(target.name)
+        return
+    if target.kind == "command":
+        if shutil.which(target.name) is None:
+            raise TargetNotFound(f"{target.name}: command not found", hint="is it on PATH?")
         return
     path = Path(target.name)
     if not path.is_absolute():
@@ -53,6 +58,15 @@ def validate_target(target: Target, cwd: Path) -> None:
         )
     _check_text(source, shown)
     _compile_check(source, shown)
+
+
+def is_command(first: str, cwd: Path) -> bool:
+    """`perfdoctor profile -- torchrun ...`: the first word is a program on PATH (a launcher,
+    `python`), not a script file here."""
+    path = Path(first) if Path(first).is_absolute() else cwd / first
+    if path.suffix.lower() in PYTHON_SUFFIXES or path.exists():
+        return False
+    return shutil.which(first) is not None
 
 
 def _validate_module_name(name: str) -> None:

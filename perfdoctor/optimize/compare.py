@@ -483,6 +483,7 @@ def run_sample_from_record(record: RunRecord) -> RunSample:
         observations=record.observations,
         samples=record.samples,
         progress=record.progress,
+        rank_steps=tuple(r.steps for r in record.ranks),
     )
 
 
@@ -496,7 +497,42 @@ def load_run_sample(run_dir: Path) -> RunSample:
         observations=_read_observations(run_dir),
         samples=tuple(rundir.read_jsonl(run_dir / rundir.SAMPLES_FILE)),
         progress=tuple(rundir.read_jsonl(run_dir / rundir.PROGRESS_FILE)),
+        rank_steps=tuple(rundir.load_steps(path) for _, path in rundir.rank_dirs(run_dir)),
     )
+
+
+def _job_step_ms(
+    ordered: Sequence[StepRecord], rank_steps: Sequence[Sequence[StepRecord]]
+) -> list[float]:
+    """Timed step times as the job sees them: the slowest rank's, step by step.
+
+    Under a process group the ranks move in lockstep, so a step lasts as long as its
+    slowest rank's; a step some rank did not time keeps the lead's own time.
+    """
+    others = [{s.index: s.step_ms for s in steps if s.phase == "timed"} for steps in rank_steps]
+    return [
+        max([s.step_ms, *(o[s.index] for o in others if s.index in o)])
+        for s in ordered
+        if s.phase == "timed"
+    ]
+
+
+def _job_losses(
+    ordered: Sequence[StepRecord], rank_steps: Sequence[Sequence[StepRecord]]
+) -> tuple[float | None, ...]:
+    """Per step, the mean of every rank's loss: NaN on any rank makes the step's NaN, so the
+    numerics guard sees every rank's loss (the lead's own when it is the only one)."""
+
+    def value(s: StepRecord) -> float | None:
+        return math.nan if s.loss_finite is False else s.loss
+
+    others = [{s.index: value(s) for s in steps} for steps in rank_steps]
+    out: list[float | None] = []
+    for s in ordered:
+        values = [value(s), *(o[s.index] for o in others if s.index in o)]
+        known = [v for v in values if v is not None]
+        out.append(sum(known) / len(known) if known else None)
+    return tuple(out)
 
 
 def build_run_sample(
@@ -507,12 +543,13 @@ def build_run_sample(
     observations: Mapping[str, Any],
     samples: Sequence[Mapping[str, Any]] = (),
     progress: Sequence[Mapping[str, Any]] = (),
+    rank_steps: Sequence[Sequence[StepRecord]] = (),
 ) -> RunSample:
     """Peak memory: CUDA max allocated (observations, else the per-step maxima) on CUDA runs,
     the process RSS peak on CPU runs. Energy per step: NVML's energy counter over the timed
     window (analyze.samples), None without a GPU."""
     ordered = sorted(steps, key=lambda s: s.index)
-    timed = [s.step_ms for s in ordered if s.phase == "timed"]
+    timed = _job_step_ms(ordered, rank_steps)
     cuda_memory = observations.get("cuda_memory") or {}
     cuda_peaks = [s.cuda_max_allocated_bytes for s in ordered if s.cuda_max_allocated_bytes]
     rss_peak = peak_rss(ordered, samples)
@@ -536,7 +573,7 @@ def build_run_sample(
     return RunSample(
         label=manifest.label if manifest is not None else Path(run_dir).name,
         step_ms=tuple(timed),
-        losses=tuple(math.nan if s.loss_finite is False else s.loss for s in ordered),
+        losses=_job_losses(ordered, rank_steps),
         peak_memory_bytes=peak,
         peak_reserved_bytes=cuda_memory.get("max_reserved_bytes"),
         energy_j_per_step=sampled.energy_j_per_step,

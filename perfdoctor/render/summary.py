@@ -519,7 +519,7 @@ def world_text(report: Report) -> str:
     if ranks <= 1 and world <= 1:
         return ""
     if world <= 1:
-        return f"{ranks} ranks, no process group"
+        return f"{ranks} training processes, no process group"
     counted = f"{ranks} ranks" if ranks > 1 else ""
     if is_trace(report):  # the traces given may be a few ranks of a larger job
         counted = f"{ranks} of {world} ranks traced" if ranks < world else f"{ranks} ranks traced"

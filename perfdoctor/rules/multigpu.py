@@ -139,6 +139,9 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     excess = num(facts, "straggler_excess_ms")
     if frac is None or rank is None or excess is None or frac <= t["excess_frac"]:
         return None
+    world = num(facts, "world_size")
+    if world is not None and world <= 1:
+        return None  # no process group (Hogwild trainers): nobody waits for anybody
     fastest = num(facts, "fastest_rank")
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     data, fast_data = (
@@ -165,10 +168,13 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             "logging, checkpointing, code that runs on that rank only): move it off the "
             "training step or spread it over the ranks."
         )
+    node = num(facts, "straggler_node_rank")
+    where = f" (node {node:.0f})" if node is not None else ""
     return Finding(
         rule_id=RANK_STRAGGLER,
         severity=severity_for_gain(frac, floor="warning"),
-        title=f"Rank {rank:.0f} is a straggler: every rank waits {excess:.1f} ms per step for it",
+        title=f"Rank {rank:.0f}{where} is a straggler: every rank waits {excess:.1f} ms per step "
+        "for it",
         explanation=(
             "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
             f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
@@ -181,6 +187,7 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             *seen(
                 facts,
                 "straggler_rank",
+                "straggler_node_rank",
                 "fastest_rank",
                 "straggler_own_ms_p50",
                 "fastest_rank_own_ms_p50",
@@ -266,6 +273,7 @@ RULES = (
             "straggler_backward_ms_p50",
             "fastest_rank_backward_ms_p50",
             "world_size",
+            "straggler_node_rank",
         ),
         thresholds={"excess_frac": 0.10, "data_share_of_excess": 0.5},
         source=(

@@ -123,3 +123,19 @@ def test_module_target_is_not_imported(tmp_path: Path) -> None:
 def test_module_name_must_be_dotted_identifiers(tmp_path: Path, name: str) -> None:
     with pytest.raises(TargetInvalid, match="not a valid Python module name"):
         validate_target(Target(kind="module", name=name), tmp_path)
+
+
+def test_a_launcher_on_path_is_a_command_and_a_script_file_is_not(tmp_path: Path) -> None:
+    from perfdoctor.collect.target import is_command
+
+    (tmp_path / "train").write_text("#!/usr/bin/env python\n")
+    assert is_command("sh", tmp_path)  # any program on PATH, as torchrun or accelerate
+    assert not is_command("train", tmp_path)  # a script file here wins over PATH
+    assert not is_command("train.py", tmp_path)
+    assert not is_command("no-such-launcher-here", tmp_path)
+
+
+def test_a_missing_command_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(TargetNotFound, match="command not found"):
+        validate_target(Target(kind="command", name="no-such-launcher-here"), tmp_path)
+    validate_target(Target(kind="command", name="sh", argv=("-c", "true")), tmp_path)

@@ -46,13 +46,13 @@ def cuda_available() -> bool:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on; in a multi-rank run (--nproc-per-node) its share of
-    them, as the ranks on this machine split them evenly."""
+    """The cores this process may run on; in a multi-rank run (a torchrun rank, as under
+    --nproc-per-node) its share of them, as the ranks on this machine split them evenly."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS / Windows
         cores = os.cpu_count() or 1
-    if os.environ.get("PERFDOCTOR_RANK") is not None:  # perfdoctor.collect.ranks.RANK_ENV
+    if os.environ.get("LOCAL_WORLD_SIZE") is not None:  # a torchrun rank (collect/torchrun.py)
         try:
             local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         except ValueError:

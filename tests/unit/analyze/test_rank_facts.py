@@ -84,6 +84,18 @@ def test_a_rank_slow_in_its_data_path_is_the_straggler(tmp_path: Path) -> None:
     assert finding.optimizations == ("dataloader-workers", "faster-data-pipeline")
 
 
+def test_a_straggler_on_another_node_is_named_with_its_node(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    lead = {"rank": 0, "node_rank": 0, "kind": "torchrun"}
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"], process=lead)
+    other = add_rank(run, 1, data_wait_ms=90.0)
+    rewrite_json(other / rundir.OBSERVATIONS_FILE, process={"rank": 1, "node_rank": 1})
+    facts = derive_facts(load_run(run))
+    assert facts.get("straggler_rank") == 1 and facts.get("straggler_node_rank") == 1
+    finding = next(f for f in evaluate(facts).findings if f.rule_id == "rank-straggler")
+    assert finding.title.startswith("Rank 1 (node 1) is a straggler")
+
+
 def test_ranks_doing_the_same_work_have_no_straggler(tmp_path: Path) -> None:
     run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
     add_rank(run, 1, data_wait_ms=44.0)  # own 45 ms, as rank 0
@@ -104,7 +116,7 @@ def test_report_shows_world_size_and_warns_without_a_process_group(tmp_path: Pat
 
     rewrite_json(run / rundir.OBSERVATIONS_FILE, dist={"initialized": False, "world_size": 1})
     report = analyze_session(run)
-    assert world_text(report) == "2 ranks, no process group"
+    assert world_text(report) == "2 training processes, no process group"
     assert any("never initialised a process group" in w for w in report.warnings)
 
 

@@ -1,5 +1,5 @@
-"""The pieces of a multi-rank run that need no child process: environment, specs, output
-filter, CPU sampling of the other ranks."""
+"""The pieces of a multi-rank run that need no child process: the torchrun command line,
+rank directories, output filter, CPU sampling of the other ranks."""
 
 from __future__ import annotations
 
@@ -14,64 +14,43 @@ import psutil
 
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.launcher import _Tee
-from perfdoctor.collect.ranks import RANK_ENV, free_port, rank_environment, rank_spec
+from perfdoctor.collect.torchrun import Nodes, root_command
 from perfdoctor.model import RunSpec, StepPlan, Target
 from perfdoctor.rundir import RANKS_DIR, rank_dir, rank_dirs
 
-# What torch 2.13's LocalElasticAgent._start_workers puts in a worker's environment
-# (torch/distributed/elastic/agent/server/local_elastic_agent.py), LOCAL_RANK included.
-TORCHRUN_WORKER_ENV = {
-    "RANK",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "ROLE_NAME",
-    "LOCAL_WORLD_SIZE",
-    "WORLD_SIZE",
-    "GROUP_WORLD_SIZE",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-}
 
-
-def test_rank_environment_is_torchruns() -> None:
-    env = rank_environment(1, 4, 29500, "run-1")
-    assert set(env) == TORCHRUN_WORKER_ENV | {RANK_ENV}
-    assert env["RANK"] == env["LOCAL_RANK"] == env["ROLE_RANK"] == env[RANK_ENV] == "1"
-    assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == "4"
-    assert env["GROUP_RANK"] == "0" and env["GROUP_WORLD_SIZE"] == "1"
-    assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "29500"
-    assert env["TORCHELASTIC_RUN_ID"] == "run-1"
-    # No agent store to share: rank 0 hosts the env:// rendezvous store itself.
-    assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
-
-
-def test_free_port_is_a_port() -> None:
-    assert 0 < free_port() < 65536
-
-
-def test_rank_specs_share_the_plan_and_keep_their_own_directory(tmp_path: Path) -> None:
-    spec = RunSpec(
+def spec(tmp_path: Path, target: Target) -> RunSpec:
+    return RunSpec(
         label="baseline",
-        target=Target(kind="script", name="train.py"),
+        target=target,
         cwd=str(tmp_path),
         run_dir=str(tmp_path / "baseline"),
         plan=StepPlan(warmup_steps=2, timed_steps=3, profiled_steps=2),
-        optimizations=("cpu-threads",),
     )
-    assert rank_spec(spec, 0) is spec
-    other = rank_spec(spec, 2)
-    assert other.run_dir == str(tmp_path / "baseline" / RANKS_DIR / "2")
-    assert other.run_dir == str(rank_dir(Path(spec.run_dir), 2))
-    assert other.plan == spec.plan and other.profile == spec.profile  # same steps, same end
-    assert other.optimizations == spec.optimizations and other.seed == spec.seed
-    assert other.record_memory_history is False
+
+
+def test_one_process_needs_no_torchrun(tmp_path: Path) -> None:
+    assert root_command(spec(tmp_path, Target("script", "train.py")), "py", 1) is None
+
+
+def test_nproc_per_node_runs_the_real_torchrun(tmp_path: Path) -> None:
+    target = Target("script", "train.py", ("--lr", "0.1"))
+    command = root_command(spec(tmp_path, target), "py", 2)
+    assert command == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "0", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+    module = root_command(spec(tmp_path, Target("module", "pkg.train")), "py", 4)
+    assert module is not None and module[-2:] == ["-m", "pkg.train"]
+
+
+def test_several_nodes_use_a_static_rendezvous_on_node_0(tmp_path: Path) -> None:
+    nodes = Nodes(nnodes=2, node_rank=1, endpoint="10.0.0.5:29400")
+    command = root_command(spec(tmp_path, Target("script", "t.py")), "py", 1, nodes)
+    assert command is not None and "--standalone" not in command
+    joined = " ".join(command)
+    assert "--nnodes 2 --node-rank 1 --master-addr 10.0.0.5 --master-port 29400" in joined
+    assert "--nproc-per-node 1" in joined
 
 
 def test_rank_dirs_in_rank_order(tmp_path: Path) -> None:

@@ -255,6 +255,30 @@ def test_run_sample_from_a_run_directory(tmp_path):
     assert sample.energy_j_per_step is None  # no GPU samples
 
 
+def test_a_run_of_several_ranks_is_timed_by_its_slowest_rank_and_guards_every_loss(tmp_path):
+    from perfdoctor import rundir
+    from perfdoctor.model import StepRecord
+    from perfdoctor.optimize.compare import load_run_sample
+
+    def steps(path, rows):
+        path.mkdir(parents=True, exist_ok=True)
+        rundir.append_jsonl(
+            path / rundir.STEPS_FILE,
+            [StepRecord(index=i, phase=ph, wall_ms=ms, loss=loss) for i, ph, ms, loss in rows],
+        )
+
+    steps(tmp_path, [(0, "warmup", 9.0, 2.0), (1, "timed", 5.0, 1.9), (2, "timed", 5.0, 1.8)])
+    steps(rundir.rank_dir(tmp_path, 1), [(0, "warmup", 9.0, 2.2), (1, "timed", 7.0, 2.1)])
+    rundir.append_jsonl(
+        rundir.rank_dir(tmp_path, 1) / rundir.STEPS_FILE,
+        [{"index": 2, "phase": "timed", "wall_ms": 4.0, "loss": None, "loss_finite": False}],
+    )
+    sample = load_run_sample(tmp_path)
+    assert sample.step_ms == (7.0, 5.0)  # step 1: rank 1 was slower; step 2: rank 0
+    assert sample.losses[:2] == pytest.approx((2.1, 2.0))  # the ranks' mean
+    assert math.isnan(sample.losses[2])  # a NaN on rank 1 is the step's NaN
+
+
 def test_adjacent_baselines_pair_each_variant_run_with_its_neighbour():
     from perfdoctor.optimize.compare import adjacent_baselines
 

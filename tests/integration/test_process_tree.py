@@ -1,0 +1,341 @@
+"""Training in processes the script starts itself: torch.multiprocessing.spawn DDP workers and
+Hogwild multiprocessing.Process trainers (gloo, CPU, 127.0.0.1).
+
+Each profile bounds its wait (a hang fails instead of blocking) and checks that no process
+of the run is left running afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from perfdoctor.rundir import load_manifest, load_steps, rank_dir
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PLAN = ["--steps", "6", "--warmup", "2", "--profile-steps", "2", "--no-apply"]
+PLAN_TOTAL = 2 + 6 + 1 + 2
+WAIT_S = 180
+
+
+def profile(tmp: Path, script: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
+    runs = tmp / "runs"
+    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN]
+    proc = subprocess.run(
+        [*command, *options, str(SCRIPTS / script), *args],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    session = (runs / "latest").resolve()
+    log = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (session / "report.json").is_file(), log
+    assert_nothing_left(session)
+    return {
+        "proc": proc,
+        "session": session,
+        "baseline": session / "baseline",
+        "report": json.loads((session / "report.json").read_text()),
+        "md": (session / "report.md").read_text(),
+        "log": log,
+    }
+
+
+def assert_nothing_left(root: Path) -> None:
+    """No process of the run is alive (found by the run named in their environment)."""
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            tree = proc.environ().get("PERFDOCTOR_TREE", "")
+            if tree.startswith(str(root)) and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append((proc.pid, proc.cmdline()))
+        except (psutil.Error, OSError):
+            continue
+    assert not left
+
+
+def processes(run_dir: Path) -> list[dict[str, Any]]:
+    return json.loads((run_dir / "processes.json").read_text())["processes"]
+
+
+def test_spawn_ddp_workers_are_profiled_as_ranks(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py")
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    manifest = load_manifest(baseline)
+    assert manifest.status == "completed" and manifest.steps_seen == PLAN_TOTAL
+    listed = processes(baseline)
+    assert [(p["rank"], p["record"], p["kind"]) for p in listed] == [
+        (0, ".", "multiprocessing-spawn"),
+        (1, "ranks/1", "multiprocessing-spawn"),
+    ]
+    for path in (baseline, rank_dir(baseline, 1)):
+        assert len(load_steps(path)) == PLAN_TOTAL
+        assert list(path.glob("*.pt.trace.json*"))  # each rank traced its profiled steps
+    # The `python -c pass` child and the main process never trained: no record of theirs.
+    assert not (baseline / "procs").exists() and not rank_dir(baseline, 2).exists()
+    assert "main: workers done" in (baseline / "stdout.log").read_text()  # main went on
+    report = run["report"]
+    assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    assert report["findings"], report
+    assert "world size 2 (2 ranks, gloo)" in run["md"]
+    assert "rank 0 (pid" in run["md"] and "rank 1 (pid" in run["md"]
+
+
+def test_a_crashing_spawn_worker_fails_the_run_with_its_error(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py", "--crash-rank", "1")
+    assert run["proc"].returncode == 1, run["log"]
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "script_crashed" and manifest.exit_code == 1
+    assert manifest.error is not None and "planted crash in worker 1" in manifest.error
+
+
+def test_a_hanging_spawn_worker_is_stopped_by_the_timeout(tmp_path: Path) -> None:
+    run = profile(tmp_path, "spawn_ddp.py", "--hang-rank", "1", options=("--timeout", "25"))
+    assert run["proc"].returncode == 124, run["log"]
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "timeout"
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path, start_method: str) -> None:
+    run = profile(tmp_path, "hogwild.py", "--start-method", start_method)
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    assert load_manifest(baseline).status == "completed"
+    listed = processes(baseline)
+    assert [(p["rank"], p["record"]) for p in listed] == [(None, "."), (None, "ranks/1")]
+    assert all(p["steps"] == PLAN_TOTAL for p in listed)
+    assert {p["kind"] for p in listed} == {f"multiprocessing-{start_method}"}
+    assert "main: trainers done [0, 0]" in (baseline / "stdout.log").read_text()
+    report = run["report"]
+    assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]
+    assert not any("never initialised a process group" in w for w in report["warnings"])
+    assert "2 training processes, no process group" in run["md"]
+
+
+needs_torchrun = pytest.mark.skipif(
+    shutil.which("torchrun") is None, reason="torch's torchrun script is not on PATH"
+)
+
+
+@needs_torchrun
+def test_a_wrapped_torchrun_command_profiles_every_rank(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "ddp_train.py")
+    run = profile_command(tmp_path, "torchrun", "--nproc-per-node", "2", script)
+    assert run["proc"].returncode == 0, run["log"]
+    baseline = run["baseline"]
+    assert load_manifest(baseline).status == "completed"
+    listed = processes(baseline)
+    assert [(p["rank"], p["kind"], p["record"]) for p in listed] == [
+        (0, "torchrun", "."),
+        (1, "torchrun", "ranks/1"),
+    ]
+    spec = json.loads((baseline / "spec.json").read_text())
+    assert spec["target"] == {"kind": "command", "name": "torchrun", "argv": list(run["argv"])}
+    assert run["report"]["facts"]["world_size"] == 2
+    assert "torchrun --nproc-per-node 2" in run["md"]
+
+
+@needs_torchrun
+def test_a_wrapped_command_keeps_a_failing_ranks_exit_code_and_error(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "ddp_train.py")
+    args = ("--nproc-per-node", "2", script, "--crash-rank", "1")
+    run = profile_command(tmp_path, "torchrun", *args)
+    assert run["proc"].returncode == 1, run["log"]  # torchrun's own exit code
+    manifest = load_manifest(run["baseline"])
+    assert manifest.status == "script_crashed"
+    assert manifest.error == "rank 1: ValueError: planted crash on rank 1 at step 3"
+
+
+def profile_command(tmp: Path, *command: str) -> dict[str, Any]:
+    runs = tmp / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN, "--", *command],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    session = (runs / "latest").resolve()
+    log = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (session / "report.json").is_file(), log
+    assert_nothing_left(session)
+    return {
+        "proc": proc,
+        "argv": command[1:],
+        "session": session,
+        "baseline": session / "baseline",
+        "report": json.loads((session / "report.json").read_text()),
+        "md": (session / "report.md").read_text(),
+        "log": log,
+    }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
+    """Two `perfdoctor profile --nnodes 2` processes, as on two machines (own --out each):
+    node 1's rank reaches node 0's report through torch.distributed's store."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    script = str(SCRIPTS / "ddp_train.py")
+    nodes = []
+    for node in (1, 0):
+        out = tmp_path / f"node{node}"
+        command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
+        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
+        nodes.append(
+            subprocess.Popen(
+                [*command, script],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    node0 = (tmp_path / "node0" / "latest").resolve()
+    node1 = (tmp_path / "node1" / "latest").resolve()
+    for session in (node0, node1):
+        assert_nothing_left(session)
+    baseline = node0 / "baseline"
+    listed = processes(baseline)
+    assert [(p["rank"], p["node_rank"], p["record"]) for p in listed] == [
+        (0, 0, "."),
+        (1, 1, "ranks/1"),
+    ]
+    assert len(load_steps(rank_dir(baseline, 1))) == PLAN_TOTAL
+    report = json.loads((node0 / "report.json").read_text())
+    assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    # Node 1 keeps its own rank's record and report as well.
+    assert [p["rank"] for p in processes(node1 / "baseline")] == [1]
+
+
+def test_several_nodes_need_an_endpoint_and_no_apply(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "perfdoctor", "profile", "--nnodes", "2"]
+    script = str(SCRIPTS / "ddp_train.py")
+    for extra in ([], ["--rdzv-endpoint", "127.0.0.1:1"], ["--node-rank", "2", "--no-apply"]):
+        done = subprocess.run(
+            [*base, *extra, script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2, (extra, done.stderr)
+
+
+def _netns(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def two_hosts() -> Any:
+    """Two network namespaces joined by a veth pair: node 1 reaches node 0 at 10.213.0.1,
+    not over loopback. Skips where namespaces cannot be made (not root, no iproute2)."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        pytest.skip("network namespaces need iproute2 and root")
+    tag = f"{os.getpid() % 100000}"
+    names = (f"pd0-{tag}", f"pd1-{tag}")
+    veths = (f"pdv0-{tag}", f"pdv1-{tag}")
+    if _netns("netns", "add", names[0]).returncode != 0:
+        pytest.skip("cannot create a network namespace here")
+    try:
+        steps = [
+            ("netns", "add", names[1]),
+            ("link", "add", veths[0], "type", "veth", "peer", "name", veths[1]),
+        ]
+        for k in (0, 1):
+            steps += [
+                ("link", "set", veths[k], "netns", names[k]),
+                ("-n", names[k], "addr", "add", f"10.213.0.{k + 1}/24", "dev", veths[k]),
+                ("-n", names[k], "link", "set", veths[k], "up"),
+                ("-n", names[k], "link", "set", "lo", "up"),
+            ]
+        for step in steps:
+            done = _netns(*step)
+            if done.returncode != 0:
+                pytest.skip(f"ip {' '.join(step)}: {done.stderr.strip()}")
+        yield names, veths
+    finally:
+        for name in names:
+            _netns("netns", "del", name)
+
+
+def test_two_nodes_in_network_namespaces_reach_node_0_over_a_real_address(
+    tmp_path: Path, two_hosts: Any
+) -> None:
+    names, veths = two_hosts
+    endpoint = "10.213.0.1:29533"
+    script = str(SCRIPTS / "ddp_train.py")
+    nodes = []
+    for node in (1, 0):
+        out = tmp_path / f"node{node}"
+        command = ["ip", "netns", "exec", names[node], "env", f"GLOO_SOCKET_IFNAME={veths[node]}"]
+        command += [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
+        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
+        nodes.append(
+            subprocess.Popen(
+                [*command, script],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    node0 = (tmp_path / "node0" / "latest").resolve()
+    assert_nothing_left(node0)
+    assert_nothing_left((tmp_path / "node1" / "latest").resolve())
+    listed = processes(node0 / "baseline")
+    assert [(p["rank"], p["node_rank"]) for p in listed] == [(0, 0), (1, 1)]
+    assert len(load_steps(rank_dir(node0 / "baseline", 1))) == PLAN_TOTAL
+
+
+def test_ctrl_c_stops_the_spawn_workers_and_keeps_their_records(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN]
+    proc = subprocess.Popen(
+        [*command, "--quiet", str(SCRIPTS / "spawn_ddp.py"), "--hang-rank", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        # A shell's background jobs ignore SIGINT; perfdoctor must see it as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + WAIT_S
+    hung = runs / "latest" / "baseline" / "stdout.log"
+    while time.monotonic() < deadline:
+        if hung.is_file() and "worker 1 hangs" in hung.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("worker 1 never reached its hang")
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    baseline = (runs / "latest" / "baseline").resolve()
+    assert_nothing_left(baseline)
+    assert load_manifest(baseline).status == "interrupted"
+    listed = processes(baseline)
+    assert sorted(p["rank"] for p in listed) == [0, 1]  # both wrote their records when stopped
