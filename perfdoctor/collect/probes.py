@@ -365,7 +365,9 @@ class Probes:
         cpu = observe.cpu_info()
         obs: dict[str, Any] = {
             "step_detection": self.step_detection,
-            "steps_seen": self.tracker.steps_closed,
+            # The steps with a row, not the tracker's count: a SIGTERM between a step's close
+            # and its row would otherwise count a step that steps.jsonl does not have.
+            "steps_seen": self.step_log.rows_added,
             "plan": self.plan.to_json(),
             "plan_complete": self.plan.total > 0 and self.tracker.steps_closed >= self.plan.total,
             "stopped_by_perfdoctor": self.stopped_by_perfdoctor,

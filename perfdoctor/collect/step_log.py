@@ -37,10 +37,12 @@ class StepLog:
         self._pending: list[tuple[dict[str, Any], tuple[Any, ...]]] = []
         self._progress: IO[str] | None = None
         self.rows_written = 0
+        self.rows_added = 0  # every step with a row: what observations call steps_seen
         self.nonfinite_losses = 0
 
     def add(self, row: dict[str, Any], losses: tuple[Any, ...]) -> None:
         self._pending.append((row, losses))
+        self.rows_added += 1
 
     def progress(self, index: int, phase: str, wall_ms: float, now: float) -> None:
         """One line per step; `now` is the perf_counter time the step ended."""
