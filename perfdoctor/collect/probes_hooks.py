@@ -16,6 +16,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.collect.probes_closure import timed_closure_args
 from perfdoctor.collect.probes_roots import _is_compiling_fn
 
 if TYPE_CHECKING:
@@ -74,12 +75,15 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
             return None
         if stack and any(o is opt for o in stack):
             stack.clear()
-        if not stack:
+        outermost = not stack
+        if outermost:
             started[0] = tracker.optimizer_start(opt)  # may stop the script
             if nvtx is not None:
                 nvtx_handle[0] = nvtx.start("optimizer")
         stack.append(opt)
-        return None
+        # step(closure) runs the script's forward and backward inside the step: time it
+        # apart, so the optimizer phase is the update alone (probes_closure.py).
+        return timed_closure_args(tracker, args, kwargs) if outermost else None
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling() or not stack:
