@@ -131,3 +131,13 @@ def test_cudagraphs_not_tried_with_host_syncs_unless_asked():
 def test_expandable_segments_is_an_auto_candidate_on_cuda():
     recs = recommend([finding("fragmentation", "expandable-segments", memory=1 << 30)], H100)
     assert auto_candidates(recs, H100) == ["expandable-segments"]
+
+
+def test_fused_optimizer_snippet_names_the_scripts_own_optimizer():
+    findings = [finding("single-tensor-optimizer", "fused-optimizer", gain=0.2)]
+    (sgd,) = recommend(findings, Facts({**CPU.values, "optimizer_class": "SGD"}))
+    assert sgd.code_change == "torch.optim.SGD(model.parameters(), lr=..., fused=True)"
+    # A class without a fused implementation, or none known: the catalog's generic snippet.
+    (other,) = recommend(findings, Facts({**CPU.values, "optimizer_class": "LBFGS"}))
+    (unknown,) = recommend(findings, CPU)
+    assert other.code_change == unknown.code_change and "fused=True" in unknown.code_change
