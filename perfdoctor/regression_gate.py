@@ -15,7 +15,9 @@ replaces the assumption with a measurement.
 
 Peak memory. The change is the median of B's per-run peaks over A's (CUDA max allocated,
 else the process RSS peak), with each side's half-range of its run peaks as its noise, or
-SINGLE_RUN_MEMORY_SPREAD_LOG for a side with one run.
+SINGLE_RUN_MEMORY_SPREAD_LOG for a side with one run. A run's peak is taken over its warm-up
+and timed steps: only the first run of a side carries the profiler window, whose buffers
+would otherwise make it look bigger than the side's timing-only repeats.
 
 Outcome per limit, with change band [low, high] in percent (positive: B is worse):
     regression   low > PCT: worse than the limit even at the band's favourable end
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from perfdoctor import rundir
 from perfdoctor.compare_runs import side_run_dirs, widened_estimate
 from perfdoctor.optimize.compare import OK_STATUSES, RunSample, load_run_sample
 
@@ -227,11 +230,27 @@ def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLi
     )
 
 
+_UNPROFILED_PHASES = ("warmup", "timed")
+
+
+def unprofiled_peak(run_dir: Path) -> int | None:
+    """The run's memory peak before any profiler window: CUDA max allocated, else RSS."""
+    steps = [s for s in rundir.load_steps(run_dir) if s.phase in _UNPROFILED_PHASES]
+    cuda = [s.cuda_max_allocated_bytes for s in steps if s.cuda_max_allocated_bytes]
+    rss = [s.rss_bytes for s in steps if s.rss_bytes]
+    return max(cuda) if cuda else (max(rss) if rss else None)
+
+
 def load_side_samples(path: Path) -> list[RunSample]:
     """Every run of one side (a session's baseline repeats, or one child run's repeats),
-    read without parsing traces."""
+    read without parsing traces, with the peak memory of its unprofiled steps."""
     _, dirs = side_run_dirs(Path(path))
-    return [load_run_sample(d) for d in dirs]
+    samples = []
+    for run_dir in dirs:
+        sample = load_run_sample(run_dir)
+        peak = unprofiled_peak(run_dir)
+        samples.append(replace(sample, peak_memory_bytes=peak) if peak else sample)
+    return samples
 
 
 def run_gate(run_a: Path, run_b: Path, limits: GateLimits) -> GateResult:

@@ -47,10 +47,11 @@ def session(root: Path, runs: Sequence[Sequence[float]], peaks: Sequence[int] = 
     return root
 
 
-def _set_rss(run: Path, peak: int) -> None:
+def _set_rss(run: Path, peak: int, profiled: int | None = None) -> None:
     rows = [json.loads(line) for line in (run / rundir.STEPS_FILE).read_text().splitlines()]
     for row in rows:
-        row["rss_bytes"] = peak
+        in_window = row["phase"] in ("profiler_warmup", "profiled")
+        row["rss_bytes"] = profiled if in_window and profiled is not None else peak
     (run / rundir.STEPS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -192,6 +193,20 @@ def test_memory_gate_from_run_directories_and_json(tmp_path: Path) -> None:
     gate = json.loads(proc.stdout)["gate"]
     assert gate["passed"] is False
     assert [c["outcome"] for c in gate["checks"]] == ["pass", "regression"]
+
+
+def test_the_profiler_window_of_a_sides_first_run_is_no_memory_regression(
+    tmp_path: Path,
+) -> None:
+    """Only a side's first run has the profiler window, and its buffers raise that run's
+    RSS: A with three runs against B with one must compare the unprofiled steps."""
+    a = session(tmp_path / "a", [RUN_1, RUN_2, RUN_3], peaks=[200 * MB] * 3)
+    b = session(tmp_path / "b", [RUN_1], peaks=[200 * MB])
+    for side in (a, b):
+        _set_rss(side / rundir.BASELINE_LABEL, 200 * MB, profiled=400 * MB)
+    (check,) = run_gate(a, b, GateLimits(more_memory_pct=10)).checks
+    assert check.outcome == "pass"
+    assert check.change_pct == pytest.approx(0.0)
 
 
 def test_pure_gate_without_limits_checks_nothing() -> None:
