@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from perfdoctor.regression_gate import METRIC_NAMES
+from perfdoctor.regression_gate import METRIC_NAMES, SINGLE_RUN_SPREAD_LOG
 from perfdoctor.render import format as fmt
 
 if TYPE_CHECKING:
@@ -38,5 +38,14 @@ def render_gate(result: GateResult, console: Console) -> None:
         console.print(_check_line(check))
     style = "bold green" if result.passed else "bold red"
     console.print(Text("  gate " + result.summary, style=style))
+    if any(c.noise_assumed and c.metric == "step_time" for c in result.checks):
+        console.print(
+            Text(
+                "  note: one run shows only step-to-step noise: the gate assumes "
+                f"±{SINGLE_RUN_SPREAD_LOG:.0%} launch-to-launch noise for a one-run side "
+                "(the verdict above does not)",
+                style="dim",
+            )
+        )
     if result.hint:
         console.print(Text("  hint: " + result.hint, style="dim"))
