@@ -248,7 +248,10 @@ def profile(
         str | None,
         typer.Option(metavar="IDS", help="Never try these optimization ids (comma-separated)."),
     ] = None,
-    repeat: Annotated[int, typer.Option(metavar="N", help="A/B rounds per variant.")] = 2,
+    repeat: Annotated[
+        int,
+        typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
+    ] = 2,
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
     ] = Path("perfdoctor-runs"),
@@ -312,6 +315,11 @@ def profile(
 
     from perfdoctor.pipeline import ProfileOptions
 
+    # `--repeat N --no-apply`: N baseline runs, for `compare`'s noise band; only when asked
+    # for, so a plain --no-apply stays one run.
+    # By name: typer may bring its own copy of click's ParameterSource.
+    source = ctx.get_parameter_source("repeat")
+    repeat_given = getattr(source, "name", None) == "COMMANDLINE"
     options = ProfileOptions(
         target=target,
         cwd=Path.cwd(),
@@ -327,6 +335,7 @@ def profile(
         echo_output=not (quiet or as_json),
         nproc_per_node=nproc_per_node,
         nodes=nodes,
+        baseline_runs=repeat if repeat_given and not apply else 1,
     )
     console = _stderr_console() if as_json else make_console()
     outcome = _run_guarded(_profile, options, console)
@@ -586,27 +595,67 @@ def compare(
     run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
     run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    fail_if_slower: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-if-slower",
+            metavar="PCT",
+            help="Exit 70 when B's step time is more than PCT% above A's beyond the noise.",
+        ),
+    ] = None,
+    fail_if_more_memory: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-if-more-memory",
+            metavar="PCT",
+            help="Exit 70 when B's peak memory is more than PCT% above A's beyond the noise.",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="With a --fail-if limit: 'cannot tell' fails too."),
+    ] = False,
 ) -> None:
-    _run_guarded(_compare, run_a, run_b, as_json)
+    from perfdoctor.regression_gate import GateLimits
+
+    limits = GateLimits(fail_if_slower, fail_if_more_memory, strict)
+    if any(pct is not None and pct < 0 for pct in (fail_if_slower, fail_if_more_memory)):
+        raise typer.BadParameter("--fail-if-slower and --fail-if-more-memory cannot be negative")
+    if strict and not limits.any:
+        raise typer.BadParameter("--strict needs --fail-if-slower or --fail-if-more-memory")
+    _run_guarded(_compare, run_a, run_b, as_json, limits)
 
 
-def _compare(run_a: Path, run_b: Path, as_json: bool) -> None:
+def _compare(run_a: Path, run_b: Path, as_json: bool, limits) -> None:
     from perfdoctor.compare_runs import compare_runs
-    from perfdoctor.errors import NoTrainingSteps
-    from perfdoctor.render.compare import render_comparison
+    from perfdoctor.errors import EXIT_REGRESSION, NoTrainingSteps
+    from perfdoctor.regression_gate import run_gate
 
     result = compare_runs(run_a, run_b)
+    gate = run_gate(run_a, run_b, limits) if limits.any else None
     if as_json:
         import json
 
         from perfdoctor.rundir import to_jsonable
 
-        sys.stdout.write(json.dumps(to_jsonable(result), indent=2) + "\n")
+        payload = to_jsonable(result)
+        if gate is not None:
+            payload["gate"] = to_jsonable(gate)
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
-        render_comparison(result, make_console())
+        from perfdoctor.render.compare import render_comparison
+
+        console = make_console()
+        render_comparison(result, console)
+        if gate is not None:
+            from perfdoctor.render.gate import render_gate
+
+            render_gate(gate, console)
     if not result.usable:
         # Nothing was compared: a script or CI reading only the exit code must see it.
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
+    if gate is not None and not gate.passed:
+        raise typer.Exit(EXIT_REGRESSION)
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")

@@ -14,6 +14,8 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
     67        the script never trained: no optimizer step, backward or model forward was seen
     68        not a perfdoctor run directory, or one of its artifacts is corrupt or untrusted
     69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`)
+    70        `perfdoctor compare --fail-if-slower/--fail-if-more-memory`: B regressed beyond
+              the limit and the noise (or, with --strict, could not be told from noise)
     124       the script ran past --timeout and was stopped (artifacts are kept)
     129       perfdoctor was stopped by SIGHUP (its terminal closed): as 130
     130       interrupted (Ctrl-C): the script's process tree is stopped, the manifest and a
@@ -31,6 +33,7 @@ EXIT_TARGET_NOT_FOUND = 66
 EXIT_NO_TRAINING = 67
 EXIT_BAD_RUN_DIR = 68
 EXIT_MISSING_TOOL = 69
+EXIT_REGRESSION = 70
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130  # SIGINT: 128 + 2
 

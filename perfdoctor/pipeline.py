@@ -67,6 +67,9 @@ class ProfileOptions:
     echo_output: bool = True
     nproc_per_node: int = 1  # > 1: every child run is torchrun with N ranks (collect/torchrun.py)
     nodes: Nodes | None = None  # several nodes: this one's place (collect/torchrun.py)
+    # Baseline runs of a --no-apply session (`--repeat N --no-apply`): repeats 2..N only time
+    # the steps, so `perfdoctor compare` can measure run-to-run noise on each side.
+    baseline_runs: int = 1
 
 
 @dataclass(frozen=True)
@@ -145,11 +148,14 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
 
 def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome:
     options, session_dir, sink = runner.options, runner.session_dir, runner.sink
-    baseline = runner.run(BASELINE_LABEL, (), repeat=1, planned_runs=1)
+    timing_runs = max(1, options.baseline_runs) if not options.apply else 1
+    baseline = runner.run(BASELINE_LABEL, (), repeat=1, planned_runs=timing_runs)
     if baseline.status == "launch_failed" and baseline.exit_code == 66:
         # Nothing ran: leave no empty session behind, and `latest` where it was.
         _discard_session(options.runs_root, session_dir, previous_latest)
         raise TargetNotFound(baseline.error or f"module not found: {options.target.name}")
+    if baseline.status not in FAILED_STATUSES and baseline.steps_seen > 0:
+        runner.run_baseline_repeats(timing_runs)
 
     if baseline.status in FAILED_STATUSES or not options.apply or baseline.steps_seen == 0:
         return _finish(runner, baseline)
@@ -329,6 +335,13 @@ class _Runner:
             self.baseline_repeats = repeat
         save_session(self.session_dir, self.session)
         return manifest
+
+    def run_baseline_repeats(self, total: int) -> None:
+        """Timing-only baseline repeats up to `total` runs; stops at the first failed one."""
+        for repeat in range(self.baseline_repeats + 1, total + 1):
+            manifest = self.run(BASELINE_LABEL, (), repeat=repeat, planned_runs=total)
+            if manifest.status in FAILED_STATUSES:
+                return
 
     def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
         """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even

@@ -201,6 +201,8 @@ class Probes:
             self.nvtx.end(self._step_nvtx)
             self._step_nvtx = None
         phase = self.plan.phase(step.index)
+        if phase == "timed" and self.profiler is not None:
+            self.profiler.timed_step(step.wall_s)
         row = self._row(step, phase)
         self.step_log.add(row, step.losses)
         self.step_log.progress(step.index, phase, row["wall_ms"], step.end)
@@ -216,6 +218,9 @@ class Probes:
         self.memory.stop()
         if self.profiler is not None:
             self.profiler.finish()
+            dropped = self.profiler.info.get("dropped_why")
+            if dropped:
+                self.runtime.warn(f"profiler window cut short: {dropped}")
         self.step_log.flush()
 
     def mode_changed(self, mode: str, note: str | None) -> None:

@@ -16,6 +16,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.collect.probes_closure import timed_closure
 from perfdoctor.collect.probes_roots import _is_compiling_fn
 
 if TYPE_CHECKING:
@@ -83,8 +84,9 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
         return _closure_steps(opt, args, kwargs) if outer else None
 
     def _closure_steps(opt: Any, args: Any, kwargs: Any) -> Any:
-        """step(closure): each closure call becomes a step (probes_steps.closure_call).
-        The hook's args start with the optimizer itself: step's own arguments follow."""
+        """step(closure): each closure call becomes a step (probes_steps.closure_call), timed
+        apart so the optimizer phase is the update alone (probes_closure.py). The hook's
+        args start with the optimizer itself: step's own arguments follow."""
         closure = args[1] if len(args) > 1 else (kwargs or {}).get("closure")
         if not callable(closure):
             return None
@@ -96,9 +98,10 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
                 probes.closure_steps_seen(opt)
             return closure(*c_args, **c_kwargs)
 
+        timed = timed_closure(tracker, counted)
         if len(args) > 1:
-            return (args[0], counted, *args[2:]), kwargs
-        return args, {**kwargs, "closure": counted}
+            return (args[0], timed, *args[2:]), kwargs
+        return args, {**kwargs, "closure": timed}
 
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling() or not stack:

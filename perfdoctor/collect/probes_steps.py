@@ -28,6 +28,12 @@ interval and nothing is closed inside `optimizer.step` (mechanics §2.2):
   has stepped in it (a GAN without a DataLoader is not split between D and G);
 * a source that steps twice in one step always starts a new step (repeat rule): this keeps
   the count right whatever the order of events (WGAN critics, skipped fp16 steps).
+
+Closures. `optimizer.step(closure)` (LBFGS, PyTorch Lightning's automatic optimization)
+runs forward and backward *inside* the optimizer step. The closure's whole time (forward,
+backward, and the script's code around them), and any forward, backward or fetch nested in
+the step outside a closure, is taken out of the optimizer phase: the phases add up to at
+most the step, and the optimizer phase is the update alone.
 """
 
 from __future__ import annotations
@@ -147,6 +153,10 @@ class StepTracker:
         self._undecided_backwards = 0
         self._leaving_time: str | None = None  # why time windows ended, for the next mode
         self._closure_calls = 0  # closure evaluations inside the current optimizer.step
+        # Forward, backward and data time measured inside the running optimizer step.
+        self._in_optimizer = False
+        self._nested_s = 0.0
+        self._closure_depth = 0
 
     # ------------------------------------------------------------------ events
 
@@ -165,8 +175,11 @@ class StepTracker:
         step = self._open
         if step is None or self.stopped:
             return
-        step.data_s += self._clock() - t0
+        elapsed = self._clock() - t0
+        step.data_s += elapsed
         step.data_calls += 1
+        if self._in_optimizer and not self._closure_depth:
+            self._nested_s += elapsed
         if step.batch_size is None and batch_size is not None and not step.batch_from_model:
             step.batch_size = batch_size
 
@@ -188,8 +201,11 @@ class StepTracker:
         step = self._open
         if step is None or self.stopped:
             return
-        step.forward_s += self._clock() - t0
+        elapsed = self._clock() - t0
+        step.forward_s += elapsed
         step.forward_calls += 1
+        if self._in_optimizer and not self._closure_depth:
+            self._nested_s += elapsed
 
     def backward_start(self) -> float:
         now = self._clock()
@@ -218,6 +234,8 @@ class StepTracker:
         now = self._clock()
         step.backward_s += now - t0
         step.micro_batches += 1
+        if self._in_optimizer and not self._closure_depth:
+            self._nested_s += now - t0
         if loss is not None:
             step.losses.append(loss)
         if self.mode == "backward":
@@ -232,16 +250,33 @@ class StepTracker:
 
     def optimizer_start(self, key: Any) -> float:
         self._source_event(key, self._clock())
+        self._in_optimizer = True
+        self._nested_s = 0.0
+        self._closure_depth = 0
         return self._clock()
 
+    def closure_start(self) -> float:
+        self._closure_depth += 1
+        return self._clock()
+
+    def closure_end(self, t0: float) -> None:
+        self._closure_depth = max(self._closure_depth - 1, 0)
+        if self._in_optimizer and not self._closure_depth:
+            self._nested_s += self._clock() - t0
+
     def optimizer_end(self, key: Any, t0: float) -> None:
+        self._in_optimizer = False
+        self._closure_depth = 0
+        nested, self._nested_s = self._nested_s, 0.0
         step = self._open
         closures, self._closure_calls = self._closure_calls, 0
         if step is None or self.stopped:
             return
-        if not closures:
-            # With closure steps the call's time spans them all: no one step owns it.
-            step.optimizer_s += self._clock() - t0
+        if closures <= 1:
+            # The update alone: the closure and any forward/backward/data nested in the step
+            # are taken out (one closure call, as Lightning makes: the step is that call's).
+            step.optimizer_s += max(self._clock() - t0 - nested, 0.0)
+        # With several closure steps (LBFGS) the call spans them all: no one step owns it.
         self._join(step, key)
 
     def closure_call(self, key: Any) -> None:

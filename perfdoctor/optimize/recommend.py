@@ -167,6 +167,19 @@ def conflicts_for(opt_id: str, chosen: Sequence[str], facts: Facts) -> tuple[str
     return tuple(notes)
 
 
+# Optimizers with a fused implementation in torch.optim: the snippet names the script's own.
+_FUSED_CLASSES = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+
+
+def code_change_for(opt: Optimization, facts: Facts) -> str:
+    """The catalog's by-hand change, written for this script where the facts say how: the
+    fused-optimizer snippet shows the script's optimizer class, not AdamW for an SGD script."""
+    cls = facts.get("optimizer_class")
+    if opt.id == "fused-optimizer" and isinstance(cls, str) and cls in _FUSED_CLASSES:
+        return f"torch.optim.{cls}(model.parameters(), lr=..., fused=True)"
+    return opt.code_change
+
+
 def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]:
     gathered = _gather(findings, facts)
     kept: dict[str, _Gathered] = {}
@@ -197,7 +210,7 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
                 title=opt.title,
                 kind=opt.kind,
                 risk=opt.risk,
-                code_change=opt.code_change,
+                code_change=code_change_for(opt, facts),
                 addresses=tuple(entry.rule_ids),
                 expected_gain=GainEstimate(
                     step_time_frac=entry.step_time_frac,

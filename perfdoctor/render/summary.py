@@ -94,7 +94,7 @@ def headline(report: Report) -> Headline:
             measured=_measured_overall(report),
             status_note=status_note,
         )
-    top = report.findings[0]
+    top = lead_finding(report)
     recs = recommendations_for(report, top)
     return Headline(
         slow=_slow_sentence(top),
@@ -283,6 +283,23 @@ def rank_spread_text(report: Report) -> str:
     if diffs:
         text += " On it: " + "; ".join(diffs) + " (median of the others)."
     return text
+
+
+def lead_finding(report: Report) -> Finding:
+    """The finding the headline leads with: after apply, the one whose fix was accepted with
+    the largest measured speedup (a measured result outranks an estimate, and a fix that was
+    tried and rejected must not headline over one that worked); else the top-ranked one."""
+    accepted = sorted(
+        (v for v in report.variants if v.verdict == "accepted" and len(v.optimizations) == 1),
+        key=lambda v: v.speedup if v.speedup is not None else float("-inf"),
+        reverse=True,
+    )
+    for variant in accepted:
+        for finding in report.findings:
+            fixes = {r.optimization_id for r in recommendations_for(report, finding)}
+            if set(variant.optimizations) & (fixes | set(finding.optimizations)):
+                return finding
+    return report.findings[0]
 
 
 def recommendations_for(report: Report, finding: Finding) -> list[Recommendation]:

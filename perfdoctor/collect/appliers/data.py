@@ -14,6 +14,11 @@ environment (PERFDOCTOR_DATALOADER_WORKERS, with the reason in
 PERFDOCTOR_DATALOADER_WORKERS_WHY); without it the count is min(4, usable cores).
 prefetch_factor keeps torch's default (2 batches in flight per worker) unless the script set
 it: with enough workers to keep up, that already hides a steady per-batch cost.
+
+Rebuilt loaders. Hugging Face Accelerate (and the Trainer through it) iterates not the
+script's DataLoader but a new one built from it, over the same dataset, with the changed
+arguments copied (`num_workers=2`). Such a copy is no choice of the script's: it is
+recorded as changed like its source, so the checks follow the loader actually iterated.
 """
 
 from __future__ import annotations
@@ -91,6 +96,17 @@ class LoaderPatch:
                 original_init(loader, *args, **kwargs)  # let torch report the bad call
                 return
             explicit = dict(bound.arguments)
+            inherited = patch.rebuilt_from(explicit)
+            if inherited is not None:
+                original_init(loader, *args, **kwargs)
+                patch.changed[loader] = inherited
+                for applier, _ in patch.adjusters:
+                    if applier.id in inherited:
+                        applier.note(
+                            f"{_where()}: a DataLoader rebuilt from a changed one keeps "
+                            f"its {_describe(inherited[applier.id])}"
+                        )
+                return
             changes: dict[str, dict[str, Any]] = {}
             for applier, adjust in patch.adjusters:
                 change = adjust(loader, explicit)
@@ -129,11 +145,29 @@ class LoaderPatch:
             ctx.shared[_SHARED_KEY] = cls(ctx)
         return ctx.shared[_SHARED_KEY]
 
+    def rebuilt_from(self, explicit: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """The changes of a changed loader that `explicit` (a new loader's arguments) copies:
+        the same dataset object and every changed argument passed with the changed value."""
+        dataset = explicit.get("dataset")
+        if dataset is None:
+            return None
+        for source, changes in list(self.changed.items()):
+            if getattr(source, "dataset", None) is not dataset:
+                continue
+            values = {k: v for change in changes.values() for k, v in change.items()}
+            if all(k in explicit and explicit[k] == v for k, v in values.items()):
+                return changes
+        return None
+
     def loaders_changed_by(self, applier_id: str) -> list[tuple[DataLoader, dict[str, Any]]]:
         return [(ld, ch[applier_id]) for ld, ch in list(self.changed.items()) if applier_id in ch]
 
     def latest_iterator(self, loader: DataLoader) -> dict[str, Any] | None:
         return self.iterators.get(loader)
+
+
+def _describe(change: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in change.items())
 
 
 def start_method(context: Any) -> str:

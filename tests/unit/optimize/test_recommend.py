@@ -153,3 +153,13 @@ def test_cpu_threads_is_not_tried_when_it_would_change_nothing():
         settings={"cpu": {"affinity_cores": 1, "logical_cores": 4}},
     )
     assert auto_candidates(recs, pinned) == ["cpu-threads"]
+
+
+def test_fused_optimizer_snippet_names_the_scripts_own_optimizer():
+    findings = [finding("single-tensor-optimizer", "fused-optimizer", gain=0.2)]
+    (sgd,) = recommend(findings, Facts({**CPU.values, "optimizer_class": "SGD"}))
+    assert sgd.code_change == "torch.optim.SGD(model.parameters(), lr=..., fused=True)"
+    # A class without a fused implementation, or none known: the catalog's generic snippet.
+    (other,) = recommend(findings, Facts({**CPU.values, "optimizer_class": "LBFGS"}))
+    (unknown,) = recommend(findings, CPU)
+    assert other.code_change == unknown.code_change and "fused=True" in unknown.code_change

@@ -32,6 +32,20 @@ def test_headline_prefers_an_accepted_variant_for_the_finding():
     assert head.measured.startswith("dataloader-workers:")
 
 
+def test_headline_leads_with_the_accepted_fix_not_a_rejected_higher_estimate():
+    """The top-ranked finding's fix (set-num-threads, by its estimate) was measured and
+    rejected; dataloader-workers was accepted: the measured, accepted result leads."""
+    report = cpu_report()
+    threads_first = (report.findings[1], report.findings[0], *report.findings[2:])
+    head = headline(replace(report, findings=threads_first))
+    assert head.slow.startswith("Training waits for the DataLoader")
+    assert head.measured.startswith("dataloader-workers: 2.41x ± 0.06 faster")
+    # Without an accepted variant the top-ranked finding leads, as before.
+    rejected = tuple(replace(v, verdict="rejected") for v in report.variants)
+    head = headline(replace(report, findings=threads_first, variants=rejected))
+    assert head.slow.startswith(threads_first[0].title)
+
+
 def test_headline_without_variants_says_not_measured():
     head = headline(cpu_report(variants=()))
     assert head.measured.startswith("Not measured")

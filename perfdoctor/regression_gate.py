@@ -1,0 +1,257 @@
+"""The CI regression gate of `perfdoctor compare A B --fail-if-slower PCT`.
+
+B fails the gate only when it is worse than A by more than PCT *beyond the noise*: a
+regression that cannot be told from noise is "cannot tell", which passes unless `--strict`.
+
+Step time. The change is B's median step over A's (through the same paired, bootstrapped
+speedup that `compare` reports, optimize/compare.py), and its band is that speedup's band:
+the bootstrap over steps, widened by each side's run-to-run spread (half the range of its
+run medians, in log space). A side with a single run has no measured run-to-run spread, so
+the gate assumes SINGLE_RUN_SPREAD_LOG for it: without repeats, the only noise a run shows
+is step-to-step noise, and two launches of the same script differ by more than that (A/A
+pairs of single runs measured 0.76x, 0.82x and 0.92x on a loaded 2-core CPU machine).
+`perfdoctor profile --repeat N --no-apply train.py` records N runs per side, which
+replaces the assumption with a measurement.
+
+Peak memory. The change is the median of B's per-run peaks over A's (CUDA max allocated,
+else the process RSS peak), with each side's half-range of its run peaks as its noise, or
+SINGLE_RUN_MEMORY_SPREAD_LOG for a side with one run. A run's peak is taken over its warm-up
+and timed steps: only the first run of a side carries the profiler window, whose buffers
+would otherwise make it look bigger than the side's timing-only repeats.
+
+Outcome per limit, with change band [low, high] in percent (positive: B is worse):
+    regression   low > PCT: worse than the limit even at the band's favourable end
+    pass         high <= PCT: within the limit even at the band's unfavourable end
+    cannot_tell  the band straddles the limit
+    unmeasured   a side has no usable run or no such measure: the gate fails, because a
+                 gate that measured nothing must not pass a build silently
+
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from perfdoctor import rundir
+from perfdoctor.compare_runs import side_run_dirs, widened_estimate
+from perfdoctor.optimize.compare import OK_STATUSES, RunSample, load_run_sample
+
+# Assumed run-to-run half-spread (log space) of a side recorded with a single run: ±15%.
+# Each of two single runs may be off by that much, so an A/A pair of single runs gets a band
+# of about ±30%, which covers the 0.76x-0.92x A/A pairs measured on a loaded CPU machine.
+SINGLE_RUN_SPREAD_LOG = 0.15
+# The same for the peak memory of a single run: allocator and RSS peaks of identical runs
+# differ by a few percent (page cache, allocator caching), not by tens of percent.
+SINGLE_RUN_MEMORY_SPREAD_LOG = 0.03
+
+METRIC_NAMES = {"step_time": "step time", "peak_memory": "peak memory"}
+Outcome = Literal["pass", "regression", "cannot_tell", "unmeasured"]
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    slower_pct: float | None = None  # --fail-if-slower
+    more_memory_pct: float | None = None  # --fail-if-more-memory
+    strict: bool = False  # "cannot tell" fails too
+
+    @property
+    def any(self) -> bool:
+        return self.slower_pct is not None or self.more_memory_pct is not None
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    metric: Literal["step_time", "peak_memory"]
+    limit_pct: float
+    outcome: Outcome
+    reason: str  # one line
+    change_pct: float | None = None  # B against A; positive: B is slower / uses more memory
+    low_pct: float | None = None  # the band of the change
+    high_pct: float | None = None
+    runs_a: int = 0
+    runs_b: int = 0
+    noise_assumed: bool = False  # a side had one run: its run-to-run spread is assumed
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in ("regression", "unmeasured")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    checks: tuple[GateCheck, ...]
+    strict: bool
+    passed: bool
+    summary: str  # one line: what decided the gate
+    hint: str | None = None  # how to get a decided verdict, when one was "cannot tell"
+
+
+def _outcome(low: float, high: float, limit: float) -> Outcome:
+    if low > limit:
+        return "regression"
+    if high <= limit:
+        return "pass"
+    return "cannot_tell"
+
+
+def _pct(ratio: float) -> float:
+    return (ratio - 1.0) * 100.0
+
+
+def _usable(samples: Sequence[RunSample]) -> list[RunSample]:
+    return [s for s in samples if s.usable]
+
+
+def _band_text(check: GateCheck) -> str:
+    return f"{check.change_pct:+.1f}% (band {check.low_pct:+.1f}% .. {check.high_pct:+.1f}%)"
+
+
+def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
+    runs_a, runs_b = len(_usable(a)), len(_usable(b))
+    counts = {"runs_a": runs_a, "runs_b": runs_b}
+    if not runs_a or not runs_b:
+        side = "A" if not runs_a else "B"
+        return GateCheck(
+            "step_time", limit, "unmeasured", f"{side} has no run with timed steps", **counts
+        )
+    speed = widened_estimate(a, _usable(b))
+    if speed is None:
+        return GateCheck("step_time", limit, "unmeasured", "no paired timing to compare", **counts)
+    assumed = (runs_a < 2) + (runs_b < 2)
+    width = speed.log_width + assumed * SINGLE_RUN_SPREAD_LOG
+    # Slowdown of B is the inverse of its speedup; the band's ends swap.
+    change = _pct(1.0 / speed.speedup)
+    low = _pct(math.exp(-math.log(speed.speedup) - width))
+    high = _pct(math.exp(-math.log(speed.speedup) + width))
+    outcome = _outcome(low, high, limit)
+    check = GateCheck(
+        "step_time",
+        limit,
+        outcome,
+        "",
+        change_pct=change,
+        low_pct=low,
+        high_pct=high,
+        noise_assumed=assumed > 0,
+        **counts,
+    )
+    words = {
+        "regression": f"worse than the {limit:g}% limit beyond the noise",
+        "pass": f"within the {limit:g}% limit beyond the noise",
+        "cannot_tell": f"the band straddles the {limit:g}% limit",
+    }[outcome]
+    reason = f"{_band_text(check)}: {words}"
+    return replace(check, reason=reason)
+
+
+def _peaks(samples: Sequence[RunSample]) -> list[int]:
+    return [
+        s.peak_memory_bytes
+        for s in samples
+        if s.status in OK_STATUSES and s.peak_memory_bytes is not None and s.peak_memory_bytes > 0
+    ]
+
+
+def _half_range(values: Sequence[int]) -> float:
+    if len(values) < 2:
+        return SINGLE_RUN_MEMORY_SPREAD_LOG
+    return (math.log(max(values)) - math.log(min(values))) / 2.0
+
+
+def check_peak_memory(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
+    peaks_a, peaks_b = _peaks(a), _peaks(b)
+    counts = {"runs_a": len(peaks_a), "runs_b": len(peaks_b)}
+    if not peaks_a or not peaks_b:
+        side = "A" if not peaks_a else "B"
+        return GateCheck(
+            "peak_memory", limit, "unmeasured", f"{side} has no peak memory measured", **counts
+        )
+    log_ratio = math.log(statistics.median(peaks_b) / statistics.median(peaks_a))
+    width = _half_range(peaks_a) + _half_range(peaks_b)
+    change, low, high = (_pct(math.exp(log_ratio + d)) for d in (0.0, -width, width))
+    outcome = _outcome(low, high, limit)
+    check = GateCheck(
+        "peak_memory",
+        limit,
+        outcome,
+        "",
+        change_pct=change,
+        low_pct=low,
+        high_pct=high,
+        noise_assumed=len(peaks_a) < 2 or len(peaks_b) < 2,
+        **counts,
+    )
+    words = {
+        "regression": f"worse than the {limit:g}% limit beyond the noise",
+        "pass": f"within the {limit:g}% limit beyond the noise",
+        "cannot_tell": f"the band straddles the {limit:g}% limit",
+    }[outcome]
+    reason = f"{_band_text(check)}: {words}"
+    return replace(check, reason=reason)
+
+
+def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLimits) -> GateResult:
+    """The gate over the runs of each side, repeat 1 first (pure: tests feed samples)."""
+    checks: list[GateCheck] = []
+    if limits.slower_pct is not None:
+        checks.append(check_step_time(a, b, limits.slower_pct))
+    if limits.more_memory_pct is not None:
+        checks.append(check_peak_memory(a, b, limits.more_memory_pct))
+    failing = [c for c in checks if c.failed or (limits.strict and c.outcome == "cannot_tell")]
+    undecided = [c for c in checks if c.outcome == "cannot_tell"]
+    hint = None
+    if undecided:
+        hint = (
+            "record more runs per side (perfdoctor profile --repeat 5 --no-apply train.py) "
+            "to narrow the band"
+            if any(c.noise_assumed for c in undecided)
+            else "more runs per side narrow the band; a quieter machine does too"
+        )
+    if failing:
+        first = failing[0]
+        kind = "cannot tell (--strict)" if first.outcome == "cannot_tell" else first.outcome
+        summary = f"FAILED: {METRIC_NAMES[first.metric]} {kind.replace('_', ' ')}"
+    elif undecided:
+        summary = f"passed: {METRIC_NAMES[undecided[0].metric]} cannot tell (not --strict)"
+    else:
+        summary = "passed"
+    return GateResult(
+        checks=tuple(checks),
+        strict=limits.strict,
+        passed=not failing,
+        summary=summary,
+        hint=hint,
+    )
+
+
+_UNPROFILED_PHASES = ("warmup", "timed")
+
+
+def unprofiled_peak(run_dir: Path) -> int | None:
+    """The run's memory peak before any profiler window: CUDA max allocated, else RSS."""
+    steps = [s for s in rundir.load_steps(run_dir) if s.phase in _UNPROFILED_PHASES]
+    cuda = [s.cuda_max_allocated_bytes for s in steps if s.cuda_max_allocated_bytes]
+    rss = [s.rss_bytes for s in steps if s.rss_bytes]
+    return max(cuda) if cuda else (max(rss) if rss else None)
+
+
+def load_side_samples(path: Path) -> list[RunSample]:
+    """Every run of one side (a session's baseline repeats, or one child run's repeats),
+    read without parsing traces, with the peak memory of its unprofiled steps."""
+    _, dirs = side_run_dirs(Path(path))
+    samples = []
+    for run_dir in dirs:
+        sample = load_run_sample(run_dir)
+        peak = unprofiled_peak(run_dir)
+        samples.append(replace(sample, peak_memory_bytes=peak) if peak else sample)
+    return samples
+
+
+def run_gate(run_a: Path, run_b: Path, limits: GateLimits) -> GateResult:
+    return evaluate_gate(load_side_samples(run_a), load_side_samples(run_b), limits)

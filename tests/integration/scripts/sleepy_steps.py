@@ -1,0 +1,22 @@
+"""A tiny training loop whose step time is set by --sleep-ms (a planted, known slowdown)."""
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--sleep-ms", type=float, default=10.0)
+parser.add_argument("--steps", type=int, default=1000)
+args = parser.parse_args()
+
+model = nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 16), torch.randn(32, 1)
+for _ in range(args.steps):
+    time.sleep(args.sleep_ms / 1000.0)  # stands for work the regression added
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()

@@ -1,0 +1,58 @@
+"""The CI regression gate end to end: `perfdoctor profile --repeat N --no-apply` records
+repeated runs per side, and `perfdoctor compare --fail-if-slower` reads them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import rundir
+from perfdoctor.errors import EXIT_REGRESSION
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).parent / "scripts" / "sleepy_steps.py"
+
+
+def perfdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
+    out = tmp_path / name
+    proc = perfdoctor(
+        "profile", "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "2",
+        "--profile-steps", "0", "--quiet", "--out", str(out),
+        str(SCRIPT), "--sleep-ms", str(sleep_ms),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out / rundir.LATEST_LINK
+
+
+def test_repeated_no_apply_sessions_gate_a_a_and_a_planted_slowdown(tmp_path: Path) -> None:
+    a = record(tmp_path, "a", 15)
+    baseline = a.resolve() / rundir.BASELINE_LABEL
+    assert [p.name for p in rundir.repeat_dirs(baseline)] == ["baseline", "repeat-2"]
+    # Only the run of each side (baseline/) ran under --no-apply: no variant directories.
+    assert sorted(p.name for p in a.resolve().iterdir() if p.is_dir()) == ["baseline"]
+
+    again = record(tmp_path, "again", 15)
+    same = perfdoctor("compare", str(a), str(again), "--fail-if-slower", "25", cwd=tmp_path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "2 vs 2 runs" in same.stdout
+
+    slow = record(tmp_path, "slow", 45)
+    gate = perfdoctor("compare", str(a), str(slow), "--fail-if-slower", "25", cwd=tmp_path)
+    assert gate.returncode == EXIT_REGRESSION, gate.stdout + gate.stderr
+    assert "FAILED: step time regression" in gate.stdout

@@ -1,0 +1,220 @@
+"""The CI regression gate (`perfdoctor compare A B --fail-if-slower PCT`) over run
+directories built by hand from a recorded CPU fixture: the step times, run counts and peak
+memory of each side are known exactly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from perfdoctor import rundir
+from perfdoctor.errors import EXIT_REGRESSION
+from perfdoctor.optimize.compare import RunSample
+from perfdoctor.regression_gate import (
+    SINGLE_RUN_SPREAD_LOG,
+    GateLimits,
+    check_peak_memory,
+    evaluate_gate,
+    run_gate,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_compare_runs import STEADY, make_run
+
+# Two launches of one script: per-run medians differ by about 2%, steps by about 1-2%.
+RUN_1 = STEADY
+RUN_2 = (10.2, 10.4, 10.1, 10.3, 10.2)
+RUN_3 = (9.9, 10.0, 9.8, 10.1, 10.0)
+
+
+def scaled(steps: Sequence[float], factor: float) -> tuple[float, ...]:
+    return tuple(ms * factor for ms in steps)
+
+
+def session(root: Path, runs: Sequence[Sequence[float]], peaks: Sequence[int] = ()) -> Path:
+    """A session directory as `perfdoctor profile --repeat N --no-apply` leaves it: the
+    baseline's runs in baseline/ and baseline/repeat-k/."""
+    root.mkdir(parents=True)
+    for k, timed in enumerate(runs, start=1):
+        run = make_run(rundir.child_dir(root, rundir.BASELINE_LABEL, k), timed_ms=timed)
+        if peaks:
+            _set_rss(run, peaks[k - 1])
+    return root
+
+
+def _set_rss(run: Path, peak: int, profiled: int | None = None) -> None:
+    rows = [json.loads(line) for line in (run / rundir.STEPS_FILE).read_text().splitlines()]
+    for row in rows:
+        in_window = row["phase"] in ("profiler_warmup", "profiled")
+        row["rss_bytes"] = profiled if in_window and profiled is not None else peak
+    (run / rundir.STEPS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "compare", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- step time
+
+
+def test_a_a_sessions_with_repeats_pass_the_gate(tmp_path: Path) -> None:
+    a = session(tmp_path / "a", [RUN_1, RUN_2, RUN_3])
+    b = session(tmp_path / "b", [RUN_2, RUN_3, RUN_1])
+    result = run_gate(a, b, GateLimits(slower_pct=5))
+    assert result.passed
+    (check,) = result.checks
+    assert check.outcome == "pass"
+    assert check.runs_a == 3 and check.runs_b == 3
+    assert not check.noise_assumed
+    assert abs(check.change_pct) < 2.0
+    assert check.low_pct < 0 < check.high_pct <= 5
+
+
+def test_a_planted_30_percent_slowdown_fails_with_exit_70(tmp_path: Path) -> None:
+    a = session(tmp_path / "a", [RUN_1, RUN_2, RUN_3])
+    b = session(tmp_path / "b", [scaled(r, 1.3) for r in (RUN_1, RUN_2, RUN_3)])
+    result = run_gate(a, b, GateLimits(slower_pct=10))
+    assert not result.passed
+    (check,) = result.checks
+    assert check.outcome == "regression"
+    assert check.change_pct == pytest.approx(30.0, abs=1.0)
+    assert check.low_pct > 10
+    assert result.summary == "FAILED: step time regression"
+
+    proc = cli(str(a), str(b), "--fail-if-slower", "10")
+    assert proc.returncode == EXIT_REGRESSION == 70, proc.stderr
+    assert "Regression gate" in proc.stdout and "regression" in proc.stdout
+    # The same slowdown under a looser limit passes.
+    assert cli(str(a), str(b), "--fail-if-slower", "50").returncode == 0
+
+
+def test_a_noisy_pair_cannot_tell_and_passes_unless_strict(tmp_path: Path) -> None:
+    """B's two runs disagree by 40%: its median is about 10% slower, but its own spread puts
+    the band across the 5% limit."""
+    a = session(tmp_path / "a", [RUN_1, RUN_2])
+    b = session(tmp_path / "b", [scaled(RUN_1, 0.9), scaled(RUN_2, 1.35)])
+    result = run_gate(a, b, GateLimits(slower_pct=5))
+    (check,) = result.checks
+    assert check.outcome == "cannot_tell"
+    assert check.low_pct < 5 < check.high_pct
+    assert result.passed
+    assert result.summary == "passed: step time cannot tell (not --strict)"
+    assert result.hint and "more runs" in result.hint
+
+    strict = run_gate(a, b, GateLimits(slower_pct=5, strict=True))
+    assert not strict.passed
+    assert strict.summary == "FAILED: step time cannot tell (--strict)"
+
+    assert cli(str(a), str(b), "--fail-if-slower", "5").returncode == 0
+    proc = cli(str(a), str(b), "--fail-if-slower", "5", "--strict")
+    assert proc.returncode == EXIT_REGRESSION, proc.stderr
+
+
+def test_one_run_per_side_assumes_run_to_run_noise(tmp_path: Path) -> None:
+    """A single run per side shows only step-to-step noise, which called A/A pairs 0.76x
+    "slower" before; the gate adds an assumed launch-to-launch spread per side instead."""
+    a = make_run(tmp_path / "a", timed_ms=RUN_1)
+    b = make_run(tmp_path / "b", timed_ms=scaled(RUN_1, 1.25))  # an A/A pair 0.80x apart
+    (check,) = run_gate(a, b, GateLimits(slower_pct=10)).checks
+    assert check.noise_assumed
+    assert check.outcome == "cannot_tell"
+    assert check.high_pct - check.low_pct > 2 * (2 * SINGLE_RUN_SPREAD_LOG) * 100 * 0.9
+    # A slowdown far beyond any launch-to-launch noise is still called with one run.
+    c = make_run(tmp_path / "c", timed_ms=scaled(RUN_1, 2.5))
+    (check,) = run_gate(a, c, GateLimits(slower_pct=10)).checks
+    assert check.outcome == "regression"
+
+
+def test_a_faster_b_passes(tmp_path: Path) -> None:
+    a = session(tmp_path / "a", [RUN_1, RUN_2])
+    b = session(tmp_path / "b", [scaled(RUN_1, 0.6), scaled(RUN_2, 0.6)])
+    result = run_gate(a, b, GateLimits(slower_pct=0))
+    assert result.passed and result.checks[0].outcome == "pass"
+    assert result.checks[0].change_pct == pytest.approx(-40.0, abs=1.0)
+
+
+def test_a_crashed_b_is_unmeasured_and_fails(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", status="script_crashed")
+    result = run_gate(a, b, GateLimits(slower_pct=10))
+    assert not result.passed
+    assert result.checks[0].outcome == "unmeasured"
+    assert "B has no run" in result.checks[0].reason
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _mem(peak: int | None) -> RunSample:
+    return RunSample(label="x", step_ms=(10.0,), peak_memory_bytes=peak)
+
+
+MB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("peaks_a", "peaks_b", "outcome"),
+    [
+        ((100 * MB, 101 * MB), (100 * MB, 101 * MB), "pass"),
+        ((100 * MB, 101 * MB), (140 * MB, 141 * MB), "regression"),
+        ((100 * MB, 101 * MB), (100 * MB, 125 * MB), "cannot_tell"),
+        ((100 * MB,), (None,), "unmeasured"),
+    ],
+)
+def test_peak_memory_limit(
+    peaks_a: Sequence[int], peaks_b: Sequence[int | None], outcome: str
+) -> None:
+    check = check_peak_memory([_mem(p) for p in peaks_a], [_mem(p) for p in peaks_b], 10)
+    assert check.outcome == outcome
+
+
+def test_memory_gate_from_run_directories_and_json(tmp_path: Path) -> None:
+    a = session(tmp_path / "a", [RUN_1, RUN_2], peaks=[200 * MB, 202 * MB])
+    b = session(tmp_path / "b", [RUN_1, RUN_2], peaks=[300 * MB, 301 * MB])
+    limits = GateLimits(slower_pct=10, more_memory_pct=20)
+    result = run_gate(a, b, limits)
+    outcomes = {c.metric: c.outcome for c in result.checks}
+    assert outcomes == {"step_time": "pass", "peak_memory": "regression"}
+    assert not result.passed
+
+    proc = cli(str(a), str(b), "--json", "--fail-if-slower", "10", "--fail-if-more-memory", "20")
+    assert proc.returncode == EXIT_REGRESSION, proc.stderr
+    gate = json.loads(proc.stdout)["gate"]
+    assert gate["passed"] is False
+    assert [c["outcome"] for c in gate["checks"]] == ["pass", "regression"]
+
+
+def test_the_profiler_window_of_a_sides_first_run_is_no_memory_regression(
+    tmp_path: Path,
+) -> None:
+    """Only a side's first run has the profiler window, and its buffers raise that run's
+    RSS: A with three runs against B with one must compare the unprofiled steps."""
+    a = session(tmp_path / "a", [RUN_1, RUN_2, RUN_3], peaks=[200 * MB] * 3)
+    b = session(tmp_path / "b", [RUN_1], peaks=[200 * MB])
+    for side in (a, b):
+        _set_rss(side / rundir.BASELINE_LABEL, 200 * MB, profiled=400 * MB)
+    (check,) = run_gate(a, b, GateLimits(more_memory_pct=10)).checks
+    assert check.outcome == "pass"
+    assert check.change_pct == pytest.approx(0.0)
+
+
+def test_pure_gate_without_limits_checks_nothing() -> None:
+    result = evaluate_gate([_mem(1)], [_mem(1)], GateLimits())
+    assert result.checks == () and result.passed
+
+
+def test_bad_gate_options_are_usage_errors(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a")
+    assert cli(str(a), str(a), "--fail-if-slower", "-5").returncode == 2
+    assert cli(str(a), str(a), "--strict").returncode == 2
