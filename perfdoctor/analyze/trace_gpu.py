@@ -69,7 +69,11 @@ def summarize_gpu(ev: TraceEvents, steps: Steps) -> GpuSummary | None:
     starts, ends, durs = gpu.ts[rows], gpu.end[rows], gpu.dur[rows]
     launch = launch_rows(ev, rows)
     has_launch = launch >= 0
-    launch_ts = np.where(has_launch, ev.runtime.ts[np.maximum(launch, 0)], np.nan)
+    launch_ts = (
+        np.where(has_launch, ev.runtime.ts[np.maximum(launch, 0)], np.nan)
+        if len(ev.runtime)
+        else np.full(rows.size, np.nan)
+    )
 
     if steps.count:
         lo, hi = steps.lo, steps.hi
