@@ -352,6 +352,7 @@ class EventBuilder:
         self.gpu = _Columns("kind", "correlation", "external_id", "device", "stream", "bytes")
         self.runtime = _Columns("correlation", "external_id", "driver")
         self.flows = _Columns("flow_id", "flow_start")
+        self.need_flows = False
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
@@ -515,6 +516,16 @@ class EventBuilder:
         )
 
     def _add_flows(self, flows: list[_Event]) -> None:
+        # Flows are only read to fill in missing correlation ids, which a writer omits for
+        # the whole trace or not at all: keep them (about a third of a GPU trace's events)
+        # only once a GPU op or runtime call without one has been seen.
+        if not self.need_flows:
+            self.need_flows = bool(
+                (self.gpu.rows and (self.gpu.parts["correlation"][-1] < 0).any())
+                or (self.runtime.rows and (self.runtime.parts["correlation"][-1] < 0).any())
+            )
+            if not self.need_flows:
+                return
         flows = [f for f in flows if f.cat in LAUNCH_FLOW_CATEGORIES]
         self.flows.add(
             flows,

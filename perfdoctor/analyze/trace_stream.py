@@ -68,72 +68,87 @@ def _one_line(err: BaseException) -> str:
 def _stream(fh: IO[bytes], sink: EventBuilder, chunk: int, name: str) -> None:
     buf = bytearray()
     head: bytes | None = None  # the document up to (not including) the array's "["
+    start = 0  # buf[start] is the "[" that opens the next piece
     grow_to = chunk
     while True:
         block = fh.read(chunk)
-        if block:
-            buf += block
         if head is None:
-            head = _find_head(buf, eof=not block)
+            buf += block
+            head = _find_head(buf)
             if head is None:
                 if block:
                     continue
                 break
-            del buf[: len(head)]  # buf now starts with the array's "["
+            start = len(head)
+        else:
+            buf = _compact(buf, start)
+            start = 0
+            buf += block
         if not block:
             break
-        if len(buf) >= grow_to:
-            taken = _take_chunk(buf, sink, name)
+        if len(buf) - start >= grow_to:
+            taken = _take_chunks(buf, start, sink, name)
             # After a failed cut the piece must grow before the next try.
-            grow_to = chunk if taken else len(buf) + chunk
-    _finish(bytes(head or b"") + bytes(buf), sink, name)
+            grow_to = chunk if taken > start else len(buf) - start + chunk
+            start = taken
+    _finish(bytes(head or b"") + bytes(buf[start:] if head is not None else buf), sink, name)
 
 
-def _find_head(buf: bytearray, eof: bool) -> bytes | None:
+def _compact(buf: bytearray, start: int) -> bytearray:
+    """Drop the decoded bytes before `start`, in place when nothing refers to them."""
+    if start == 0:
+        return buf
+    try:
+        del buf[:start]
+        return buf
+    except BufferError:
+        # A decoded struct still holds a slice of the buffer (an open 'B' event's args).
+        return bytearray(memoryview(buf)[start:])
+
+
+def _find_head(buf: bytearray) -> bytes | None:
     """The bytes before the events array, once known (None: read on)."""
-    start = len(buf) - len(buf.lstrip())
-    if start < len(buf) and buf[start : start + 1] == b"[":
-        return bytes(buf[:start])  # a bare array of events
+    first = len(buf) - len(buf.lstrip())
+    if first < len(buf) and buf[first : first + 1] == b"[":
+        return bytes(buf[:first])  # a bare array of events
     match = _EVENTS_KEY.search(buf)
     if match is not None:
         return bytes(buf[: match.end() - 1])
-    if eof:
-        return None
     return None
 
 
-def _take_chunk(buf: bytearray, sink: EventBuilder, name: str) -> bool:
-    """Decode the longest leading run of whole events in buf ("[" + events + ", ...") and
-    drop it from buf, leaving "[" + the rest. False when no cut decoded."""
+def _take_chunks(buf: bytearray, start: int, sink: EventBuilder, name: str) -> int:
+    """Decode the longest run of whole events in buf[start:] ("[" + events + ", ...") and
+    return where the rest starts (its "[" is the comma after the last decoded event; start
+    when no cut decoded). The piece is decoded in place: the comma after its last event is
+    briefly turned into "]", then into the "[" of the next piece, so nothing is copied."""
     end = len(buf)
     for _ in range(_CUT_TRIES):
-        cut = _last_cut(buf, end)
+        cut = _last_cut(buf, start, end)
         if cut is None:
-            return False
-        close = cut + 1  # just after the event's "}"
-        comma = buf.index(b",", close)
-        piece = bytearray(buf[:close])
-        piece += b"]"
+            return start
+        comma = buf.index(b",", cut + 1)
+        buf[comma] = 0x5D  # "]"
         try:
-            events = EVENTS_DECODER.decode(piece)
+            events = EVENTS_DECODER.decode(memoryview(buf)[start : comma + 1])
         except msgspec.ValidationError as err:
             # Well-formed JSON of the wrong shape: no cut can repair that.
             raise CorruptArtifact(f"corrupt trace {name}: {_one_line(err)}") from err
         except DECODE_ERRORS:
+            buf[comma] = 0x2C  # ","
             end = cut  # a cut inside an event or a string: try an earlier one
             continue
+        buf[comma] = 0x5B  # "["
         sink.add(events)
-        del events, piece
-        del buf[1 : comma + 1]
-        return True
-    return False
+        return comma
+    return start
 
 
-def _last_cut(buf: bytearray, end: int) -> int | None:
-    """Position of the `}` of the last `}` `,` `{` sequence starting before `end`."""
+def _last_cut(buf: bytearray, start: int, end: int) -> int | None:
+    """Position of the `}` of the last `}` `,` `{` sequence in buf[start + 1 : end]."""
     pos = end
     while True:
-        pos = buf.rfind(b"}", 1, pos)
+        pos = buf.rfind(b"}", start + 1, pos)
         if pos < 0:
             return None
         match = _CUT.match(buf, pos)
