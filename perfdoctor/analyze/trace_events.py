@@ -408,6 +408,11 @@ class EventBuilder:
         for ev in events:
             stack = self.open_spans[(ev.pid, ev.tid)]
             if ev.ph == "B":
+                # Kept past this chunk, whose buffer is reused: no undecoded slices of it.
+                if ev.args is not None:
+                    ev.args = msgspec.structs.replace(
+                        ev.args, input_type=_NO_RAW, input_dims=_NO_RAW
+                    )
                 stack.append(ev)
             elif stack:
                 begin = stack.pop()

@@ -66,68 +66,66 @@ def _one_line(err: BaseException) -> str:
 
 
 def _stream(fh: IO[bytes], sink: EventBuilder, chunk: int, name: str) -> None:
-    buf = bytearray()
+    # One buffer, reused: the data is buf[:n]. Reading into it (instead of allocating a block
+    # per read and appending it) saves a copy and the page faults of fresh memory.
+    buf = bytearray(2 * chunk)
+    n = 0
     head: bytes | None = None  # the document up to (not including) the array's "["
     start = 0  # buf[start] is the "[" that opens the next piece
     grow_to = chunk
     while True:
-        block = fh.read(chunk)
+        if start:
+            # Move the undecoded rest to the front (same length: the buffer is not resized).
+            rest = n - start
+            buf[:rest] = buf[start:n]
+            n, start = rest, 0
+        if len(buf) - n < chunk:
+            buf.extend(bytes(chunk - (len(buf) - n)))
+        got = fh.readinto(memoryview(buf)[n : n + chunk])  # type: ignore[attr-defined]
+        n += got
         if head is None:
-            buf += block
-            head = _find_head(buf)
+            head = _find_head(buf, n)
             if head is None:
-                if block:
+                if got:
                     continue
                 break
             start = len(head)
-        else:
-            buf = _compact(buf, start)
-            start = 0
-            buf += block
-        if not block:
+        if not got:
             break
-        if len(buf) - start >= grow_to:
-            taken = _take_chunks(buf, start, sink, name)
+        if n - start >= grow_to:
+            taken = _take_chunks(buf, start, n, sink, name)
             # After a failed cut the piece must grow before the next try.
-            grow_to = chunk if taken > start else len(buf) - start + chunk
+            grow_to = chunk if taken > start else n - start + chunk
             start = taken
-    _finish(bytes(head or b"") + bytes(buf[start:] if head is not None else buf), sink, name)
+    _finish(bytes(head or b"") + bytes(buf[start:n]), sink, name)
 
 
-def _compact(buf: bytearray, start: int) -> bytearray:
-    """Drop the decoded bytes before `start`, in place when nothing refers to them."""
-    if start == 0:
-        return buf
-    try:
-        del buf[:start]
-        return buf
-    except BufferError:
-        # A decoded struct still holds a slice of the buffer (an open 'B' event's args).
-        return bytearray(memoryview(buf)[start:])
+_NON_SPACE = re.compile(rb"\S")
 
 
-def _find_head(buf: bytearray) -> bytes | None:
+def _find_head(buf: bytearray, n: int) -> bytes | None:
     """The bytes before the events array, once known (None: read on)."""
-    first = len(buf) - len(buf.lstrip())
-    if first < len(buf) and buf[first : first + 1] == b"[":
-        return bytes(buf[:first])  # a bare array of events
-    match = _EVENTS_KEY.search(buf)
+    first = _NON_SPACE.search(buf, 0, n)
+    if first is not None and buf[first.start()] == 0x5B:  # "[": a bare array of events
+        return bytes(buf[: first.start()])
+    match = _EVENTS_KEY.search(buf, 0, n)
     if match is not None:
         return bytes(buf[: match.end() - 1])
     return None
 
 
-def _take_chunks(buf: bytearray, start: int, sink: EventBuilder, name: str) -> int:
-    """Decode the longest run of whole events in buf[start:] ("[" + events + ", ...") and
+def _take_chunks(buf: bytearray, start: int, n: int, sink: EventBuilder, name: str) -> int:
+    """Decode the longest run of whole events in buf[start:n] ("[" + events + ", ...") and
     return where the rest starts (its "[" is the comma after the last decoded event; start
     when no cut decoded). The piece is decoded in place: the comma after its last event is
-    briefly turned into "]", then into the "[" of the next piece, so nothing is copied."""
-    end = len(buf)
+    briefly turned into "]", then into the "[" of the next piece, so nothing is copied.
+    Nothing decoded may keep a slice of buf past sink.add (the buffer is reused)."""
+    end = n
     for _ in range(_CUT_TRIES):
-        cut = _last_cut(buf, start, end)
+        cut = _last_cut(buf, start, end, n)
         if cut is None:
             return start
-        comma = buf.index(b",", cut + 1)
+        comma = buf.index(b",", cut + 1, n)
         buf[comma] = 0x5D  # "]"
         try:
             events = EVENTS_DECODER.decode(memoryview(buf)[start : comma + 1])
@@ -144,14 +142,15 @@ def _take_chunks(buf: bytearray, start: int, sink: EventBuilder, name: str) -> i
     return start
 
 
-def _last_cut(buf: bytearray, start: int, end: int) -> int | None:
-    """Position of the `}` of the last `}` `,` `{` sequence in buf[start + 1 : end]."""
+def _last_cut(buf: bytearray, start: int, end: int, n: int) -> int | None:
+    """Position of the `}` of the last `}` `,` `{` sequence in buf[start + 1 : n] whose `}`
+    is before `end`."""
     pos = end
     while True:
         pos = buf.rfind(b"}", start + 1, pos)
         if pos < 0:
             return None
-        match = _CUT.match(buf, pos)
+        match = _CUT.match(buf, pos, n)
         if match is not None:
             return pos
 
