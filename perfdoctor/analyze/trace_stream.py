@@ -42,12 +42,50 @@ _CUT_TRIES = 16  # earlier candidates tried before a piece is grown
 _READ_IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def _open(path: Path) -> IO[bytes]:
+class _Gunzip:
+    """readinto() over a gzip file, by zlib directly: about twice as fast as GzipFile, which
+    checks the CRC in a second pass over the output. Members are concatenated, as gunzip
+    does; zero padding after the last one is ignored."""
+
+    _IN = 1 << 20
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.z = zlib.decompressobj(wbits=31)
+
+    def __enter__(self) -> _Gunzip:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.close()
+
+    def readinto(self, out: memoryview) -> int:
+        got, want = 0, len(out)
+        while got < want:
+            z = self.z
+            if z.eof:  # checked first: at the end, unconsumed_tail repeats unused_data
+                data = z.unused_data or self.raw.read(self._IN)
+                if not data.strip(b"\x00"):
+                    break  # the end (or zero padding)
+                self.z = z = zlib.decompressobj(wbits=31)
+            elif z.unconsumed_tail:
+                data = z.unconsumed_tail
+            else:
+                data = self.raw.read(self._IN)
+                if not data:
+                    raise EOFError("compressed file ended before the end-of-stream marker")
+            chunk = z.decompress(data, want - got)
+            out[got : got + len(chunk)] = chunk
+            got += len(chunk)
+        return got
+
+
+def _open(path: Path) -> IO[bytes] | _Gunzip:
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
     if path.name.endswith(".gz") or magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return _Gunzip(raw)
     return raw
 
 
@@ -65,7 +103,7 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _stream(fh: IO[bytes], sink: EventBuilder, chunk: int, name: str) -> None:
+def _stream(fh: IO[bytes] | _Gunzip, sink: EventBuilder, chunk: int, name: str) -> None:
     # One buffer, reused: the data is buf[:n]. Reading into it (instead of allocating a block
     # per read and appending it) saves a copy and the page faults of fresh memory.
     buf = bytearray(2 * chunk)
@@ -81,7 +119,7 @@ def _stream(fh: IO[bytes], sink: EventBuilder, chunk: int, name: str) -> None:
             n, start = rest, 0
         if len(buf) - n < chunk:
             buf.extend(bytes(chunk - (len(buf) - n)))
-        got = fh.readinto(memoryview(buf)[n : n + chunk])  # type: ignore[attr-defined]
+        got = fh.readinto(memoryview(buf)[n : n + chunk])
         n += got
         if head is None:
             head = _find_head(buf, n)

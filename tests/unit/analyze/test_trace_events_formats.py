@@ -508,3 +508,24 @@ def test_kernel_without_runtime_events_is_summarised(tmp_path: Path) -> None:
     path.write_text('{"traceEvents":[{"ph":"X","cat":"kernel"}]}')
     summary = summarize_trace(parse_trace(path))
     assert summary.gpu is not None and summary.gpu.kernel_launches_per_step is None
+
+
+def test_gzip_members_padding_and_truncation(tmp_path: Path) -> None:
+    text = json.dumps(_events_doc(200), indent=1).encode()
+    half = len(text) // 2
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    multi = tmp_path / "m.json.gz"
+    # Two gzip members (as `cat a.gz b.gz` makes) and zero padding after them.
+    multi.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]) + b"\0" * 64)
+    _same(parse_trace(plain), parse_trace(multi, chunk_bytes=2048))
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(text)[:-20])
+    with pytest.raises(CorruptArtifact, match="cannot read trace"):
+        parse_trace(cut, chunk_bytes=2048)
+    bad = bytearray(gzip.compress(text))
+    bad[-6] ^= 0xFF  # the CRC no longer matches
+    flipped = tmp_path / "crc.json.gz"
+    flipped.write_bytes(bytes(bad))
+    with pytest.raises(CorruptArtifact):
+        parse_trace(flipped)
