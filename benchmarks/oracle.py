@@ -146,6 +146,10 @@ MAPPING: tuple[Pair, ...] = (
 
 # References that are an artefact of the tool on that file, not a definition to meet.
 _TRITON_CPU_OP = "HTA takes the cpu_op triton_poi_* (it has a stream arg) for a GPU op"
+_ROUNDING = (
+    "HTA rounds float us timestamps to whole us (start up, end down): the 16 ops of this "
+    "trace last a few us each, and HTA keeps 131 of their 149 us (same window, same ops)"
+)
 _CUDA_SYNC_ROWS = (
     "HTA counts the trace's cuda_sync rows (stream/event waits) as busy non-compute GPU ops"
 )
@@ -159,6 +163,17 @@ EXCLUDED: dict[tuple[str, str, str], str] = {
     # 'triton_poi_*' carries a 'stream' arg: its temporal breakdown takes that CPU op
     # (96 us) for a GPU op (stream != -1) and the whole window comes out "busy".
     ("hta_triton_example_triton_example.json.gz", "hta", "busy_frac"): _TRITON_CPU_OP,
+    **{
+        ("hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "hta", metric): _ROUNDING
+        for metric in (
+            "busy_frac",
+            "compute_frac",
+            "non_compute_frac",
+            "top_kernels[0]",
+            "top_kernels[1]",
+            "top_kernels[2]",
+        )
+    },
     # HTA takes every row with a stream arg for a GPU op, also the cuda_sync rows
     # ("Stream Wait Event", "Event Sync"), and classifies them as non-compute.
     (

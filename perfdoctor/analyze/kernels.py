@@ -64,19 +64,29 @@ def is_comm_kernel(name: str) -> bool:
     return _COMM.search(name) is not None
 
 
-def is_launch_call(name: str) -> bool:
-    """Runtime/driver calls that put a kernel on a stream (cudaLaunchKernel, cuLaunchKernel
-    for Triton, cudaLaunchKernelExC, cooperative launches, CUDA graph launches)."""
-    return name.startswith(("cudaLaunch", "cuLaunch", "cudaGraphLaunch"))
-
-
-# Calls that block the host until the device (or a stream, or an event) has caught up.
+# Launch calls of CUDA (runtime, driver: cuLaunchKernel for Triton, graphs) and of ROCm's
+# HIP (hipLaunchKernel, hipExtModuleLaunchKernel for Tensile GEMMs, hipModuleLaunchKernel
+# for Triton, hipGraphLaunch).
+_LAUNCH_PREFIXES = (
+    "cudaLaunch",
+    "cuLaunch",
+    "cudaGraphLaunch",
+    "hipLaunch",
+    "hipExtLaunch",
+    "hipModuleLaunch",
+    "hipExtModuleLaunch",
+    "hipHccModuleLaunch",
+    "hipGraphLaunch",
+)
+# Runtime calls that block the host until the device is done. A plain cudaMemcpy /
+# hipMemcpy blocks; the *Async variants do not. hipMemcpyWithStream is ROCm's blocking copy
+# on a stream (what torch uses for a synchronous .to()/.item() on ROCm).
 SYNC_CALLS = frozenset(
     {
         "cudaStreamSynchronize",
         "cudaDeviceSynchronize",
         "cudaEventSynchronize",
-        "cudaMemcpy",  # the blocking variant; cudaMemcpyAsync alone does not block
+        "cudaMemcpy",
         "cudaMemcpy2D",
         "cudaMemcpyFromSymbol",
         "cuStreamSynchronize",
@@ -87,11 +97,35 @@ SYNC_CALLS = frozenset(
         "hipStreamSynchronize",
         "hipDeviceSynchronize",
         "hipEventSynchronize",
+        "hipCtxSynchronize",
         "hipMemcpy",
+        "hipMemcpy2D",
+        "hipMemcpyFromSymbol",
         "hipMemcpyWithStream",
+        "hipMemcpyDtoH",
     }
 )
+_COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
+_MEMCPY_PREFIXES = ("cudaMemcpy", "cuMemcpy", "hipMemcpy")
+
+
+def is_launch_call(name: str) -> bool:
+    """Runtime/driver calls that put a kernel on a stream (cudaLaunchKernel, cuLaunchKernel
+    for Triton, cudaLaunchKernelExC, cooperative launches, CUDA graph launches, and the
+    hip* equivalents on ROCm)."""
+    return name.startswith(_LAUNCH_PREFIXES)
 
 
 def is_sync_call(name: str) -> bool:
+    """Runtime calls that wait for the device (stream/device/event syncs, blocking copies)."""
     return name in SYNC_CALLS
+
+
+def is_copy_call(name: str) -> bool:
+    """Runtime calls that put a copy or a memset on a stream (CUDA and HIP)."""
+    return name.startswith(_COPY_PREFIXES)
+
+
+def is_memcpy_call(name: str) -> bool:
+    """Runtime calls that copy memory, blocking or not (CUDA and HIP)."""
+    return name.startswith(_MEMCPY_PREFIXES)

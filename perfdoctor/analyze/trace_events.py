@@ -1,15 +1,25 @@
 """Kineto / Chrome trace JSON (.json or .json.gz) -> compact per-category event arrays.
 
-Speed and memory are the point (issue 7: a 200 MB trace in <= 3 s, <= 1 GB RSS on two
-cores; `json.load` alone takes 6.8 s and 0.9 GB on 170 MB). So the file is decoded by
-msgspec into typed structs that declare only the fields the analysis reads (unknown keys are
-skipped by the decoder without building objects), the record_shapes payloads ("Input type",
-"Input Dims") stay undecoded `msgspec.Raw` slices until an op that needs them is found, and
-each category of interest becomes a handful of numpy arrays instead of a dict per event.
+Speed and memory are the point (issue 11 item 7: a 200 MB trace analysed in <= 3 s, a 2 GB
+one in < 2 GB RSS, on two cores). The file is decoded by msgspec into typed structs that
+declare only the fields the analysis reads (unknown keys are skipped without building
+objects); the record_shapes payloads ("Input type", "Input Dims") stay undecoded
+`msgspec.Raw` slices until an op that needs them is found; each category of interest becomes
+a handful of numpy arrays instead of a dict per event. Big files are streamed
+(trace_stream.py): the `traceEvents` array is cut into chunks at event boundaries and each
+chunk is decoded and turned into columns before the next is read, so the peak is one chunk
+plus the columns, not the whole decoded file.
 
-Format notes (shared/mechanics.md 6.2-6.4): `ts`/`dur` are microseconds, floats with ns
-precision since kineto 2024 and integers before; `pid`/`tid` are ints, or strings for the
-profiler's own rows ("Spans", "Traces"); categories other than the ones below are ignored.
+Format variants (shared/mechanics.md 6.2-6.4, and the real traces of the GPU corpus):
+`ts`/`dur` are microseconds, floats with ns precision since kineto 2024 and integers before;
+a complete event without `dur` lasts 0; 'B'/'E' pairs become complete events; `pid`/`tid`
+are ints, or strings for the profiler's own rows ("Spans", "Traces") and in 2021-era traces.
+2021-era traces name the categories `Operator`, `Kernel`, `Runtime`, `Memcpy`, `Memset`,
+`Python function` and spell "external id" in lower case; record_function spans
+(ProfilerStep#N, enumerate(DataLoader)#..., Optimizer.step#...) then sit under `Operator`
+and are moved to the annotations table, where current kineto puts them. ROCm traces use the
+current names with hip* runtime calls. Flow events (`ph` s/f: ac2g, async, ...) carry the
+correlation id and fill it in where a GPU op or runtime call lacks it.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import gzip
 import logging
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +37,12 @@ import msgspec
 import numpy as np
 
 from perfdoctor.analyze.op_names import CONV_OPS, MATMUL_OPS
+from perfdoctor.analyze.trace_meta import (
+    DeviceInfo,
+    DistributedInfo,
+    parse_device_properties,
+    parse_distributed,
+)
 from perfdoctor.errors import CorruptArtifact
 
 log = logging.getLogger(__name__)
@@ -34,12 +50,47 @@ log = logging.getLogger(__name__)
 # Kineto's `_activityTypeNames`; these are the categories the analysis reads.
 CPU_OP = "cpu_op"
 USER_ANNOTATION = "user_annotation"
+GPU_USER_ANNOTATION = "gpu_user_annotation"
 PYTHON_FUNCTION = "python_function"
 KERNEL = "kernel"
 GPU_MEMCPY = "gpu_memcpy"
 GPU_MEMSET = "gpu_memset"
 CUDA_RUNTIME = "cuda_runtime"
 CUDA_DRIVER = "cuda_driver"
+
+# Every spelling seen in real traces -> the current name. 2021-era kineto (torch 1.8-1.9)
+# wrote the capitalised names; "Python function" is older still.
+CATEGORY_ALIASES: dict[str, str] = {
+    CPU_OP: CPU_OP,
+    "Operator": CPU_OP,
+    "operator": CPU_OP,
+    USER_ANNOTATION: USER_ANNOTATION,
+    GPU_USER_ANNOTATION: GPU_USER_ANNOTATION,
+    PYTHON_FUNCTION: PYTHON_FUNCTION,
+    "Python function": PYTHON_FUNCTION,
+    KERNEL: KERNEL,
+    "Kernel": KERNEL,
+    GPU_MEMCPY: GPU_MEMCPY,
+    "Memcpy": GPU_MEMCPY,
+    GPU_MEMSET: GPU_MEMSET,
+    "Memset": GPU_MEMSET,
+    CUDA_RUNTIME: CUDA_RUNTIME,
+    "Runtime": CUDA_RUNTIME,
+    CUDA_DRIVER: CUDA_DRIVER,
+    "Driver": CUDA_DRIVER,
+}
+# record_function spans that current kineto files under user_annotation and 2021-era kineto
+# under Operator.
+ANNOTATION_PREFIXES = (
+    "ProfilerStep#",
+    "enumerate(DataLoader)#",
+    "enumerate(DataPipe)#",
+    "Optimizer.step#",
+    "Optimizer.zero_grad#",
+)
+# Flow categories that link a CPU call to the GPU op it issued (the flow id is the
+# correlation id); "fwdbwd" links forward to backward ops and is not one of them.
+LAUNCH_FLOW_CATEGORIES = frozenset({"ac2g", "async", "async_cpu_to_gpu", "async_gpu"})
 
 GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
@@ -50,10 +101,12 @@ SHAPE_OPS = CONV_OPS | MATMUL_OPS
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
 _Id = int | float | str | None  # ids are ints in practice; anything else is treated as absent
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class _Args(msgspec.Struct, gc=False):
     external_id: _Id = msgspec.field(default=None, name="External id")
+    external_id_2021: _Id = msgspec.field(default=None, name="external id")
     correlation: _Id = None
     python_id: _Id = msgspec.field(default=None, name="Python id")
     python_parent_id: _Id = msgspec.field(default=None, name="Python parent id")
@@ -70,22 +123,28 @@ class _Event(msgspec.Struct, gc=False):
     cat: str = ""
     name: str = ""
     ts: float = 0.0
-    dur: float = 0.0
+    dur: float = 0.0  # absent on instant events and on some writers' complete events
     pid: int | str | None = None
     tid: int | str | None = None
+    id: _Id = None  # flow events
     args: _Args | None = None
 
 
 class _TraceFile(msgspec.Struct, gc=False):
-    # Field names are the trace's own keys.
-    traceEvents: list[_Event] = []
-    deviceProperties: list[dict[str, Any]] = []
+    # Field names are the trace's own keys. None: the key is absent.
+    traceEvents: list[_Event] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    computeProperties: list[dict[str, Any]] | None = None  # 2021-era name
     distributedInfo: dict[str, Any] | None = None
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: int | float | None = None
 
 
-_DECODER = msgspec.json.Decoder(_TraceFile | list[_Event])
+TRACE_DECODER = msgspec.json.Decoder(_TraceFile | list[_Event])
+EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _SHAPE_DECODER = msgspec.json.Decoder(list[Any])
+# What a decode of a trace can raise on bad input: msgspec's errors, and UnicodeDecodeError
+# for invalid UTF-8 inside a string.
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
@@ -109,20 +168,42 @@ class Table:
         return self.extra[key]
 
 
+def empty_table(*extras: str) -> Table:
+    return Table(
+        name=np.empty(0, dtype=np.int32),
+        ts=np.empty(0),
+        dur=np.empty(0),
+        tid=np.empty(0, dtype=np.int64),
+        extra={k: np.empty(0, dtype=np.int64) for k in extras},
+    )
+
+
 @dataclass(frozen=True)
 class TraceEvents:
     """A parsed trace: string table + one Table per category group."""
 
     path: str
     names: tuple[str, ...]
-    cpu_ops: Table  # extra: external_id
-    annotations: Table  # user_annotation (ProfilerStep#N, Optimizer.step#..., DataLoader)
-    python: Table  # extra: py_id, py_parent
-    gpu: Table  # kernel/memcpy/memset; extra: device, kind, correlation, bytes
-    runtime: Table  # cuda_runtime + cuda_driver; extra: correlation, external_id, driver
+    cpu_ops: Table  # cpu_op / Operator; extra: external_id
+    # user_annotation (ProfilerStep#N, Optimizer.step#..., DataLoader), and the same
+    # record_function spans of 2021-era traces found under Operator
+    annotations: Table
+    python: Table  # python_function; extra: py_id, py_parent
+    # kernel/memcpy/memset; extra: device, stream, kind, correlation, external_id, bytes
+    gpu: Table
+    # cuda_runtime + cuda_driver (hip* calls on ROCm); extra: correlation, external_id, driver
+    runtime: Table
     shapes: dict[int, tuple[list[Any], list[Any]]]  # cpu_ops row -> (Input type, Input Dims)
-    device_properties: tuple[dict[str, Any], ...] = ()
-    distributed: dict[str, Any] | None = None
+    device_properties: tuple[dict[str, Any], ...] = ()  # deviceProperties / computeProperties
+    distributed: dict[str, Any] | None = None  # distributedInfo as written
+    # gpu_user_annotation: record_function spans on the GPU timeline (pid = device,
+    # tid = stream); extra: device, stream, external_id
+    gpu_annotations: Table = field(
+        default_factory=lambda: empty_table("device", "stream", "external_id")
+    )
+    # thread code -> (pid, tid) as written in the trace
+    threads: tuple[tuple[Any, Any], ...] = ()
+    base_time_ns: int | float | None = None  # baseTimeNanoseconds
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -133,6 +214,16 @@ class TraceEvents:
         mask = np.zeros(len(self.names) + 1, dtype=bool)
         mask[self.name_codes(predicate)] = True
         return mask
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        """The GPUs of deviceProperties, parsed (vendor, name, memory, cc or gfx arch)."""
+        return parse_device_properties(self.device_properties)
+
+    @property
+    def distributed_info(self) -> DistributedInfo | None:
+        """rank / world_size / backend of distributedInfo (None without it)."""
+        return parse_distributed(self.distributed)
 
 
 def read_trace_bytes(path: Path) -> bytes:
@@ -145,24 +236,31 @@ def read_trace_bytes(path: Path) -> bytes:
         raise CorruptArtifact(f"cannot read trace {path}: {err}") from err
 
 
-def parse_trace(path: Path) -> TraceEvents:
-    """Decode a trace file; a file that is not a trace raises CorruptArtifact."""
-    data = read_trace_bytes(path)
-    try:
-        decoded = _DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        raise CorruptArtifact(f"corrupt trace {path}: {err}") from err
-    # The Raw shape payloads reference `data`, so the buffer lives until build_events has
-    # decoded the few it needs and the structs are dropped.
-    del data
-    if isinstance(decoded, list):
-        return build_events(str(path), decoded)
-    return build_events(
-        str(path),
-        decoded.traceEvents,
-        device_properties=tuple(decoded.deviceProperties),
-        distributed=decoded.distributedInfo,
-    )
+def parse_trace(path: Path, chunk_bytes: int | None = None) -> TraceEvents:
+    """Decode a trace file; a file that is not a usable trace raises CorruptArtifact.
+
+    chunk_bytes: size of the decoded pieces of a big file (tests use small ones).
+    """
+    from perfdoctor.analyze.trace_stream import stream_trace
+
+    builder = EventBuilder(str(path))
+    stream_trace(path, builder, chunk_bytes=chunk_bytes)
+    return builder.finish()
+
+
+def build_events(
+    path: str,
+    events: list[_Event],
+    *,
+    device_properties: tuple[dict[str, Any], ...] = (),
+    distributed: dict[str, Any] | None = None,
+) -> TraceEvents:
+    """TraceEvents of already decoded events (one chunk)."""
+    builder = EventBuilder(path)
+    builder.add(events)
+    builder.device_properties = device_properties
+    builder.distributed = distributed
+    return builder.finish(require_events=False)
 
 
 class _Codes:
@@ -177,21 +275,25 @@ class _Codes:
         # A bound setdefault in a comprehension is the cheapest interning loop in CPython.
         return np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
 
+    def ordered(self) -> list[Any]:
+        out: list[Any] = [None] * len(self.index)
+        for value, code in self.index.items():
+            out[code] = value
+        return out
+
 
 def _ids(values: Sequence[Any]) -> np.ndarray:
-    return np.fromiter(
-        (v if type(v) is int else _MISSING for v in values), dtype=np.int64, count=len(values)
-    )
-
-
-def _table(events: list[_Event], names: _Codes, tids: _Codes) -> Table:
-    n = len(events)
-    return Table(
-        name=names.codes(e.name for e in events).astype(np.int32),
-        ts=np.fromiter((e.ts for e in events), dtype=np.float64, count=n),
-        dur=np.fromiter((e.dur for e in events), dtype=np.float64, count=n),
-        tid=tids.codes((e.pid, e.tid) for e in events),
-    )
+    try:
+        return np.fromiter(
+            (v if type(v) is int else _MISSING for v in values), dtype=np.int64, count=len(values)
+        )
+    except OverflowError:
+        # An id outside int64 cannot be a real kineto id: treat it as absent.
+        return np.fromiter(
+            (v if type(v) is int and _INT64_MIN <= v <= _INT64_MAX else _MISSING for v in values),
+            dtype=np.int64,
+            count=len(values),
+        )
 
 
 def _args_of(events: list[_Event]) -> list[_Args]:
@@ -199,90 +301,312 @@ def _args_of(events: list[_Event]) -> list[_Args]:
     return [e.args if e.args is not None else empty for e in events]
 
 
-def build_events(
-    path: str,
-    events: list[_Event],
-    *,
-    device_properties: tuple[dict[str, Any], ...] = (),
-    distributed: dict[str, Any] | None = None,
-) -> TraceEvents:
-    groups: dict[str, list[_Event]] = defaultdict(list)
-    for ev in events:
-        if ev.ph == "X":
-            groups[ev.cat].append(ev)
-    names = _Codes()
-    tids = _Codes()
+class _Columns:
+    """The column pieces of one table, one per decoded chunk, joined by finish()."""
 
-    cpu_events = groups.get(CPU_OP, [])
-    cpu = _table(cpu_events, names, tids)
-    cpu_args = _args_of(cpu_events)
-    cpu.extra["external_id"] = _ids([a.external_id for a in cpu_args])
-    shapes: dict[int, tuple[list[Any], list[Any]]] = {}
-    if cpu_events:
-        shape_codes = {names.index[n] for n in SHAPE_OPS if n in names.index}
-        for row in np.flatnonzero(np.isin(cpu.name, list(shape_codes))).tolist():
-            types, dims = _decode_shapes(cpu_args[row])
+    def __init__(self, *extras: str) -> None:
+        self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
+        self.extras = extras
+        self.rows = 0
+
+    def add(self, events: list[_Event], names: _Codes, tids: _Codes, **extra: np.ndarray) -> None:
+        n = len(events)
+        parts = self.parts
+        parts["name"].append(names.codes(e.name for e in events).astype(np.int32))
+        parts["ts"].append(np.fromiter((e.ts for e in events), dtype=np.float64, count=n))
+        parts["dur"].append(np.fromiter((e.dur for e in events), dtype=np.float64, count=n))
+        parts["tid"].append(tids.codes((e.pid, e.tid) for e in events))
+        for key, values in extra.items():
+            parts[key].append(values)
+        self.rows += n
+
+    def table(self) -> Table:
+        def join(key: str, dtype: Any) -> np.ndarray:
+            pieces = self.parts.pop(key, [])
+            if not pieces:
+                return np.empty(0, dtype=dtype)
+            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+        base = Table(
+            name=join("name", np.int32),
+            ts=join("ts", np.float64),
+            dur=join("dur", np.float64),
+            tid=join("tid", np.int64),
+        )
+        for key in self.extras:
+            base.extra[key] = join(key, np.int64)
+        return base
+
+
+class EventBuilder:
+    """Turns decoded chunks of events into the TraceEvents columns, chunk by chunk."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.names = _Codes()
+        self.tids = _Codes()
+        self.cpu = _Columns("external_id")
+        self.annotations = _Columns()
+        self.gpu_annotations = _Columns("device", "stream", "external_id")
+        self.python = _Columns("py_id", "py_parent")
+        self.gpu = _Columns("kind", "correlation", "external_id", "device", "stream", "bytes")
+        self.runtime = _Columns("correlation", "external_id", "driver")
+        self.flows = _Columns("flow_id", "flow_start")
+        self.need_flows = False
+        self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
+        self.events_seen = 0
+        self.device_properties: tuple[dict[str, Any], ...] = ()
+        self.distributed: dict[str, Any] | None = None
+        self.base_time_ns: int | float | None = None
+
+    def set_metadata(self, doc: _TraceFile) -> None:
+        props = doc.deviceProperties if doc.deviceProperties else doc.computeProperties
+        self.device_properties = tuple(p for p in props or () if isinstance(p, dict))
+        self.distributed = doc.distributedInfo
+        self.base_time_ns = doc.baseTimeNanoseconds
+
+    def add(self, events: list[_Event]) -> None:
+        self.events_seen += len(events)
+        groups: dict[str, list[_Event]] = defaultdict(list)
+        flows: list[_Event] = []
+        paired: list[_Event] = []
+        for ev in events:
+            ph = ev.ph
+            if ph == "X":
+                groups[ev.cat].append(ev)
+            elif ph == "s" or ph == "f":
+                flows.append(ev)
+            elif ph == "B" or ph == "E":
+                paired.append(ev)
+        if paired:
+            for ev in self._pair(paired):
+                groups[ev.cat].append(ev)
+        canon: dict[str, list[_Event]] = defaultdict(list)
+        old_ops: list[_Event] = []
+        for cat, evs in groups.items():
+            name = CATEGORY_ALIASES.get(cat)
+            if name == CPU_OP and cat != CPU_OP:
+                old_ops.extend(evs)
+            elif name is not None:
+                canon[name].extend(evs)
+        if old_ops:
+            for ev in old_ops:
+                target = USER_ANNOTATION if ev.name.startswith(ANNOTATION_PREFIXES) else CPU_OP
+                canon[target].append(ev)
+        self._add_cpu(canon.get(CPU_OP, []))
+        self.annotations.add(canon.get(USER_ANNOTATION, []), self.names, self.tids)
+        self._add_gpu_annotations(canon.get(GPU_USER_ANNOTATION, []))
+        self._add_python(canon.get(PYTHON_FUNCTION, []))
+        self._add_gpu([ev for cat in (KERNEL, GPU_MEMCPY, GPU_MEMSET) for ev in canon.get(cat, [])])
+        self._add_runtime(canon.get(CUDA_RUNTIME, []), canon.get(CUDA_DRIVER, []))
+        self._add_flows(flows)
+
+    def _pair(self, events: list[_Event]) -> Iterable[_Event]:
+        """'B'/'E' duration events -> complete events (an 'E' closes the innermost open 'B'
+        of its thread; unmatched ones are dropped)."""
+        for ev in events:
+            stack = self.open_spans[(ev.pid, ev.tid)]
+            if ev.ph == "B":
+                # Kept past this chunk, whose buffer is reused: no undecoded slices of it.
+                if ev.args is not None:
+                    ev.args = msgspec.structs.replace(
+                        ev.args, input_type=_NO_RAW, input_dims=_NO_RAW
+                    )
+                stack.append(ev)
+            elif stack:
+                begin = stack.pop()
+                yield _Event(
+                    ph="X",
+                    cat=begin.cat or ev.cat,
+                    name=begin.name or ev.name,
+                    ts=begin.ts,
+                    dur=max(ev.ts - begin.ts, 0.0),
+                    pid=begin.pid,
+                    tid=begin.tid,
+                    args=begin.args if begin.args is not None else ev.args,
+                )
+
+    def _add_cpu(self, events: list[_Event]) -> None:
+        offset = self.cpu.rows
+        args = _args_of(events)
+        self.cpu.add(events, self.names, self.tids, external_id=_external_ids(args))
+        if not events:
+            return
+        index = self.names.index
+        shape_codes = [index[n] for n in SHAPE_OPS if n in index]
+        if not shape_codes:
+            return
+        codes = self.cpu.parts["name"][-1]
+        for row in np.flatnonzero(np.isin(codes, shape_codes)).tolist():
+            types, dims = _decode_shapes(args[row])
             if types or dims:
-                shapes[row] = (types, dims)
+                self.shapes[offset + row] = (types, dims)
 
-    annotations = _table(groups.get(USER_ANNOTATION, []), names, tids)
+    def _add_gpu_annotations(self, events: list[_Event]) -> None:
+        args = _args_of(events)
+        self.gpu_annotations.add(
+            events,
+            self.names,
+            self.tids,
+            device=_ids(
+                [
+                    a.device if type(a.device) is int else e.pid
+                    for a, e in zip(args, events, strict=True)
+                ]
+            ),
+            stream=_ids(
+                [
+                    a.stream if type(a.stream) is int else e.tid
+                    for a, e in zip(args, events, strict=True)
+                ]
+            ),
+            external_id=_external_ids(args),
+        )
 
-    py_events = groups.get(PYTHON_FUNCTION, [])
-    python = _table(py_events, names, tids)
-    py_args = _args_of(py_events)
-    python.extra["py_id"] = _ids([a.python_id for a in py_args])
-    python.extra["py_parent"] = _ids([a.python_parent_id for a in py_args])
+    def _add_python(self, events: list[_Event]) -> None:
+        args = _args_of(events)
+        self.python.add(
+            events,
+            self.names,
+            self.tids,
+            py_id=_ids([a.python_id for a in args]),
+            py_parent=_ids([a.python_parent_id for a in args]),
+        )
 
-    gpu_events = [ev for cat in (KERNEL, GPU_MEMCPY, GPU_MEMSET) for ev in groups.get(cat, [])]
-    gpu = _table(gpu_events, names, tids)
-    gpu_args = _args_of(gpu_events)
-    gpu.extra["kind"] = np.fromiter(
-        (_GPU_KINDS[e.cat] for e in gpu_events), dtype=np.int8, count=len(gpu_events)
-    )
-    gpu.extra["correlation"] = _ids([a.correlation for a in gpu_args])
-    # The GPU row's own pid is the device; args.device says the same where present.
-    gpu.extra["device"] = _ids(
-        [
-            a.device if type(a.device) is int else e.pid
-            for a, e in zip(gpu_args, gpu_events, strict=True)
-        ]
-    )
-    gpu.extra["stream"] = _ids(
-        [
-            a.stream if type(a.stream) is int else e.tid
-            for a, e in zip(gpu_args, gpu_events, strict=True)
-        ]
-    )
-    gpu.extra["bytes"] = np.fromiter(
-        (float(a.bytes) if isinstance(a.bytes, (int, float)) else np.nan for a in gpu_args),
-        dtype=np.float64,
-        count=len(gpu_args),
-    )
+    def _add_gpu(self, events: list[_Event]) -> None:
+        args = _args_of(events)
+        n = len(events)
+        self.gpu.add(
+            events,
+            self.names,
+            self.tids,
+            kind=np.fromiter(
+                (_GPU_KINDS[CATEGORY_ALIASES[e.cat]] for e in events), dtype=np.int8, count=n
+            ),
+            correlation=_ids([a.correlation for a in args]),
+            external_id=_external_ids(args),
+            # The GPU row's own pid is the device; args.device says the same where present.
+            device=_ids(
+                [
+                    a.device if type(a.device) is int else e.pid
+                    for a, e in zip(args, events, strict=True)
+                ]
+            ),
+            stream=_ids(
+                [
+                    a.stream if type(a.stream) is int else e.tid
+                    for a, e in zip(args, events, strict=True)
+                ]
+            ),
+            bytes=np.fromiter(
+                (_finite(a.bytes) for a in args),
+                dtype=np.float64,
+                count=n,
+            ),
+        )
 
-    rt_events = groups.get(CUDA_RUNTIME, []) + groups.get(CUDA_DRIVER, [])
-    runtime = _table(rt_events, names, tids)
-    rt_args = _args_of(rt_events)
-    runtime.extra["correlation"] = _ids([a.correlation for a in rt_args])
-    runtime.extra["external_id"] = _ids([a.external_id for a in rt_args])
-    runtime.extra["driver"] = np.fromiter(
-        (e.cat == CUDA_DRIVER for e in rt_events), dtype=bool, count=len(rt_events)
-    )
+    def _add_runtime(self, runtime: list[_Event], driver: list[_Event]) -> None:
+        events = runtime + driver
+        args = _args_of(events)
+        driver_flags = np.zeros(len(events), dtype=bool)
+        driver_flags[len(runtime) :] = True
+        self.runtime.add(
+            events,
+            self.names,
+            self.tids,
+            correlation=_ids([a.correlation for a in args]),
+            external_id=_external_ids(args),
+            driver=driver_flags,
+        )
 
-    ordered = [""] * len(names.index)
-    for text, code in names.index.items():
-        ordered[code] = text
-    return TraceEvents(
-        path=path,
-        names=tuple(ordered),
-        cpu_ops=cpu,
-        annotations=annotations,
-        python=python,
-        gpu=gpu,
-        runtime=runtime,
-        shapes=shapes,
-        device_properties=device_properties,
-        distributed=distributed,
-    )
+    def _add_flows(self, flows: list[_Event]) -> None:
+        # Flows are only read to fill in missing correlation ids, which a writer omits for
+        # the whole trace or not at all: keep them (about a third of a GPU trace's events)
+        # only once a GPU op or runtime call without one has been seen.
+        if not self.need_flows:
+            self.need_flows = bool(
+                (self.gpu.rows and (self.gpu.parts["correlation"][-1] < 0).any())
+                or (self.runtime.rows and (self.runtime.parts["correlation"][-1] < 0).any())
+            )
+            if not self.need_flows:
+                return
+        flows = [f for f in flows if f.cat in LAUNCH_FLOW_CATEGORIES]
+        self.flows.add(
+            flows,
+            self.names,
+            self.tids,
+            flow_id=_ids([f.id for f in flows]),
+            flow_start=np.fromiter((f.ph == "s" for f in flows), dtype=bool, count=len(flows)),
+        )
+
+    def finish(self, require_events: bool = True) -> TraceEvents:
+        if require_events and self.events_seen == 0:
+            raise CorruptArtifact(f"unusable trace {self.path}: it holds no events")
+        gpu = self.gpu.table()
+        gpu.extra["kind"] = gpu.extra["kind"].astype(np.int8)
+        gpu.extra["bytes"] = gpu.extra["bytes"].astype(np.float64)
+        runtime = self.runtime.table()
+        runtime.extra["driver"] = runtime.extra["driver"].astype(bool)
+        flows = self.flows.table()
+        threads = tuple(self.tids.ordered())
+        _link_by_flows(gpu, runtime, flows, threads)
+        return TraceEvents(
+            path=self.path,
+            names=tuple(self.names.ordered()),
+            cpu_ops=self.cpu.table(),
+            annotations=self.annotations.table(),
+            python=self.python.table(),
+            gpu=gpu,
+            runtime=runtime,
+            shapes=self.shapes,
+            device_properties=self.device_properties,
+            distributed=self.distributed,
+            gpu_annotations=self.gpu_annotations.table(),
+            threads=threads,
+            base_time_ns=self.base_time_ns,
+        )
+
+
+def _finite(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        try:
+            out = float(value)
+        except OverflowError:
+            return np.nan
+        return out if np.isfinite(out) else np.nan
+    return np.nan
+
+
+def _external_ids(args: list[_Args]) -> np.ndarray:
+    return _ids([a.external_id if a.external_id is not None else a.external_id_2021 for a in args])
+
+
+def _link_by_flows(gpu: Table, runtime: Table, flows: Table, threads: tuple[Any, ...]) -> None:
+    """Fill missing correlation ids from the launch flows: a flow starts ('s') at the
+    runtime call and ends ('f') at the GPU op, both at the event's own thread and time, and
+    its id is the correlation id. Only rows without a correlation are touched."""
+    gpu_corr, rt_corr = gpu.col("correlation"), runtime.col("correlation")
+    need_gpu, need_rt = gpu_corr < 0, rt_corr < 0
+    if len(flows) == 0 or not (need_gpu.any() or need_rt.any()):
+        return
+    # Threads as strings: 2021-era traces write tid "24572" on events, 24572 on flows.
+    key_of = [(str(p), str(t)) for p, t in threads]
+    fid, start = flows.col("flow_id"), flows.col("flow_start").astype(bool)
+    by_place: dict[tuple[bool, tuple[str, str], float], int] = {}
+    for code, ts, ident, is_start in zip(
+        flows.tid.tolist(), flows.ts.tolist(), fid.tolist(), start.tolist(), strict=True
+    ):
+        if ident >= 0:
+            by_place.setdefault((is_start, key_of[code], ts), ident)
+    for table, need, corr, is_start in (
+        (gpu, need_gpu, gpu_corr, False),
+        (runtime, need_rt, rt_corr, True),
+    ):
+        for row in np.flatnonzero(need).tolist():
+            found = by_place.get((is_start, key_of[int(table.tid[row])], float(table.ts[row])))
+            if found is not None:
+                corr[row] = found
 
 
 def _decode_shapes(args: _Args) -> tuple[list[Any], list[Any]]:
@@ -293,7 +617,7 @@ def _decode_shapes(args: _Args) -> tuple[list[Any], list[Any]]:
             types = _SHAPE_DECODER.decode(args.input_type)
         if len(args.input_dims):
             dims = _SHAPE_DECODER.decode(args.input_dims)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         # A malformed shapes payload only costs the precision facts of this one op.
         log.debug("undecodable record_shapes payload")
     return types, dims

@@ -12,7 +12,7 @@ import numpy as np
 
 from perfdoctor.analyze import intervals
 from perfdoctor.analyze.attribution import Attributor, merge_locations
-from perfdoctor.analyze.kernels import SYNC_CALLS
+from perfdoctor.analyze.kernels import SYNC_CALLS, is_memcpy_call
 from perfdoctor.analyze.trace_events import GPU_KIND_MEMCPY, Table, TraceEvents
 from perfdoctor.analyze.trace_index import (
     Point,
@@ -87,9 +87,7 @@ def host_syncs(ev: TraceEvents, steps: Steps, attributor: Attributor) -> SyncSta
     if reads.size == 0:
         reads = rows_named(ops, ev.code_mask(lambda n: n in SCALAR_READ_FALLBACK))
     calls = rows_named(rt, ev.code_mask(lambda n: n in SYNC_CALLS))
-    copies = rows_named(
-        rt, ev.code_mask(lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "cuMemcpy")))
-    )
+    copies = rows_named(rt, ev.code_mask(lambda n: n in SYNC_CALLS or is_memcpy_call(n)))
     reads = reads[_contains_any(ops, reads, rt, copies)]
     # The cudaStreamSynchronize under a counted _local_scalar_dense is the same sync point.
     if calls.size and reads.size:

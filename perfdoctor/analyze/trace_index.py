@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze import intervals
-from perfdoctor.analyze.kernels import is_launch_call
+from perfdoctor.analyze.kernels import is_copy_call, is_launch_call
 from perfdoctor.analyze.trace_events import Table, TraceEvents
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-_COPY_CALLS = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
 
 Point = tuple[int, float, float]  # (thread code, time in µs, weight)
 
@@ -52,8 +51,15 @@ class Steps:
 
 
 def find_steps(ev: TraceEvents) -> Steps:
+    """ProfilerStep#N spans on the CPU: user_annotation in current traces (the parser moves
+    2021-era `Operator` ones there too); cpu_op rows are the fallback for writers that file
+    them as ops. gpu_user_annotation copies on the GPU timeline are not steps."""
+    is_step = ev.code_mask(lambda n: STEP_NAME.match(n) is not None)
     ann = ev.annotations
-    rows = rows_named(ann, ev.code_mask(lambda n: STEP_NAME.match(n) is not None))
+    rows = rows_named(ann, is_step)
+    if rows.size == 0 and len(ev.cpu_ops):
+        ann = ev.cpu_ops
+        rows = rows_named(ann, is_step)
     if rows.size == 0:
         empty = np.empty(0)
         return Steps((), empty, empty, empty, empty)
@@ -151,7 +157,7 @@ def launch_rows(ev: TraceEvents, gpu_rows: np.ndarray) -> np.ndarray:
     out = np.full(gpu_rows.size, -1, dtype=np.int64)
     if len(rt) == 0 or gpu_rows.size == 0:
         return out
-    issuing = ev.code_mask(lambda n: is_launch_call(n) or n.startswith(_COPY_CALLS))
+    issuing = ev.code_mask(lambda n: is_launch_call(n) or is_copy_call(n))
     corr_all = rt.col("correlation")
     candidates = np.flatnonzero(issuing[rt.name] & (corr_all >= 0))
     if candidates.size == 0:

@@ -62,7 +62,26 @@ class Chart:
     missing: str = ""  # "not measured: why", when skipped
 
 
+# The charts read only the series, the variants, the baseline and the device, and a report is
+# rendered more than once while its size figure settles (diagnose.write_reports) and once per
+# format: the last few results are kept, keyed by those inputs' identity (the inputs are
+# held, so an id cannot be reused while its entry lives).
+_CACHE_SIZE = 4
+_cache: list[tuple[tuple[Any, ...], list[Chart]]] = []
+
+
 def build_charts(report: Report) -> list[Chart]:
+    inputs = (report.series, report.variants, report.baseline, report.device, report.source)
+    for key, charts in _cache:
+        if all(a is b for a, b in zip(key, inputs, strict=True)):
+            return list(charts)
+    charts = _build_charts(report)
+    _cache.append((inputs, charts))
+    del _cache[:-_CACHE_SIZE]
+    return list(charts)
+
+
+def _build_charts(report: Report) -> list[Chart]:
     series = report.series or {}
     colors = _label_colors(report, series)
     builders = (

@@ -108,8 +108,18 @@ def test_truncated_gzip_is_corrupt(fixtures: Path, tmp_path: Path) -> None:
         parse_trace(path)
 
 
-def test_empty_trace_object_parses_to_empty_tables(tmp_path: Path) -> None:
+def test_trace_without_events_is_unusable(tmp_path: Path) -> None:
+    # Nothing to analyse is an error the user must see, not an empty summary.
     path = tmp_path / "empty.json"
     path.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(CorruptArtifact, match="no events"):
+        parse_trace(path)
+
+
+def test_trace_with_only_metadata_parses_to_empty_tables(tmp_path: Path) -> None:
+    # Valid, but no GPU and no steps: not an error.
+    path = tmp_path / "meta.json"
+    meta = {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}
+    path.write_text(json.dumps({"traceEvents": [meta]}))
     ev = parse_trace(path)
-    assert len(ev.cpu_ops) == len(ev.gpu) == len(ev.python) == 0
+    assert len(ev.cpu_ops) == len(ev.gpu) == len(ev.python) == len(ev.gpu_annotations) == 0
