@@ -60,11 +60,11 @@ def hta_view(path: Path) -> Any:
     ev = parse_trace(path)
     steps = find_steps(ev)
     if steps.count < 2:  # HTA filters nothing then
-        return summarize_gpu(ev, steps)
+        return summarize_gpu(ev, steps, hta_window=True)
     last = np.array([float(steps.starts[-1])])
     everything = np.array([-np.inf])
     before_last = Steps((0,), everything, last, everything, last)
-    return summarize_gpu(ev, before_last, launched_only=True)
+    return summarize_gpu(ev, before_last, launched_only=True, hta_window=True)
 
 
 def fields() -> dict[str, list[str]]:

@@ -9,12 +9,15 @@ Triton, hipLaunchKernel on ROCm, cudaGraphLaunch for every kernel of a graph) by
 The window. The GPU runs behind the host: with CUDA graphs or without host syncs, the work
 launched in the profiled steps finishes long after the host's ProfilerStep spans end, and
 work launched before them is still running when they start. So the window is the GPU's own:
-from the first to the last GPU op *launched inside the profiled steps* (HTA's temporal
-breakdown uses the same kind of window: first to last kernel launched by the traced
-iterations). Busy time is every op on the device inside that window, whoever launched it.
+from the start of the profiled steps, or of the first GPU op launched inside them if that
+runs earlier, to the end of the steps, or of the last such op if the GPU runs past them.
+(HTA's temporal breakdown spans first to last kernel only, which calls a GPU that ran one
+kernel in a 13 s step 100% busy.) Busy time is every op on the device inside that window,
+whoever launched it.
 
 The idle split, for each gap in the union of the device's ops (no stream busy):
-* host wait: the op that ends the gap was launched after the gap began, so nothing was
+* host wait: the op that ends the gap was launched (its launch call returned) after the gap
+  began, so nothing was
   queued: the host (Python, the data pipeline, a sync) did not keep up (HTA's "host wait").
   When that op, once launched, still waited more than LAUNCH_GAP_MAX_US to start, only the
   time until its launch is host wait and the rest is a dependency wait (HTA counts the whole
@@ -136,11 +139,13 @@ class _Idle:
 
 
 def summarize_gpu(
-    ev: TraceEvents, steps: Steps, *, launched_only: bool = False
+    ev: TraceEvents, steps: Steps, *, launched_only: bool = False, hta_window: bool = False
 ) -> GpuSummary | None:
-    """`launched_only` leaves out the ops whose launch is not in the trace, as HTA does
-    (benchmarks/oracle.py uses it to check the arithmetic on HTA's own selection); by default
-    they count as busy time, because the GPU ran them."""
+    """`launched_only` leaves out the ops whose launch is not in the trace, and `hta_window`
+    spans the window from the first to the last op only, as HTA does (benchmarks/oracle.py
+    uses both to check the arithmetic on HTA's own selection); by default ops without a
+    launch record count as busy time, because the GPU ran them, and the window also covers
+    the profiled steps, because a GPU idle at their start or end is idle all the same."""
     gpu = ev.gpu
     if len(gpu) == 0:
         return None
@@ -157,16 +162,24 @@ def summarize_gpu(
     has_launch = launch >= 0
     launch_ts = np.full(rows.size, np.nan)
     if has_launch.any():
-        launch_ts[has_launch] = ev.runtime.ts[launch[has_launch]]
+        # When the launch call returned: only then is the op queued. A launch call can block
+        # for milliseconds (lazy module loading on ROCm/CUDA, a full launch queue); that time
+        # is the host's, not a dependency the queued op waited on.
+        launch_ts[has_launch] = ev.runtime.end[launch[has_launch]]
+    issued_ts = np.full(rows.size, np.nan)  # when the call began: which step launched the op
+    if has_launch.any():
+        issued_ts[has_launch] = ev.runtime.ts[launch[has_launch]]
 
-    selected, basis = _window_ops(steps, starts, has_launch, launch_ts)
+    selected, basis = _window_ops(steps, starts, has_launch, issued_ts)
     if not selected.any():
         return None
     lo, hi = float(starts[selected].min()), float(ends[selected].max())
+    if steps.count and not hta_window:
+        lo, hi = min(lo, float(steps.lo[0])), max(hi, float(steps.hi[-1]))
     window = hi - lo
     us, ue = intervals.clip(*intervals.union(starts, ends), np.array([lo]), np.array([hi]))
     busy = intervals.total(us, ue)
-    idle = _idle_split(us, ue, starts, launch_ts, _HostActivity.of(ev, launch))
+    idle = _idle_split(us, ue, starts, launch_ts, _HostActivity.of(ev, launch), lo, hi)
 
     names = gpu.name[rows]
     kind = gpu.col("kind")[rows]
@@ -235,11 +248,16 @@ def _window_ops(
 ) -> tuple[np.ndarray, str]:
     """The ops that define the GPU window, and how they were chosen."""
     if not steps.count:
-        return np.ones(starts.size, dtype=bool), "every GPU op (the trace has no ProfilerStep)"
+        return np.ones(
+            starts.size, dtype=bool
+        ), "first to last GPU op (the trace has no ProfilerStep)"
     if has_launch.any():
         in_steps = has_launch & steps.contains(np.where(has_launch, launch_ts, -np.inf))
         if in_steps.any():
-            return in_steps, "GPU ops launched in the profiled steps, first start to last end"
+            return (
+                in_steps,
+                "the profiled steps, and the GPU ops launched in them where they run past",
+            )
     # No launch records (a trace without runtime events): ops that start inside the steps.
     return steps.contains(starts), "GPU ops starting in the profiled steps (no launch records)"
 
@@ -377,29 +395,38 @@ def _idle_split(
     starts: np.ndarray,
     launch_ts: np.ndarray,
     host: _HostActivity,
+    lo: float,
+    hi: float,
 ) -> _Idle:
-    """The window's idle time (the gaps between the busy intervals), by what it waited for.
+    """The window's idle time (no op running between `lo` and `hi`), by what it waited for.
 
-    `us`/`ue` are the busy intervals inside the window, which begins and ends busy. The op
-    that ends gap k starts at us[k + 1]; ops are sorted by start, so it is the first one
-    starting there (several ops may start at the same time on different streams: the earliest
-    launched of them decides).
+    `us`/`ue` are the busy intervals inside the window. The op that ends a gap starts at the
+    gap's end; ops are sorted by start, so it is the first one starting there (several ops
+    may start at the same time on different streams: the earliest launched of them decides).
+    The gap after the last op, up to the end of the steps, ends with no op: nothing was
+    queued, so it is host wait, judged by what the last op's launching thread did.
     """
-    if us.size < 2:
+    if us.size == 0:
         return _Idle(0.0, 0.0, 0.0, 0.0, 0.0)
-    gap_start, gap_end = ue[:-1], us[1:]
+    gap_start, gap_end = np.r_[lo, ue], np.r_[us, hi]
+    keep = gap_end > gap_start
+    trailing = np.zeros(gap_start.size, dtype=bool)
+    trailing[-1] = True
+    gap_start, gap_end, trailing = gap_start[keep], gap_end[keep], trailing[keep]
     gaps = gap_end - gap_start
     first = np.searchsorted(starts, gap_end, side="left")
     last = np.searchsorted(starts, gap_end, side="right")
     op = np.minimum(first, starts.size - 1)
     launched = launch_ts[op]
     # Several ops starting exactly at the gap's end (rare): the earliest launch decides.
-    for k in np.flatnonzero(last - first > 1).tolist():
+    for k in np.flatnonzero((last - first > 1) & ~trailing).tolist():
         group = launch_ts[first[k] : last[k]]
         if np.isfinite(group).any():
             op[k] = first[k] + int(np.nanargmin(group))
             launched[k] = launch_ts[op[k]]
-    known = np.isfinite(launched)
+    op[trailing] = starts.size - 1
+    launched[trailing] = np.inf  # no op ends it: nothing was ever queued
+    known = ~np.isnan(launched)
     # Nothing was queued from the gap's start until the launch: that part is host wait. What
     # follows the launch is the op's own start latency, unless the queued op then waited much
     # longer (an event, a peer): that remainder is a dependency wait.
@@ -411,7 +438,7 @@ def _idle_split(
     short = known & ~waited & (gaps <= LAUNCH_GAP_MAX_US)
     dependency_time = np.where(late, queued, np.where(~waited & ~short, gaps, 0.0))
     rows = np.flatnonzero(waited)
-    data, sync = host.classify(op[rows], gap_start[rows], launched[rows])
+    data, sync = host.classify(op[rows], gap_start[rows], np.minimum(launched, gap_end)[rows])
     return _Idle(
         host_wait=float(host_time.sum()),
         host_data=float(host_time[rows[data]].sum()),

@@ -8,7 +8,10 @@ One 1000 µs step; device 0, compute on stream 7, NCCL on stream 20:
     k3   600-700  launched at 40   gap 500-600 (100 µs, queued long before): dependency wait
     k4   800-900  launched at 795  gap 700-800 (launched after the gap began): host wait
 
-Window 100-900 = 800 µs; busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
+Launch calls last 4 µs; an op counts as queued once its call returned. The window is the
+step, 0-1000 µs (the GPU runs inside it); busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
+Before k1 (0-100): nothing queued until 14, then k1 waits 86 µs to start: 14 host wait,
+86 dependency wait. After k4 (900-1000): nothing queued: host wait.
 """
 
 from __future__ import annotations
@@ -76,18 +79,18 @@ def test_idle_split_tells_launch_gaps_from_dependency_and_host_waits(tmp_path: P
     g = load_trace(_trace(tmp_path)).gpu
     assert g is not None
     assert 5 <= LAUNCH_GAP_MAX_US < 100
-    assert g.window_us == pytest.approx(800)
-    assert g.busy_frac == pytest.approx(595 / 800)
-    assert g.idle_launch_gap_frac == pytest.approx(5 / 800)
-    assert g.idle_dependency_wait_frac == pytest.approx(100 / 800)
-    assert g.idle_host_wait_frac == pytest.approx(100 / 800)
+    assert g.window_us == pytest.approx(1000)
+    assert g.busy_frac == pytest.approx(595 / 1000)
+    assert g.idle_launch_gap_frac == pytest.approx(5 / 1000)
+    assert g.idle_dependency_wait_frac == pytest.approx((86 + 100) / 1000)
+    assert g.idle_host_wait_frac == pytest.approx((14 + 100 + 100) / 1000)
     total = g.busy_frac + g.idle_launch_gap_frac + g.idle_dependency_wait_frac
     assert total + g.idle_host_wait_frac == pytest.approx(1.0)
 
 
 def test_a_late_launch_that_then_waits_is_host_wait_then_dependency(tmp_path: Path) -> None:
-    """k4 launched at 750, 50 µs into the gap, yet it starts at 800: 50 µs of host wait,
-    then 50 µs queued behind something else."""
+    """k4's launch returned at 754, 54 µs into the gap, yet it starts at 800: 54 µs of host
+    wait, then 46 µs queued behind something else."""
     path = _trace(tmp_path)
     data = json.loads(path.read_text())
     launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
@@ -95,8 +98,8 @@ def test_a_late_launch_that_then_waits_is_host_wait_then_dependency(tmp_path: Pa
     path.write_text(json.dumps(data))
     g = load_trace(path).gpu
     assert g is not None
-    assert g.idle_host_wait_frac == pytest.approx(50 / 800)
-    assert g.idle_dependency_wait_frac == pytest.approx((100 + 50) / 800)
+    assert g.idle_host_wait_frac == pytest.approx((14 + 54 + 100) / 1000)
+    assert g.idle_dependency_wait_frac == pytest.approx((86 + 100 + 46) / 1000)
 
 
 def test_host_wait_split_by_what_the_launching_thread_did(tmp_path: Path) -> None:
@@ -117,11 +120,11 @@ def test_host_wait_split_by_what_the_launching_thread_did(tmp_path: Path) -> Non
     path.write_text(json.dumps(data))
     g = load_trace(path).gpu
     assert g is not None
-    assert g.idle_host_data_frac == pytest.approx(100 / 800)
-    assert g.idle_host_busy_frac == pytest.approx(0)
+    assert g.idle_host_data_frac == pytest.approx(100 / 1000)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100) / 1000)  # before k1, after k4
     g = load_trace(_trace(tmp_path)).gpu
     assert g is not None
-    assert g.idle_host_busy_frac == pytest.approx(100 / 800)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
     assert g.idle_host_data_frac == g.idle_host_sync_frac == 0
 
 
@@ -143,17 +146,17 @@ def test_host_wait_after_a_sync_that_drained_the_queue(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     g = load_trace(path).gpu
     assert g is not None
-    assert g.idle_host_sync_frac == pytest.approx(100 / 800)
-    assert g.idle_host_busy_frac == pytest.approx(0)
+    assert g.idle_host_sync_frac == pytest.approx(100 / 1000)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100) / 1000)
 
 
 def test_communication_exposed_and_overlapped(tmp_path: Path) -> None:
     g = load_trace(_trace(tmp_path)).gpu
     assert g is not None
-    assert g.comm_frac == pytest.approx(250 / 800)
+    assert g.comm_frac == pytest.approx(250 / 1000)
     assert g.comm_overlap_frac == pytest.approx(50 / 250)
-    assert g.comm_exposed_frac == pytest.approx(200 / 800)
-    assert g.compute_frac == pytest.approx((100 + 95 + 100 + 100) / 800)
+    assert g.comm_exposed_frac == pytest.approx(200 / 1000)
+    assert g.compute_frac == pytest.approx((100 + 95 + 100 + 100) / 1000)
 
 
 def test_top_kernels_and_counts(tmp_path: Path) -> None:
@@ -174,7 +177,7 @@ def test_window_follows_the_gpu_when_it_runs_behind_the_host(tmp_path: Path) -> 
     path.write_text(json.dumps(data))
     g = load_trace(path).gpu
     assert g is not None
-    assert g.window_us == pytest.approx(800)
+    assert g.window_us == pytest.approx(900)
     assert g.gpu_tail_ms == pytest.approx((900 - 798) / 1000)
 
 

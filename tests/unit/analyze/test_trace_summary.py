@@ -2,13 +2,13 @@
 
 cuda_two_steps.json: two 1000 µs steps; on device 0 the GPU is busy 460 µs (kernels
 100-350 and 400-450, copies 830-840, 1040-1090, 1310-1320, Triton 1200-1250, NCCL
-1900-1940), in a GPU window from 100 (the first op launched in the steps) to 1940 (the last
-op's end): 1840 µs. The gap 350-400 ends with a kernel queued at 70 µs, long before, and is
-longer than a dispatch gap: a dependency wait (50 µs). Every other gap ends with an op
-launched after the previous op ended: host wait until that launch; where the op then waited
-more than 10 µs to start (1040: 20 µs after its launch at 1020; Triton at 1200: 100 µs after
-1100), that remainder is a dependency wait too. Host wait 380 + 180 + 10 + 60 + 580 = 1210,
-dependency wait 50 + 20 + 100 = 170.
+1900-1940) in a window of the two steps, 0-2000 µs. An op counts as queued once its launch
+call returned. The gap 350-400 ends with a kernel queued at 75 µs, long before, and is longer
+than a dispatch gap: a dependency wait (50 µs). Other gaps end with an op launched after the
+gap began: host wait until its launch returned; where the op then waited more than 10 µs
+to start, the rest is a dependency wait too (k1 at 100, queued at 55: 45 µs; Triton at 1200,
+queued at 1105: 95 µs). After the last op (1940-2000) nothing is queued: host wait.
+Host wait 55 + 380 + 200 + 15 + 60 + 580 + 60 = 1350, dependency wait 45 + 50 + 95 = 190.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def test_steps(cuda: TraceSummary) -> None:
 def test_gpu_busy_and_idle_split(cuda: TraceSummary) -> None:
     g = cuda.gpu
     assert g is not None and g.device == 0
-    assert g.window_us == pytest.approx(1840)
-    assert g.busy_frac == pytest.approx(460 / 1840)
-    assert g.idle_dependency_wait_frac == pytest.approx(170 / 1840)
+    assert g.window_us == pytest.approx(2000)
+    assert g.busy_frac == pytest.approx(460 / 2000)
+    assert g.idle_dependency_wait_frac == pytest.approx(190 / 2000)
     assert g.idle_launch_gap_frac == 0
-    assert g.idle_host_wait_frac == pytest.approx(1210 / 1840)
-    assert g.comm_frac == g.comm_exposed_frac == pytest.approx(40 / 1840)
+    assert g.idle_host_wait_frac == pytest.approx(1350 / 2000)
+    assert g.comm_frac == g.comm_exposed_frac == pytest.approx(40 / 2000)
     assert g.comm_overlap_frac == 0
 
 
