@@ -53,27 +53,8 @@ VALUES = json.loads((BENCH / "oracle_values.json").read_text())
 # perfdoctor has the attribute, but the figure is not ready yet (xfail, strict=False).
 KNOWN_DIFF: dict[tuple[str, str, str], str] = {}
 
-# Pairs whose definitions agree in general but differ on this file for a stated reason
-# (docs/gpu-metrics.md): skipped with the reason, shown in benchmarks/README.md's table.
-_UNLAUNCHED = (
-    "tb_plugin counts every kernel/memcpy/memset event in the file; perfdoctor those "
-    "launched in the profiled steps (614 ops of this CUDA-graph trace have no launch record)"
-)
-_GPU_STEP_COPY = (
-    "tb_plugin counts the trace's gpu_user_annotation copy of ProfilerStep#1 as a third step "
-    "(and averages over it); the trace has two ProfilerStep spans"
-)
-ON_PURPOSE: dict[tuple[str, str, str], str] = {
-    ("hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "tb_plugin", "steps"): (
-        _GPU_STEP_COPY
-    ),
-    ("hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "tb_plugin", "step_us_avg"): (
-        _GPU_STEP_COPY
-    ),
-    ("hta_trace_diff_test_test.json.gz", "tb_plugin", "kernel_count"): _UNLAUNCHED,
-    ("hta_trace_diff_test_test.json.gz", "tb_plugin", "memcpy_count"): _UNLAUNCHED,
-    ("hta_trace_diff_test_test.json.gz", "tb_plugin", "memset_count"): _UNLAUNCHED,
-}
+# Pairs that differ on a file on purpose: skipped with the reason (oracle.ON_PURPOSE).
+ON_PURPOSE = oracle.ON_PURPOSE
 
 
 def _corpus() -> Path | None:
