@@ -62,15 +62,13 @@ def _corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
 )
 def test_every_corpus_trace_is_diagnosed(trace: Path, tmp_path: Path) -> None:
     result = diagnose(trace, "-o", tmp_path / "out", "--json", cwd=tmp_path)
-    if (
-        result.returncode == 68
-        and trace.name.startswith("tbplugin_")
-        and "holds no profiler events" in result.stderr
-    ):
-        # 2021-era categories (Operator, Kernel, Runtime): read once the parser knows them.
-        pytest.xfail("this parser does not read the 2021-era kineto categories yet")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    # Shares of a step or of the GPU window never exceed it (issue 11: "164% of the step").
+    shares = {k: v for k, v in report["facts"].items() if k.endswith("_frac") and v is not None}
+    assert all(0.0 <= v <= 1.0 + 1e-9 for v in shares.values()), shares
+    # No corpus trace has the dispatch gaps of tiny kernels: dependency waits are not them.
+    assert "tiny-kernels" not in {f["rule_id"] for f in report["findings"]}
     assert report["source"] == "trace"
     assert report["inputs"] == [str(trace)]
     assert (tmp_path / "out" / "report.html").is_file()
@@ -107,6 +105,11 @@ def test_two_rank_logdir_gets_the_rank_view(tmp_path: Path) -> None:
     assert report["facts"]["ranks_launched"] == 2
     assert report["facts"]["straggler_rank"] in (0, 1)
     assert _listing(tmp_path / "logdir") == before
+    # NCCL SendRecv dominates these ranks and a quarter of the GPU time is exposed
+    # communication (HTA: non-compute 23-29%): that is the root cause, not launch overhead.
+    assert report["findings"][0]["rule_id"] == "communication-heavy"
+    assert 0.2 < report["facts"]["gpu_comm_exposed_frac"] < 0.35
+    assert "tiny-kernels" not in {f["rule_id"] for f in report["findings"]}
 
 
 def test_input_bound_trace_is_input_bound_not_launch_bound(tmp_path: Path) -> None:
@@ -168,7 +171,7 @@ def test_exit_codes(tmp_path: Path) -> None:
     unusable = synthetic.write_trace(tmp_path / "u.json", {"traceEvents": []})
     bad = diagnose(unusable, "-o", tmp_path / "o1", cwd=tmp_path)
     assert bad.returncode == 68
-    assert "holds no profiler events" in bad.stderr
+    assert "holds no events" in bad.stderr
     assert len([ln for ln in bad.stderr.splitlines() if ln.strip()]) == 1
     garbage = tmp_path / "g.json.gz"
     garbage.write_bytes(b"\x1f\x8b not gzip")
