@@ -8,11 +8,14 @@ is always derivable from the directory alone.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from perfdoctor.analyze.facts import (
     breakdown_ms,
@@ -378,15 +381,7 @@ class WrittenReports:
     paths: dict[str, Path]
 
 
-def write_reports(session_dir: Path, report: Report) -> WrittenReports:
-    """The TensorBoard scalars, then report.json, report.md and report.html, side by side.
-
-    `run_dir_bytes` is the session's size once they are all written; render the returned
-    report (not the one passed in) to show the same figure the files state.
-    """
-    from perfdoctor.render.html import render_html
-    from perfdoctor.render.json_report import render_json
-    from perfdoctor.render.markdown import render_markdown
+def _write_scalars(session_dir: Path, report: Report) -> None:
     from perfdoctor.tensorboard_export import write_scalars
 
     try:
@@ -394,6 +389,47 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     except (OSError, UnicodeError) as err:  # a convenience: the reports stand alone
         # (UnicodeError: TensorBoard's writer cannot take a path that is not valid UTF-8.)
         log.warning("could not write TensorBoard scalars: %s", err)
+
+
+def _scalars_beside(session_dir: Path, report: Report, meanwhile: Callable[[], Any]) -> None:
+    """TensorBoard's writer costs about 0.35 s of imports before it writes a byte, and the
+    charts about as much in matplotlib: in a forked child the scalars use the second core
+    while this process draws the charts (benchmarks/README.md, issue 11 item 7). Forked only
+    from a single-threaded process (a fork copies no other thread, and their locks could be
+    held); otherwise, and without fork, one after the other."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        _write_scalars(session_dir, report)
+        meanwhile()
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: write, then leave without running the parent's cleanup
+        code = 1
+        try:
+            _write_scalars(session_dir, report)
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        meanwhile()
+    finally:
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            log.warning("the TensorBoard scalars' writer failed (wait status %d)", status)
+
+
+def write_reports(session_dir: Path, report: Report) -> WrittenReports:
+    """The TensorBoard scalars, then report.json, report.md and report.html, side by side.
+
+    `run_dir_bytes` is the session's size once they are all written; render the returned
+    report (not the one passed in) to show the same figure the files state.
+    """
+    from perfdoctor.render.charts import build_charts
+    from perfdoctor.render.html import render_html
+    from perfdoctor.render.json_report import render_json
+    from perfdoctor.render.markdown import render_markdown
+
+    # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
+    _scalars_beside(session_dir, report, lambda: build_charts(report))
     renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
     paths = {fname: session_dir / fname for fname in renderers}
     on_disk = _dir_bytes(session_dir)
