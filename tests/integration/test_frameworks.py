@@ -106,9 +106,9 @@ def test_lbfgs_closure_steps_and_phases(tmp_path: Path) -> None:
     # optimizer.step call; each evaluation is a step of its own (README, "How a run works").
     assert report["baseline"]["micro_batches_per_step"] == 1
     assert_phases_within_the_step(rows)
-    # The closure is forward + backward but for zero_grad and the loss: nearly the step.
-    total = sum(r["wall_ms"] for r in rows)
-    assert sum(phase_sum(r) for r in rows) >= 0.85 * total
+    # Each step is one closure evaluation: a forward and a backward of its own (LBFGS's own
+    # update math between evaluations is the step's "other").
+    assert all(r["forward_ms"] and r["backward_ms"] for r in rows)
     # The update alone: what is left of optimizer.step once the closure is taken out.
     assert sum(r["optimizer_ms"] or 0.0 for r in rows) < sum(r["backward_ms"] for r in rows)
     assert_no_false_optimizer_finding(report)
