@@ -29,6 +29,7 @@ from perfdoctor.analyze.trace import TraceSummary, summarize_trace
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_index import Steps, find_steps, rows_named, union_by_thread
 from perfdoctor.analyze.trace_inputs import RankInput, RunInput
+from perfdoctor.analyze.trace_meta import NVIDIA, parse_device_properties
 from perfdoctor.errors import CorruptArtifact
 from perfdoctor.model import DeviceInfo, RankSummary, StepRecord
 
@@ -38,7 +39,6 @@ MULTI_PROCESS_ITER = "_MultiProcessingDataLoaderIter"
 SINGLE_PROCESS_ITER = "_SingleProcessDataLoaderIter"
 # deviceProperties of AMD GPUs carry computeMajor/Minor of the gfx architecture (gfx90a ->
 # 9.0), which is no CUDA compute capability: a MI250 is not a Hopper.
-_AMD_NAMES = ("amd", "radeon", "instinct", "gfx")
 
 
 @dataclass(frozen=True)
@@ -75,32 +75,23 @@ class _RankTrace:
 def device_from_properties(
     props: tuple[dict[str, Any], ...], used: int | None, has_gpu_work: bool
 ) -> tuple[DeviceInfo | None, str | None]:
-    """The training GPU from `deviceProperties`: the entry of the device the kernels ran on.
-
-    A minimal reader (the parser may grow a fuller one): name, memory, compute capability
-    for NVIDIA only, and the vendor.
-    """
-    if not props:
+    """The training GPU from `deviceProperties` (trace_meta.parse_device reads each entry):
+    the entry of the device the kernels ran on; its vendor in lower case. A compute
+    capability only for NVIDIA: AMD's gfx9 is not Hopper's 9.0."""
+    parsed = parse_device_properties(props)
+    if not parsed:
         if has_gpu_work:
             return DeviceInfo(kind="cuda", name="GPU (no deviceProperties in the trace)"), None
         return None, None
-    chosen = next((p for p in props if p.get("id") == used), props[0])
-    name = str(chosen.get("name") or "GPU")
-    vendor = "amd" if any(word in name.lower() for word in _AMD_NAMES) else "nvidia"
-    if chosen.get("warpSize") == 64:  # wavefronts of 64: an AMD GPU whatever its name says
-        vendor = "amd"
-    major = chosen.get("computeMajor", chosen.get("major"))
-    minor = chosen.get("computeMinor", chosen.get("minor"))
-    capability = None
-    if vendor == "nvidia" and isinstance(major, int):
-        capability = f"{major}.{minor if isinstance(minor, int) else 0}"
-    memory = chosen.get("totalGlobalMem")
+    chosen = next((d for d in parsed if d.index == used), parsed[0])
+    vendor = (chosen.vendor or NVIDIA).lower()  # CUDA when the properties do not say
+    cc = chosen.compute_capability
     device = DeviceInfo(
         kind="cuda",
-        name=name,
+        name=chosen.name or "GPU",
         count=1,
-        total_memory_bytes=memory if isinstance(memory, int) else None,
-        compute_capability=capability,
+        total_memory_bytes=chosen.memory_bytes,
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
     )
     return device, vendor
 

@@ -26,7 +26,7 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         # The trace shows what the launching thread did while the GPU sat idle: only the
         # time it was neither in the DataLoader nor returning from a sync is launch overhead.
         launch_wait = busy
-        note = f"{pct(busy)} with the host in Python/dispatch, not in the DataLoader or a sync"
+        note = f"of {pct(host_wait)} host wait, the part not in the DataLoader or after a sync"
     else:
         # Idle time while the host waits for data belongs to the input-bound rule.
         data_wait = num(facts, "data_wait_frac") or 0.0
