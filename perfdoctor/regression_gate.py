@@ -141,13 +141,7 @@ def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float
         noise_assumed=assumed > 0,
         **counts,
     )
-    words = {
-        "regression": f"worse than the {limit:g}% limit beyond the noise",
-        "pass": f"within the {limit:g}% limit beyond the noise",
-        "cannot_tell": f"the band straddles the {limit:g}% limit",
-    }[outcome]
-    reason = f"{_band_text(check)}: {words}"
-    return replace(check, reason=reason)
+    return _with_reason(check, outcome, limit)
 
 
 def _peaks(samples: Sequence[RunSample]) -> list[int]:
@@ -187,13 +181,17 @@ def check_peak_memory(a: Sequence[RunSample], b: Sequence[RunSample], limit: flo
         noise_assumed=len(peaks_a) < 2 or len(peaks_b) < 2,
         **counts,
     )
+    return _with_reason(check, outcome, limit)
+
+
+def _with_reason(check: GateCheck, outcome: str, limit: float) -> GateCheck:
+    """The check's one-line reason: its band, and where that puts it against the limit."""
     words = {
         "regression": f"worse than the {limit:g}% limit beyond the noise",
         "pass": f"within the {limit:g}% limit beyond the noise",
         "cannot_tell": f"the band straddles the {limit:g}% limit",
     }[outcome]
-    reason = f"{_band_text(check)}: {words}"
-    return replace(check, reason=reason)
+    return replace(check, reason=f"{_band_text(check)}: {words}")
 
 
 def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLimits) -> GateResult:
