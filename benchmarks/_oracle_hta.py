@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 import traceback
 import warnings
 from typing import Any
+
+from _oracle_json import num as _num
 
 warnings.filterwarnings("ignore")  # pandas FutureWarnings from inside HTA
 # HTA logs every parse step at INFO/WARNING and plotly is never shown (visualize=False).
@@ -32,17 +33,6 @@ KERNEL_CATS = ("kernel", "Kernel")
 MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
 MEMSET_CATS = ("gpu_memset", "Memset")
 TOP_N = 10
-
-
-def _num(x: Any) -> Any:
-    """JSON-safe number: numpy scalars to Python, NaN/inf to None."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(v) or math.isinf(v):
-        return None
-    return int(v) if v.is_integer() and abs(v) < 2**53 else v
 
 
 def _err(exc: BaseException) -> str:

@@ -19,20 +19,12 @@ import tempfile
 import warnings
 from typing import Any
 
+from _oracle_json import num as _num
+
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
 TOP_N = 10
-
-
-def _num(x: Any) -> Any:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(v) or math.isinf(v):
-        return None
-    return int(v) if v.is_integer() and abs(v) < 2**53 else v
 
 
 def main() -> int:
