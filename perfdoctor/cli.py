@@ -616,7 +616,7 @@ def compare(
         typer.Option("--strict", help="With a --fail-if limit: 'cannot tell' fails too."),
     ] = False,
 ) -> None:
-    from perfdoctor.regression_gate import GateLimits
+    from perfdoctor.optimize.regression_gate import GateLimits
 
     limits = GateLimits(fail_if_slower, fail_if_more_memory, strict)
     if any(pct is not None and pct < 0 for pct in (fail_if_slower, fail_if_more_memory)):
@@ -627,9 +627,9 @@ def compare(
 
 
 def _compare(run_a: Path, run_b: Path, as_json: bool, limits) -> None:
-    from perfdoctor.compare_runs import compare_runs
     from perfdoctor.errors import EXIT_REGRESSION, NoTrainingSteps
-    from perfdoctor.regression_gate import run_gate
+    from perfdoctor.optimize.compare_runs import compare_runs
+    from perfdoctor.optimize.regression_gate import run_gate
 
     result = compare_runs(run_a, run_b)
     gate = run_gate(run_a, run_b, limits) if limits.any else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.analyze.facts import (
-    breakdown_ms,
     derive_facts,
     gpu_timeline,
     profiler_window_missed,
     series_for,
 )
 from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
 from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
     BaselineSummary,
@@ -36,18 +35,11 @@ from perfdoctor.model import (
     Target,
     VariantResult,
 )
-from perfdoctor.optimize.compare import (
-    adjacent_baselines,
-    compare_variant,
-    load_run_sample,
-    peak_rss,
-    percentile,
-    pooled_text,
-    run_sample_from_record,
-    stack_candidates,
-)
+from perfdoctor.optimize.estimate import adjacent_baselines
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
+from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import (
     BASELINE_LABEL,
@@ -147,25 +139,40 @@ def auto_candidates(
     )
 
 
-def compare_variants(session_dir: Path) -> list[VariantResult]:
-    """Each variant judged against the baseline runs of its own A/B rounds."""
+def baseline_samples(
+    session_dir: Path, session: Session, profiled: RunRecord | None = None
+) -> dict[str, RunSample]:
+    """Each baseline run's RunSample by its path in the session; `profiled`, the baseline
+    run already loaded for the diagnosis, is not read a second time."""
+    samples = {}
+    for rel in session.baseline_runs:
+        path = session_dir / rel
+        if profiled is not None and path.resolve() == Path(profiled.dir).resolve():
+            samples[rel] = run_sample_from_record(profiled)
+        else:
+            samples[rel] = run_sample_from_record(load_run(path))
+    return samples
+
+
+def compare_variants(
+    session_dir: Path, baseline: dict[str, RunSample] | None = None
+) -> list[VariantResult]:
+    """Each variant judged against the baseline runs of its own A/B rounds (`baseline`:
+    baseline_samples() when the caller has them already)."""
     session_dir = resolve_session_dir(session_dir)
     session = _session_or_none(session_dir)
     if session is None or not session.variants:
         return []
-    baseline_rel = list(session.baseline_runs)
-    samples_by_rel = {
-        rel: run_sample_from_record(load_run(session_dir / rel)) for rel in baseline_rel
-    }
+    samples_by_rel = baseline if baseline is not None else baseline_samples(session_dir, session)
     results = []
     for variant in session.variants:
         if not variant.runs:
             continue
-        samples = [run_sample_from_record(load_run(session_dir / rel)) for rel in variant.runs]
-        paired = adjacent_baselines(session.run_order, baseline_rel, variant.runs)
-        baseline_samples = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
+        samples = load_run_samples(session_dir / rel for rel in variant.runs)
+        paired = adjacent_baselines(session.run_order, list(samples_by_rel), variant.runs)
+        baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
         results.append(
-            compare_variant(baseline_samples, samples, variant.optimizations, label=variant.label)
+            compare_variant(baseline_runs, samples, variant.optimizations, label=variant.label)
         )
     return results
 
@@ -175,47 +182,41 @@ def accepted_optimizations(session_dir: Path) -> list[str]:
     return stack_candidates(compare_variants(session_dir))
 
 
-def _baseline_summary(record: RunRecord, facts: Facts) -> BaselineSummary:
-    timed = [s for s in record.steps if s.phase == "timed"]
+def _baseline_summary(
+    record: RunRecord, facts: Facts, pool: Sequence[RunSample] = ()
+) -> BaselineSummary:
+    """The profiled run's figures, and over `pool` (every baseline run, when there are two
+    or more) the pooled step figures each variant is compared with. Both through
+    run_stats.pool_figures, as each variant's figures are (optimize/verdicts.py)."""
+    timed = timed_steps(record.steps)
     # optimizer.step calls over the whole run (a GAN's two optimizers count twice here, once
     # in steps); without optimizer observations, the steps themselves.
     per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
     known = [n for n in per_optimizer if isinstance(n, int)]
     optimizer_steps = sum(known) if known else len(record.steps)
-    # The medians the *_frac facts come from (analyze/facts.py), so table and facts agree.
-    breakdown = breakdown_ms(timed)
-    peak = facts.get("peak_allocated_bytes")
-    if peak is None and timed:
-        peak = peak_rss(record.steps, record.samples)
+    figures = pool_figures([run_sample_from_record(record)])
     micro = facts.get("micro_batches_per_step")
-    return BaselineSummary(
+    summary = BaselineSummary(
         steps_timed=len(timed),
         optimizer_steps=optimizer_steps,
         micro_batches_per_step=float(micro) if micro is not None else None,
-        step_ms_p50=_float(facts.get("step_ms_p50")),
-        step_ms_p90=_float(facts.get("step_ms_p90")),
+        step_ms_p50=figures.step_ms_p50,
+        step_ms_p90=figures.step_ms_p90,
         data_wait_frac=_float(facts.get("data_wait_frac")),
         step_detection=record.manifest.step_detection if record.manifest else None,
-        throughput_samples_s=_float(facts.get("throughput_samples_s")),
-        breakdown_ms=breakdown,
-        peak_memory_bytes=int(peak) if peak is not None else None,
+        throughput_samples_s=figures.throughput_samples_s,
+        # The medians the *_frac facts come from (analyze/facts.py), so table and facts agree.
+        breakdown_ms=breakdown_ms(timed),
+        peak_memory_bytes=figures.peak_memory_bytes,
     )
-
-
-def _with_pooled(
-    summary: BaselineSummary, session_dir: Path, session: Session | None
-) -> BaselineSummary:
-    """The baseline's step figures over all its runs: what each variant is compared with."""
-    rels = list(session.baseline_runs) if session is not None else []
-    samples = [load_run_sample(session_dir / rel) for rel in rels if (session_dir / rel).is_dir()]
-    steps = [ms for sample in samples if sample.usable for ms in sample.step_ms]
-    if sum(1 for sample in samples if sample.usable) < 2:
+    pooled = pool_figures(pool)
+    if pooled.runs < 2:
         return summary  # one run: the profiled run's figures are the pool
     return replace(
         summary,
-        pooled_step_ms_p50=statistics.median(steps),
-        pooled_step_ms_p90=percentile(steps, 90),
-        pooled=pooled_text(samples),
+        pooled_step_ms_p50=pooled.step_ms_p50,
+        pooled_step_ms_p90=pooled.step_ms_p90,
+        pooled=pooled.pooled,
     )
 
 
@@ -229,7 +230,8 @@ def analyze_session(session_dir: Path) -> Report:
     diagnosis = diagnose_session(session_dir)
     record = diagnosis.record
     manifest = record.manifest
-    variants = compare_variants(session_dir)
+    baseline = baseline_samples(session_dir, session, record) if session is not None else {}
+    variants = compare_variants(session_dir, baseline)
 
     series: dict[str, dict] = {"steps": {}, "breakdown_ms": {}, "samples": {}, "memory": {}}
     runs = {BASELINE_LABEL: record}
@@ -285,7 +287,7 @@ def analyze_session(session_dir: Path) -> Report:
         status=status,
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
-        baseline=_with_pooled(_baseline_summary(record, diagnosis.facts), session_dir, session),
+        baseline=_baseline_summary(record, diagnosis.facts, list(baseline.values())),
         findings=diagnosis.findings,
         skipped_rules=diagnosis.skipped,
         recommendations=diagnosis.recommendations,

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from perfdoctor.analyze import run_stats
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
@@ -24,13 +26,12 @@ from perfdoctor.analyze.memory import (
     snapshot_facts,
 )
 from perfdoctor.analyze.record import RunRecord
-from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
+from perfdoctor.analyze.run_stats import breakdown_ms
+from perfdoctor.analyze.samples import SamplesSummary
 from perfdoctor.analyze.trace_gpu import GpuSummary
 from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
 
 log = logging.getLogger(__name__)
-
-BREAKDOWN_PHASES = ("data", "forward", "backward", "optimizer", "other")
 
 
 def derive_facts(record: RunRecord) -> Facts:
@@ -222,39 +223,14 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
 # --------------------------------------------------------------------------- steps
 
 
-def _phase_medians(steps: Sequence[StepRecord]) -> dict[str, float]:
-    """Median ms per step of each measured phase (a phase never measured is absent)."""
-    out: dict[str, float] = {}
-    for name, attr in (
-        ("data", "data_wait_ms"),
-        ("forward", "forward_ms"),
-        ("backward", "backward_ms"),
-        ("optimizer", "optimizer_ms"),
-    ):
-        values = _numbers(getattr(s, attr) for s in steps)
-        if values:
-            out[name] = float(np.median(values))
-    return out
-
-
 def _share(phases: Mapping[str, float], name: str, step_ms: float) -> float | None:
     value = phases.get(name)
     return value / step_ms if value is not None and step_ms > 0 else None
 
 
-def throughput(steps: Sequence[StepRecord], batch: int | None) -> float | None:
-    """Samples per second at the median step: the median of the samples per step (batch
-    x micro-batches) over the median step time. The one definition of throughput: the
-    baseline's, each variant's (optimize/compare.py) and `perfdoctor compare`'s."""
-    walls = _numbers(s.step_ms for s in steps)
-    if batch is None or not walls:
-        return None
-    p50 = float(np.median(walls))
-    samples = float(np.median([(s.batch_size or batch) * max(1, s.micro_batches) for s in steps]))
-    return samples * 1000.0 / p50 if p50 > 0 else None
-
-
-def _batch_size(record: RunRecord) -> int | None:
+def batch_size(record: RunRecord) -> int | None:
+    """Samples a timed step trains on when a step does not say: the median batch size of the
+    timed steps, else the training DataLoader's."""
     sizes = [s.batch_size for s in record.timed_steps if s.batch_size]
     if sizes:
         return int(np.median(sizes))
@@ -266,7 +242,7 @@ def _batch_size(record: RunRecord) -> int | None:
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
-    walls = np.array([s.step_ms for s in timed], dtype=np.float64)
+    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in record.ranks])
     # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
     captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (
@@ -277,21 +253,21 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
         if captured
         else None
     )
-    if walls.size == 0:
+    if not walls:
         return out
-    p50 = float(np.median(walls))
-    p90 = float(np.percentile(walls, 90))
+    p50 = float(statistics.median(walls))
+    p90 = run_stats.percentile(walls, 90)
     out.update(
         step_ms_p50=p50,
         step_ms_p90=p90,
-        step_ms_mean=float(walls.mean()),
+        step_ms_mean=float(np.mean(walls)),
         step_jitter_ratio=p90 / p50 if p50 > 0 else None,
     )
     waits = _numbers(s.data_wait_ms for s in timed)
     out["data_wait_ms_p50"] = float(np.median(waits)) if waits else None
     # Shares of the median step, from the per-phase medians (the breakdown): one slow step
     # (an epoch boundary's first batch, an evaluation) does not make a whole run input-bound.
-    phases = _phase_medians(timed)
+    phases = run_stats.phase_medians(timed)
     fracs = {
         "data_wait_frac": _share(phases, "data", p50),
         "forward_frac": _share(phases, "forward", p50),
@@ -302,9 +278,11 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     parts = list(fracs.values())
     out["other_frac"] = max(0.0, 1.0 - sum(parts)) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
     out["micro_batches_per_step"] = float(np.mean([s.micro_batches for s in timed]))
-    batch = _batch_size(record)
+    batch = batch_size(record)
     out["batch_size"] = batch
-    out["throughput_samples_s"] = throughput(timed, batch)
+    out["throughput_samples_s"] = run_stats.throughput_samples_s(
+        walls, run_stats.samples_per_step(timed, batch)
+    )
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
     out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = _sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
@@ -560,26 +538,18 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
     mem = record.memory
     obs_mem = record.observations.get("cuda_memory")
     obs_mem = obs_mem if isinstance(obs_mem, dict) else {}
-    step_peaks = [s.cuda_max_allocated_bytes for s in record.steps if s.cuda_max_allocated_bytes]
+    step_peak = run_stats.step_cuda_peak(record.steps)
     total = device_total if isinstance(device_total, int) else None
     out: dict[str, Scalar] = dict.fromkeys(SNAPSHOT_FACTS)
     if mem is not None:
         out.update(snapshot_facts(mem, total))
     # The snapshot covers the profiled window only; the child's max_memory_allocated covers
     # the whole run, so the larger of the two is the peak.
-    candidates = (
-        out["peak_allocated_bytes"],
-        obs_mem.get("max_allocated_bytes"),
-        max(step_peaks, default=None),
+    peak = run_stats.cuda_peak_bytes(
+        out["peak_allocated_bytes"], obs_mem.get("max_allocated_bytes"), step_peak
     )
-    peak = max((p for p in candidates if isinstance(p, int)), default=None)
-    reserved = max(
-        (
-            p
-            for p in (out["peak_reserved_bytes"], obs_mem.get("max_reserved_bytes"))
-            if isinstance(p, int)
-        ),
-        default=None,
+    reserved = run_stats.cuda_peak_bytes(
+        out["peak_reserved_bytes"], obs_mem.get("max_reserved_bytes")
     )
     # torch.cuda.memory_stats() over the whole run, as the child read it at the end.
     stat_retries = _first_int(obs_mem, "alloc_retries", "num_alloc_retries")
@@ -611,10 +581,7 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
 def _samples_summary(record: RunRecord) -> SamplesSummary | None:
     if not record.samples:
         return None
-    window, steps = timed_window(record.progress)
-    if window is None:
-        steps = len(record.timed_steps)
-    return summarize_samples(record.samples, window, steps)
+    return run_stats.timed_samples_summary(record.samples, record.progress, len(record.timed_steps))
 
 
 def _sample_facts(s: SamplesSummary | None) -> dict[str, Scalar]:
@@ -875,19 +842,6 @@ def series_for(record: RunRecord) -> dict[str, Any]:
         "samples": _sample_series(record.samples),
         "memory": _memory_series(record),
     }
-
-
-def breakdown_ms(steps: Sequence[StepRecord]) -> dict[str, float]:
-    """Median ms per step in each phase; `other` is what they leave of the median step.
-    The same medians give the *_frac facts, so the chart, the table and the facts agree."""
-    walls = _numbers(s.wall_ms for s in steps)
-    if not walls:
-        return {}
-    out = _phase_medians(steps)
-    for name in ("data", "forward", "backward", "optimizer"):
-        out.setdefault(name, 0.0)
-    out["other"] = max(0.0, float(np.median(walls)) - sum(out.values()))
-    return out
 
 
 def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 from perfdoctor.model import Facts, Finding, GainEstimate, Recommendation, SourceLocation
 from perfdoctor.optimize.catalog import CATALOG, Optimization
-from perfdoctor.rules.base import num
+from perfdoctor.rules.base import SEVERITY_RANK, num
 
 log = logging.getLogger(__name__)
 
-_SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
+# Findings of no known severity rank after "info".
+_UNRANKED = len(SEVERITY_RANK)
 _CATALOG_ORDER = {opt_id: index for index, opt_id in enumerate(CATALOG)}
 BF16_MIN_CC = 8.0
 
@@ -35,7 +36,7 @@ class _Gathered:
     step_time_frac: float | None = None
     memory_bytes: int | None = None
     methods: list[str] = field(default_factory=list)
-    severity: int = 0
+    severity: int = _UNRANKED  # the most severe finding's SEVERITY_RANK (0: critical)
     locations: list[SourceLocation] = field(default_factory=list)
 
 
@@ -87,7 +88,7 @@ def _gather(findings: Sequence[Finding], facts: Facts) -> dict[str, _Gathered]:
                 entry.memory_bytes = gain.memory_bytes
             if gain.method and gain.method not in entry.methods:
                 entry.methods.append(gain.method)
-            entry.severity = max(entry.severity, _SEVERITY_RANK.get(finding.severity, 0))
+            entry.severity = min(entry.severity, SEVERITY_RANK.get(finding.severity, _UNRANKED))
             for location in finding.locations:
                 if location not in entry.locations:
                     entry.locations.append(location)
@@ -194,7 +195,7 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
         entry = kept[opt_id]
         return (
             -(entry.step_time_frac or 0.0),
-            -entry.severity,
+            entry.severity,
             -(entry.memory_bytes or 0),
             _CATALOG_ORDER[opt_id],
         )

@@ -19,7 +19,7 @@ from perfdoctor.model import Finding, Scalar
 from perfdoctor.render import format as fmt
 
 if TYPE_CHECKING:
-    from perfdoctor.compare_runs import FactChange, RunComparison, RunSide
+    from perfdoctor.optimize.compare_runs import FactChange, RunComparison, RunSide
 
 _VERDICT_STYLE = {"accepted": "bold green", "rejected": "yellow", "failed": "red"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 
 from perfdoctor.model import AppliedOptimization, Evidence, Scalar, SourceLocation
+from perfdoctor.units import format_bytes
 
 MISSING = "—"
-
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def _is_missing(value: float | int | None) -> bool:
@@ -66,16 +65,11 @@ def signed_percent(frac: float | None, digits: int = 2) -> str:
 
 
 def nbytes(value: float | int | None) -> str:
-    """Binary units (GiB, as nvidia-smi and torch.cuda.memory_summary show them)."""
+    """units.format_bytes, the one byte formatter, or the missing mark."""
     if _is_missing(value):
         return MISSING
     assert value is not None
-    size = float(value)
-    for unit in _BYTE_UNITS:
-        if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return MISSING  # unreachable: the loop returns on the last unit
+    return format_bytes(value)
 
 
 def speedup(value: float | None, noise: float | None = None) -> str:

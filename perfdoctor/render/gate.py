@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from perfdoctor.regression_gate import METRIC_NAMES, SINGLE_RUN_SPREAD_LOG
+from perfdoctor.optimize.regression_gate import METRIC_NAMES, SINGLE_RUN_SPREAD_LOG
 from perfdoctor.render import format as fmt
 
 if TYPE_CHECKING:
-    from perfdoctor.regression_gate import GateCheck, GateResult
+    from perfdoctor.optimize.regression_gate import GateCheck, GateResult
 
 _OUTCOME_STYLE = {
     "pass": "green",

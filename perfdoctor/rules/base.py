@@ -170,14 +170,6 @@ def pct(frac: float) -> str:
     return f"{value:.0f}%" if abs(value) >= 10 else f"{value:.1f}%"
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def where(locs: tuple[SourceLocation, ...], limit: int = 3) -> str:
     """' Top lines: a.py:3 (40%), b.py:9.' or '' when the trace gave none."""
     if not locs:

@@ -9,7 +9,7 @@ from perfdoctor.rules.base import Rule, ev, num, seen
 
 BUSY_MACHINE = "busy-machine"
 
-# Shared with optimize.compare, which marks A/B verdicts measured on a busy machine.
+# Shared with optimize/verdicts.py, which marks A/B verdicts measured on a busy machine.
 BUSY_THRESHOLDS = {"min_other_cores": 0.5, "min_other_frac": 0.25}
 
 

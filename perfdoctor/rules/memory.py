@@ -10,13 +10,13 @@ from perfdoctor.rules.base import (
     compute_capability,
     ev,
     flag,
-    human_bytes,
     locations,
     num,
     pct,
     seen,
     where,
 )
+from perfdoctor.units import format_bytes
 
 MEMORY_NEAR_CAPACITY = "memory-near-capacity"
 ALLOCATOR_PRESSURE = "allocator-retries"
@@ -68,7 +68,7 @@ def check_near_capacity(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         return None
     fixes, freed = _pressure_fixes(facts, t)
     total = num(facts, "device_total_memory_bytes")
-    of_total = f" of {human_bytes(total)}" if total else ""
+    of_total = f" of {format_bytes(total)}" if total else ""
     locs = locations(facts, "memory_peak")
     return Finding(
         rule_id=MEMORY_NEAR_CAPACITY,
@@ -183,8 +183,8 @@ def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity="warning",
         title=f"{pct(frag)} of reserved GPU memory is cached but unusable (fragmentation)",
         explanation=(
-            f"At the peak, {human_bytes(wasted)} ({pct(frag)}) of the "
-            f"{human_bytes(reserved)} the allocator reserved held no tensor, and the "
+            f"At the peak, {format_bytes(wasted)} ({pct(frag)}) of the "
+            f"{format_bytes(reserved)} the allocator reserved held no tensor, and the "
             f"reservation is at {pct(reserved_frac)} of the device. "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
             "leaving gaps between fixed-size blocks."
@@ -229,11 +229,11 @@ def _growth(
     return Finding(
         rule_id=rule_id,
         severity="critical" if frac >= t["critical_growth_frac"] else "warning",
-        title=f"{what} grows {human_bytes(slope)} every step",
+        title=f"{what} grows {format_bytes(slope)} every step",
         explanation=(
-            f"{what} grew {human_bytes(slope)} per step, {human_bytes(window)} over "
-            f"{steps:.0f} timed steps ({pct(frac)} of {human_bytes(size)}); at this rate it "
-            f"adds {human_bytes(projected)} every {_PROJECTION_STEPS:,} steps until it runs "
+            f"{what} grew {format_bytes(slope)} per step, {format_bytes(window)} over "
+            f"{steps:.0f} timed steps ({pct(frac)} of {format_bytes(size)}); at this rate it "
+            f"adds {format_bytes(projected)} every {_PROJECTION_STEPS:,} steps until it runs "
             "out. The usual cause is keeping tensors that carry their autograd graph across "
             "steps (a loss appended to a list, outputs stored for logging): keep "
             f"loss.item() or .detach() instead.{where(locs)}"

@@ -9,7 +9,6 @@ from perfdoctor.rules.base import (
     Rule,
     ev,
     flag,
-    human_bytes,
     locations,
     num,
     pct,
@@ -18,6 +17,7 @@ from perfdoctor.rules.base import (
     text,
     where,
 )
+from perfdoctor.units import format_bytes
 
 SINGLE_TENSOR_OPTIMIZER = "single-tensor-optimizer"
 ZERO_GRAD_ZEROING = "zero-grad-zeroing"
@@ -70,7 +70,7 @@ def check_zero_grad(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     params = num(facts, "model_param_count")
     memory = int(params * _FP32_BYTES) if params else None
     mem_note = (
-        f" It also keeps about {human_bytes(memory)} of gradients allocated through the next "
+        f" It also keeps about {format_bytes(memory)} of gradients allocated through the next "
         "forward."
         if memory
         else ""

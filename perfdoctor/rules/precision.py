@@ -10,7 +10,6 @@ from perfdoctor.rules.base import (
     compute_capability,
     ev,
     flag,
-    human_bytes,
     locations,
     num,
     pct,
@@ -19,6 +18,7 @@ from perfdoctor.rules.base import (
     text,
     where,
 )
+from perfdoctor.units import format_bytes
 
 FP32_ON_TENSOR_CORES = "fp32-on-tensor-cores"
 TF32_OFF = "tf32-off"
@@ -56,7 +56,9 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     if peak is not None and activations is not None:
         memory = int(peak * activations * 0.5)
     dtype = "bf16" if amp == "amp-bf16" else "fp16 (with GradScaler)"
-    mem_text = f" Activations in {dtype} also halve, about {human_bytes(memory)}." if memory else ""
+    mem_text = (
+        f" Activations in {dtype} also halve, about {format_bytes(memory)}." if memory else ""
+    )
     return Finding(
         rule_id=FP32_ON_TENSOR_CORES,
         severity=severity_for_gain(gain, floor="warning"),

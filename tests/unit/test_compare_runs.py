@@ -18,7 +18,9 @@ import pytest
 
 from perfdoctor import rundir
 from perfdoctor.analyze.record import load_run
-from perfdoctor.compare_runs import (
+from perfdoctor.errors import BadRunDir
+from perfdoctor.model import Evidence, Facts, Finding
+from perfdoctor.optimize.compare_runs import (
     MAX_FACT_CHANGES,
     SUMMARY_FACTS,
     RunComparison,
@@ -27,9 +29,8 @@ from perfdoctor.compare_runs import (
     finding_changes,
     side_run_dirs,
 )
-from perfdoctor.errors import BadRunDir
-from perfdoctor.model import Evidence, Facts, Finding
-from perfdoctor.optimize.compare import compare_variant, run_sample_from_record
+from perfdoctor.optimize.run_samples import run_sample_from_record
+from perfdoctor.optimize.verdicts import compare_variant
 from perfdoctor.render.compare import render_comparison
 from perfdoctor.render.terminal import make_console
 
@@ -362,7 +363,7 @@ def test_comparing_never_imports_torch() -> None:
     probe = (
         "import sys, io\n"
         "from pathlib import Path\n"
-        "from perfdoctor.compare_runs import compare_runs\n"
+        "from perfdoctor.optimize.compare_runs import compare_runs\n"
         "from perfdoctor.render.compare import render_comparison\n"
         "from perfdoctor.render.terminal import make_console\n"
         f"r = compare_runs(Path({str(DEBUG)!r}), Path({str(TUNED)!r}))\n"

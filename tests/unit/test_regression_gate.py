@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from perfdoctor import rundir
+from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.errors import EXIT_REGRESSION
-from perfdoctor.optimize.compare import RunSample
-from perfdoctor.regression_gate import (
+from perfdoctor.optimize.regression_gate import (
     SINGLE_RUN_SPREAD_LOG,
     GateLimits,
     check_peak_memory,

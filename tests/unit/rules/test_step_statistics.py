@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from perfdoctor.analyze.facts import _step_facts, breakdown_ms, throughput
+from perfdoctor.analyze.facts import _step_facts
+from perfdoctor.analyze.run_stats import breakdown_ms, samples_per_step, throughput_samples_s
 from perfdoctor.model import StepRecord
 from perfdoctor.rules import evaluate
 from perfdoctor.rules.input import INPUT_BOUND
@@ -19,6 +20,7 @@ from .factsets import make_facts
 class Record:
     steps: tuple[StepRecord, ...]
     observations: dict[str, Any] = field(default_factory=dict)
+    ranks: tuple[Any, ...] = ()
 
     @property
     def timed_steps(self) -> tuple[StepRecord, ...]:
@@ -74,4 +76,6 @@ def test_throughput_is_the_median_step_s() -> None:
     record = _steps([116.0] + [20.0] * 9, [1.0] * 10)
     facts = _step_facts(record)  # type: ignore[arg-type]
     assert facts["throughput_samples_s"] == pytest.approx(20 * 1000.0 / 20.0)
-    assert throughput(record.timed_steps, 20) == facts["throughput_samples_s"]
+    walls = [s.step_ms for s in record.timed_steps]
+    per_step = samples_per_step(record.timed_steps)
+    assert throughput_samples_s(walls, per_step) == facts["throughput_samples_s"]

@@ -4,7 +4,7 @@ B fails the gate only when it is worse than A by more than PCT *beyond the noise
 regression that cannot be told from noise is "cannot tell", which passes unless `--strict`.
 
 Step time. The change is B's median step over A's (through the same paired, bootstrapped
-speedup that `compare` reports, optimize/compare.py), and its band is that speedup's band:
+speedup that `compare` reports, estimate.py), and its band is that speedup's band:
 the bootstrap over steps, widened by each side's run-to-run spread (half the range of its
 run medians, in log space). A side with a single run has no measured run-to-run spread, so
 the gate assumes SINGLE_RUN_SPREAD_LOG for it: without repeats, the only noise a run shows
@@ -38,9 +38,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from perfdoctor import rundir
-from perfdoctor.compare_runs import side_run_dirs, widened_estimate
-from perfdoctor.optimize.compare import OK_STATUSES, RunSample, load_run_sample
+from perfdoctor.analyze import run_stats
+from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
+from perfdoctor.optimize.compare_runs import side_run_dirs
+from perfdoctor.optimize.estimate import widened_estimate
+from perfdoctor.optimize.run_samples import run_sample_from_record
 
 # Assumed run-to-run half-spread (log space) of a side recorded with a single run: ±15%.
 # Each of two single runs may be off by that much, so an A/A pair of single runs gets a band
@@ -104,23 +107,19 @@ def _pct(ratio: float) -> float:
     return (ratio - 1.0) * 100.0
 
 
-def _usable(samples: Sequence[RunSample]) -> list[RunSample]:
-    return [s for s in samples if s.usable]
-
-
 def _band_text(check: GateCheck) -> str:
     return f"{check.change_pct:+.1f}% (band {check.low_pct:+.1f}% .. {check.high_pct:+.1f}%)"
 
 
 def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
-    runs_a, runs_b = len(_usable(a)), len(_usable(b))
+    runs_a, runs_b = len(usable(a)), len(usable(b))
     counts = {"runs_a": runs_a, "runs_b": runs_b}
     if not runs_a or not runs_b:
         side = "A" if not runs_a else "B"
         return GateCheck(
             "step_time", limit, "unmeasured", f"{side} has no run with timed steps", **counts
         )
-    speed = widened_estimate(a, _usable(b))
+    speed = widened_estimate(a, usable(b))
     if speed is None:
         return GateCheck("step_time", limit, "unmeasured", "no paired timing to compare", **counts)
     assumed = (runs_a < 2) + (runs_b < 2)
@@ -155,7 +154,7 @@ def _peaks(samples: Sequence[RunSample]) -> list[int]:
 def _half_range(values: Sequence[int]) -> float:
     if len(values) < 2:
         return SINGLE_RUN_MEMORY_SPREAD_LOG
-    return (math.log(max(values)) - math.log(min(values))) / 2.0
+    return run_stats.log_half_range(values)
 
 
 def check_peak_memory(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
@@ -231,22 +230,22 @@ def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLi
 _UNPROFILED_PHASES = ("warmup", "timed")
 
 
-def unprofiled_peak(run_dir: Path) -> int | None:
-    """The run's memory peak before any profiler window: CUDA max allocated, else RSS."""
-    steps = [s for s in rundir.load_steps(run_dir) if s.phase in _UNPROFILED_PHASES]
-    cuda = [s.cuda_max_allocated_bytes for s in steps if s.cuda_max_allocated_bytes]
-    rss = [s.rss_bytes for s in steps if s.rss_bytes]
-    return max(cuda) if cuda else (max(rss) if rss else None)
+def unprofiled_peak(record: RunRecord) -> int | None:
+    """The run's memory peak before any profiler window (run_stats.peak_memory_bytes over
+    its warm-up and timed steps): CUDA max allocated, else RSS."""
+    steps = [s for s in record.steps if s.phase in _UNPROFILED_PHASES]
+    return run_stats.peak_memory_bytes(run_stats.step_cuda_peak(steps), run_stats.peak_rss(steps))
 
 
 def load_side_samples(path: Path) -> list[RunSample]:
     """Every run of one side (a session's baseline repeats, or one child run's repeats),
-    read without parsing traces, with the peak memory of its unprofiled steps."""
+    with the peak memory of its unprofiled steps."""
     _, dirs = side_run_dirs(Path(path))
     samples = []
     for run_dir in dirs:
-        sample = load_run_sample(run_dir)
-        peak = unprofiled_peak(run_dir)
+        record = load_run(run_dir)
+        sample = run_sample_from_record(record)
+        peak = unprofiled_peak(record)
         samples.append(replace(sample, peak_memory_bytes=peak) if peak else sample)
     return samples
 

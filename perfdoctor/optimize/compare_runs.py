@@ -1,7 +1,8 @@
 """`perfdoctor compare RUN_A RUN_B`: judge run B against run A, e.g. before and after a change.
 
 The two runs may come from different sessions, scripts or machines. B is judged against A
-with the statistics and verdict rules of the A/B re-runs (optimize/compare.py): speedup as
+with the statistics and verdict rules of the A/B re-runs (estimate.py, verdicts.py), and each
+side's figures are analyze/run_stats.py's, as the session report's are: speedup as
 the ratio of median step times, accepted only when its whole noise band is above 1.
 
 Noise band. Within one session, baseline and variant runs alternate (A B A B), so each
@@ -26,7 +27,6 @@ import logging
 import math
 import os
 import shlex
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,6 +34,7 @@ from pathlib import Path
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, usable
 from perfdoctor.diagnose import resolve_session_dir
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import (
@@ -47,17 +48,9 @@ from perfdoctor.model import (
 )
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import tolerance_for
-from perfdoctor.optimize.compare import (
-    OK_STATUSES,
-    RunSample,
-    SpeedEstimate,
-    baseline_run_spread,
-    compare_variant,
-    estimate_speedup,
-    percentile,
-    run_sample_from_record,
-    speed_verdict,
-)
+from perfdoctor.optimize.estimate import widened_estimate
+from perfdoctor.optimize.run_samples import run_sample_from_record
+from perfdoctor.optimize.verdicts import compare_variant, speed_verdict
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import BASELINE_LABEL, SCHEMA_VERSION, is_child_dir, repeat_dirs
 
@@ -192,37 +185,6 @@ def _load_side(path: Path) -> _Loaded:
 # --------------------------------------------------------------------------- summaries
 
 
-def _usable(samples: Sequence[RunSample]) -> list[RunSample]:
-    return [s for s in samples if s.usable]
-
-
-def _pooled_ms(samples: Sequence[RunSample]) -> list[float]:
-    return [ms for s in _usable(samples) for ms in s.step_ms]
-
-
-def _throughput(samples: Sequence[RunSample]) -> float | None:
-    """Median samples per step over the median step, as the A/B re-runs compute it."""
-    pooled = _pooled_ms(samples)
-    sizes = [s.batch_size for s in _usable(samples) if s.batch_size]
-    if not pooled or not sizes:
-        return None
-    return statistics.median(sizes) * 1000.0 / statistics.median(pooled)
-
-
-def _peak_memory(samples: Sequence[RunSample]) -> int | None:
-    known = [
-        s.peak_memory_bytes
-        for s in samples
-        if s.status in OK_STATUSES and s.peak_memory_bytes is not None
-    ]
-    return max(known) if known else None
-
-
-def _energy(samples: Sequence[RunSample]) -> float | None:
-    known = [s.energy_j_per_step for s in _usable(samples) if s.energy_j_per_step is not None]
-    return statistics.fmean(known) if known else None
-
-
 def _script_display(record: RunRecord) -> str:
     if record.spec is None:
         return str(record.dir)
@@ -233,7 +195,7 @@ def _script_display(record: RunRecord) -> str:
 def _summarize(loaded: _Loaded) -> RunSide:
     first = loaded.records[0]
     spec, manifest = first.spec, first.manifest
-    pooled = _pooled_ms(loaded.samples)
+    figures = pool_figures(loaded.samples)
     data_wait = loaded.facts.get("data_wait_frac")
     return RunSide(
         path=str(loaded.path),
@@ -248,12 +210,12 @@ def _summarize(loaded: _Loaded) -> RunSide:
         error=manifest.error if manifest else "the run left no manifest",
         device=manifest.device if manifest else None,
         versions=dict(manifest.versions) if manifest else {},
-        runs=len(_usable(loaded.samples)),
-        step_ms_p50=statistics.median(pooled) if pooled else None,
-        step_ms_p90=percentile(pooled, 90) if pooled else None,
-        throughput_samples_s=_throughput(loaded.samples),
-        peak_memory_bytes=_peak_memory(loaded.samples),
-        energy_j_per_step=_energy(loaded.samples),
+        runs=figures.runs,
+        step_ms_p50=figures.step_ms_p50,
+        step_ms_p90=figures.step_ms_p90,
+        throughput_samples_s=figures.throughput_samples_s,
+        peak_memory_bytes=figures.peak_memory_bytes,
+        energy_j_per_step=figures.energy_j_per_step,
         data_wait_frac=float(data_wait) if isinstance(data_wait, (int, float)) else None,
         step_detection=manifest.step_detection if manifest else None,
         findings=loaded.findings,
@@ -402,7 +364,7 @@ def _losses_of_ok_runs(samples: Sequence[RunSample]) -> list[tuple[float | None,
 
 
 def _losses_of_usable_runs(samples: Sequence[RunSample]) -> list[tuple[float | None, ...]]:
-    return [s.losses for s in _usable(samples) if s.losses]
+    return [s.losses for s in usable(samples) if s.losses]
 
 
 def informative_loss_delta(a: Sequence[RunSample], b: Sequence[RunSample]) -> float | None:
@@ -411,17 +373,6 @@ def informative_loss_delta(a: Sequence[RunSample], b: Sequence[RunSample]) -> fl
     series = numerics.reference_trajectory(_losses_of_usable_runs(b))
     measured = numerics.drift(series, reference)
     return measured.final if measured is not None else None
-
-
-def widened_estimate(a: Sequence[RunSample], b: Sequence[RunSample]) -> SpeedEstimate | None:
-    """The re-runs' speed estimate with B's own run-to-run spread added to its band."""
-    estimate = estimate_speedup(a, b)
-    spread = baseline_run_spread(b)
-    if estimate is None or spread == 0.0:
-        return estimate
-    width = estimate.log_width + spread
-    noise = estimate.speedup - estimate.speedup * math.exp(-width)
-    return replace(estimate, noise=noise, log_width=width)
 
 
 @dataclass(frozen=True)
@@ -453,7 +404,7 @@ def judge(
         judged_b = [replace(s, losses=()) for s in b]
 
     result = compare_variant(judged_a, judged_b, (), tolerance, label=label)
-    if not _usable(a):
+    if not usable(a):
         broken = next((s for s in a if not s.usable), None)
         line = broken.failure_line() if broken else "no run"
         failed = replace(result, verdict="failed", reason=f"A has no usable run: {line}")
@@ -467,7 +418,7 @@ def judge(
         rejected = replace(result, verdict="rejected", reason=nonfinite)
         return Judgement(rejected, comparable, nonfinite, None)
 
-    speed = widened_estimate(judged_a, _usable(judged_b))
+    speed = widened_estimate(judged_a, usable(judged_b))
     speed_fields = {
         "speedup": speed.speedup if speed else None,
         "speedup_noise": speed.noise if speed else None,
@@ -507,7 +458,7 @@ def judge(
 
 
 def _nonfinite_loss(samples: Sequence[RunSample]) -> str | None:
-    for sample in _usable(samples):
+    for sample in usable(samples):
         bad = next(
             (i for i, x in enumerate(sample.losses) if x is not None and not math.isfinite(x)),
             None,
@@ -534,7 +485,7 @@ def _runs(count: int) -> str:
 
 def _notes(a: _Loaded, b: _Loaded, differences: Sequence[SetupDifference]) -> tuple[str, ...]:
     notes = []
-    runs_a, runs_b = len(_usable(a.samples)), len(_usable(b.samples))
+    runs_a, runs_b = len(usable(a.samples)), len(usable(b.samples))
     if runs_a < 2 and runs_b < 2:
         notes.append(
             "one run per side: the noise band covers step-to-step noise only, not the "

@@ -1,4 +1,4 @@
-"""A/B statistics and verdicts over synthetic runs (deterministic: fixed seeds)."""
+"""A/B speed estimates and verdicts over synthetic runs (deterministic: fixed seeds)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ import random
 
 import pytest
 
+from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.model import AppliedOptimization
-from perfdoctor.optimize.compare import (
-    RunSample,
-    compare_variant,
-    deltas,
-    estimate_speedup,
-    percentile,
-    stack_candidates,
-)
+from perfdoctor.optimize.estimate import adjacent_baselines, estimate_speedup
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 
 LOSSES = tuple(2.0 - 0.02 * i for i in range(28))
 
@@ -40,11 +35,11 @@ def run(label, median_ms, seed, *, ids=(), spread=0.03, losses=LOSSES, **kw) -> 
 
 
 def baseline(n=2, median_ms=100.0):
-    return [run("baseline", median_ms, seed=10 + k, batch_size=32) for k in range(n)]
+    return [run("baseline", median_ms, seed=10 + k, samples_per_step=32) for k in range(n)]
 
 
 def variant(median_ms, n=2, ids=("fused-optimizer",), **kw):
-    return [run("v", median_ms, seed=20 + k, ids=ids, batch_size=32, **kw) for k in range(n)]
+    return [run("v", median_ms, seed=20 + k, ids=ids, samples_per_step=32, **kw) for k in range(n)]
 
 
 def test_clearly_faster_variant_is_accepted_with_its_band():
@@ -184,20 +179,10 @@ def test_memory_optimization_is_judged_on_peak_memory():
            for k in range(2)]  # fmt: skip
     result = compare_variant(base, var, ["activation-checkpointing"])
     assert result.verdict == "accepted"
-    assert result.reason.startswith("peak memory 8.0 GB -> 5.0 GB (-38%)")
+    assert result.reason.startswith("peak memory 8.0 GiB -> 5.0 GiB (-38%)")
     assert "speed 0.8" in result.reason
     same = [run("v", 100.0, 7, ids=("activation-checkpointing",), peak_memory_bytes=8 << 30)]
     assert compare_variant(base, same, ["activation-checkpointing"]).verdict == "rejected"
-
-
-def test_deltas_for_the_table():
-    base = [run("b", 100.0, 1, batch_size=32, peak_memory_bytes=1000, energy_j_per_step=5.0)]
-    var = [run("v", 50.0, 2, batch_size=32, peak_memory_bytes=1500, energy_j_per_step=3.0)]
-    found = deltas(base, var)
-    assert found.throughput_ratio == pytest.approx(2.0, rel=0.1)
-    assert found.peak_memory_delta_bytes == 500
-    assert found.peak_memory_ratio == pytest.approx(1.5)
-    assert found.energy_delta_j_per_step == pytest.approx(-2.0)
 
 
 def test_stack_keeps_the_faster_of_exclusive_optimizations():
@@ -210,78 +195,7 @@ def test_stack_keeps_the_faster_of_exclusive_optimizations():
     assert stack_candidates(results) == ["amp-bf16", "compile"]
 
 
-def test_percentile_matches_linear_interpolation():
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    assert percentile([5], 90) == 5
-    assert percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90) == pytest.approx(9.1)
-
-
-def test_run_sample_from_a_run_directory(tmp_path):
-    from perfdoctor import rundir
-    from perfdoctor.model import RunManifest, StepRecord
-    from perfdoctor.optimize.compare import load_run_sample
-
-    manifest = RunManifest(
-        label="dataloader-workers", status="completed", exit_code=0, wall_s=3.0,
-        steps_seen=4, step_detection="optimizer", plan_complete=True,
-    )  # fmt: skip
-    rundir.write_json(tmp_path / rundir.MANIFEST_FILE, manifest)
-    rundir.write_json(
-        tmp_path / rundir.OBSERVATIONS_FILE,
-        {"applied": [{"id": "dataloader-workers", "applied": True, "verified": True,
-                      "detail": "train.py:40: num_workers 0 -> 2"}]},
-    )  # fmt: skip
-    rundir.append_jsonl(
-        tmp_path / rundir.STEPS_FILE,
-        [
-            StepRecord(index=i, phase=phase, wall_ms=ms, loss=loss, batch_size=16, rss_bytes=rss)
-            for i, (phase, ms, loss, rss) in enumerate(
-                [("warmup", 90.0, 2.0, 100), ("timed", 50.0, 1.9, 300),
-                 ("timed", 52.0, 1.8, 200), ("profiled", 80.0, 1.7, 250)]
-            )
-        ],
-    )  # fmt: skip
-    rundir.append_jsonl(
-        tmp_path / rundir.STEPS_FILE,
-        [{"index": 4, "phase": "profiled", "wall_ms": 80.0, "loss": None, "loss_finite": False}],
-    )
-    sample = load_run_sample(tmp_path)
-    assert sample.label == "dataloader-workers" and sample.usable
-    assert sample.step_ms == (50.0, 52.0)
-    assert sample.losses[:4] == (2.0, 1.9, 1.8, 1.7)
-    assert math.isnan(sample.losses[4])  # a NaN loss, stored as null + loss_finite false
-    assert sample.batch_size == 16 and sample.peak_memory_bytes == 300
-    assert sample.applied[0].detail == "train.py:40: num_workers 0 -> 2"
-    assert sample.energy_j_per_step is None  # no GPU samples
-
-
-def test_a_run_of_several_ranks_is_timed_by_its_slowest_rank_and_guards_every_loss(tmp_path):
-    from perfdoctor import rundir
-    from perfdoctor.model import StepRecord
-    from perfdoctor.optimize.compare import load_run_sample
-
-    def steps(path, rows):
-        path.mkdir(parents=True, exist_ok=True)
-        rundir.append_jsonl(
-            path / rundir.STEPS_FILE,
-            [StepRecord(index=i, phase=ph, wall_ms=ms, loss=loss) for i, ph, ms, loss in rows],
-        )
-
-    steps(tmp_path, [(0, "warmup", 9.0, 2.0), (1, "timed", 5.0, 1.9), (2, "timed", 5.0, 1.8)])
-    steps(rundir.rank_dir(tmp_path, 1), [(0, "warmup", 9.0, 2.2), (1, "timed", 7.0, 2.1)])
-    rundir.append_jsonl(
-        rundir.rank_dir(tmp_path, 1) / rundir.STEPS_FILE,
-        [{"index": 2, "phase": "timed", "wall_ms": 4.0, "loss": None, "loss_finite": False}],
-    )
-    sample = load_run_sample(tmp_path)
-    assert sample.step_ms == (7.0, 5.0)  # step 1: rank 1 was slower; step 2: rank 0
-    assert sample.losses[:2] == pytest.approx((2.1, 2.0))  # the ranks' mean
-    assert math.isnan(sample.losses[2])  # a NaN on rank 1 is the step's NaN
-
-
 def test_adjacent_baselines_pair_each_variant_run_with_its_neighbour():
-    from perfdoctor.optimize.compare import adjacent_baselines
-
     order = ["baseline", "a", "b", "baseline/repeat-2", "b/repeat-2", "a/repeat-2",
              "baseline/repeat-3", "stacked", "baseline/repeat-4", "stacked/repeat-2"]  # fmt: skip
     baselines = ["baseline", "baseline/repeat-2", "baseline/repeat-3", "baseline/repeat-4"]

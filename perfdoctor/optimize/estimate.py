@@ -1,0 +1,143 @@
+"""The A/B speed estimate: how much faster a variant is, and how wide the noise band is.
+
+Baseline and variant runs alternate (A B A B ...), so run k of the variant is paired with run
+k of the baseline: a machine that drifts (thermal, a neighbour job) affects both members of a
+pair alike. Per pair, ratio_k = median(baseline steps) / median(variant steps); the speedup is
+the median of the pair ratios (in log space: the geometric mean of two pairs).
+
+Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
+replacement within each run, fixed seed, so the same runs always give the same verdict),
+widened by the baseline's own run-to-run spread (half the range of its run medians) when at
+least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside a run,
+not the run-to-run noise that separates two launches of the same script. Both are taken in
+log space (see estimate_speedup); `noise` is the distance down to the band's lower end, so
+"speedup - noise > 1" is exactly "the whole band is above 1".
+
+The step-time pools and spreads are analyze/run_stats.py's. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240601
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    speedup: float  # > 1 is faster
+    noise: float  # distance from `speedup` down to the band's lower end
+    pair_ratios: tuple[float, ...]
+    bootstrap_half_width: float  # in log space
+    baseline_spread: float  # half-range of the log baseline run medians (0 with one run)
+    log_width: float = 0.0  # bootstrap half-width + baseline spread
+
+    @property
+    def low(self) -> float:
+        """Lower end of the band: the speedup that is safe to claim."""
+        return self.speedup - self.noise
+
+    @property
+    def high(self) -> float:
+        return self.speedup * math.exp(self.log_width)
+
+    def describe(self) -> str:
+        return f"{self.speedup:.2f}x ± {self.noise:.2f}"
+
+
+def paired_runs(
+    baseline_runs: Sequence[RunSample], variant_runs: Sequence[RunSample]
+) -> list[tuple[RunSample, RunSample]]:
+    """Pair run k with run k; pairs where either side has no usable timing are dropped."""
+    return [
+        (b, v) for b, v in zip(baseline_runs, variant_runs, strict=False) if b.usable and v.usable
+    ]
+
+
+def adjacent_baselines(
+    run_order: Sequence[str], baseline_runs: Sequence[str], variant_runs: Sequence[str]
+) -> list[str]:
+    """For each run of one variant, the baseline run of its round: the latest baseline run
+    before it (else the first one after it), each used once for this variant. These are the
+    pairs for `compare_variant`, also for a variant measured long after the first baseline
+    runs (the stacked one)."""
+    position = {run: index for index, run in enumerate(run_order)}
+    free = sorted((b for b in baseline_runs if b in position), key=position.__getitem__)
+    paired: list[str] = []
+    for run in variant_runs:
+        if run not in position or not free:
+            continue
+        before = [b for b in free if position[b] < position[run]]
+        chosen = before[-1] if before else free[0]
+        free.remove(chosen)
+        paired.append(chosen)
+    return paired
+
+
+def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> float:
+    return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
+
+
+def estimate_speedup(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> SpeedEstimate | None:
+    """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
+    machine that is 30% slower for one run scales every step of it): the pairs combine by
+    the median of their log ratios (the geometric mean for two pairs), and the band is
+    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread."""
+    pairs = paired_runs(baseline_runs, variant_runs)
+    if not pairs:
+        return None
+    logs = [_log_ratio(b.step_ms, v.step_ms) for b, v in pairs]
+    center = statistics.median(logs)
+
+    rng = random.Random(seed)
+    boot: list[float] = []
+    for _ in range(resamples):
+        boot.append(
+            statistics.median(
+                _log_ratio(
+                    rng.choices(b.step_ms, k=len(b.step_ms)),
+                    rng.choices(v.step_ms, k=len(v.step_ms)),
+                )
+                for b, v in pairs
+            )
+        )
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
+    spread = run_medians_spread(baseline_runs)
+    width = half_width + spread
+    speedup = math.exp(center)
+    return SpeedEstimate(
+        speedup=speedup,
+        noise=speedup - math.exp(center - width),
+        pair_ratios=tuple(math.exp(x) for x in logs),
+        bootstrap_half_width=half_width,
+        baseline_spread=spread,
+        log_width=width,
+    )
+
+
+def widened_estimate(a: Sequence[RunSample], b: Sequence[RunSample]) -> SpeedEstimate | None:
+    """The re-runs' speed estimate with B's own run-to-run spread added to its band: for two
+    runs not known to share a machine or its conditions (`perfdoctor compare`, the gate)."""
+    estimate = estimate_speedup(a, b)
+    spread = run_medians_spread(b)
+    if estimate is None or spread == 0.0:
+        return estimate
+    width = estimate.log_width + spread
+    noise = estimate.speedup - estimate.speedup * math.exp(-width)
+    return replace(estimate, noise=noise, log_width=width)

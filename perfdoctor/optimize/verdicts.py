@@ -1,0 +1,228 @@
+"""A/B verdicts: is a variant faster beyond the noise, and are its numbers sane?
+
+Verdicts, first match wins, each with a one-line reason:
+    failed     a variant run crashed, OOMed, timed out, or recorded no timed step
+    rejected   an applier refused or its check failed ("not applied: ...")
+    rejected   NaN/inf loss, or the loss trajectory drifts beyond tolerance (numerics.py)
+    accepted   speed goal: speedup - noise > 1 (estimate.py);  memory goal: peak memory
+               down >= 5%
+    rejected   otherwise: "slower: 0.91x ± 0.03" / "within noise: 1.02x ± 0.05"
+
+Every figure a verdict reports is analyze/run_stats.py's, for the baseline and the variant
+alike. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from perfdoctor.analyze.run_stats import (
+    OK_STATUSES,
+    RunSample,
+    pool_figures,
+    pooled_peak_memory,
+    usable,
+)
+from perfdoctor.model import VariantResult
+from perfdoctor.optimize import numerics
+from perfdoctor.optimize.catalog import CATALOG, tolerance_for
+from perfdoctor.optimize.estimate import BOOTSTRAP_SEED, SpeedEstimate, estimate_speedup
+from perfdoctor.rules.measurement import busy_limit
+from perfdoctor.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+# A memory optimization must cut the peak by at least this share to be worth its cost.
+MIN_MEMORY_SAVING_FRAC = 0.05
+
+
+def not_applied_reason(
+    variant_runs: Sequence[RunSample], optimization_ids: Sequence[str]
+) -> str | None:
+    """Why an optimization did not demonstrably take effect in some run (None: all did)."""
+    for run in usable(variant_runs):
+        by_id = {a.id: a for a in run.applied}
+        for opt_id in optimization_ids:
+            result = by_id.get(opt_id)
+            if result is None:
+                return f"{opt_id}: the child reported no applier result"
+            if not result.applied:
+                return f"{opt_id}: {result.detail}"
+            if not result.verified:
+                return f"{opt_id}: check failed: {result.detail}"
+    return None
+
+
+def _goal(optimization_ids: Sequence[str]) -> str:
+    goals = {CATALOG[i].goal for i in optimization_ids if i in CATALOG}
+    # A stack that contains any speed optimization is judged on speed.
+    return "memory" if goals == {"memory"} else "speed"
+
+
+def memory_verdict(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    speed: SpeedEstimate | None,
+) -> tuple[str, str]:
+    """Accepted when the peak (reserved where both sides measured it) drops enough."""
+    use_reserved = (
+        pooled_peak_memory(baseline_runs, True) is not None
+        and pooled_peak_memory(variant_runs, True) is not None
+    )
+    base = pooled_peak_memory(baseline_runs, use_reserved)
+    var = pooled_peak_memory(variant_runs, use_reserved)
+    what = "reserved" if use_reserved else "peak"
+    speed_note = f"; speed {speed.describe()}" if speed else ""
+    if not base or var is None:
+        return "rejected", f"memory optimization, but peak memory was not measured{speed_note}"
+    saved = 1.0 - var / base
+    change = f"{what} memory {format_bytes(base)} -> {format_bytes(var)} ({-saved:+.0%})"
+    if saved >= MIN_MEMORY_SAVING_FRAC:
+        return "accepted", f"{change}{speed_note}"
+    return "rejected", f"{change}: less than {MIN_MEMORY_SAVING_FRAC:.0%} saved{speed_note}"
+
+
+def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
+    if speed is None:
+        return "rejected", "no paired timing to compare"
+    if speed.low > 1.0:
+        return "accepted", f"faster: {speed.describe()}{extra}"
+    if speed.high < 1.0:
+        return "rejected", f"slower: {speed.describe()}{extra}"
+    return "rejected", f"within noise: {speed.describe()}{extra}"
+
+
+def compare_variant(
+    baseline_runs: Sequence[RunSample],
+    variant_runs: Sequence[RunSample],
+    optimization_ids: Sequence[str],
+    tolerance: float | None = None,
+    *,
+    label: str | None = None,
+    seed: int = BOOTSTRAP_SEED,
+) -> VariantResult:
+    """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
+    (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
+    Pass the runs in run order: baseline run k is paired with variant run k."""
+    ids = tuple(optimization_ids)
+    name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
+    category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
+    ok_runs = usable(variant_runs)
+    applied = next((r.applied for r in variant_runs if r.applied), ())
+    figures, base = pool_figures(variant_runs), pool_figures(baseline_runs)
+    common = {
+        "label": name,
+        "optimizations": ids,
+        "baseline_step_ms_p50": base.step_ms_p50,
+        "pooled": (
+            f"{figures.pooled}; baseline {base.pooled}" if figures.steps and base.steps else ""
+        ),
+        "step_ms_p50": figures.step_ms_p50,
+        "step_ms_p90": figures.step_ms_p90,
+        "peak_memory_bytes": figures.peak_memory_bytes,
+        "throughput_samples_s": figures.throughput_samples_s,
+        "energy_j_per_step": figures.energy_j_per_step,
+        "applied": applied,
+        "run_dirs": tuple(r.run_dir for r in variant_runs),
+    }
+
+    broken = next((r for r in variant_runs if not r.usable), None)
+    if not variant_runs or broken is not None:
+        reason = broken.failure_line() if broken else "the variant never ran"
+        return VariantResult(
+            speedup=None,
+            speedup_noise=None,
+            loss_delta=None,
+            verdict="failed",
+            reason=reason,
+            **common,
+        )
+
+    speed = estimate_speedup(baseline_runs, ok_runs, seed=seed)
+    speed_fields = {
+        "speedup": speed.speedup if speed else None,
+        "speedup_noise": speed.noise if speed else None,
+    }
+    missing = not_applied_reason(ok_runs, ids)
+    if missing is not None:
+        return VariantResult(
+            loss_delta=None,
+            verdict="rejected",
+            reason=f"not applied: {missing}",
+            **speed_fields,
+            **common,
+        )
+
+    guard = numerics.check_losses(
+        [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
+        [r.losses for r in ok_runs if r.losses],
+        category_tolerance,
+    )
+    if not guard.ok:
+        return VariantResult(
+            loss_delta=guard.loss_delta,
+            verdict="rejected",
+            reason=guard.reason,
+            **speed_fields,
+            **common,
+        )
+
+    extra = "" if guard.checked else f" ({guard.reason})"
+    if _goal(ids) == "memory":
+        verdict, reason = memory_verdict(baseline_runs, ok_runs, speed)
+        reason += extra
+    else:
+        verdict, reason = speed_verdict(speed, extra)
+    # Step times move with other load; a memory verdict does not.
+    low_confidence = (
+        None if _goal(ids) == "memory" else busy_machine_note([*baseline_runs, *ok_runs])
+    )
+    if low_confidence:
+        reason += f"; low confidence: {low_confidence}"
+    log.debug("variant %s: %s (%s)", name, verdict, reason)
+    return VariantResult(
+        loss_delta=guard.loss_delta,
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+        low_confidence=low_confidence,
+        **speed_fields,
+        **common,
+    )
+
+
+def busy_machine_note(runs: Sequence[RunSample]) -> str | None:
+    """Why the timings of these runs are suspect, when other processes kept the machine
+    busy during any of them (rules/measurement.py holds the limit), else None."""
+    worst = max(
+        (r for r in runs if r.other_busy_cores is not None),
+        key=lambda r: r.other_busy_cores or 0.0,
+        default=None,
+    )
+    if worst is None or worst.other_busy_cores is None:
+        return None
+    if worst.other_busy_cores < busy_limit(worst.cpu_cores):
+        return None
+    of_cores = f" of {worst.cpu_cores}" if worst.cpu_cores else ""
+    return (
+        f"other processes kept {worst.other_busy_cores:.1f}{of_cores} cores busy during "
+        "these runs; re-run on a quiet machine"
+    )
+
+
+def stack_candidates(results: Sequence[VariantResult]) -> list[str]:
+    """Accepted single optimizations to stack, best first; of mutually exclusive ones
+    (amp-bf16/amp-fp16, compile/compile-cudagraphs) only the faster is kept."""
+    accepted = [
+        r
+        for r in results
+        if r.verdict == "accepted" and len(r.optimizations) == 1 and r.optimizations[0] in CATALOG
+    ]
+    accepted.sort(key=lambda r: -(r.speedup or 0.0))
+    chosen: list[str] = []
+    for result in accepted:
+        opt_id = result.optimizations[0]
+        if any(opt_id in CATALOG[c].excludes or c in CATALOG[opt_id].excludes for c in chosen):
+            continue
+        chosen.append(opt_id)
+    return chosen
