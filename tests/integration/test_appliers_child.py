@@ -9,8 +9,9 @@ import pytest
 
 from perfdoctor.collect.launcher import launch
 from perfdoctor.model import RunSpec, StepPlan, Target
-from perfdoctor.optimize.compare import compare_variant, load_run_sample
+from perfdoctor.optimize.run_samples import load_run_samples
 from perfdoctor.optimize.sizing import WorkerSizing, sizing_env
+from perfdoctor.optimize.verdicts import compare_variant
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +85,7 @@ def run(
 
 def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
     run_dir = run(tmp_path, DEBUG_SCRIPT, "both", ("anomaly-off", "dataloader-workers", "tf32"))
-    sample = load_run_sample(run_dir)
+    (sample,) = load_run_samples([run_dir])
     rows = {a.id: a for a in sample.applied}
     assert rows["anomaly-off"].applied and rows["anomaly-off"].verified, rows
     assert "1 enable call(s)" in rows["anomaly-off"].detail
@@ -100,15 +101,20 @@ def test_child_uses_the_worker_count_sized_by_the_parent(tmp_path):
     sizing = WorkerSizing(3, "data 51 ms/batch vs 4.1 ms compute")
     env = dict(sizing_env(("dataloader-workers",), sizing))
     run_dir = run(tmp_path, DEBUG_SCRIPT, "workers", ("dataloader-workers",), env=env)
-    workers = {a.id: a for a in load_run_sample(run_dir).applied}["dataloader-workers"]
+    (sample,) = load_run_samples([run_dir])
+    workers = {a.id: a for a in sample.applied}["dataloader-workers"]
     assert workers.applied and workers.verified, workers
     assert "train.py:7: num_workers 0 -> 3 (data 51 ms/batch vs 4.1 ms compute)" in workers.detail
     assert "(3 workers)" in workers.detail  # the iterator the script used had 3
 
 
 def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(tmp_path):
-    baseline = load_run_sample(run(tmp_path, OVERFLOW_SCRIPT, "baseline"))
-    variant = load_run_sample(run(tmp_path, OVERFLOW_SCRIPT, "amp-fp16", ("amp-fp16",)))
+    baseline, variant = load_run_samples(
+        [
+            run(tmp_path, OVERFLOW_SCRIPT, "baseline"),
+            run(tmp_path, OVERFLOW_SCRIPT, "amp-fp16", ("amp-fp16",)),
+        ]
+    )
     rows = {a.id: a for a in variant.applied}
     assert rows["amp-fp16"].applied and rows["amp-fp16"].verified, rows
     result = compare_variant([baseline], [variant], ["amp-fp16"])
