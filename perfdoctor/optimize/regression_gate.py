@@ -125,22 +125,7 @@ def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float
     assumed = (runs_a < 2) + (runs_b < 2)
     width = speed.log_width + assumed * SINGLE_RUN_SPREAD_LOG
     # Slowdown of B is the inverse of its speedup; the band's ends swap.
-    change = _pct(1.0 / speed.speedup)
-    low = _pct(math.exp(-math.log(speed.speedup) - width))
-    high = _pct(math.exp(-math.log(speed.speedup) + width))
-    outcome = _outcome(low, high, limit)
-    check = GateCheck(
-        "step_time",
-        limit,
-        outcome,
-        "",
-        change_pct=change,
-        low_pct=low,
-        high_pct=high,
-        noise_assumed=assumed > 0,
-        **counts,
-    )
-    return _with_reason(check, outcome, limit)
+    return _banded_check("step_time", limit, -math.log(speed.speedup), width, assumed > 0, counts)
 
 
 def _peaks(samples: Sequence[RunSample]) -> list[int]:
@@ -167,17 +152,31 @@ def check_peak_memory(a: Sequence[RunSample], b: Sequence[RunSample], limit: flo
         )
     log_ratio = math.log(statistics.median(peaks_b) / statistics.median(peaks_a))
     width = _half_range(peaks_a) + _half_range(peaks_b)
+    assumed = len(peaks_a) < 2 or len(peaks_b) < 2
+    return _banded_check("peak_memory", limit, log_ratio, width, assumed, counts)
+
+
+def _banded_check(
+    metric: Literal["step_time", "peak_memory"],
+    limit: float,
+    log_ratio: float,
+    width: float,
+    noise_assumed: bool,
+    counts: dict[str, int],
+) -> GateCheck:
+    """A measured check: B against A as a log ratio (positive: B is worse), its band
+    log_ratio ± width, and the outcome against the limit."""
     change, low, high = (_pct(math.exp(log_ratio + d)) for d in (0.0, -width, width))
     outcome = _outcome(low, high, limit)
     check = GateCheck(
-        "peak_memory",
+        metric,
         limit,
         outcome,
         "",
         change_pct=change,
         low_pct=low,
         high_pct=high,
-        noise_assumed=len(peaks_a) < 2 or len(peaks_b) < 2,
+        noise_assumed=noise_assumed,
         **counts,
     )
     return _with_reason(check, outcome, limit)
