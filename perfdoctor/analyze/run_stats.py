@@ -38,7 +38,6 @@ MEASURED_PHASES = (
     ("backward", "backward_ms"),
     ("optimizer", "optimizer_ms"),
 )
-BREAKDOWN_PHASES = (*(name for name, _ in MEASURED_PHASES), "other")
 
 
 @dataclass(frozen=True)
