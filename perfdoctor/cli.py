@@ -628,11 +628,17 @@ def compare(
 
 def _compare(run_a: Path, run_b: Path, as_json: bool, limits) -> None:
     from perfdoctor.errors import EXIT_REGRESSION, NoTrainingSteps
-    from perfdoctor.optimize.compare_runs import compare_runs
-    from perfdoctor.optimize.regression_gate import run_gate
+    from perfdoctor.optimize.compare_runs import compare_sides, load_side
+    from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
 
-    result = compare_runs(run_a, run_b)
-    gate = run_gate(run_a, run_b, limits) if limits.any else None
+    # Each side is read once; the comparison and the gate judge the same runs.
+    side_a, side_b = load_side(run_a), load_side(run_b)
+    result = compare_sides(side_a, side_b)
+    gate = (
+        evaluate_gate(gate_samples(side_a.records), gate_samples(side_b.records), limits)
+        if limits.any
+        else None
+    )
     if as_json:
         import json
 

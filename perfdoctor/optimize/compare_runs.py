@@ -160,7 +160,9 @@ def side_run_dirs(path: Path) -> tuple[Path, list[Path]]:
 
 
 @dataclass(frozen=True)
-class _Loaded:
+class LoadedSide:
+    """One side read from its directories: the runs, their samples, and its diagnosis."""
+
     path: Path
     records: tuple[RunRecord, ...]
     samples: tuple[RunSample, ...]
@@ -168,12 +170,12 @@ class _Loaded:
     findings: tuple[Finding, ...]
 
 
-def _load_side(path: Path) -> _Loaded:
+def load_side(path: Path) -> LoadedSide:
     where, dirs = side_run_dirs(path)
     records = tuple(load_run(d) for d in dirs)
     # Repeat 1 is the profiled run: the only one with a trace, so the one to diagnose.
     facts = derive_facts(records[0])
-    return _Loaded(
+    return LoadedSide(
         path=where,
         records=records,
         samples=tuple(run_sample_from_record(r) for r in records),
@@ -192,7 +194,7 @@ def _script_display(record: RunRecord) -> str:
     return target.name if target.kind != "module" else f"-m {target.name}"
 
 
-def _summarize(loaded: _Loaded) -> RunSide:
+def _summarize(loaded: LoadedSide) -> RunSide:
     first = loaded.records[0]
     spec, manifest = first.spec, first.manifest
     figures = pool_figures(loaded.samples)
@@ -272,7 +274,7 @@ def _setup_differences(a: RunSide, b: RunSide) -> tuple[SetupDifference, ...]:
     return tuple(SetupDifference(name, x, y) for name, x, y in candidates if x != y)
 
 
-def numerics_comparable(a: _Loaded, b: _Loaded) -> str | None:
+def numerics_comparable(a: LoadedSide, b: LoadedSide) -> str | None:
     """None when the two loss trajectories should match step for step, else why not."""
     ra, rb = a.records[0], b.records[0]
     if ra.spec is None or rb.spec is None:
@@ -483,7 +485,7 @@ def _runs(count: int) -> str:
     return f"{count} run" + ("" if count == 1 else "s")
 
 
-def _notes(a: _Loaded, b: _Loaded, differences: Sequence[SetupDifference]) -> tuple[str, ...]:
+def _notes(a: LoadedSide, b: LoadedSide, differences: Sequence[SetupDifference]) -> tuple[str, ...]:
     notes = []
     runs_a, runs_b = len(usable(a.samples)), len(usable(b.samples))
     if runs_a < 2 and runs_b < 2:
@@ -509,7 +511,11 @@ def compare_runs(run_a: Path, run_b: Path, *, tolerance: float | None = None) ->
 
     `tolerance` overrides the loss tolerance of the numerics guard (default: the catalog's
     "exact" category, widened by A's own run-to-run spread)."""
-    a, b = _load_side(Path(run_a)), _load_side(Path(run_b))
+    return compare_sides(load_side(Path(run_a)), load_side(Path(run_b)), tolerance=tolerance)
+
+
+def compare_sides(a: LoadedSide, b: LoadedSide, *, tolerance: float | None = None) -> RunComparison:
+    """compare_runs over two sides already loaded (the regression gate reads the same)."""
     side_a, side_b = _summarize(a), _summarize(b)
     why_not = numerics_comparable(a, b)
     judgement = judge(a.samples, b.samples, why_not_comparable=why_not, tolerance=tolerance)

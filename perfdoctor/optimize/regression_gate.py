@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Literal
 
 from perfdoctor.analyze import run_stats
-from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
-from perfdoctor.optimize.compare_runs import side_run_dirs
+from perfdoctor.optimize.compare_runs import load_side
 from perfdoctor.optimize.estimate import widened_estimate
 from perfdoctor.optimize.run_samples import run_sample_from_record
 
@@ -236,13 +236,11 @@ def unprofiled_peak(record: RunRecord) -> int | None:
     return run_stats.peak_memory_bytes(run_stats.step_cuda_peak(steps), run_stats.peak_rss(steps))
 
 
-def load_side_samples(path: Path) -> list[RunSample]:
-    """Every run of one side (a session's baseline repeats, or one child run's repeats),
-    with the peak memory of its unprofiled steps."""
-    _, dirs = side_run_dirs(Path(path))
+def gate_samples(records: Sequence[RunRecord]) -> list[RunSample]:
+    """The runs of one side as the gate judges them: with the peak memory of their
+    unprofiled steps."""
     samples = []
-    for run_dir in dirs:
-        record = load_run(run_dir)
+    for record in records:
         sample = run_sample_from_record(record)
         peak = unprofiled_peak(record)
         samples.append(replace(sample, peak_memory_bytes=peak) if peak else sample)
@@ -250,4 +248,7 @@ def load_side_samples(path: Path) -> list[RunSample]:
 
 
 def run_gate(run_a: Path, run_b: Path, limits: GateLimits) -> GateResult:
-    return evaluate_gate(load_side_samples(run_a), load_side_samples(run_b), limits)
+    """The gate over every run of each side (a session's baseline repeats, or one child run's
+    repeats)."""
+    a, b = load_side(Path(run_a)), load_side(Path(run_b))
+    return evaluate_gate(gate_samples(a.records), gate_samples(b.records), limits)
