@@ -61,7 +61,7 @@ def test_collect_has_no_error_beyond_its_baseline(errors: list[str]) -> None:
 
     recorded_with, known = _baseline()
     if torch.__version__ != recorded_with:
-        pytest.skip(f"the baseline was recorded with torch {recorded_with}, not {torch.__version__}")
+        pytest.skip(f"baseline recorded with torch {recorded_with}, not {torch.__version__}")
     collect = [e for e in errors if e.startswith(COLLECT)]
     new = sorted(set(collect) - set(known))
     gone = sorted(set(known) - set(collect))
