@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -290,7 +290,9 @@ def profile(
             raise _fail(UsageError("no script given: perfdoctor profile SCRIPT [ARGS]..."))
         from perfdoctor.collect.target import is_command
 
-        kind = "command" if is_command(args[0], Path.cwd()) else "script"
+        kind: Literal["script", "command"] = (
+            "command" if is_command(args[0], Path.cwd()) else "script"
+        )
         target = Target(kind=kind, name=args[0], argv=tuple(args[1:]))
         if kind == "command" and nproc_per_node > 1:
             raise typer.BadParameter("--nproc-per-node applies to a script, not a launcher command")

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from perfdoctor.model import (
     Finding,
     Recommendation,
     Report,
+    RunManifest,
+    RunStatus,
     SkippedRule,
     Target,
     VariantResult,
@@ -303,7 +305,9 @@ def analyze_session(session_dir: Path) -> Report:
     )
 
 
-def _session_status(session: Session | None, manifest) -> tuple[str, int, list[str]]:
+def _session_status(
+    session: Session | None, manifest: RunManifest | None
+) -> tuple[RunStatus, int, list[str]]:
     """The report's status and exit code: the baseline's, unless the session did not end.
 
     A session that perfdoctor was stopped in (Ctrl-C, SIGTERM) reads "interrupted" with the
@@ -312,6 +316,7 @@ def _session_status(session: Session | None, manifest) -> tuple[str, int, list[s
     cannot read as completed either.
     """
     warnings: list[str] = []
+    status: RunStatus
     if manifest is None:
         status, exit_code = "interrupted", EXIT_INTERRUPTED
         warnings.append(
@@ -355,7 +360,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def _artifacts(session_dir: Path, child_artifacts: dict[str, str]) -> dict[str, str]:
+def _artifacts(session_dir: Path, child_artifacts: Mapping[str, str]) -> dict[str, str]:
     found = {
         name: str(session_dir / fname)
         for name, fname in (

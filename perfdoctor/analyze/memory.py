@@ -227,7 +227,9 @@ def _summarize_device(
     raw = traces[device] if 0 <= device < len(traces) else []
     entries = [e for e in _list(raw) if isinstance(e, dict)]
     notes: list[str] = []
-    stats = data.get("memory_stats") if isinstance(data.get("memory_stats"), dict) else {}
+    stats = data.get("memory_stats")
+    if not isinstance(stats, dict):
+        stats = {}
     retries = stats.get("num_alloc_retries", data.get("num_alloc_retries"))
     ooms = sum(1 for e in entries if e.get("action") == "oom")
     ooms = max(ooms, _int(stats.get("num_ooms", data.get("num_ooms"))))

@@ -39,7 +39,7 @@ def build_pytree(py: Table) -> PyTree:
         parent = _parents_from_ids(py_id, py.col("py_parent"))
     else:
         parent = _parents_from_nesting(py, order)
-    child_time = np.zeros(n, dtype=np.float64)
+    child_time: np.ndarray = np.zeros(n, dtype=np.float64)
     has_parent = parent >= 0
     if n:
         child_time = np.bincount(parent[has_parent], weights=py.dur[has_parent], minlength=n)

@@ -84,7 +84,7 @@ def _user_roots(spec: RunSpec | None) -> tuple[str, ...]:
         return ()
     roots = [spec.cwd]
     scripts = [a for a in spec.target.argv if a.endswith(".py")]  # a launcher's script
-    name = spec.target.name if spec.target.kind == "script" else (scripts or [None])[0]
+    name = spec.target.name if spec.target.kind == "script" else next(iter(scripts), None)
     if name is not None and spec.target.kind != "module":
         script = Path(name)
         if not script.is_absolute():

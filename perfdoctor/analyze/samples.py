@@ -74,6 +74,12 @@ def _mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def _percent_frac(percents: Sequence[float]) -> float | None:
+    """The mean of percentages, as a fraction (None without a sample)."""
+    mean = _mean(percents)
+    return None if mean is None else mean / 100.0
+
+
 def summarize_samples(
     rows: Iterable[Mapping[str, Any]],
     window: tuple[float, float] | None,
@@ -125,7 +131,7 @@ def summarize_samples(
         window_s=window,
         gpu_samples=len(inside),
         cpu_samples=len(cpu),
-        gpu_util_mean_frac=_mean(util) / 100.0 if util else None,
+        gpu_util_mean_frac=_percent_frac(util),
         gpu_power_w_mean=_power_mean(inside),
         energy_j_per_step=_energy_per_step(gpu, window, steps_in_window),
         gpu_throttled_frac=(sum(1 for x in throttle if x & THROTTLE_MASK) / len(throttle))
@@ -136,7 +142,7 @@ def summarize_samples(
         gpu_mem_used_bytes_max=int(max(mem_used)) if mem_used else None,
         cpu_util_mean_frac=_mean(core_means),
         cpu_busy_cores=_mean(core_sums),
-        child_cpu_cores=_mean(child) / 100.0 if child else None,
+        child_cpu_cores=_percent_frac(child),
         rss_bytes_max=int(max(rss)) if rss else None,
         other_busy_cores=_mean(others_known),
         cpu_cores=max((len(c) for c in per_core), default=0) or None,

@@ -414,9 +414,10 @@ def _idle_split(
     trailing[-1] = True
     gap_start, gap_end, trailing = gap_start[keep], gap_end[keep], trailing[keep]
     gaps = gap_end - gap_start
-    first = np.searchsorted(starts, gap_end, side="left")
-    last = np.searchsorted(starts, gap_end, side="right")
-    op = np.minimum(first, starts.size - 1)
+    # asarray: numpy's stubs type searchsorted of an untyped array as a scalar.
+    first = np.asarray(np.searchsorted(starts, gap_end, side="left"))
+    last = np.asarray(np.searchsorted(starts, gap_end, side="right"))
+    op: np.ndarray = np.minimum(first, starts.size - 1)
     launched = launch_ts[op]
     # Several ops starting exactly at the gap's end (rare): the earliest launch decides.
     for k in np.flatnonzero((last - first > 1) & ~trailing).tolist():

@@ -47,8 +47,9 @@ def first_float_type(types: list[object]) -> str | None:
 def misaligned(dims: list[object], multiple: int = 8) -> bool:
     """Any tensor input whose last two dims are not all multiples of `multiple`."""
     for shape in dims:
-        is_tensor = isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape)
-        if is_tensor and any(d % multiple for d in shape[-2:]):
+        if not isinstance(shape, list) or not shape:
+            continue
+        if all(isinstance(d, int) for d in shape) and any(d % multiple for d in shape[-2:]):
             return True
     return False
 

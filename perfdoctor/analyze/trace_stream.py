@@ -18,6 +18,7 @@ A file smaller than one chunk is decoded in one go, exactly as a whole-file deco
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from pathlib import Path
@@ -80,7 +81,7 @@ class _Gunzip:
         return got
 
 
-def _open(path: Path) -> IO[bytes] | _Gunzip:
+def _open(path: Path) -> io.BufferedReader | _Gunzip:
     raw = path.open("rb")
     magic = raw.read(2)
     raw.seek(0)
@@ -103,7 +104,7 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _stream(fh: IO[bytes] | _Gunzip, sink: EventBuilder, chunk: int, name: str) -> None:
+def _stream(fh: io.BufferedReader | _Gunzip, sink: EventBuilder, chunk: int, name: str) -> None:
     # One buffer, reused: the data is buf[:n]. Reading into it (instead of allocating a block
     # per read and appending it) saves a copy and the page faults of fresh memory.
     buf = bytearray(2 * chunk)

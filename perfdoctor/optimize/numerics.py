@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import TypeGuard
 
 LossSeries = Sequence[float | None]
 
@@ -62,7 +63,7 @@ class NumericsCheck:
     non_finite_step: int | None = None
 
 
-def is_finite(value: float | None) -> bool:
+def is_finite(value: float | None) -> TypeGuard[float]:
     return value is not None and math.isfinite(value)
 
 
@@ -82,7 +83,7 @@ def reference_trajectory(runs: Sequence[LossSeries]) -> list[float | None]:
     length = max((len(r) for r in runs), default=0)
     reference: list[float | None] = []
     for index in range(length):
-        values = [r[index] for r in runs if index < len(r) and is_finite(r[index])]
+        values = [value for r in runs if index < len(r) and is_finite(value := r[index])]
         reference.append(statistics.median(values) if values else None)
     return reference
 

@@ -36,7 +36,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from perfdoctor.analyze import run_stats
 from perfdoctor.analyze.record import RunRecord
@@ -66,6 +66,11 @@ class GateLimits:
     @property
     def any(self) -> bool:
         return self.slower_pct is not None or self.more_memory_pct is not None
+
+
+class _RunCounts(TypedDict):
+    runs_a: int
+    runs_b: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def _band_text(check: GateCheck) -> str:
 
 def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
     runs_a, runs_b = len(usable(a)), len(usable(b))
-    counts = {"runs_a": runs_a, "runs_b": runs_b}
+    counts = _RunCounts(runs_a=runs_a, runs_b=runs_b)
     if not runs_a or not runs_b:
         side = "A" if not runs_a else "B"
         return GateCheck(
@@ -144,7 +149,7 @@ def _half_range(values: Sequence[int]) -> float:
 
 def check_peak_memory(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:
     peaks_a, peaks_b = _peaks(a), _peaks(b)
-    counts = {"runs_a": len(peaks_a), "runs_b": len(peaks_b)}
+    counts = _RunCounts(runs_a=len(peaks_a), runs_b=len(peaks_b))
     if not peaks_a or not peaks_b:
         side = "A" if not peaks_a else "B"
         return GateCheck(

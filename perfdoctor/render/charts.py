@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
@@ -31,7 +31,7 @@ MAX_POINTS = 1200  # per line, after min/max bucketing
 _LEGEND_LABEL_CHARS = 40
 _TICK_LABEL_CHARS = 24
 
-_RC = {
+_RC: dict[str, Any] = {
     "svg.fonttype": "none",
     "svg.hashsalt": "perfdoctor",  # stable element ids: the same report gives the same SVG
     "text.parse_math": False,  # `$` in a variant label is text, not mathtext
@@ -195,8 +195,9 @@ def _render(draw: Any, *args: Any, height: float = 3.0) -> str:
     import matplotlib
     from cycler import cycler
 
-    rc = {**_RC, "axes.prop_cycle": cycler(color=list(_PALETTE))}
-    with matplotlib.rc_context(rc):
+    rc: dict[str, Any] = {**_RC, "axes.prop_cycle": cycler(color=list(_PALETTE))}
+    # matplotlib's stubs key rc_context by a Literal of every rcParams name; ours are plain str.
+    with matplotlib.rc_context(cast(Any, rc)):
         fig = _figure(height)
         draw(fig, *args)
         return _to_svg(fig)
@@ -458,7 +459,9 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
     if from_snapshot:
         group = _group(series, "memory")
         for label, *_ in lines:
-            row = group.get(label) if isinstance(group.get(label), Mapping) else {}
+            row = group.get(label)
+            if not isinstance(row, Mapping):
+                row = {}
             xs, ys = _pairs(row.get("t_s"), row.get("reserved_bytes"))
             if xs:
                 reserved[label] = downsample(xs, ys)

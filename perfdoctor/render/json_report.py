@@ -73,7 +73,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, vars(model))
 
 
-def _read_dataclass(cls: type, data: Any, where: str) -> Any:
+def _read_dataclass(cls: Any, data: Any, where: str) -> Any:
     if not isinstance(data, Mapping):
         raise CorruptArtifact(f"report.json: {where} should be an object")
     hints = _hints(cls)

@@ -415,11 +415,17 @@ def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
         return memory  # a memory snapshot alone: no step to show
     loader = {True: "worker processes", False: "in-process (num_workers=0)"}
+    multiprocess = facts.get("dataloader_multiprocess")
     rows = [
         ("step time p50", fmt.ms(base.step_ms_p50)),
         ("step time p90", fmt.ms(base.step_ms_p90)),
         ("waiting for data", fmt.percent(base.data_wait_frac)),
-        ("DataLoader", loader.get(facts.get("dataloader_multiprocess"), fmt.MISSING)),  # type: ignore[arg-type]
+        (
+            "DataLoader",
+            loader.get(multiprocess, fmt.MISSING)
+            if isinstance(multiprocess, bool)
+            else fmt.MISSING,
+        ),
     ]
     busy = facts.get("gpu_busy_frac")
     if isinstance(busy, (int, float)):

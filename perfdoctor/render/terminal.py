@@ -141,6 +141,22 @@ def _headline_panel(report: Report) -> Panel:
     return Panel(Group(*parts), title="Diagnosis", title_align="left", box=box.ROUNDED)
 
 
+def _breakdown_table(parts: list[tuple[str, float, float]]) -> Table | Text:
+    if not parts:
+        return Text("step breakdown: not measured", style="dim")
+    table = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
+    )
+    table.add_column("part", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for part, value, share in parts:
+        bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
+        table.add_row(Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue"))
+    return table
+
+
 def _step_section(report: Report, side_by_side: bool) -> Table:
     figures = Table(
         box=box.SIMPLE_HEAD,
@@ -155,22 +171,7 @@ def _step_section(report: Report, side_by_side: bool) -> Table:
 
     if not summary.has_steps(report):
         return figures
-    parts = summary.breakdown_rows(report.baseline.breakdown_ms)
-    if parts:
-        breakdown: Table | Text = Table(
-            box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
-        )
-        breakdown.add_column("part", no_wrap=True)
-        breakdown.add_column("time", justify="right", no_wrap=True)
-        breakdown.add_column("share", justify="right", no_wrap=True)
-        breakdown.add_column("", no_wrap=True)
-        for part, value, share in parts:
-            bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
-            breakdown.add_row(
-                Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue")
-            )
-    else:
-        breakdown = Text("step breakdown: not measured", style="dim")
+    breakdown = _breakdown_table(summary.breakdown_rows(report.baseline.breakdown_ms))
     outer = Table.grid(padding=(0, 3))
     if side_by_side:
         outer.add_column()

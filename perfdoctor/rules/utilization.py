@@ -170,7 +170,7 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     precision = (
         f" Only {pct(tensor_cores)} of the kernel time runs on tensor cores: bf16 autocast "
         "(or TF32 for fp32 matmuls) moves GEMMs and convolutions onto them."
-        if few_tensor_cores
+        if few_tensor_cores and tensor_cores is not None
         else ""
     )
     return Finding(
