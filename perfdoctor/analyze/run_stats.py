@@ -151,9 +151,9 @@ def samples_per_step(steps: Sequence[StepRecord], default_batch: int | None = No
     """The median over the timed steps of batch x micro-batches; a step whose batch size was
     not seen counts `default_batch` (the training DataLoader's), None when neither is known."""
     sizes = [
-        (s.batch_size or default_batch) * max(1, s.micro_batches)
+        batch * max(1, s.micro_batches)
         for s in timed_steps(steps)
-        if s.batch_size or default_batch
+        if (batch := s.batch_size or default_batch)
     ]
     return float(statistics.median(sizes)) if sizes else None
 

@@ -421,18 +421,18 @@ def judge(
         return Judgement(rejected, comparable, nonfinite, None)
 
     speed = widened_estimate(judged_a, usable(judged_b))
-    speed_fields = {
-        "speedup": speed.speedup if speed else None,
-        "speedup_noise": speed.noise if speed else None,
-    }
+    result = replace(
+        result,
+        speedup=speed.speedup if speed else None,
+        speedup_noise=speed.noise if speed else None,
+    )
     category = tolerance if tolerance is not None else tolerance_for(())
     guard = numerics.check_losses(
         _losses_of_ok_runs(judged_a), _losses_of_usable_runs(judged_b), category
     )
     if comparable and not guard.ok:
         # The guard rejected B, exactly as compare_variant says: keep its verdict and reason.
-        rejected = replace(result, **speed_fields)
-        return Judgement(rejected, True, f"same workload; {guard.reason}", guard.loss_delta)
+        return Judgement(result, True, f"same workload; {guard.reason}", guard.loss_delta)
 
     if comparable:
         note = (
@@ -453,7 +453,7 @@ def judge(
     if result.low_confidence:
         # The same busy-machine note compare_variant gives: it must survive the new reason.
         reason += f"; low confidence: {result.low_confidence}"
-    judged = replace(result, verdict=verdict, reason=reason, **speed_fields)
+    judged = replace(result, verdict=verdict, reason=reason)
     if comparable:
         return Judgement(judged, guard.checked, note, guard.loss_delta)
     return Judgement(judged, False, note, info_delta)

@@ -167,7 +167,7 @@ def _banded_check(
     log_ratio: float,
     width: float,
     noise_assumed: bool,
-    counts: dict[str, int],
+    counts: _RunCounts,
 ) -> GateCheck:
     """A measured check: B against A as a log ratio (positive: B is worse), its band
     log_ratio ± width, and the outcome against the limit."""

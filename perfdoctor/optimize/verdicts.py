@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from perfdoctor.analyze.run_stats import (
     OK_STATUSES,
@@ -24,7 +25,7 @@ from perfdoctor.analyze.run_stats import (
     pooled_peak_memory,
     usable,
 )
-from perfdoctor.model import VariantResult
+from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_for
 from perfdoctor.optimize.estimate import BOOTSTRAP_SEED, SpeedEstimate, estimate_speedup
@@ -64,7 +65,7 @@ def memory_verdict(
     baseline_runs: Sequence[RunSample],
     variant_runs: Sequence[RunSample],
     speed: SpeedEstimate | None,
-) -> tuple[str, str]:
+) -> tuple[Verdict, str]:
     """Accepted when the peak (reserved where both sides measured it) drops enough."""
     use_reserved = (
         pooled_peak_memory(baseline_runs, True) is not None
@@ -83,7 +84,7 @@ def memory_verdict(
     return "rejected", f"{change}: less than {MIN_MEMORY_SAVING_FRAC:.0%} saved{speed_note}"
 
 
-def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
+def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[Verdict, str]:
     if speed is None:
         return "rejected", "no paired timing to compare"
     if speed.low > 1.0:
@@ -111,48 +112,40 @@ def compare_variant(
     ok_runs = usable(variant_runs)
     applied = next((r.applied for r in variant_runs if r.applied), ())
     figures, base = pool_figures(variant_runs), pool_figures(baseline_runs)
-    common = {
-        "label": name,
-        "optimizations": ids,
-        "baseline_step_ms_p50": base.step_ms_p50,
-        "pooled": (
-            f"{figures.pooled}; baseline {base.pooled}" if figures.steps and base.steps else ""
-        ),
-        "step_ms_p50": figures.step_ms_p50,
-        "step_ms_p90": figures.step_ms_p90,
-        "peak_memory_bytes": figures.peak_memory_bytes,
-        "throughput_samples_s": figures.throughput_samples_s,
-        "energy_j_per_step": figures.energy_j_per_step,
-        "applied": applied,
-        "run_dirs": tuple(r.run_dir for r in variant_runs),
-    }
+    # What every outcome reports; each return below fills in the verdict and its evidence.
+    result = VariantResult(
+        label=name,
+        optimizations=ids,
+        step_ms_p50=figures.step_ms_p50,
+        step_ms_p90=figures.step_ms_p90,
+        speedup=None,
+        speedup_noise=None,
+        peak_memory_bytes=figures.peak_memory_bytes,
+        loss_delta=None,
+        verdict="failed",
+        reason="",
+        throughput_samples_s=figures.throughput_samples_s,
+        energy_j_per_step=figures.energy_j_per_step,
+        applied=applied,
+        run_dirs=tuple(r.run_dir for r in variant_runs),
+        baseline_step_ms_p50=base.step_ms_p50,
+        pooled=f"{figures.pooled}; baseline {base.pooled}" if figures.steps and base.steps else "",
+    )
 
     broken = next((r for r in variant_runs if not r.usable), None)
     if not variant_runs or broken is not None:
         reason = broken.failure_line() if broken else "the variant never ran"
-        return VariantResult(
-            speedup=None,
-            speedup_noise=None,
-            loss_delta=None,
-            verdict="failed",
-            reason=reason,
-            **common,
-        )
+        return replace(result, reason=reason)
 
     speed = estimate_speedup(baseline_runs, ok_runs, seed=seed)
-    speed_fields = {
-        "speedup": speed.speedup if speed else None,
-        "speedup_noise": speed.noise if speed else None,
-    }
+    result = replace(
+        result,
+        speedup=speed.speedup if speed else None,
+        speedup_noise=speed.noise if speed else None,
+    )
     missing = not_applied_reason(ok_runs, ids)
     if missing is not None:
-        return VariantResult(
-            loss_delta=None,
-            verdict="rejected",
-            reason=f"not applied: {missing}",
-            **speed_fields,
-            **common,
-        )
+        return replace(result, verdict="rejected", reason=f"not applied: {missing}")
 
     guard = numerics.check_losses(
         [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
@@ -160,15 +153,10 @@ def compare_variant(
         category_tolerance,
     )
     if not guard.ok:
-        return VariantResult(
-            loss_delta=guard.loss_delta,
-            verdict="rejected",
-            reason=guard.reason,
-            **speed_fields,
-            **common,
-        )
+        return replace(result, loss_delta=guard.loss_delta, verdict="rejected", reason=guard.reason)
 
     extra = "" if guard.checked else f" ({guard.reason})"
+    verdict: Verdict
     if _goal(ids) == "memory":
         verdict, reason = memory_verdict(baseline_runs, ok_runs, speed)
         reason += extra
@@ -181,13 +169,12 @@ def compare_variant(
     if low_confidence:
         reason += f"; low confidence: {low_confidence}"
     log.debug("variant %s: %s (%s)", name, verdict, reason)
-    return VariantResult(
+    return replace(
+        result,
         loss_delta=guard.loss_delta,
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         reason=reason,
         low_confidence=low_confidence,
-        **speed_fields,
-        **common,
     )
 
 
