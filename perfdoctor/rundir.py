@@ -238,6 +238,7 @@ def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
         applied=tuple(AppliedOptimization(**a) for a in data.get("applied", ())),
         warnings=tuple(data.get("warnings", ())),
         error=data.get("error"),
+        schema_version=data.get("schema_version"),
     )
 
 
