@@ -16,6 +16,7 @@ No torch here: both sides import this module.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Union
 
 import msgspec
@@ -327,14 +328,14 @@ class NoteSample(_Sample, tag="note"):
 
 class CpuSample(_Sample, tag="cpu"):
     cpu_percent: list[int | float] | None = None  # per core, machine-wide
-    rss_bytes: int | None = None  # the child process alone
+    rss_bytes: int | float | None = None  # the child process alone
     child_cpu_percent: int | float | None = None  # the child alone (100 = one core)
     workers: int | None = None  # its descendant processes (DataLoader workers, ranks)
-    workers_rss_bytes: int | None = None
+    workers_rss_bytes: int | float | None = None
     workers_cpu_percent: int | float | None = None
     # Runs recorded before the ranks counted among `workers`.
     ranks: int | None = None
-    ranks_rss_bytes: int | None = None
+    ranks_rss_bytes: int | float | None = None
     ranks_cpu_percent: int | float | None = None
 
 
@@ -342,14 +343,14 @@ class GpuSample(_Sample, tag="gpu"):
     index: int  # the CUDA ordinal the child sees
     util_gpu: int | float | None = None  # percent
     util_mem: int | float | None = None
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
+    mem_used_bytes: int | float | None = None
+    mem_total_bytes: int | float | None = None
     sm_clock_mhz: int | float | None = None
     mem_clock_mhz: int | float | None = None
     power_w: int | float | None = None
     temp_c: int | float | None = None
-    energy_mj: int | None = None  # since the driver loaded
-    throttle_reasons: int | None = None  # clocks-event bitmask
+    energy_mj: int | float | None = None  # since the driver loaded
+    throttle_reasons: int | float | None = None  # clocks-event bitmask
     pcie_tx_kbs: int | float | None = None
     pcie_rx_kbs: int | float | None = None
     gpm_sm_active: int | float | None = None  # 0..1
@@ -428,6 +429,19 @@ def check_sample(data: Any) -> None:
         _convert(data, SampleRow)
 
 
+def decode_json_line(line: bytes) -> Any:
+    """One JSONL line, untyped. Python's own NaN/Infinity literals (runs written with
+    json.dumps before the rows went through these schemas) are read too; msgspec.DecodeError
+    for a torn line."""
+    try:
+        return msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise msgspec.DecodeError(f"not JSON: {line[:80]!r}") from None
+
+
 def decode_step_line(line: bytes) -> StepRecord:
     """One steps.jsonl line. msgspec.DecodeError for a torn line; SchemaMismatch for a line
     that is JSON but not a step."""
@@ -435,6 +449,8 @@ def decode_step_line(line: bytes) -> StepRecord:
         return msgspec.json.decode(line, type=StepRecord)
     except msgspec.ValidationError as err:
         raise SchemaMismatch(str(err)) from err
+    except msgspec.DecodeError:
+        return _convert(decode_json_line(line), StepRecord)
 
 
 def _convert(data: Any, kind: Any) -> Any:

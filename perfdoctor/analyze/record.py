@@ -37,7 +37,7 @@ class RankRecord:
     manifest: RunManifest | None
     observations: dict[str, Any]
     steps: tuple[StepRecord, ...]
-    observed: Observations = Observations()  # `observations`, typed
+    observed: Observations = field(default_factory=Observations)  # `observations`, typed
 
     @property
     def timed_steps(self) -> tuple[StepRecord, ...]:
@@ -60,7 +60,7 @@ class RunRecord:
     ranks: tuple[RankRecord, ...] = ()  # ranks 1..N-1 of a --nproc-per-node run; rank 0 is this
     # `observations` decoded through run_schema.Observations: what the analysis reads. The raw
     # dict stays for the settings the reports show as the child wrote them.
-    observed: Observations = Observations()
+    observed: Observations = field(default_factory=Observations)
 
     @property
     def ranks_launched(self) -> int:
@@ -82,12 +82,9 @@ def _load_json(path: Path, parse: Any) -> Any:
 
 
 def _version_line(version: int | None) -> str:
-    found = (
-        f"schema version {version}"
-        if version is not None
-        else f"no schema version (perfdoctor before run-directory schema {run_schema.RUN_SCHEMA_VERSION})"
-    )
-    return f"written with {found}; this perfdoctor reads schema version {run_schema.RUN_SCHEMA_VERSION}"
+    expected = run_schema.RUN_SCHEMA_VERSION
+    found = f"schema version {version}" if version is not None else "no schema version (before 2)"
+    return f"written with {found}; this perfdoctor reads schema version {expected}"
 
 
 def _mismatch(path: Path, err: Exception, version: int | None) -> CorruptArtifact:
@@ -136,7 +133,7 @@ def _rows(path: Path, check: Any, version: int | None) -> list[dict[str, Any]]:
     rows = []
     for line in _lines(path):
         try:
-            row = msgspec.json.decode(line)
+            row = run_schema.decode_json_line(line)
         except msgspec.DecodeError:
             continue
         if not isinstance(row, dict):
@@ -225,9 +222,7 @@ def load_run(child_dir: Path) -> RunRecord:
         progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE, run_schema.progress_row, version)),
         trace_files=trace_files,
         notes=tuple(notes),
-        ranks=tuple(
-            _load_rank(rank, path, version) for rank, path in rundir.rank_dirs(child_dir)
-        ),
+        ranks=tuple(_load_rank(rank, path, version) for rank, path in rundir.rank_dirs(child_dir)),
     )
 
 
