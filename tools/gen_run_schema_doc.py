@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfdoctor.run_schema_doc import replace_section, schema_tables  # noqa: E402
+from perfdoctor.run_schema_doc import replace_section, schema_tables
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "run-directory.md"
 
