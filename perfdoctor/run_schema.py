@@ -261,22 +261,22 @@ class Observations(_Record):
     """observations.json: what the child saw of the script. Every key is optional (None =
     absent = not observed); keys not listed here are kept in the raw file and ignored."""
 
-    step_detection: str | None = None
-    step_detection_note: str | None = None
-    steps_seen: int | None = None
-    plan: PlanInfo | None = None
-    plan_complete: bool | None = None
+    step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
+    step_detection_note: str | None = None  # why a fallback signal was chosen
+    steps_seen: int | None = None  # steps with a row in steps.jsonl
+    plan: PlanInfo | None = None  # the step plan the child ran
+    plan_complete: bool | None = None  # every planned step ran
     stopped_by_perfdoctor: bool | None = None
-    exit_code: int | None = None
-    seed: int | None = None
-    seeded: list[str] | None = None
-    versions: dict[str, str | None] | None = None
+    exit_code: int | None = None  # the child's
+    seed: int | None = None  # None: --no-seed
+    seeded: list[str] | None = None  # ["random", "torch", "numpy"]
+    versions: dict[str, str | None] | None = None  # python, torch, cuda, perfdoctor
     torch: TorchSettings | None = None
     cpu: CpuInfo | None = None
     device: ObservedDevice | None = None
     dataloaders: list[DataLoaderInfo] | None = None
     optimizers: list[OptimizerInfo] | None = None
-    roots: list[RootModuleInfo] | None = None
+    roots: list[RootModuleInfo] | None = None  # the modules whose forward the script calls
     autocast: AutocastInfo | None = None
     zero_grad: ZeroGradInfo | None = None
     forwards: ForwardsInfo | None = None
@@ -286,15 +286,15 @@ class Observations(_Record):
     inputs: InputsInfo | None = None
     cuda_memory: CudaMemoryInfo | None = None
     memory_history: MemoryHistoryInfo | None = None
-    process: ProcessInfo | None = None
+    process: ProcessInfo | None = None  # a training sub-process's record only
     host_sync_calls: HostSyncCalls | None = None
     locations: dict[str, list[SourceLine]] | None = None  # by fact_catalog.LOCATION_TOPICS
-    applied: list[AppliedRow] | None = None
-    warnings: list[str] | None = None
+    applied: list[AppliedRow] | None = None  # what each runtime applier did
+    warnings: list[str] | None = None  # one line each, for the report
     error: str | None = None  # "Type: message"
     error_type: str | None = None
-    launch_error: str | None = None
-    nonfinite_losses: int | None = None
+    launch_error: str | None = None  # "module not found: x", "syntax error: ..."
+    nonfinite_losses: int | None = None  # steps whose loss was NaN/inf
 
 
 # --------------------------------------------------------------------------- progress.jsonl
@@ -303,9 +303,9 @@ class Observations(_Record):
 class ProgressRow(_Record):
     """progress.jsonl: one line per step for the live display; `t` on the samples' clock."""
 
-    step: int
+    step: int  # StepRecord.index
     phase: str
-    t: float
+    t: float  # when the step ended, seconds on the samples' clock
     wall_ms: float | None = None
 
 

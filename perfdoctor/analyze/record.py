@@ -116,15 +116,12 @@ def _lines(path: Path) -> list[bytes]:
 
 def _load_steps(run: Path, version: int | None) -> tuple[StepRecord, ...]:
     path = run / rundir.STEPS_FILE
-    steps = []
-    for line in _lines(path):
-        try:
-            steps.append(run_schema.decode_step_line(line))
-        except run_schema.SchemaMismatch as err:
-            raise _mismatch(path, err, version) from err
-        except msgspec.DecodeError:
-            continue  # a torn line: the writer was killed mid-write
-    return tuple(steps)
+    try:
+        return tuple(rundir.load_steps(run))
+    except run_schema.SchemaMismatch as err:
+        raise _mismatch(path, err, version) from err
+    except OSError as err:
+        raise CorruptArtifact(f"cannot read {path}: {err}") from err
 
 
 def _rows(path: Path, check: Any, version: int | None) -> list[dict[str, Any]]:
