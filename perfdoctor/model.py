@@ -121,6 +121,8 @@ class RunManifest:
     applied: tuple[AppliedOptimization, ...] = ()
     warnings: tuple[str, ...] = ()
     error: str | None = None  # one line: exception type and message of the script's crash
+    # run_schema.RUN_SCHEMA_VERSION of the perfdoctor that wrote the run; None before 2.
+    schema_version: int | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from perfdoctor.model import (
     AppliedOptimization,
     DeviceInfo,
@@ -45,6 +47,7 @@ from perfdoctor.model import (
     StepRecord,
     Target,
 )
+from perfdoctor.run_schema import decode_step_line
 
 SCHEMA_VERSION = 1
 
@@ -238,6 +241,7 @@ def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
         applied=tuple(AppliedOptimization(**a) for a in data.get("applied", ())),
         warnings=tuple(data.get("warnings", ())),
         error=data.get("error"),
+        schema_version=data.get("schema_version"),
     )
 
 
@@ -251,4 +255,17 @@ def step_from_dict(data: dict[str, Any]) -> StepRecord:
 
 
 def load_steps(run_dir: Path) -> list[StepRecord]:
-    return [step_from_dict(row) for row in read_jsonl(run_dir / STEPS_FILE)]
+    """steps.jsonl through its schema (run_schema.decode_step_line); a torn line (the writer
+    was killed) is skipped, a row of the wrong type raises run_schema.SchemaMismatch."""
+    path = run_dir / STEPS_FILE
+    if not path.is_file():
+        return []
+    steps = []
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            steps.append(decode_step_line(line))
+        except msgspec.DecodeError:
+            continue
+    return steps

@@ -30,6 +30,17 @@ from perfdoctor.analyze.run_stats import breakdown_ms
 from perfdoctor.analyze.samples import SamplesSummary
 from perfdoctor.analyze.trace_gpu import GpuSummary
 from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
+from perfdoctor.run_schema import (
+    CpuInfo,
+    CudaMemoryInfo,
+    DataLoaderInfo,
+    ForwardsInfo,
+    Observations,
+    ObservedDevice,
+    SourceLine,
+    TorchSettings,
+    observations,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +67,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values: dict[str, Any] = {}
     values.update(_device_facts(record))
     values.update(_step_facts(record))
-    values.update(_observation_facts(record.observations))
+    values.update(_observation_facts(_observed(record)))
     values.update(_memory_facts(record, values.get("device_total_memory_bytes")))
     values.update(_sample_facts(samples if samples is not None else _samples_summary(record)))
     values.update(_trace_facts(record))
@@ -82,12 +93,10 @@ def _plain(value: Any) -> Scalar:
     return value
 
 
-def _get(mapping: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(mapping, Mapping):
-            return None
-        mapping = mapping.get(key)
-    return mapping
+def _observed(record: Any) -> Observations:
+    """The record's typed observations (a record built without them has none)."""
+    found = getattr(record, "observed", None)
+    return found if isinstance(found, Observations) else Observations()
 
 
 def _numbers(values: Iterable[Any]) -> list[float]:
@@ -96,14 +105,6 @@ def _numbers(values: Iterable[Any]) -> list[float]:
         for v in values
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ]
-
-
-def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = mapping.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
 
 
 # Growth must show in every one of this many consecutive parts of the timed window.
@@ -160,26 +161,29 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     return slope, rise / scatter
 
 
-def _training_dataloader(obs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The DataLoader that fed the most batches (an eval loader feeds fewer)."""
-    loaders = [d for d in obs.get("dataloaders") or [] if isinstance(d, dict)]
+def _training_loader_index(obs: Observations) -> int | None:
+    """Index of the DataLoader that fed the most batches (an eval loader feeds fewer); the
+    first of those that fed as many."""
+    loaders = obs.dataloaders or []
     if not loaders:
         return None
-    return max(loaders, key=lambda d: d.get("batches") or 0)
+    return max(range(len(loaders)), key=lambda i: loaders[i].batches or 0)
 
 
-def _location(data: Any, **extra: Any) -> SourceLocation | None:
-    if not isinstance(data, Mapping) or not data.get("file"):
+def _training_dataloader(obs: Observations) -> DataLoaderInfo | None:
+    index = _training_loader_index(obs)
+    return None if index is None else (obs.dataloaders or [])[index]
+
+
+def _location(data: SourceLine | None, call: str | None = None) -> SourceLocation | None:
+    if data is None or not data.file:
         return None
-    line = data.get("line")
-    count = data.get("count")
     return SourceLocation(
-        file=str(data["file"]),
-        line=int(line) if isinstance(line, int) else 0,
-        function=str(data.get("function") or ""),
-        count=int(count) if isinstance(count, int) else extra.get("count"),
-        share=extra.get("share"),
-        call=str(extra["call"]) if extra.get("call") else None,
+        file=data.file,
+        line=data.line if data.line is not None else 0,
+        function=data.function or "",
+        count=data.count,
+        call=call or None,
     )
 
 
@@ -187,12 +191,12 @@ def _location(data: Any, **extra: Any) -> SourceLocation | None:
 
 
 def _device_facts(record: RunRecord) -> dict[str, Scalar]:
-    obs = record.observations
+    obs = _observed(record)
     device = record.manifest.device if record.manifest else None
-    obs_dev = obs.get("device") if isinstance(obs.get("device"), dict) else {}
+    obs_dev = obs.device or ObservedDevice()
     props = record.trace.device_properties if record.trace else ()
-    kind = device.kind if device else obs_dev.get("kind")
-    cc: Any = device.compute_capability if device else obs_dev.get("compute_capability")
+    kind = device.kind if device else obs_dev.kind
+    cc: Any = device.compute_capability if device else obs_dev.compute_capability
     if cc is None and props:
         major, minor = props[0].get("computeMajor"), props[0].get("computeMinor")
         if isinstance(major, int):
@@ -202,21 +206,19 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
     except (TypeError, ValueError):
         capability = None
     total = device.total_memory_bytes if device else None
-    total = total or obs_dev.get("total_memory_bytes") or _get(obs, "cuda_memory", "total_bytes")
+    total = total or obs_dev.total_memory_bytes or (obs.cuda_memory or CudaMemoryInfo()).total_bytes
     if total is None and props and isinstance(props[0].get("totalGlobalMem"), int):
         total = props[0]["totalGlobalMem"]
-    cpu = obs.get("cpu") if isinstance(obs.get("cpu"), dict) else {}
+    cpu = obs.cpu or CpuInfo()
     detection = record.manifest.step_detection if record.manifest else None
     return {
         "device_is_cuda": None if kind is None else kind == "cuda",
-        "device_count": (device.count if device else obs_dev.get("count")),
+        "device_count": (device.count if device else obs_dev.count),
         "gpu_compute_capability": capability,
         "device_total_memory_bytes": total,
-        "cpu_cores_logical": cpu.get("logical_cores")
-        or (device.cpu_cores_logical if device else None),
-        "cpu_cores_physical": cpu.get("physical_cores")
-        or (device.cpu_cores_physical if device else None),
-        "step_detection": detection or obs.get("step_detection"),
+        "cpu_cores_logical": cpu.logical_cores or (device.cpu_cores_logical if device else None),
+        "cpu_cores_physical": cpu.physical_cores or (device.cpu_cores_physical if device else None),
+        "step_detection": detection or obs.step_detection,
     }
 
 
@@ -234,9 +236,9 @@ def batch_size(record: RunRecord) -> int | None:
     sizes = [s.batch_size for s in record.timed_steps if s.batch_size]
     if sizes:
         return int(np.median(sizes))
-    loader = _training_dataloader(record.observations)
-    size = loader.get("batch_size") if loader else None
-    return size if isinstance(size, int) and size > 0 else None
+    loader = _training_dataloader(_observed(record))
+    size = loader.batch_size if loader else None
+    return size if size is not None and size > 0 else None
 
 
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
@@ -322,13 +324,11 @@ def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
 def _rank_nodes(record: RunRecord) -> dict[int, int]:
     """rank -> node rank, from each process's record (collect/process_tree.py), where known."""
 
-    def node(obs: Mapping[str, Any]) -> int | None:
-        process = obs.get("process")
-        value = process.get("node_rank") if isinstance(process, Mapping) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    def node(obs: Observations) -> int | None:
+        return obs.process.node_rank if obs.process is not None else None
 
-    found = {0: node(record.observations)}
-    found.update({r.rank: node(r.observations) for r in record.ranks})
+    found = {0: node(_observed(record))}
+    found.update({r.rank: node(_observed(r)) for r in record.ranks})
     return {rank: n for rank, n in found.items() if n is not None}
 
 
@@ -405,8 +405,8 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
         "device_is_cuda": is_cuda,
         "device_count": len(props) if props else (1 if on_gpu else None),
         "gpu_compute_capability": float(cc) if cc else None,
-        "device_total_memory_bytes": device.total_memory_bytes if on_gpu else None,
-        "gpu_name": device.name if on_gpu and props else None,
+        "device_total_memory_bytes": device.total_memory_bytes if device and on_gpu else None,
+        "gpu_name": device.name if device and on_gpu and props else None,
         "gpu_vendor": getattr(record, "gpu_vendor", None),
         "step_detection": "profiler_step" if record.timed_steps else None,
         "step_timing_source": "profiled_steps" if record.timed_steps else None,
@@ -465,69 +465,73 @@ def _trace_rank_facts(summaries: Sequence[Any]) -> dict[str, Scalar]:
 # --------------------------------------------------------------------------- observations
 
 
-def _observation_facts(obs: Mapping[str, Any]) -> dict[str, Scalar]:
-    loaders = [d for d in obs.get("dataloaders") or [] if isinstance(d, dict)]
-    loader = _training_dataloader(obs) or {}
-    optimizers = [o for o in obs.get("optimizers") or [] if isinstance(o, dict)]
-    opt = optimizers[0] if optimizers else {}
-    roots = [r for r in obs.get("roots") or [] if isinstance(r, dict)]
-    root_calls = _get(obs, "forwards", "root_calls")
-    without_bwd = _get(obs, "forwards", "grad_without_backward")
+def _observation_facts(obs: Observations) -> dict[str, Scalar]:
+    loaders = obs.dataloaders or []
+    loader = _training_dataloader(obs) or DataLoaderInfo()
+    optimizers = obs.optimizers or []
+    opt = optimizers[0] if optimizers else None
+    roots = obs.roots or []
+    torch = obs.torch or TorchSettings()
+    forwards = obs.forwards or ForwardsInfo()
+    profiler, autocast, dist = obs.profiler, obs.autocast, obs.dist
+    root_calls = forwards.root_calls
+    without_bwd = forwards.grad_without_backward
 
-    def any_root(key: str) -> bool | None:
-        flags = [r.get(key) for r in roots if isinstance(r.get(key), bool)]
-        return any(flags) if flags else None
+    def any_root(flags: list[bool | None]) -> bool | None:
+        known = [f for f in flags if f is not None]
+        return any(known) if known else None
 
-    def sum_roots(*keys: str) -> int | None:
-        total = None
-        for r in roots:
-            for key in keys:
-                if isinstance(r.get(key), int):
-                    total = (total or 0) + r[key]
-                    break
-        return total
+    def sum_roots(counts: list[int | None]) -> int | None:
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
 
-    conv_roots = [r for r in roots if (r.get("conv_count") or 0) > 0]
-    channels_last = [r.get("channels_last") for r in conv_roots or roots]
+    conv_roots = [r for r in roots if (r.conv_count or 0) > 0]
+    channels_last = [r.channels_last for r in conv_roots or roots]
     return {
-        "dataloader_count": len(loaders) if "dataloaders" in obs else None,
-        "dataloader_num_workers": loader.get("num_workers"),
-        "dataloader_pin_memory": loader.get("pin_memory"),
-        "dataloader_prefetch_factor": loader.get("prefetch_factor"),
-        "dataloader_persistent_workers": loader.get("persistent_workers"),
-        "dataloader_is_iterable": loader.get("iterable"),
-        "torch_num_threads": _get(obs, "torch", "num_threads"),
-        "anomaly_detection_enabled": _get(obs, "torch", "anomaly_enabled"),
-        "user_profiler_active": _get(obs, "profiler", "user_profiler"),
-        "emit_nvtx_enabled": _get(obs, "profiler", "emit_nvtx"),
+        "dataloader_count": len(loaders) if obs.dataloaders is not None else None,
+        "dataloader_num_workers": loader.num_workers,
+        "dataloader_pin_memory": loader.pin_memory,
+        "dataloader_prefetch_factor": loader.prefetch_factor,
+        "dataloader_persistent_workers": loader.persistent_workers,
+        "dataloader_is_iterable": loader.iterable,
+        "torch_num_threads": torch.num_threads,
+        "anomaly_detection_enabled": torch.anomaly_enabled,
+        "user_profiler_active": profiler.user_profiler if profiler else None,
+        "emit_nvtx_enabled": profiler.emit_nvtx if profiler else None,
         "grad_forwards_without_backward": without_bwd,
         "grad_forwards_without_backward_frac": without_bwd / root_calls
-        if isinstance(without_bwd, int) and isinstance(root_calls, int) and root_calls > 0
+        if without_bwd is not None and root_calls
         else None,
-        "cudnn_benchmark": _get(obs, "torch", "cudnn_benchmark"),
-        "cudnn_deterministic": _get(obs, "torch", "cudnn_deterministic"),
-        "deterministic_algorithms": _get(obs, "torch", "deterministic_algorithms"),
-        "tf32_matmul_enabled": _get(obs, "torch", "tf32_matmul"),
-        "autocast_used": _get(obs, "autocast", "used"),
-        "autocast_dtype": _get(obs, "autocast", "dtype"),
-        "grad_scaler_used": _get(obs, "autocast", "grad_scaler"),
-        "optimizer_class": opt.get("class"),
-        "optimizer_count": len(optimizers) if "optimizers" in obs else None,
-        "optimizer_impl": opt.get("impl"),
-        "zero_grad_set_to_none": _get(obs, "zero_grad", "set_to_none"),
-        "model_param_count": sum_roots("trainable_param_count", "param_count"),
-        "model_conv_count": sum_roots("conv_count"),
+        "cudnn_benchmark": torch.cudnn_benchmark,
+        "cudnn_deterministic": torch.cudnn_deterministic,
+        "deterministic_algorithms": torch.deterministic_algorithms,
+        "tf32_matmul_enabled": torch.tf32_matmul,
+        "autocast_used": autocast.used if autocast else None,
+        "autocast_dtype": autocast.dtype if autocast else None,
+        "grad_scaler_used": autocast.grad_scaler if autocast else None,
+        "optimizer_class": opt.class_name if opt else None,
+        "optimizer_count": len(optimizers) if obs.optimizers is not None else None,
+        "optimizer_impl": opt.impl if opt else None,
+        "zero_grad_set_to_none": obs.zero_grad.set_to_none if obs.zero_grad else None,
+        # Trainable parameters where the child counted them, else all of them.
+        "model_param_count": sum_roots(
+            [
+                r.trainable_param_count if r.trainable_param_count is not None else r.param_count
+                for r in roots
+            ]
+        ),
+        "model_conv_count": sum_roots([r.conv_count for r in roots]),
         "model_channels_last": all(channels_last)
-        if channels_last and all(isinstance(c, bool) for c in channels_last)
+        if channels_last and all(c is not None for c in channels_last)
         else None,
-        "model_compiled": any_root("compiled"),
-        "conv_bias_before_bn_count": sum_roots("conv_bias_before_bn"),
-        "uses_data_parallel": any_root("data_parallel"),
-        "uses_ddp": any_root("ddp"),
-        "dist_backend": _get(obs, "dist", "backend"),
-        "world_size": _get(obs, "dist", "world_size"),
-        "recompile_count": _get(obs, "compile", "recompiles"),
-        "input_shape_changes": _get(obs, "inputs", "distinct_shapes_after_warmup"),
+        "model_compiled": any_root([r.compiled for r in roots]),
+        "conv_bias_before_bn_count": sum_roots([r.conv_bias_before_bn for r in roots]),
+        "uses_data_parallel": any_root([r.data_parallel for r in roots]),
+        "uses_ddp": any_root([r.ddp for r in roots]),
+        "dist_backend": dist.backend if dist else None,
+        "world_size": dist.world_size if dist else None,
+        "recompile_count": obs.compile.recompiles if obs.compile else None,
+        "input_shape_changes": obs.inputs.distinct_shapes_after_warmup if obs.inputs else None,
     }
 
 
@@ -536,8 +540,8 @@ def _observation_facts(obs: Mapping[str, Any]) -> dict[str, Scalar]:
 
 def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
     mem = record.memory
-    obs_mem = record.observations.get("cuda_memory")
-    obs_mem = obs_mem if isinstance(obs_mem, dict) else {}
+    obs = _observed(record)
+    obs_mem = obs.cuda_memory or CudaMemoryInfo()
     step_peak = run_stats.step_cuda_peak(record.steps)
     total = device_total if isinstance(device_total, int) else None
     out: dict[str, Scalar] = dict.fromkeys(SNAPSHOT_FACTS)
@@ -546,22 +550,20 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
     # The snapshot covers the profiled window only; the child's max_memory_allocated covers
     # the whole run, so the larger of the two is the peak.
     peak = run_stats.cuda_peak_bytes(
-        out["peak_allocated_bytes"], obs_mem.get("max_allocated_bytes"), step_peak
+        out["peak_allocated_bytes"], obs_mem.max_allocated_bytes, step_peak
     )
-    reserved = run_stats.cuda_peak_bytes(
-        out["peak_reserved_bytes"], obs_mem.get("max_reserved_bytes")
-    )
+    reserved = run_stats.cuda_peak_bytes(out["peak_reserved_bytes"], obs_mem.max_reserved_bytes)
     # torch.cuda.memory_stats() over the whole run, as the child read it at the end.
-    stat_retries = _first_int(obs_mem, "alloc_retries", "num_alloc_retries")
-    stat_ooms = _first_int(obs_mem, "ooms", "num_ooms")
+    stat_retries = _first_known(obs_mem.alloc_retries, obs_mem.num_alloc_retries)
+    stat_ooms = _first_known(obs_mem.ooms, obs_mem.num_ooms)
     retries = mem.alloc_retries if mem and mem.alloc_retries is not None else stat_retries
     ooms = mem.oom_events if mem else None
     if stat_ooms is not None:
         ooms = max(ooms or 0, stat_ooms)
-    history = record.observations.get("memory_history")
+    history = obs.memory_history
     truncated = mem.history_truncated if mem else None
-    if isinstance(history, dict) and isinstance(history.get("truncated"), bool):
-        truncated = bool(truncated) or history["truncated"]
+    if history is not None and history.truncated is not None:
+        truncated = bool(truncated) or history.truncated
     out.update(
         {
             "peak_allocated_bytes": peak,
@@ -573,6 +575,10 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
         }
     )
     return out
+
+
+def _first_known(*values: int | None) -> int | None:
+    return next((v for v in values if v is not None), None)
 
 
 # --------------------------------------------------------------------------- samples
@@ -669,42 +675,30 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
 
 def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
     """Source lines by topic (fact_catalog.LOCATION_TOPICS), biggest share first."""
-    obs = record.observations
+    obs = _observed(record)
     out: dict[str, tuple[SourceLocation, ...]] = {}
     if record.trace is not None:
         out.update(record.trace.locations)
-    grad = [_location(x) for x in _get(obs, "forwards", "locations") or []]
-    loaders = [
-        _location(d.get("location")) for d in obs.get("dataloaders") or [] if isinstance(d, dict)
-    ]
-    opts = [
-        _location(o.get("location")) for o in obs.get("optimizers") or [] if isinstance(o, dict)
-    ]
+    grad = [_location(x) for x in (obs.forwards.locations if obs.forwards else None) or []]
+    loaders = [_location(d.location) for d in obs.dataloaders or []]
+    opts = [_location(o.location) for o in obs.optimizers or []]
     found: list[tuple[str, list[SourceLocation | None]]] = [
         ("grad_without_backward", grad),
         ("dataloader_construct", loaders),
         ("optimizer_construct", opts),
     ]
     # Any other topic the child located itself (debug_mode, conv_bias_before_bn, ...).
-    extra = obs.get("locations")
-    if isinstance(extra, Mapping):
-        for topic, locs in extra.items():
-            if isinstance(locs, list):
-                found.append((str(topic), [_location(x) for x in locs]))
+    for topic, lines in (obs.locations or {}).items():
+        found.append((topic, [_location(x) for x in lines]))
     for topic, locs in found:
         kept = tuple(x for x in locs if x is not None)
         if kept:
             out[topic] = merge_locations(out.get(topic, ()), kept, top=10)
     # Host syncs the child saw at the call: exact lines, so they go before the trace's
     # function-level ones.
-    sync_calls = obs.get("host_sync_calls")
-    sites = sync_calls.get("sites") if isinstance(sync_calls, Mapping) else None
+    sites = obs.host_sync_calls.sites if obs.host_sync_calls else None
     exact = tuple(
-        loc
-        for loc in (
-            _location(site, call=site.get("call")) for site in sites or [] if isinstance(site, dict)
-        )
-        if loc is not None
+        loc for loc in (_location(site, call=site.call) for site in sites or []) if loc is not None
     )
     if exact:
         # A trace location in a function that has exact lines only repeats it less precisely.
@@ -721,17 +715,20 @@ def _locations(record: RunRecord) -> dict[str, tuple[SourceLocation, ...]]:
     return out
 
 
-def profiler_window_missed(obs: Mapping[str, Any]) -> str | None:
+def profiler_window_missed(obs: Observations | Mapping[str, Any]) -> str | None:
     """Why a run that asked for a profiler trace has none, when the script simply ended
-    before the profiled steps (the plan puts them after the warm-up and timed steps)."""
-    profiler, plan = obs.get("profiler"), obs.get("plan")
-    if not isinstance(profiler, Mapping) or not isinstance(plan, Mapping):
+    before the profiled steps (the plan puts them after the warm-up and timed steps).
+    `obs`: RunRecord.observed, or observations.json as decoded JSON."""
+    if not isinstance(obs, Observations):
+        obs = observations(obs)
+    profiler, plan = obs.profiler, obs.plan
+    if profiler is None or plan is None:
         return None
-    if not profiler.get("requested") or profiler.get("started") or profiler.get("user_profiler"):
+    if not profiler.requested or profiler.started or profiler.user_profiler:
         return None
-    seen, profiled = obs.get("steps_seen"), plan.get("profiled_steps")
-    parts = [plan.get(k) for k in ("warmup_steps", "timed_steps", "profiler_warmup_steps")]
-    if not isinstance(seen, int) or not profiled or not all(isinstance(p, int) for p in parts):
+    seen, profiled = obs.steps_seen, plan.profiled_steps
+    parts = [plan.warmup_steps, plan.timed_steps, plan.profiler_warmup_steps]
+    if seen is None or not profiled or not all(p is not None for p in parts):
         return None
     start = sum(parts)  # type: ignore[arg-type]
     if seen > start:
@@ -744,23 +741,27 @@ def profiler_window_missed(obs: Mapping[str, Any]) -> str | None:
 
 
 def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, Any]:
-    obs = record.observations
-    warnings: list[str] = [str(w) for w in obs.get("warnings") or []]
+    # The settings sections are shown as the child wrote them (every key, nulls included),
+    # so they come from the raw observations; which loader trained comes from the typed ones.
+    raw = record.observations
+    obs = _observed(record)
+    warnings: list[str] = list(obs.warnings or [])
     if record.manifest:
         warnings.extend(record.manifest.warnings)
     warnings.extend(record.notes)
     if samples is not None:
         warnings.extend(samples.notes)
+    loader = _training_loader_index(obs)
     settings: dict[str, Any] = {
-        "dataloader": _training_dataloader(obs),
-        "dataloaders": list(obs.get("dataloaders") or []),
-        "optimizer": (obs.get("optimizers") or [None])[0],
-        "optimizers": list(obs.get("optimizers") or []),
-        "roots": list(obs.get("roots") or []),
-        "torch": obs.get("torch"),
-        "cpu": obs.get("cpu"),
-        "autocast": obs.get("autocast"),
-        "applied": list(obs.get("applied") or []),
+        "dataloader": raw["dataloaders"][loader] if loader is not None else None,
+        "dataloaders": list(raw.get("dataloaders") or []),
+        "optimizer": (raw.get("optimizers") or [None])[0],
+        "optimizers": list(raw.get("optimizers") or []),
+        "roots": list(raw.get("roots") or []),
+        "torch": raw.get("torch"),
+        "cpu": raw.get("cpu"),
+        "autocast": raw.get("autocast"),
+        "applied": list(raw.get("applied") or []),
     }
     if record.trace is not None:
         t = record.trace

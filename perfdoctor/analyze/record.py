@@ -3,6 +3,10 @@
 Missing artifacts are normal (a crash before the profiler window, a CPU run without a memory
 snapshot) and load as None / empty. A present artifact that cannot be read raises
 CorruptArtifact naming the file; a directory that is no run directory raises BadRunDir.
+
+observations.json, steps.jsonl, progress.jsonl and samples.jsonl are decoded through their
+schemas (perfdoctor/run_schema.py): a value of the wrong type fails in one line that names the
+run directory's schema version and the one this perfdoctor reads.
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfdoctor import rundir
+import msgspec
+
+from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.memory import MemorySummary, load_memory
 from perfdoctor.analyze.trace import TraceSummary, load_trace
 from perfdoctor.errors import BadRunDir, CorruptArtifact
 from perfdoctor.model import RunManifest, RunSpec, StepRecord
+from perfdoctor.run_schema import Observations
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,7 @@ class RankRecord:
     manifest: RunManifest | None
     observations: dict[str, Any]
     steps: tuple[StepRecord, ...]
+    observed: Observations = field(default_factory=Observations)  # `observations`, typed
 
     @property
     def timed_steps(self) -> tuple[StepRecord, ...]:
@@ -50,6 +58,9 @@ class RunRecord:
     trace_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     ranks: tuple[RankRecord, ...] = ()  # ranks 1..N-1 of a --nproc-per-node run; rank 0 is this
+    # `observations` decoded through run_schema.Observations: what the analysis reads. The raw
+    # dict stays for the settings the reports show as the child wrote them.
+    observed: Observations = field(default_factory=Observations)
 
     @property
     def ranks_launched(self) -> int:
@@ -70,12 +81,66 @@ def _load_json(path: Path, parse: Any) -> Any:
         raise CorruptArtifact(f"corrupt {path}: {err.__class__.__name__}: {err}") from err
 
 
-def _load_steps(run: Path) -> tuple[StepRecord, ...]:
+def _version_line(version: int | None) -> str:
+    expected = run_schema.RUN_SCHEMA_VERSION
+    found = f"schema version {version}" if version is not None else "no schema version (before 2)"
+    return f"written with {found}; this perfdoctor reads schema version {expected}"
+
+
+def _mismatch(path: Path, err: Exception, version: int | None) -> CorruptArtifact:
+    return CorruptArtifact(f"cannot read {path}: {_version_line(version)}: {err}")
+
+
+def _schema_version(manifest: RunManifest | None) -> int | None:
+    return manifest.schema_version if manifest is not None else None
+
+
+def _load_observations(path: Path, version: int | None) -> tuple[dict[str, Any], Observations]:
+    raw = _load_json(path, lambda d: d) or {}
+    if not isinstance(raw, dict):
+        raise CorruptArtifact(f"corrupt {path}: not an object")
+    try:
+        return raw, run_schema.observations(raw)
+    except run_schema.SchemaMismatch as err:
+        raise _mismatch(path, err, version) from err
+
+
+def _lines(path: Path) -> list[bytes]:
+    if not path.is_file():
+        return []
+    try:
+        return [line for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as err:
+        raise CorruptArtifact(f"cannot read {path}: {err}") from err
+
+
+def _load_steps(run: Path, version: int | None) -> tuple[StepRecord, ...]:
     path = run / rundir.STEPS_FILE
     try:
         return tuple(rundir.load_steps(run))
-    except (OSError, TypeError, ValueError, AttributeError) as err:
-        raise CorruptArtifact(f"corrupt {path}: {err}") from err
+    except run_schema.SchemaMismatch as err:
+        raise _mismatch(path, err, version) from err
+    except OSError as err:
+        raise CorruptArtifact(f"cannot read {path}: {err}") from err
+
+
+def _rows(path: Path, check: Any, version: int | None) -> list[dict[str, Any]]:
+    """JSON-object rows of a JSONL file, each checked against its schema; a torn line is
+    skipped. Rows stay plain dicts: analyze/samples.py and the charts read them so."""
+    rows = []
+    for line in _lines(path):
+        try:
+            row = run_schema.decode_json_line(line)
+        except msgspec.DecodeError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        try:
+            check(row)
+        except run_schema.SchemaMismatch as err:
+            raise _mismatch(path, err, version) from err
+        rows.append(row)
+    return rows
 
 
 def _user_roots(spec: RunSpec | None) -> tuple[str, ...]:
@@ -123,9 +188,8 @@ def load_run(child_dir: Path) -> RunRecord:
         )
     spec = _load_json(child_dir / rundir.SPEC_FILE, rundir.spec_from_dict)
     manifest = _load_json(child_dir / rundir.MANIFEST_FILE, rundir.manifest_from_dict)
-    observations = _load_json(child_dir / rundir.OBSERVATIONS_FILE, lambda d: d) or {}
-    if not isinstance(observations, dict):
-        raise CorruptArtifact(f"corrupt {child_dir / rundir.OBSERVATIONS_FILE}: not an object")
+    version = _schema_version(manifest)
+    observations, observed = _load_observations(child_dir / rundir.OBSERVATIONS_FILE, version)
     notes: list[str] = []
     roots = _user_roots(spec)
 
@@ -137,42 +201,37 @@ def load_run(child_dir: Path) -> RunRecord:
     memory = None
     snapshot = child_dir / rundir.MEMORY_SNAPSHOT_FILE
     if snapshot.is_file():
-        history = observations.get("memory_history")
+        history = observed.memory_history
         max_entries = spec.memory_history_max_entries if spec else None
-        if max_entries is None and isinstance(history, dict):
-            max_entries = history.get("max_entries")
+        if max_entries is None and history is not None:
+            max_entries = history.max_entries
         memory = load_memory(snapshot, user_roots=roots, max_entries=max_entries)
     return RunRecord(
         dir=child_dir,
         spec=spec,
         manifest=manifest,
         observations=observations,
-        steps=_load_steps(child_dir),
-        samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE)),
+        observed=observed,
+        steps=_load_steps(child_dir, version),
+        samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE, run_schema.check_sample, version)),
         trace=trace,
         memory=memory,
-        progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE)),
+        progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE, run_schema.progress_row, version)),
         trace_files=trace_files,
         notes=tuple(notes),
-        ranks=tuple(_load_rank(rank, path) for rank, path in rundir.rank_dirs(child_dir)),
+        ranks=tuple(_load_rank(rank, path, version) for rank, path in rundir.rank_dirs(child_dir)),
     )
 
 
-def _load_rank(rank: int, path: Path) -> RankRecord:
-    observations = _load_json(path / rundir.OBSERVATIONS_FILE, lambda d: d) or {}
-    if not isinstance(observations, dict):
-        raise CorruptArtifact(f"corrupt {path / rundir.OBSERVATIONS_FILE}: not an object")
+def _load_rank(rank: int, path: Path, run_version: int | None) -> RankRecord:
+    manifest = _load_json(path / rundir.MANIFEST_FILE, rundir.manifest_from_dict)
+    version = _schema_version(manifest) if manifest is not None else run_version
+    observations, observed = _load_observations(path / rundir.OBSERVATIONS_FILE, version)
     return RankRecord(
         rank=rank,
         dir=path,
-        manifest=_load_json(path / rundir.MANIFEST_FILE, rundir.manifest_from_dict),
+        manifest=manifest,
         observations=observations,
-        steps=_load_steps(path),
+        observed=observed,
+        steps=_load_steps(path, version),
     )
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [r for r in rundir.read_jsonl(path) if isinstance(r, dict)]
-    except (OSError, UnicodeDecodeError) as err:
-        raise CorruptArtifact(f"cannot read {path}: {err}") from err

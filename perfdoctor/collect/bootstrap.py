@@ -42,7 +42,7 @@ from types import FrameType
 from typing import Any
 
 import perfdoctor
-from perfdoctor import rundir
+from perfdoctor import run_schema, rundir
 from perfdoctor.collect import process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
@@ -312,8 +312,15 @@ def _finalize(
         "perfdoctor": perfdoctor.__version__,
     }
     observations["warnings"] = list(runtime.observations.get("warnings", []))
+    observations = _json_safe(observations)
     try:
-        rundir.write_json(Path(spec.run_dir) / rundir.OBSERVATIONS_FILE, _json_safe(observations))
+        # Checked against the schema the analysis decodes it with (unknown keys pass): a
+        # mismatch is a bug here, said in the child's stderr; the file is still written whole.
+        run_schema.observations(observations)
+    except run_schema.SchemaMismatch as err:
+        log.warning("observations.json does not match its schema: %s", err)
+    try:
+        rundir.write_json(Path(spec.run_dir) / rundir.OBSERVATIONS_FILE, observations)
     except Exception:
         log.exception("observations.json not written")
 

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +44,7 @@ from perfdoctor.errors import (
     interrupt_name,
 )
 from perfdoctor.model import AppliedOptimization, DeviceInfo, RunManifest, RunSpec, RunStatus
+from perfdoctor.run_schema import RUN_SCHEMA_VERSION
 from perfdoctor.rundir import (
     MANIFEST_FILE,
     MEMORY_SNAPSHOT_FILE,
@@ -231,6 +232,7 @@ def _write_manifest(
         )
     if adjust is not None:
         manifest = adjust(manifest)
+    manifest = replace(manifest, schema_version=RUN_SCHEMA_VERSION)
     write_json(run_dir / MANIFEST_FILE, manifest)
     return manifest
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from perfdoctor.run_schema import SchemaMismatch, encode_line, sample_row
 from perfdoctor.rundir import to_jsonable
 
 logger = logging.getLogger(__name__)
@@ -152,6 +153,16 @@ class SamplingThread:
         for row in rows:
             # `kind` then `t` first, so the file reads well with head/grep.
             ordered = {"kind": row.get("kind"), "t": stamp, **row}
-            out.write(json.dumps(to_jsonable(ordered)) + "\n")
+            out.write(_sample_line(ordered))
         out.flush()
         self.rows_written += len(rows)
+
+
+def _sample_line(row: Row) -> str:
+    """One samples.jsonl line, through the schema the analysis checks it with."""
+    try:
+        return encode_line(sample_row(row)).decode()
+    except SchemaMismatch:
+        # A sampler that grew a field the schema lacks: keep the row whole, and say so.
+        logger.warning("sample row does not match the schema: %r", row, exc_info=True)
+        return json.dumps(to_jsonable(row)) + "\n"

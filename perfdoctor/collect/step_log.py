@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from perfdoctor import rundir
 from perfdoctor.collect.device_clock import DeviceStepClock
+from perfdoctor.run_schema import ProgressRow, SchemaMismatch, encode_line, step_row
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,10 @@ class StepLog:
         try:
             if self._progress is None:
                 self._progress = self._progress_path.open("a")
-            self._progress.write(
-                f'{{"step": {index}, "phase": "{phase}", "t": {now - self._origin:.4f}, '
-                f'"wall_ms": {wall_ms:.4f}}}\n'
+            row = ProgressRow(
+                step=index, phase=phase, t=round(now - self._origin, 4), wall_ms=round(wall_ms, 4)
             )
+            self._progress.write(encode_line(row).decode())
             if now - self._progress_flushed >= PROGRESS_FLUSH_S:
                 self._progress.flush()
                 self._progress_flushed = now
@@ -80,8 +81,7 @@ class StepLog:
             for row, _ in pending:
                 row["device_ms"] = device_ms.get(row["index"])
         for row, _ in pending:
-            # Rows hold plain finite numbers, strings and None (built by Probes._row).
-            lines.append(json.dumps(row))
+            lines.append(_step_line(row))
         with self._steps_path.open("a") as fh:
             fh.write("\n".join(lines) + "\n")
         del self._pending[: len(pending)]
@@ -98,6 +98,16 @@ class StepLog:
             with contextlib.suppress(OSError):
                 self._progress.close()
             self._progress = None
+
+
+def _step_line(row: dict[str, Any]) -> str:
+    """One steps.jsonl line, through the schema the analysis decodes it with."""
+    try:
+        return encode_line(step_row(row)).decode().rstrip("\n")
+    except SchemaMismatch:
+        # A bug in the row's making; the row itself is still worth keeping as it is.
+        log.warning("step row does not match the schema: %r", row, exc_info=True)
+        return json.dumps(row)
 
 
 def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:

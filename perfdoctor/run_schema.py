@@ -1,0 +1,460 @@
+"""Typed schemas of the run directory's JSON files: observations.json, steps.jsonl,
+progress.jsonl and samples.jsonl.
+
+The live side (collect/) encodes through these types and the offline side (analyze/record.py)
+decodes with them, so both agree on one definition instead of prose. docs/run-directory.md's
+field tables are generated from them (tools/gen_run_schema_doc.py) and a unit test fails when
+the two disagree.
+
+Compatibility: every field is optional (absent = not observed) and unknown fields are ignored,
+so a run written by an older or newer perfdoctor loads as long as the fields both know have
+the same types. When they do not, decoding fails with one line naming the run directory's
+schema version (manifest.json `schema_version`; absent before version 2) and this one's.
+
+No torch here: both sides import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Union
+
+import msgspec
+
+from perfdoctor.model import StepRecord
+
+# Version of the run directory's layout and schemas, written to manifest.json. 1 is every run
+# recorded before the version was written (the same files, untyped).
+RUN_SCHEMA_VERSION = 2
+
+
+class _Record(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Base of every schema struct: keyword fields, None/absent fields left out when encoded."""
+
+
+# --------------------------------------------------------------------------- observations.json
+
+
+class SourceLine(_Record):
+    """A place in the script that the child located itself."""
+
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    count: int | None = None  # occurrences per step (SourceLocation.count)
+    call: str | None = None  # what the line does, for host-sync sites (".item()")
+    calls: int | None = None  # host-sync sites: calls seen over the watched steps
+
+
+class TorchSettings(_Record):
+    version: str | None = None
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    anomaly_enabled: bool | None = None
+    cudnn_enabled: bool | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+    deterministic_algorithms: bool | None = None
+    tf32_matmul: bool | None = None
+    tf32_cudnn: bool | None = None
+    tf32_api: str | None = None  # "fp32_precision" or "allow_tf32": the only API read
+    float32_matmul_precision: str | None = None
+    fp32_precision_matmul: str | None = None
+    fp32_precision_conv: str | None = None
+    grad_enabled: bool | None = None
+
+
+class CpuInfo(_Record):
+    logical_cores: int | None = None
+    physical_cores: int | None = None
+    affinity_cores: int | None = None  # cores this process may run on
+    name: str | None = None
+
+
+class ObservedDevice(_Record):
+    kind: str | None = None  # "cpu" or "cuda"
+    name: str | None = None
+    count: int | None = None
+    index: int | None = None
+    total_memory_bytes: int | None = None
+    compute_capability: str | float | None = None  # "9.0" on Hopper
+    cuda_available: bool | None = None
+    cuda_version: str | None = None
+
+
+class DataLoaderInfo(_Record):
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+    batch_size: int | None = None
+    drop_last: bool | None = None
+    dataset_class: str | None = None
+    dataset_length: int | None = None
+    sampler_class: str | None = None
+    iterable: bool | None = None  # an IterableDataset
+    multiprocessing_context: str | None = None
+    collate_fn: str | None = None
+    timeout: float | None = None
+    in_order: bool | None = None
+    explicit: list[str] | None = None  # arguments the script passed
+    location: SourceLine | None = None  # where the script built it
+    batches: int | None = None  # batches it fed
+
+
+class OptimizerInfo(_Record):
+    class_name: str | None = msgspec.field(default=None, name="class")
+    module: str | None = None
+    impl: str | None = None  # "fused", "foreach", "single_tensor"
+    fused: bool | None = None
+    foreach: bool | None = None
+    param_count: int | None = None
+    param_groups: int | None = None
+    lr: float | str | None = None  # str: a tensor learning rate, as its str()
+    steps: int | None = None
+    location: SourceLine | None = None
+
+
+class RootModuleInfo(_Record):
+    """A root module: one whose forward the script calls itself."""
+
+    class_name: str | None = msgspec.field(default=None, name="class")
+    wrapper: str | None = None  # OptimizedModule, DistributedDataParallel, ...
+    device: str | None = None
+    dtype: str | None = None
+    param_count: int | None = None
+    trainable_param_count: int | None = None
+    conv_count: int | None = None
+    conv_bias_before_bn: int | None = None
+    channels_last: bool | None = None
+    compiled: bool | None = None
+    data_parallel: bool | None = None
+    ddp: bool | None = None
+
+
+class AutocastInfo(_Record):
+    used: bool | None = None
+    dtype: str | None = None
+    dtypes: list[str] | None = None
+    device_type: str | None = None
+    grad_scaler: bool | None = None
+    grad_scaler_enabled: bool | None = None
+
+
+class ZeroGradInfo(_Record):
+    calls: int | None = None
+    set_to_none: bool | None = None
+
+
+class ForwardsInfo(_Record):
+    root_calls: int | None = None
+    grad_forwards: int | None = None  # root forwards under grad mode
+    grad_without_backward: int | None = None
+    hooks: str | None = None  # "per-root" or "global"
+    locations: list[SourceLine] | None = None  # grad forwards without a backward
+
+
+class ProfilerWindow(_Record):
+    first_step: int | None = None
+    steps: int | None = None
+
+
+class ProfilerInfo(_Record):
+    requested: bool | None = None
+    started: bool | None = None
+    user_profiler: bool | None = None
+    user_profiler_kind: str | None = None
+    emit_nvtx: bool | None = None
+    window: ProfilerWindow | None = None
+    trace_files: list[str] | None = None
+    activities: list[str] | None = None
+    error: str | None = None
+    record_s: float | None = None
+    export_s: float | None = None
+    dropped_steps: int | None = None
+    dropped_why: str | None = None
+
+
+class DistInfo(_Record):
+    initialized: bool | None = None
+    backend: str | None = None
+    world_size: int | None = None
+    rank: int | None = None
+
+
+class CompileInfo(_Record):
+    used: bool | None = None
+    recompiles: int | None = None
+    graph_breaks: int | None = None
+    frames_compiled: int | None = None
+    unique_graphs: int | None = None
+
+
+class InputsInfo(_Record):
+    distinct_shapes_after_warmup: int | None = None
+    distinct_shapes_per_root: list[int] | None = None
+
+
+class CudaMemoryInfo(_Record):
+    """torch.cuda.memory_stats() over the whole run, as the child read it at the end."""
+
+    max_allocated_bytes: int | None = None
+    max_reserved_bytes: int | None = None
+    total_bytes: int | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+    # The memory_stats() key names, in runs recorded before the short ones.
+    num_alloc_retries: int | None = None
+    num_ooms: int | None = None
+
+
+class MemoryHistoryInfo(_Record):
+    requested: bool | None = None
+    available: bool | None = None
+    recorded: bool | None = None
+    max_entries: int | None = None
+    entries: int | None = None
+    truncated: bool | None = None
+    snapshot_reason: str | None = None  # "profiled window", "oom", "end of run"
+    oom_events: int | None = None
+    reason: str | None = None  # why it is unavailable
+
+
+class PlanInfo(_Record):
+    warmup_steps: int | None = None
+    timed_steps: int | None = None
+    profiler_warmup_steps: int | None = None  # absent in older runs
+    profiled_steps: int | None = None
+    total_steps: int | None = None
+
+
+class ProcessInfo(_Record):
+    """A training sub-process's identity (collect/process_tree.py)."""
+
+    pid: int | None = None
+    ppid: int | None = None
+    host: str | None = None
+    kind: str | None = None  # multiprocessing-spawn, torchrun, subprocess, ...
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    node_rank: int | None = None
+    exit_code: int | None = None
+
+
+class HostSyncCalls(_Record):
+    """Host syncs the child saw at the call (collect/sync_watch.py)."""
+
+    calls: int | None = None
+    steps_watched: int | None = None
+    sites: list[SourceLine] | None = None
+
+
+class AppliedRow(_Record):
+    id: str | None = None
+    applied: bool | None = None
+    verified: bool | None = None
+    detail: str | None = None
+
+
+class Observations(_Record):
+    """observations.json: what the child saw of the script. Every key is optional (None =
+    absent = not observed); keys not listed here are kept in the raw file and ignored."""
+
+    step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
+    step_detection_note: str | None = None  # why a fallback signal was chosen
+    steps_seen: int | None = None  # steps with a row in steps.jsonl
+    plan: PlanInfo | None = None  # the step plan the child ran
+    plan_complete: bool | None = None  # every planned step ran
+    stopped_by_perfdoctor: bool | None = None
+    exit_code: int | None = None  # the child's
+    seed: int | None = None  # None: --no-seed
+    seeded: list[str] | None = None  # ["random", "torch", "numpy"]
+    versions: dict[str, str | None] | None = None  # python, torch, cuda, perfdoctor
+    torch: TorchSettings | None = None
+    cpu: CpuInfo | None = None
+    device: ObservedDevice | None = None
+    dataloaders: list[DataLoaderInfo] | None = None
+    optimizers: list[OptimizerInfo] | None = None
+    roots: list[RootModuleInfo] | None = None  # the modules whose forward the script calls
+    autocast: AutocastInfo | None = None
+    zero_grad: ZeroGradInfo | None = None
+    forwards: ForwardsInfo | None = None
+    profiler: ProfilerInfo | None = None
+    dist: DistInfo | None = None
+    compile: CompileInfo | None = None
+    inputs: InputsInfo | None = None
+    cuda_memory: CudaMemoryInfo | None = None
+    memory_history: MemoryHistoryInfo | None = None
+    process: ProcessInfo | None = None  # a training sub-process's record only
+    host_sync_calls: HostSyncCalls | None = None
+    locations: dict[str, list[SourceLine]] | None = None  # by fact_catalog.LOCATION_TOPICS
+    applied: list[AppliedRow] | None = None  # what each runtime applier did
+    warnings: list[str] | None = None  # one line each, for the report
+    error: str | None = None  # "Type: message"
+    error_type: str | None = None
+    launch_error: str | None = None  # "module not found: x", "syntax error: ..."
+    nonfinite_losses: int | None = None  # steps whose loss was NaN/inf
+
+
+# --------------------------------------------------------------------------- progress.jsonl
+
+
+class ProgressRow(_Record):
+    """progress.jsonl: one line per step for the live display; `t` on the samples' clock."""
+
+    step: int  # StepRecord.index
+    phase: str
+    t: float  # when the step ended, seconds on the samples' clock
+    wall_ms: float | None = None
+
+
+# --------------------------------------------------------------------------- samples.jsonl
+
+
+class _Sample(_Record, tag_field="kind"):
+    t: int | float  # seconds since the parent spawned the child
+
+
+class ClockSample(_Sample, tag="clock"):
+    """The first row: the wall-clock time of t = 0."""
+
+    unix_s: float
+
+
+class NoteSample(_Sample, tag="note"):
+    message: str
+
+
+class CpuSample(_Sample, tag="cpu"):
+    cpu_percent: list[int | float] | None = None  # per core, machine-wide
+    rss_bytes: int | float | None = None  # the child process alone
+    child_cpu_percent: int | float | None = None  # the child alone (100 = one core)
+    workers: int | None = None  # its descendant processes (DataLoader workers, ranks)
+    workers_rss_bytes: int | float | None = None
+    workers_cpu_percent: int | float | None = None
+    # Runs recorded before the ranks counted among `workers`.
+    ranks: int | None = None
+    ranks_rss_bytes: int | float | None = None
+    ranks_cpu_percent: int | float | None = None
+
+
+class GpuSample(_Sample, tag="gpu"):
+    index: int  # the CUDA ordinal the child sees
+    util_gpu: int | float | None = None  # percent
+    util_mem: int | float | None = None
+    mem_used_bytes: int | float | None = None
+    mem_total_bytes: int | float | None = None
+    sm_clock_mhz: int | float | None = None
+    mem_clock_mhz: int | float | None = None
+    power_w: int | float | None = None
+    temp_c: int | float | None = None
+    energy_mj: int | float | None = None  # since the driver loaded
+    throttle_reasons: int | float | None = None  # clocks-event bitmask
+    pcie_tx_kbs: int | float | None = None
+    pcie_rx_kbs: int | float | None = None
+    gpm_sm_active: int | float | None = None  # 0..1
+    gpm_sm_occupancy: int | float | None = None
+    gpm_tensor_active: int | float | None = None
+    gpm_dram_bw: int | float | None = None
+
+
+class GpuInfoSample(_Sample, tag="gpu_info"):
+    index: int
+    nvml_index: int | None = None  # null for a MIG device given by UUID
+    name: str | None = None
+    uuid: str | None = None
+    power_limit_w: int | float | None = None
+    sm_clock_max_mhz: int | float | None = None
+    mem_clock_max_mhz: int | float | None = None
+    mig: bool | None = None
+    gpm: bool | None = None
+
+
+SampleRow = Union[ClockSample, NoteSample, CpuSample, GpuSample, GpuInfoSample]  # noqa: UP007
+SAMPLE_KINDS: dict[str, type[_Sample]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    for cls in (ClockSample, NoteSample, CpuSample, GpuSample, GpuInfoSample)
+}
+
+
+# --------------------------------------------------------------------------- encode / decode
+
+
+class SchemaMismatch(ValueError):
+    """A value in a run-directory file does not have its schema's type."""
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode_line(record: Any) -> bytes:
+    """One JSON line (with its newline) of a schema struct or StepRecord."""
+    return _ENCODER.encode(record) + b"\n"
+
+
+def step_row(row: dict[str, Any]) -> StepRecord:
+    """A step row as the child built it -> StepRecord, checked against the schema."""
+    return _convert(row, StepRecord)
+
+
+def sample_row(row: dict[str, Any]) -> SampleRow:
+    """A sampler's row (with `kind` and `t`) -> its sample struct; every key must be a field
+    of it, so a sampler that grows a field cannot lose it silently."""
+    cls = SAMPLE_KINDS.get(str(row.get("kind")))
+    if cls is None:
+        raise SchemaMismatch(f"unknown sample kind {row.get('kind')!r}")
+    unknown = set(row) - set(cls.__struct_fields__) - {"kind"}
+    if unknown:
+        raise SchemaMismatch(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+    return _convert({k: v for k, v in row.items() if k != "kind"}, cls)
+
+
+def observations(data: Any) -> Observations:
+    """observations.json's decoded JSON -> Observations (unknown keys ignored)."""
+    return _convert(data, Observations)
+
+
+def progress_row(data: Any) -> ProgressRow:
+    return _convert(data, ProgressRow)
+
+
+def check_sample(data: Any) -> None:
+    """Raise SchemaMismatch when a samples.jsonl row of a known kind has a wrong type; rows of
+    kinds this perfdoctor does not know (a newer one's) are left to the readers to skip."""
+    if not isinstance(data, dict):
+        raise SchemaMismatch("a sample row is not a JSON object")
+    cls = SAMPLE_KINDS.get(str(data.get("kind")))
+    if cls is not None:
+        _convert(data, SampleRow)
+
+
+def decode_json_line(line: bytes) -> Any:
+    """One JSONL line, untyped. Python's own NaN/Infinity literals (runs written with
+    json.dumps before the rows went through these schemas) are read too; msgspec.DecodeError
+    for a torn line."""
+    try:
+        return msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise msgspec.DecodeError(f"not JSON: {line[:80]!r}") from None
+
+
+def decode_step_line(line: bytes) -> StepRecord:
+    """One steps.jsonl line. msgspec.DecodeError for a torn line; SchemaMismatch for a line
+    that is JSON but not a step."""
+    try:
+        return msgspec.json.decode(line, type=StepRecord)
+    except msgspec.ValidationError as err:
+        raise SchemaMismatch(str(err)) from err
+    except msgspec.DecodeError:
+        return _convert(decode_json_line(line), StepRecord)
+
+
+def _convert(data: Any, kind: Any) -> Any:
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as err:
+        raise SchemaMismatch(str(err)) from err
