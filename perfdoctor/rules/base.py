@@ -64,6 +64,11 @@ class Rule:
     def merge_key(self) -> str:
         return self.root_cause or self.id
 
+    @property
+    def module(self) -> str:
+        """The module the rule lives in (its check's), so `perfdoctor rules` says where."""
+        return self.check.__module__
+
 
 # --------------------------------------------------------------------------- fact access
 

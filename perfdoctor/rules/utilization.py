@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
-from perfdoctor.rules.input import INPUT_BOUND
+from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
 from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY

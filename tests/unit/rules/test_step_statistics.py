@@ -10,7 +10,7 @@ import pytest
 from perfdoctor.analyze.facts import _step_facts, breakdown_ms, throughput
 from perfdoctor.model import StepRecord
 from perfdoctor.rules import evaluate
-from perfdoctor.rules.input import INPUT_BOUND
+from perfdoctor.rules.input_pipeline import INPUT_BOUND
 
 from .factsets import make_facts
 
