@@ -65,7 +65,6 @@ def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding |
                 "cpu_busy_cores",
             ),
         ),
-        optimizations=("cpu-threads",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -120,7 +119,6 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             ),
             *seen(facts, "dataloader_num_workers", "cpu_cores_logical", "cpu_other_busy_cores"),
         ),
-        optimizations=("cpu-threads",),
         gain=GainEstimate(method="not estimated: contention cost varies; the re-run measures"),
     )
 

@@ -79,6 +79,12 @@ def _run_one(
         return None
     if finding.rule_id != rule.id:
         raise ValueError(f"rule {rule.id} returned a finding for {finding.rule_id}")
+    if not rule.selects_optimizations:
+        if finding.optimizations:
+            raise ValueError(
+                f"rule {rule.id} names optimizations in its check: declare them on the Rule"
+            )
+        finding = replace(finding, optimizations=rule.optimizations)
     unknown = [o for o in finding.optimizations if o not in rule.optimizations]
     if unknown:
         raise ValueError(f"rule {rule.id} names undeclared optimizations {unknown}")
@@ -226,6 +232,7 @@ def describe(rules: Sequence[Rule]) -> list[dict[str, object]]:
             "source": r.source,
             "description": r.description,
             "optimizations": list(r.optimizations),
+            "selects_optimizations": r.selects_optimizations,
             "root_cause": r.merge_key,
         }
         for r in rules

@@ -215,6 +215,7 @@ RULES = (
             "and whether they use tensor cores."
         ),
         check=check_gpu_bound,
+        selects_optimizations=True,
         device="cuda",
         optimizations=("amp-bf16", "tf32", "compile"),
     ),
@@ -250,6 +251,7 @@ RULES = (
             "waits, host launch waits, syncs, or a small batch."
         ),
         check=check_gpu_underutilized,
+        selects_optimizations=True,
         device="cuda",
         optimizations=(
             "dataloader-workers",
