@@ -249,3 +249,20 @@ def test_non_blocking_leaves_cpu_to_cpu_copies_alone(harness_factory, monkeypatc
     row = harness.results()["non-blocking-copies"]
     assert row["applied"] is True and row["verified"] is False
     assert "needs pin-memory" in row["detail"]
+
+
+def test_stacked_with_cpu_threads_both_hold_the_same_budget(harness_factory, monkeypatch):
+    cores = base.usable_cores()
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(THREADS_ENV, str(max(1, cores - 1)))
+    harness = harness_factory("cpu-threads", "dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8)
+    harness.runtime.dataloaders.append(loader)  # what the probes record in a child
+    assert torch.get_num_threads() == max(1, cores - 1)
+    model = torch.nn.Linear(8, 1)
+    harness.runtime.publish_roots([model], [torch.optim.SGD(model.parameters(), lr=0.1)])
+    # cpu-threads counts the same budget at the first step: usable cores less the worker.
+    assert torch.get_num_threads() == max(1, cores - 1)
+    rows = harness.results()
+    assert "the script asked" not in rows["cpu-threads"]["detail"]  # perfdoctor's own call
+    assert rows["dataloader-workers"]["applied"], rows
