@@ -98,7 +98,10 @@ def amp_conflicts(other_dtype: str) -> ConflictHook:
 
 def worker_conflicts(facts: Facts, others: Set[str]) -> tuple[str, ...]:
     if "cpu-threads" in others or facts.get("device_is_cuda") is False:
-        return ("workers compete with the intra-op compute threads for CPU cores",)
+        return (
+            "workers take cores from the intra-op compute threads: the applier sizes both "
+            "from one budget (workers + threads <= usable cores)",
+        )
     return ()
 
 
