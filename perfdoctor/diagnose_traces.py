@@ -24,7 +24,7 @@ from perfdoctor.errors import PerfdoctorError
 from perfdoctor.model import BaselineSummary, Facts, Report, SkippedRule
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import ALL_RULES, evaluate
-from perfdoctor.rules.engine import GPU_ONLY_FACTS, missing_reason
+from perfdoctor.rules.engine import missing_reason
 from perfdoctor.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def _missing_reason(record: TraceRunRecord, facts: Facts, name: str) -> str:
     doc = FACTS.get(name)
     if doc is None:
         return missing_reason(facts, name)
-    if name in GPU_ONLY_FACTS and facts.get("device_is_cuda") is False:
+    if doc.gpu_only and facts.get("device_is_cuda") is False:
         return "not measured: the trace shows no GPU work"
     if doc.source == "memory":
         return "no CUDA memory snapshot was given (pass its .pickle beside the trace)"

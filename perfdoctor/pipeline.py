@@ -28,13 +28,8 @@ from perfdoctor.errors import (
     interrupt_name,
 )
 from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
-from perfdoctor.optimize.sizing import (
-    WORKERS_ENV,
-    WORKERS_OPTIMIZATION,
-    WorkerSizing,
-    size_dataloader_workers,
-    sizing_env,
-)
+from perfdoctor.optimize.catalog import CATALOG
+from perfdoctor.optimize.sizing import Sizing, sizing_env
 from perfdoctor.rundir import (
     BASELINE_LABEL,
     LATEST_LINK,
@@ -170,7 +165,7 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     # time) must not cost the diagnosis that is already done. Rewritten at the end.
     _write_session_reports(session_dir)
     sink.note("trying: " + ", ".join(candidates))
-    runner.worker_sizing = _worker_sizing(diagnosis, candidates, sink)
+    runner.sizings = _sizings(diagnosis, candidates, sink)
     runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in candidates])
 
     accepted = diagnose.accepted_optimizations(runner.session_dir)
@@ -284,8 +279,9 @@ class _Runner:
         self.started = 0
         self.baseline_repeats = 0
         self.current_run: str | None = None  # the child run in progress, relative to the session
-        # DataLoader workers sized from the baseline, passed to the runs that add workers.
-        self.worker_sizing: WorkerSizing | None = None
+        # Sizings measured from the baseline, by optimization id (the catalog entry's sizing
+        # hook), passed to the runs that apply that optimization.
+        self.sizings: dict[str, Sizing] = {}
         save_session(session_dir, session)
 
     def run(
@@ -307,7 +303,7 @@ class _Runner:
             optimizations=tuple(optimizations),
             profile=profiled and plan.profiled_steps > 0,
             nvtx=self.options.nvtx,
-            env={**_env_for(optimizations), **sizing_env(optimizations, self.worker_sizing)},
+            env={**_env_for(optimizations), **sizing_env(optimizations, self.sizings)},
         )
         self.started += 1
         announcement = RunAnnouncement(
@@ -377,17 +373,24 @@ class _Runner:
                 return
 
 
-def _worker_sizing(
+def _sizings(
     diagnosis: diagnose.Diagnosis, candidates: Sequence[str], sink: ProgressSink
-) -> WorkerSizing | None:
-    """How many DataLoader workers the dataloader-workers runs get (None: the child's
-    default). A PERFDOCTOR_DATALOADER_WORKERS the user set themselves is theirs to keep."""
-    if WORKERS_OPTIMIZATION not in candidates or os.environ.get(WORKERS_ENV):
-        return None
-    sizing = size_dataloader_workers(diagnosis.facts, _usable_cores(diagnosis))
-    if sizing is not None:
-        sink.note(f"{WORKERS_OPTIMIZATION}: num_workers={sizing.workers} ({sizing.reason})")
-    return sizing
+) -> dict[str, Sizing]:
+    """What the candidates whose catalog entry has a sizing hook get from the baseline (e.g.
+    dataloader-workers: workers and intra-op threads from one CPU budget). A sizing whose
+    environment the user already set themselves (PERFDOCTOR_DATALOADER_WORKERS) is theirs to
+    keep: their value reaches the child as it is."""
+    sizings: dict[str, Sizing] = {}
+    for opt_id in candidates:
+        entry = CATALOG.get(opt_id)
+        if entry is None or entry.sizing is None:
+            continue
+        sizing = entry.sizing(diagnosis.facts, _usable_cores(diagnosis))
+        if sizing is None or any(os.environ.get(name) for name in sizing.env()):
+            continue
+        sink.note(f"{opt_id}: {sizing.summary}")
+        sizings[opt_id] = sizing
+    return sizings
 
 
 def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:

@@ -9,7 +9,8 @@ Sources: steps (steps.jsonl), obs (observations.json, what the child saw of the 
 settings), trace (profiler trace), memory (CUDA memory snapshot), samples (NVML / psutil),
 manifest.
 
-To add a fact: add one line here, produce it in analyze/facts.py, test it.
+To add a fact: add one line here (`_gpu` for a fact only a CUDA run produces), produce it in
+analyze/facts.py, test it.
 """
 
 from __future__ import annotations
@@ -29,18 +30,25 @@ class FactDoc:
     unit: str
     source: str
     description: str
+    # Only a CUDA run can produce it: on a CPU run its absence is expected, and a rule that
+    # needs it is skipped with "not measured on a CPU run", not as if something went wrong.
+    gpu_only: bool = False
 
 
 def _f(unit: str, source: str, description: str) -> FactDoc:
     return FactDoc(unit, source, description)
 
 
+def _gpu(unit: str, source: str, description: str) -> FactDoc:
+    return FactDoc(unit, source, description, gpu_only=True)
+
+
 FACTS: dict[str, FactDoc] = {
     # ---- device / run ---------------------------------------------------------------
     "device_is_cuda": _f("bool", "manifest", "the script trained on a CUDA device"),
     "device_count": _f("count", "manifest", "devices visible to the child"),
-    "gpu_compute_capability": _f("major.minor", "manifest", "e.g. 8.0 Ampere, 9.0 Hopper"),
-    "device_total_memory_bytes": _f("bytes", "manifest", "memory of the training device"),
+    "gpu_compute_capability": _gpu("major.minor", "manifest", "e.g. 8.0 Ampere, 9.0 Hopper"),
+    "device_total_memory_bytes": _gpu("bytes", "manifest", "memory of the training device"),
     "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
     "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
     "steps_timed": _f("count", "steps", "steps in the timed window"),
@@ -86,7 +94,7 @@ FACTS: dict[str, FactDoc] = {
     "rss_growth_over_noise": _f(
         "ratio", "steps", "rise of the RSS slope over the timed steps / RSS scatter"
     ),
-    "cuda_allocated_growth_bytes_per_step": _f(
+    "cuda_allocated_growth_bytes_per_step": _gpu(
         "bytes", "steps", "slope of CUDA allocated memory over timed steps"
     ),
     "cuda_allocated_growth_over_noise": _f(
@@ -186,57 +194,57 @@ FACTS: dict[str, FactDoc] = {
         "frac", "trace", "share of step time the host spends in nccl/gloo collectives (union)"
     ),
     # ---- trace: GPU side -----------------------------------------------------------------
-    "gpu_busy_frac": _f(
+    "gpu_busy_frac": _gpu(
         "frac", "trace", "union of GPU ops / the GPU window (first to last op of the steps)"
     ),
-    "gpu_idle_host_wait_frac": _f(
+    "gpu_idle_host_wait_frac": _gpu(
         "frac", "trace", "GPU window idle with nothing queued: the host did not keep up"
     ),
-    "gpu_idle_host_data_frac": _f(
+    "gpu_idle_host_data_frac": _gpu(
         "frac", "trace", "host wait while the launching thread was in the DataLoader"
     ),
-    "gpu_idle_host_sync_frac": _f(
+    "gpu_idle_host_sync_frac": _gpu(
         "frac", "trace", "host wait after a host sync drained the GPU's queue"
     ),
-    "gpu_idle_host_busy_frac": _f(
+    "gpu_idle_host_busy_frac": _gpu(
         "frac", "trace", "host wait with the host busy elsewhere (Python, dispatch, launches)"
     ),
-    "gpu_idle_launch_gap_frac": _f(
+    "gpu_idle_launch_gap_frac": _gpu(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"
     ),
-    "gpu_idle_dependency_wait_frac": _f(
+    "gpu_idle_dependency_wait_frac": _gpu(
         "frac", "trace", "GPU window idle with work queued but waiting (events, streams, peers)"
     ),
-    "gpu_compute_frac": _f("frac", "trace", "GPU window with a non-communication kernel"),
-    "gpu_comm_frac": _f("frac", "trace", "GPU window with a communication (NCCL) kernel"),
-    "gpu_comm_exposed_frac": _f(
+    "gpu_compute_frac": _gpu("frac", "trace", "GPU window with a non-communication kernel"),
+    "gpu_comm_frac": _gpu("frac", "trace", "GPU window with a communication (NCCL) kernel"),
+    "gpu_comm_exposed_frac": _gpu(
         "frac", "trace", "GPU window with communication and no compute kernel beside it"
     ),
-    "gpu_comm_overlap_frac": _f(
+    "gpu_comm_overlap_frac": _gpu(
         "frac", "trace", "share of communication time overlapped by compute kernels"
     ),
-    "gpu_tail_ms": _f("ms", "trace", "GPU work running after the host's last profiled step"),
-    "kernels_per_step": _f("count", "trace", "GPU kernels launched per step"),
-    "kernel_us_p50": _f("us", "trace", "median kernel duration"),
+    "gpu_tail_ms": _gpu("ms", "trace", "GPU work running after the host's last profiled step"),
+    "kernels_per_step": _gpu("count", "trace", "GPU kernels launched per step"),
+    "kernel_us_p50": _gpu("us", "trace", "median kernel duration"),
     "kernel_launches_per_step": _f(
         "count", "trace", "kernel launch calls per step (cudaLaunch* and cuLaunch* for Triton)"
     ),
-    "memcpy_htod_ms_per_step": _f("ms", "trace", "host-to-device copy time per step"),
-    "memcpy_dtoh_ms_per_step": _f("ms", "trace", "device-to-host copy time per step"),
+    "memcpy_htod_ms_per_step": _gpu("ms", "trace", "host-to-device copy time per step"),
+    "memcpy_dtoh_ms_per_step": _gpu("ms", "trace", "device-to-host copy time per step"),
     "memcpy_dtod_ms_per_step": _f("ms", "trace", "device-to-device copy time per step"),
-    "pageable_htod_count_per_step": _f("count", "trace", "HtoD copies from pageable memory"),
-    "pageable_htod_frac": _f("frac", "trace", "share of HtoD bytes from pageable memory"),
-    "tensor_core_kernel_frac": _f("frac", "trace", "share of kernel time in tensor-core kernels"),
-    "triton_kernel_count_per_step": _f("count", "trace", "Triton kernels per step"),
-    "comm_kernel_frac": _f("frac", "trace", "share of kernel time in NCCL kernels"),
+    "pageable_htod_count_per_step": _gpu("count", "trace", "HtoD copies from pageable memory"),
+    "pageable_htod_frac": _gpu("frac", "trace", "share of HtoD bytes from pageable memory"),
+    "tensor_core_kernel_frac": _gpu("frac", "trace", "share of kernel time in tensor-core kernels"),
+    "triton_kernel_count_per_step": _gpu("count", "trace", "Triton kernels per step"),
+    "comm_kernel_frac": _gpu("frac", "trace", "share of kernel time in NCCL kernels"),
     # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
-    "peak_allocated_bytes": _f("bytes", "memory", "peak allocated device memory"),
-    "peak_reserved_bytes": _f("bytes", "memory", "peak reserved device memory"),
-    "peak_allocated_frac": _f("frac", "memory", "peak allocated / device total"),
-    "fragmentation_frac": _f("frac", "memory", "(reserved - allocated) / reserved at peak"),
-    "alloc_retries": _f("count", "memory", "allocator cudaMalloc retries"),
-    "oom_events": _f("count", "memory", "out-of-memory events"),
-    "activation_bytes_frac": _f("frac", "memory", "share of the peak that is activations"),
+    "peak_allocated_bytes": _gpu("bytes", "memory", "peak allocated device memory"),
+    "peak_reserved_bytes": _gpu("bytes", "memory", "peak reserved device memory"),
+    "peak_allocated_frac": _gpu("frac", "memory", "peak allocated / device total"),
+    "fragmentation_frac": _gpu("frac", "memory", "(reserved - allocated) / reserved at peak"),
+    "alloc_retries": _gpu("count", "memory", "allocator cudaMalloc retries"),
+    "oom_events": _gpu("count", "memory", "out-of-memory events"),
+    "activation_bytes_frac": _gpu("frac", "memory", "share of the peak that is activations"),
     "optimizer_state_bytes_frac": _f(
         "frac", "memory", "share of the peak allocated under the optimizer (torch/optim frames)"
     ),
@@ -250,12 +258,12 @@ FACTS: dict[str, FactDoc] = {
         "bool", "memory", "the allocator history hit max_entries (older events dropped)"
     ),
     # ---- samples (NVML / psutil) ---------------------------------------------------------
-    "gpu_util_mean_frac": _f("frac", "samples", "NVML utilization.gpu mean over timed steps"),
-    "gpu_power_w_mean": _f("W", "samples", "mean board power"),
-    "energy_j_per_step": _f("J", "samples", "NVML energy counter delta per step"),
-    "gpu_throttled_frac": _f("frac", "samples", "share of samples with power/thermal throttle"),
-    "sm_active_frac": _f("frac", "samples", "GPM SM activity (Hopper)"),
-    "tensor_active_frac": _f("frac", "samples", "GPM tensor-core activity (Hopper)"),
+    "gpu_util_mean_frac": _gpu("frac", "samples", "NVML utilization.gpu mean over timed steps"),
+    "gpu_power_w_mean": _gpu("W", "samples", "mean board power"),
+    "energy_j_per_step": _gpu("J", "samples", "NVML energy counter delta per step"),
+    "gpu_throttled_frac": _gpu("frac", "samples", "share of samples with power/thermal throttle"),
+    "sm_active_frac": _gpu("frac", "samples", "GPM SM activity (Hopper)"),
+    "tensor_active_frac": _gpu("frac", "samples", "GPM tensor-core activity (Hopper)"),
     "cpu_util_mean_frac": _f("frac", "samples", "mean CPU utilization over the cores"),
     "cpu_busy_cores": _f("count", "samples", "cores busy on average (sum of per-core util)"),
     "cpu_other_busy_cores": _f(

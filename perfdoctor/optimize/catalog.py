@@ -1,8 +1,15 @@
-"""The optimization catalog: every fix perfdoctor can recommend, as pure data.
+"""The optimization catalog: every fix perfdoctor can recommend, as data plus hooks.
 
 Rules name these ids in `Finding.optimizations`; `recommend.py` turns them into ranked
 recommendations; `collect/appliers` holds one runtime applier per "runtime"/"env" id. Ids are
 stable and user-visible (`--only`, `--skip`, report.json): never rename one.
+
+What is particular about one optimization is on its entry, never in an `if opt_id ==` chain
+elsewhere: its trade-offs with the measured run or the other picks (`conflicts`), when not to
+try it automatically (`skip_auto`), the alternative to recommend on this device
+(`stand_in`), its by-hand change written for this script (`tailor`), all pure functions in
+`optimize/policies.py`, and the sizing the parent measures for its applier (`sizing`,
+`optimize/sizing.py`), passed to the child in its environment.
 
 Numerics tolerance categories (relative loss difference a variant may show against the
 baseline run with the same seed, see `optimize/numerics.py`):
@@ -15,14 +22,20 @@ baseline run with the same seed, see `optimize/numerics.py`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from perfdoctor.model import Facts
+from perfdoctor.optimize import policies
+from perfdoctor.optimize.policies import ConflictHook, SkipAutoHook, StandInHook, TailorHook
+from perfdoctor.optimize.sizing import Sizing, size_dataloader_workers
 
 OptimizationKind = Literal["runtime", "env", "manual"]
 DeviceScope = Literal["any", "cuda", "cpu"]
 ToleranceCategory = Literal["exact", "tf32", "low-precision", "data-order"]
 Goal = Literal["speed", "memory"]
+SizingHook = Callable[[Facts, int], "Sizing | None"]  # (baseline facts, usable cores)
 
 TOLERANCES: dict[str, float] = {
     "exact": 1e-4,
@@ -49,6 +62,12 @@ class Optimization:
     min_compute_capability: float | None = None  # CUDA only; None = any
     # Ids that cannot be applied together with this one (one of them is kept).
     excludes: tuple[str, ...] = ()
+    # Hooks (see the module docstring); None where the entry needs none.
+    conflicts: ConflictHook | None = None
+    skip_auto: SkipAutoHook | None = None
+    stand_in: StandInHook | None = None
+    tailor: TailorHook | None = None
+    sizing: SizingHook | None = None
 
     @property
     def auto_applicable(self) -> bool:
@@ -57,6 +76,12 @@ class Optimization:
     @property
     def tolerance(self) -> float:
         return TOLERANCES[self.numerics_tolerance]
+
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        """The names of the hooks this entry carries (for listings and the snapshot)."""
+        names = ("conflicts", "skip_auto", "stand_in", "tailor", "sizing")
+        return tuple(name for name in names if getattr(self, name) is not None)
 
 
 def _runtime(**kw: Any) -> Optimization:
@@ -83,6 +108,8 @@ _ENTRIES: tuple[Optimization, ...] = (
         numerics_tolerance="low-precision",
         min_compute_capability=8.0,
         excludes=("amp-fp16",),
+        conflicts=policies.amp_conflicts("amp-fp16"),
+        stand_in=policies.preferred_amp,
     ),
     _runtime(
         id="amp-fp16",
@@ -104,6 +131,8 @@ _ENTRIES: tuple[Optimization, ...] = (
         numerics_tolerance="low-precision",
         min_compute_capability=7.0,
         excludes=("amp-bf16",),
+        conflicts=policies.amp_conflicts("amp-bf16"),
+        stand_in=policies.preferred_amp,
     ),
     _runtime(
         id="tf32",
@@ -126,6 +155,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="cuda",
         verify="torch.backends.cudnn.benchmark is still True at a later step",
         numerics_tolerance="tf32",
+        conflicts=policies.cudnn_benchmark_conflicts,
     ),
     _runtime(
         id="cudnn-nondeterministic",
@@ -138,6 +168,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="cuda",
         verify="cudnn.deterministic and are_deterministic_algorithms_enabled() are False later",
         numerics_tolerance="tf32",
+        conflicts=policies.always("gives up bit-reproducibility that the script asked for"),
     ),
     # ------------------------------------------------------------------ model transforms
     _runtime(
@@ -163,6 +194,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         verify="dynamo compiled at least one frame of the root (torch._dynamo counters)",
         numerics_tolerance="tf32",
         excludes=("compile-cudagraphs",),
+        conflicts=policies.compile_conflicts("compile-cudagraphs"),
     ),
     _runtime(
         id="compile-cudagraphs",
@@ -175,6 +207,8 @@ _ENTRIES: tuple[Optimization, ...] = (
         verify="dynamo compiled the root and inductor reported no cudagraph skips",
         numerics_tolerance="tf32",
         excludes=("compile",),
+        conflicts=policies.cudagraph_conflicts,
+        skip_auto=policies.skip_cudagraphs_with_host_syncs,
     ),
     _runtime(
         id="activation-checkpointing",
@@ -190,6 +224,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         verify="repeated blocks run under torch.utils.checkpoint",
         numerics_tolerance="exact",
         goal="memory",
+        conflicts=policies.always("trades time for memory: about 20-30% more compute per step"),
     ),
     # ------------------------------------------------------------------ input pipeline
     _runtime(
@@ -198,15 +233,21 @@ _ENTRIES: tuple[Optimization, ...] = (
         risk="changes per-sample RNG streams (augmentations); unsafe for IterableDataset "
         "without sharding and for unpicklable datasets under spawn",
         code_change=(
-            "# workers ~ data ms per batch / compute ms per batch, plus one; at most\n"
-            "# cores - 1 when training on a GPU, min(4, cores) on a CPU\n"
-            "DataLoader(ds, batch_size=..., num_workers=workers, prefetch_factor=2)"
+            "# workers + intra-op threads <= usable cores (one CPU budget). On a GPU:\n"
+            "# workers ~ data ms / compute ms per batch, plus one, at most cores - 1; on a\n"
+            "# CPU: the split of the cores whose slower side (loading, compute) is fastest\n"
+            "DataLoader(ds, batch_size=..., num_workers=workers, prefetch_factor=2)\n"
+            "torch.set_num_threads(cores - workers)"
         ),
         applies_when="steps wait for the DataLoader and num_workers is 0 (the applier sizes "
-        "num_workers from the baseline's data wait and compute time per batch)",
+        "num_workers and the intra-op threads together from the baseline's data wait and "
+        "compute time per batch and the usable cores)",
         device="any",
         verify="the DataLoader iterator is a _MultiProcessingDataLoaderIter",
         numerics_tolerance="data-order",
+        conflicts=policies.worker_conflicts,
+        skip_auto=policies.skip_workers_set_by_script,
+        sizing=size_dataloader_workers,
     ),
     _runtime(
         id="pin-memory",
@@ -227,6 +268,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="cuda",
         verify="pinned CPU->CUDA copies in the step were issued non_blocking",
         numerics_tolerance="exact",
+        conflicts=policies.non_blocking_conflicts,
     ),
     # ------------------------------------------------------------------ optimizer
     _runtime(
@@ -238,6 +280,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="any",
         verify="optimizer.param_groups[0]['fused'] is True",
         numerics_tolerance="exact",
+        tailor=policies.fused_for_script_optimizer,
     ),
     _runtime(
         id="zero-grad-set-to-none",
@@ -285,6 +328,8 @@ _ENTRIES: tuple[Optimization, ...] = (
         # the first step on and the difference compounds (measured 1.9e-4 after 23 steps of
         # gpt_char_lm.py, 1 -> 2 threads), so "exact" would reject a correct change.
         numerics_tolerance="tf32",
+        conflicts=policies.thread_conflicts,
+        skip_auto=policies.skip_threads_already_set,
     ),
     # ------------------------------------------------------------------ allocator
     Optimization(
@@ -478,6 +523,7 @@ def describe_optimizations() -> list[dict[str, Any]]:
             "env": dict(o.env),
             "min_compute_capability": o.min_compute_capability,
             "excludes": list(o.excludes),
+            "hooks": list(o.hooks),
         }
         for o in _ENTRIES
     ]

@@ -6,8 +6,10 @@ expected memory saving, then catalog order (so equal evidence always ranks the s
 
 Dropped, with a log line saying why: ids the catalog does not know, ids for another device
 (a CUDA-only fix on a CPU run, CPU threads on a GPU run), and ids that need a newer GPU than
-the one measured (bf16/TF32 before Ampere). Of amp-bf16 and amp-fp16 only one survives:
-bf16 where the GPU has native bf16 (compute capability >= 8.0), fp16 + GradScaler otherwise.
+the one measured (bf16/TF32 before Ampere). An id whose entry has a `stand_in` hook is
+replaced by the alternative that fits the device: of amp-bf16 and amp-fp16 only one
+survives, bf16 where the GPU has native bf16 (compute capability >= 8.0), fp16 + GradScaler
+otherwise. Trade-offs come from each entry's `conflicts` hook (optimize/policies.py).
 
 Pure: no torch.
 """
@@ -27,7 +29,6 @@ log = logging.getLogger(__name__)
 # Findings of no known severity rank after "info".
 _UNRANKED = len(SEVERITY_RANK)
 _CATALOG_ORDER = {opt_id: index for index, opt_id in enumerate(CATALOG)}
-BF16_MIN_CC = 8.0
 
 
 @dataclass
@@ -58,22 +59,16 @@ def device_reason(opt: Optimization, facts: Facts) -> str | None:
     return None
 
 
-def _preferred_amp(facts: Facts) -> str:
-    cc = num(facts, "gpu_compute_capability")
-    return "amp-fp16" if cc is not None and cc < BF16_MIN_CC else "amp-bf16"
-
-
 def _gather(findings: Sequence[Finding], facts: Facts) -> dict[str, _Gathered]:
     gathered: dict[str, _Gathered] = {}
-    preferred_amp = _preferred_amp(facts)
     for finding in findings:
         for opt_id in dict.fromkeys(finding.optimizations):
-            if opt_id in ("amp-bf16", "amp-fp16"):
-                # Both name "use mixed precision"; the device decides which dtype.
-                opt_id = preferred_amp
             if opt_id not in CATALOG:
                 log.warning("finding %s names unknown optimization %r", finding.rule_id, opt_id)
                 continue
+            stand_in = CATALOG[opt_id].stand_in
+            if stand_in is not None:
+                opt_id = stand_in(facts)  # e.g. amp-bf16 or amp-fp16: the device decides
             entry = gathered.setdefault(opt_id, _Gathered())
             if finding.rule_id not in entry.rule_ids:
                 entry.rule_ids.append(finding.rule_id)
@@ -95,90 +90,16 @@ def _gather(findings: Sequence[Finding], facts: Facts) -> dict[str, _Gathered]:
     return gathered
 
 
-def cpu_threads_target(facts: Facts) -> int | None:
-    """The intra-op thread count the cpu-threads applier (collect/appliers/cpu.py) sets:
-    the cores the run may use (its CPU affinity, its share of them per rank), minus the
-    training DataLoader's worker processes. None when the cores were not observed."""
-    cpu = facts.settings.get("cpu") if isinstance(facts.settings, dict) else None
-    affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
-    cores = affinity if isinstance(affinity, int) and affinity > 0 else None
-    if cores is None:
-        logical = num(facts, "cpu_cores_logical")
-        cores = int(logical) if logical else None
-    if cores is None:
-        return None
-    ranks = int(num(facts, "ranks_launched") or 1)
-    usable = max(1, cores // max(1, ranks))
-    workers = int(num(facts, "dataloader_num_workers") or 0)
-    return max(1, usable - workers)
-
-
-def _fact_true(facts: Facts, name: str) -> bool:
-    return bool(facts.get(name))
-
-
 def conflicts_for(opt_id: str, chosen: Sequence[str], facts: Facts) -> tuple[str, ...]:
-    """One line per trade-off or clash of `opt_id` with the measured run or other picks."""
-    notes: list[str] = []
-    others = set(chosen) - {opt_id}
-    if opt_id == "activation-checkpointing":
-        notes.append("trades time for memory: about 20-30% more compute per step")
-    if opt_id in ("compile", "compile-cudagraphs"):
-        debug = [
-            name
-            for name, fact in (
-                ("anomaly detection", "anomaly_detection_enabled"),
-                ("a user profiler", "user_profiler_active"),
-                ("emit_nvtx", "emit_nvtx_enabled"),
-            )
-            if _fact_true(facts, fact)
-        ]
-        if debug or others & {"anomaly-off", "debug-modes-off"}:
-            what = ", ".join(debug) or "debug modes"
-            notes.append(f"compile gains little while {what} is on: switch debug modes off first")
-        other_compile = "compile" if opt_id == "compile-cudagraphs" else "compile-cudagraphs"
-        if other_compile in others:
-            notes.append(f"exclusive with {other_compile}: only one compile mode can be applied")
-    if opt_id == "compile-cudagraphs":
-        syncs = facts.get("host_syncs_per_step")
-        if isinstance(syncs, (int, float)) and syncs > 0:
-            notes.append(
-                f"CUDA graphs need a step without host syncs; {syncs:g} per step were seen "
-                "(remove-host-syncs first)"
-            )
-        if isinstance(facts.get("input_shape_changes"), int) and facts.get("input_shape_changes"):
-            notes.append("CUDA graphs need static shapes; input shapes changed after warm-up")
-    if opt_id in ("amp-bf16", "amp-fp16"):
-        other = "amp-fp16" if opt_id == "amp-bf16" else "amp-bf16"
-        notes.append(f"exclusive with {other}")
-        if _fact_true(facts, "anomaly_detection_enabled"):
-            notes.append("anomaly detection slows autocast steps too")
-    if opt_id == "dataloader-workers" and ("cpu-threads" in others or _is_cuda(facts) is False):
-        notes.append("workers compete with the intra-op compute threads for CPU cores")
-    if opt_id == "cpu-threads" and "dataloader-workers" in others:
-        notes.append("compute threads compete with DataLoader workers for CPU cores")
-    if opt_id == "cudnn-benchmark" and facts.get("input_shape_changes"):
-        notes.append("re-tunes for every new input shape; shapes changed after warm-up")
-    if opt_id == "cudnn-nondeterministic":
-        notes.append("gives up bit-reproducibility that the script asked for")
-    if opt_id == "non-blocking-copies" and not (
-        _fact_true(facts, "dataloader_pin_memory") or "pin-memory" in others
-    ):
-        notes.append("only overlaps copies from pinned memory: needs pin-memory too")
-    return tuple(notes)
-
-
-# Optimizers with a fused implementation in torch.optim: the snippet names the script's own.
-_FUSED_CLASSES = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+    """One line per trade-off or clash of `opt_id` with the measured run or other picks
+    (the entry's `conflicts` hook)."""
+    hook = CATALOG[opt_id].conflicts
+    return hook(facts, frozenset(chosen) - {opt_id}) if hook is not None else ()
 
 
 def code_change_for(opt: Optimization, facts: Facts) -> str:
-    """The catalog's by-hand change, written for this script where the facts say how: the
-    fused-optimizer snippet shows the script's optimizer class, not AdamW for an SGD script."""
-    cls = facts.get("optimizer_class")
-    if opt.id == "fused-optimizer" and isinstance(cls, str) and cls in _FUSED_CLASSES:
-        return f"torch.optim.{cls}(model.parameters(), lr=..., fused=True)"
-    return opt.code_change
+    """The catalog's by-hand change, written for this script where the entry knows how."""
+    return opt.tailor(facts, opt.code_change) if opt.tailor is not None else opt.code_change
 
 
 def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]:
@@ -235,8 +156,9 @@ def auto_candidates(
 
     `only` names the ids to try (the user's --only); an id there that no finding named is
     still tried, after the recommended ones, as long as it is runtime-applicable and fits the
-    device. `skip` removes ids. CUDA graphs are left out when host syncs were measured in the
-    step (they would only fail), unless --only asks for them.
+    device. `skip` removes ids. An entry's `skip_auto` hook leaves it out where trying it
+    could only be refused or measure noise (e.g. CUDA graphs with host syncs in the step,
+    unless --only asks for them).
     """
     skipped = set(skip or ())
     wanted = list(dict.fromkeys(only)) if only is not None else None
@@ -253,25 +175,11 @@ def auto_candidates(
         if reason is not None:
             log.info("not trying %s: %s", opt_id, reason)
             continue
-        if any(other in opt.excludes for other in candidates) and opt_id.startswith("amp-"):
-            continue  # one precision per session; the preferred one ranks first
-        if opt_id == "dataloader-workers" and (num(facts, "dataloader_num_workers") or 0) > 0:
-            # The applier never overrides a count the script chose, so the run could only be
-            # refused: raising it stays a change by hand (the finding says by how much).
-            log.info("not trying dataloader-workers: the script sets num_workers itself")
+        if opt.stand_in is not None and any(other in opt.excludes for other in candidates):
+            continue  # one of the alternatives per session; the preferred one ranks first
+        why_not = opt.skip_auto(facts, opt_id in (wanted or ())) if opt.skip_auto else None
+        if why_not is not None:
+            log.info("not trying %s: %s", opt_id, why_not)
             continue
-        if opt_id == "cpu-threads":
-            target = cpu_threads_target(facts)
-            threads = num(facts, "torch_num_threads")
-            if target is not None and threads is not None and int(threads) == target:
-                # The applier would set what the script already runs with: a re-run that
-                # changes nothing measures only noise.
-                log.info("not trying cpu-threads: the script already runs %d threads", target)
-                continue
-        if opt_id == "compile-cudagraphs" and wanted is None:
-            syncs = facts.get("host_syncs_per_step")
-            if isinstance(syncs, (int, float)) and syncs > 0:
-                log.info("not trying compile-cudagraphs: %g host syncs per step", syncs)
-                continue
         candidates.append(opt_id)
     return candidates

@@ -31,7 +31,15 @@ def render_rules(console: Console) -> None:
 
     rows = describe_rules()
     columns = ("id", "area", "title", "needs", "thresholds", "source")
-    console.print(_table(f"{len(rows)} diagnosis rules", rows, columns))
+    # One table per module, titled with its file: where to read or change a rule, without a
+    # column that a 100-character terminal would fold.
+    by_module: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_module.setdefault(str(row["module"]), []).append(row)
+    console.print(f"{len(rows)} diagnosis rules in {len(by_module)} modules", markup=False)
+    for module, module_rows in by_module.items():
+        path = module.replace(".", "/") + ".py"
+        console.print(_table(f"{path}: {len(module_rows)} rules", module_rows, columns))
 
 
 def render_optimizations(console: Console) -> None:

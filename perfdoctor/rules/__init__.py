@@ -13,7 +13,7 @@ from perfdoctor.rules import (
     cpu,
     cudnn,
     debug,
-    input,
+    input_pipeline,
     jitter,
     launch,
     layout,
@@ -30,7 +30,7 @@ from perfdoctor.rules.base import Rule
 from perfdoctor.rules.engine import RuleResults, describe, evaluate_rules
 
 ALL_RULES: tuple[Rule, ...] = (
-    *input.RULES,
+    *input_pipeline.RULES,
     *debug.RULES,
     *cpu.RULES,
     *precision.RULES,

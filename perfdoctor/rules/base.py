@@ -1,8 +1,10 @@
 """What a diagnosis rule is, and the small helpers every rule family shares.
 
 A rule is a pure function over `Facts` with named thresholds. It declares the facts it cannot
-work without (`needs`: missing -> the rule is skipped with a reason) and the facts it reads
-when present (`uses`: evidence and refinements only). It never imports torch.
+work without (`needs`: missing -> the rule is skipped with a reason), the facts it reads
+when present (`uses`: evidence and refinements only) and the optimizations that address its
+findings (`optimizations`, once: the check leaves them out of its Finding unless it picks
+among them). It never imports torch.
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ class Rule:
     check: Check
     uses: tuple[str, ...] = ()  # facts read when present (evidence, refinements)
     topics: tuple[str, ...] = ()  # facts.locations topics the findings cite
-    optimizations: tuple[str, ...] = ()  # every optimization id a finding may name
+    # Every optimization id a finding may name, declared here only: the engine gives a finding
+    # all of them, unless the check picks among them (selects_optimizations) by the facts.
+    optimizations: tuple[str, ...] = ()
+    selects_optimizations: bool = False
     device: DeviceScope = "any"
     multi_rank: bool = False  # decides only on runs of several ranks (--nproc-per-node N > 1)
     # Findings of rules sharing a root cause are merged into one headline.
@@ -63,6 +68,11 @@ class Rule:
     @property
     def merge_key(self) -> str:
         return self.root_cause or self.id
+
+    @property
+    def module(self) -> str:
+        """The module the rule lives in (its check's), so `perfdoctor rules` says where."""
+        return self.check.__module__
 
 
 # --------------------------------------------------------------------------- fact access

@@ -1,4 +1,5 @@
-"""CPU training: intra-op threads below the usable cores; workers competing with threads."""
+"""CPU cores: intra-op threads below the usable cores; workers competing with threads; more
+DataLoader workers than the cores leave the training process."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from perfdoctor.rules.base import (
     cap_severity,
     compute_share,
     ev,
+    is_cuda,
     num,
     pct,
     seen,
@@ -18,6 +20,7 @@ from perfdoctor.rules.base import (
 
 THREADS_BELOW_CORES = "cpu-threads-below-cores"
 CPU_OVERSUBSCRIBED = "cpu-oversubscribed"
+WORKERS_EXCEED_CORES = "dataloader-workers-exceed-cores"
 
 
 def _compute_cores(facts: Facts) -> tuple[int, int, int]:
@@ -65,7 +68,6 @@ def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding |
                 "cpu_busy_cores",
             ),
         ),
-        optimizations=("cpu-threads",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -120,8 +122,48 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             ),
             *seen(facts, "dataloader_num_workers", "cpu_cores_logical", "cpu_other_busy_cores"),
         ),
-        optimizations=("cpu-threads",),
         gain=GainEstimate(method="not estimated: contention cost varies; the re-run measures"),
+    )
+
+
+def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    """The script's own num_workers leaves the training process no core: the CPU budget
+    (optimize/sizing.py) keeps workers + intra-op threads within the usable cores."""
+    workers = num(facts, "dataloader_num_workers")
+    if not workers:
+        return None
+    usable, _, _ = _compute_cores(facts)
+    room = usable - int(t["main_process_cores"])
+    if workers <= room:
+        return None
+    fits = max(1, room)
+    threads = num(facts, "torch_num_threads")
+    beside = f" beside {threads:.0f} intra-op thread(s)" if threads is not None else ""
+    who = "the thread that launches the GPU's kernels" if is_cuda(facts) else "the training"
+    return Finding(
+        rule_id=WORKERS_EXCEED_CORES,
+        severity="info",
+        title=f"{workers:.0f} DataLoader workers on {usable} usable core(s)",
+        explanation=(
+            f"The script's DataLoader runs {workers:.0f} worker processes{beside} on {usable} "
+            f"usable core(s) (the smaller of physical and logical cores, this rank's share), "
+            f"which leaves the training process no core of its own: busy workers preempt "
+            f"{who}. num_workers={fits} with torch.set_num_threads({max(1, usable - fits)}) "
+            "keeps workers plus threads within the cores; the applier leaves the script's "
+            "own num_workers as it is, so this change is by hand."
+        ),
+        evidence=(
+            ev("dataloader_num_workers", int(workers), room, ">", note=f"{usable} usable cores"),
+            *seen(
+                facts,
+                "cpu_cores_logical",
+                "cpu_cores_physical",
+                "ranks_launched",
+                "torch_num_threads",
+                "data_wait_frac",
+            ),
+        ),
+        gain=GainEstimate(method="not estimated: contention cost varies; a re-run measures"),
     )
 
 
@@ -176,5 +218,32 @@ RULES = (
         check=check_oversubscribed,
         device="cpu",
         optimizations=("cpu-threads",),
+    ),
+    Rule(
+        id=WORKERS_EXCEED_CORES,
+        title="More DataLoader workers than the cores leave the training process",
+        area="cpu",
+        needs=("dataloader_num_workers", "cpu_cores_logical"),
+        uses=(
+            "cpu_cores_physical",
+            "ranks_launched",
+            "torch_num_threads",
+            "data_wait_frac",
+            "device_is_cuda",
+        ),
+        thresholds={"main_process_cores": 1.0},
+        source=(
+            "torch/utils/data/dataloader.py check_worker_number_rationality (warns above the "
+            "cpuset's cores); perfdoctor's CPU budget (optimize/sizing.py): workers + intra-op "
+            "threads <= usable cores, one core kept for the training process"
+        ),
+        description=(
+            "The script's num_workers is above the usable cores less one (min(physical, "
+            "logical), this rank's share): no core is left for the training process."
+        ),
+        check=check_workers_exceed_cores,
+        optimizations=("dataloader-workers",),
+        # One cause with cpu-oversubscribed: more busy processes than cores.
+        root_cause=CPU_OVERSUBSCRIBED,
     ),
 )

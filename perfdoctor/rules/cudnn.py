@@ -44,7 +44,6 @@ def check_benchmark_off(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 else ()
             ),
         ),
-        optimizations=("cudnn-benchmark",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -83,7 +82,6 @@ def check_deterministic(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "cudnn_deterministic", "deterministic_algorithms"),
             ev("conv_ms_frac", conv, t["conv_frac"], ">="),
         ),
-        optimizations=("cudnn-nondeterministic",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=f"conv share x {t['assumed_conv_saving']:g} (assumed; the re-run measures)",

@@ -56,7 +56,6 @@ def check_anomaly(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "forward_frac", "backward_frac"),
         ),
         locations=locs,
-        optimizations=("anomaly-off",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -84,7 +83,6 @@ def check_user_profiler(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(ev("user_profiler_active", True),),
         locations=locs,
-        optimizations=("debug-modes-off",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -109,7 +107,6 @@ def check_emit_nvtx(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(ev("emit_nvtx_enabled", True),),
         locations=locs,
-        optimizations=("debug-modes-off",),
         gain=GainEstimate(method="not estimated: per-op overhead; re-run measures"),
     )
 
@@ -136,7 +133,6 @@ def check_grad_without_backward(facts: Facts, t: Mapping[str, float]) -> Finding
             *seen(facts, "grad_forwards_without_backward_frac"),
         ),
         locations=locs,
-        optimizations=("no-grad-eval",),
         gain=GainEstimate(
             method="not estimated: activation memory and autograd bookkeeping of those passes"
         ),

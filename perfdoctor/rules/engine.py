@@ -20,49 +20,6 @@ from perfdoctor.rules.base import SEVERITY_RANK, Rule, flag
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Facts that only a CUDA run can produce: on a CPU run their absence is expected, and the
-# skip reason says so instead of suggesting something went wrong.
-GPU_ONLY_FACTS = frozenset(
-    {
-        "gpu_compute_capability",
-        "device_total_memory_bytes",
-        "cuda_allocated_growth_bytes_per_step",
-        "gpu_busy_frac",
-        "gpu_idle_host_wait_frac",
-        "gpu_idle_host_data_frac",
-        "gpu_idle_host_sync_frac",
-        "gpu_idle_host_busy_frac",
-        "gpu_idle_launch_gap_frac",
-        "gpu_idle_dependency_wait_frac",
-        "gpu_compute_frac",
-        "gpu_comm_frac",
-        "gpu_comm_exposed_frac",
-        "gpu_comm_overlap_frac",
-        "gpu_tail_ms",
-        "kernels_per_step",
-        "kernel_us_p50",
-        "memcpy_htod_ms_per_step",
-        "memcpy_dtoh_ms_per_step",
-        "pageable_htod_count_per_step",
-        "pageable_htod_frac",
-        "tensor_core_kernel_frac",
-        "triton_kernel_count_per_step",
-        "comm_kernel_frac",
-        "peak_allocated_bytes",
-        "peak_reserved_bytes",
-        "peak_allocated_frac",
-        "fragmentation_frac",
-        "alloc_retries",
-        "oom_events",
-        "activation_bytes_frac",
-        "gpu_util_mean_frac",
-        "gpu_power_w_mean",
-        "energy_j_per_step",
-        "gpu_throttled_frac",
-        "sm_active_frac",
-        "tensor_active_frac",
-    }
-)
 
 _SOURCE_REASONS = {
     "trace": "not found in the profiler trace",
@@ -87,7 +44,7 @@ def missing_reason(facts: Facts, name: str) -> str:
     doc = FACTS.get(name)
     if doc is None:
         return "not a documented fact"
-    if name in GPU_ONLY_FACTS and flag(facts, "device_is_cuda") is False:
+    if doc.gpu_only and flag(facts, "device_is_cuda") is False:
         return "not measured on a CPU run"
     if doc.source == "trace" and facts.get("trace_steps") is None:
         return "no profiler trace in this run"
@@ -122,6 +79,12 @@ def _run_one(
         return None
     if finding.rule_id != rule.id:
         raise ValueError(f"rule {rule.id} returned a finding for {finding.rule_id}")
+    if not rule.selects_optimizations:
+        if finding.optimizations:
+            raise ValueError(
+                f"rule {rule.id} names optimizations in its check: declare them on the Rule"
+            )
+        finding = replace(finding, optimizations=rule.optimizations)
     unknown = [o for o in finding.optimizations if o not in rule.optimizations]
     if unknown:
         raise ValueError(f"rule {rule.id} names undeclared optimizations {unknown}")
@@ -259,6 +222,7 @@ def describe(rules: Sequence[Rule]) -> list[dict[str, object]]:
     return [
         {
             "id": r.id,
+            "module": r.module,
             "title": r.title,
             "area": r.area,
             "device": r.device,
@@ -268,6 +232,7 @@ def describe(rules: Sequence[Rule]) -> list[dict[str, object]]:
             "source": r.source,
             "description": r.description,
             "optimizations": list(r.optimizations),
+            "selects_optimizations": r.selects_optimizations,
             "root_cause": r.merge_key,
         }
         for r in rules

@@ -139,7 +139,6 @@ def check_shape_changes(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("input_shape_changes", int(shapes), int(t["min_distinct_shapes"]), ">="),
             *seen(facts, "cudnn_benchmark", "model_compiled"),
         ),
-        optimizations=("static-shapes",),
         gain=GainEstimate(method="not estimated: cost per new shape depends on the model"),
     )
 
@@ -172,6 +171,7 @@ RULES = (
         ),
         description="Uneven steps, with the measured cause when there is one.",
         check=check_step_jitter,
+        selects_optimizations=True,
         optimizations=("static-shapes", "dataloader-workers"),
     ),
     Rule(
@@ -187,6 +187,7 @@ RULES = (
         ),
         description="Recompilations of the compiled root model seen during training.",
         check=check_recompilations,
+        selects_optimizations=True,
         optimizations=("static-shapes",),
         root_cause=_SHAPES,
     ),

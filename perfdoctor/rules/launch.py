@@ -60,7 +60,6 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "cpu_op_count_per_step",
             ),
         ),
-        optimizations=("compile-cudagraphs", "compile", "larger-batch"),
         gain=GainEstimate(
             step_time_frac=launch_wait,
             method="host-wait idle share of the step, assuming graphs/fusion remove it",
@@ -94,7 +93,6 @@ def check_tiny_kernels(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("kernel_us_p50", kernel_us, t["max_kernel_us_p50"], "<=", unit=" µs"),
             ev("kernels_per_step", kernels, t["min_kernels_per_step"], ">="),
         ),
-        optimizations=("compile", "compile-cudagraphs"),
         gain=GainEstimate(
             step_time_frac=gaps,
             method="inter-kernel idle share, assuming fusion removes the gaps",

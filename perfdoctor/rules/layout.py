@@ -48,7 +48,6 @@ def check_channels_last(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("gpu_compute_capability", cc, t["min_compute_capability"], ">="),
             ev("autocast_used", low_precision),
         ),
-        optimizations=("channels-last",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=f"conv share x {saving:g} (assumed; larger under AMP; the re-run measures)",

@@ -155,7 +155,6 @@ def check_underused(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("gpu_busy_frac", busy, t["max_busy_frac"], "<"),
             *seen(facts, "batch_size"),
         ),
-        optimizations=("larger-batch",),
         gain=GainEstimate(method="not estimated: depends on how kernels scale with batch"),
     )
 
@@ -198,7 +197,6 @@ def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ),
             *seen(facts, "alloc_retries", "largest_free_block_frac", "expandable_segments"),
         ),
-        optimizations=("expandable-segments",),
         gain=GainEstimate(memory_bytes=wasted, method="reserved minus allocated at the peak"),
     )
 
@@ -254,7 +252,6 @@ def _growth(
             ),
         ),
         locations=locs,
-        optimizations=("detach-logged-tensors",),
         gain=GainEstimate(
             memory_bytes=projected,
             method=f"growth per step x {_PROJECTION_STEPS:,} steps; unbounded in a long run",
@@ -331,6 +328,7 @@ RULES = (
             "and what they cost in time."
         ),
         check=check_near_capacity,
+        selects_optimizations=True,
         device="cuda",
         topics=("memory_peak",),
         optimizations=_PRESSURE_OPTIMIZATIONS,
@@ -355,6 +353,7 @@ RULES = (
         ),
         description="The allocator had to flush its cache and retry, or ran out of memory.",
         check=check_allocator_pressure,
+        selects_optimizations=True,
         device="cuda",
         topics=("memory_peak",),
         optimizations=_PRESSURE_OPTIMIZATIONS,

@@ -27,7 +27,6 @@ def check_conv_bias(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(ev("conv_bias_before_bn_count", int(count), int(t["min_count"]), ">="),),
         locations=locs,
-        optimizations=("conv-bias-off",),
         gain=GainEstimate(method="not estimated: one bias add and its gradient per conv"),
     )
 

@@ -33,7 +33,6 @@ def check_data_parallel(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("uses_data_parallel", True),
             ev("device_count", int(devices), int(t["min_devices"]), ">="),
         ),
-        optimizations=("ddp-over-dataparallel",),
         gain=GainEstimate(method="not estimated: depends on model size and GPU count"),
     )
 
@@ -52,7 +51,6 @@ def check_ddp_without_nccl(facts: Facts, t: Mapping[str, float]) -> Finding | No
             "GPU-to-GPU (NVLink/PCIe/InfiniBand) and is the backend PyTorch recommends for GPUs."
         ),
         evidence=(ev("dist_backend", backend, "nccl", "!="), *seen(facts, "world_size")),
-        optimizations=("nccl-backend",),
         gain=GainEstimate(method="not estimated: depends on gradient size and interconnect"),
     )
 
@@ -80,7 +78,6 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("comm_frac", comm, t["comm_frac"], ">"),
             *seen(facts, "comm_kernel_frac", "world_size", "dist_backend"),
         ),
-        optimizations=("grad-accumulation", "larger-batch"),
         gain=GainEstimate(
             step_time_frac=gain,
             method=f"communication share x {t['assumed_hidden']:g} (assumed hidden or saved)",
@@ -125,7 +122,6 @@ def _exposed_gpu_communication(
             ev("gpu_comm_frac", gpu_comm),
             *seen(facts, "gpu_comm_overlap_frac", "comm_kernel_frac", "world_size", "dist_backend"),
         ),
-        optimizations=("grad-accumulation", "larger-batch"),
         gain=GainEstimate(
             step_time_frac=gain,
             method="exposed communication share of the GPU window: what full overlap would hide",
@@ -288,6 +284,7 @@ RULES = (
             "its own code) exceeds the other ranks' median: multi-rank runs only."
         ),
         check=check_rank_straggler,
+        selects_optimizations=True,
         optimizations=("dataloader-workers", "faster-data-pipeline"),
         multi_rank=True,
     ),

@@ -53,7 +53,6 @@ def check_single_tensor(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "optimizer_class", "single_tensor_optimizer"),
         ),
         locations=locs,
-        optimizations=("fused-optimizer",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -89,7 +88,6 @@ def check_zero_grad(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "zero_grad_zeroing", "model_param_count"),
         ),
         locations=locs,
-        optimizations=("zero-grad-set-to-none",),
         gain=GainEstimate(
             memory_bytes=memory,
             method="time not estimated (one memset per parameter); memory: fp32 gradients",

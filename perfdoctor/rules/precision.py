@@ -115,7 +115,6 @@ def check_tf32_off(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             ev("fp32_matmul_conv_frac", fp32, t["fp32_matmul_frac"], ">="),
             ev("gpu_compute_capability", cc, t["min_compute_capability"], ">="),
         ),
-        optimizations=("tf32",),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -201,7 +200,6 @@ def check_misaligned_gemm(facts: Facts, t: Mapping[str, float]) -> Finding | Non
         ),
         evidence=(ev("misaligned_lowp_gemm_count", count, t["min_count"], ">="),),
         locations=locs,
-        optimizations=("pad-gemm-dims",),
         gain=GainEstimate(method="not estimated: depends on the shapes; re-run measures"),
     )
 
@@ -241,6 +239,7 @@ RULES = (
             "fp32 matmul/conv dominates and the script does not autocast."
         ),
         check=check_fp32_on_tensor_cores,
+        selects_optimizations=True,
         device="cuda",
         optimizations=("amp-bf16", "amp-fp16", "tf32"),
         root_cause=_FP32_COMPUTE,
@@ -285,6 +284,7 @@ RULES = (
         ),
         description="float16 autocast with no loss scaling: gradient underflow risk.",
         check=check_fp16_without_scaler,
+        selects_optimizations=True,
         optimizations=("amp-bf16", "amp-fp16"),
     ),
     Rule(
@@ -300,6 +300,7 @@ RULES = (
         ),
         description="A GradScaler with bf16 autocast costs work (and a sync) for nothing.",
         check=check_scaler_with_bf16,
+        selects_optimizations=True,
         optimizations=("remove-host-syncs", "fused-optimizer"),
     ),
     Rule(

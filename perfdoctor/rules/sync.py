@@ -51,7 +51,6 @@ def check_host_syncs(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "gpu_idle_host_sync_frac", "gpu_busy_frac"),
         ),
         locations=locs,
-        optimizations=("remove-host-syncs",),
         gain=GainEstimate(
             step_time_frac=gain,
             method="time blocked in syncs, at most the GPU's idle share of the step",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
-from perfdoctor.rules.input import INPUT_BOUND
+from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
 from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
@@ -215,6 +215,7 @@ RULES = (
             "and whether they use tensor cores."
         ),
         check=check_gpu_bound,
+        selects_optimizations=True,
         device="cuda",
         optimizations=("amp-bf16", "tf32", "compile"),
     ),
@@ -250,6 +251,7 @@ RULES = (
             "waits, host launch waits, syncs, or a small batch."
         ),
         check=check_gpu_underutilized,
+        selects_optimizations=True,
         device="cuda",
         optimizations=(
             "dataloader-workers",

@@ -98,14 +98,16 @@ def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
 
 def test_child_uses_the_worker_count_sized_by_the_parent(tmp_path):
     # What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
-    sizing = WorkerSizing(3, "data 51 ms/batch vs 4.1 ms compute")
-    env = dict(sizing_env(("dataloader-workers",), sizing))
+    reason = "data 51 ms/batch vs 4.1 ms compute; 3 workers + 1 thread on 4 cores"
+    sizing = WorkerSizing(3, 1, reason)
+    env = sizing_env(("dataloader-workers",), {"dataloader-workers": sizing})
     run_dir = run(tmp_path, DEBUG_SCRIPT, "workers", ("dataloader-workers",), env=env)
     (sample,) = load_run_samples([run_dir])
     workers = {a.id: a for a in sample.applied}["dataloader-workers"]
     assert workers.applied and workers.verified, workers
-    assert "train.py:7: num_workers 0 -> 3 (data 51 ms/batch vs 4.1 ms compute)" in workers.detail
-    assert "(3 workers)" in workers.detail  # the iterator the script used had 3
+    assert "train.py:7: num_workers 0 -> 3, intra-op threads " in workers.detail
+    assert f"({reason})" in workers.detail
+    assert "(3 workers); torch.get_num_threads() reads 1" in workers.detail
 
 
 def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(tmp_path):

@@ -9,7 +9,16 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from perfdoctor.collect.appliers import base, data
 from perfdoctor.collect.appliers.data import start_method, worker_refusal
-from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV
+from perfdoctor.optimize.sizing import THREADS_ENV, WORKERS_ENV, WORKERS_WHY_ENV, default_workers
+
+
+@pytest.fixture(autouse=True)
+def threads_restored():
+    """The workers applier lowers torch's intra-op threads in this process: give the next
+    test the count it started with."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -48,7 +57,11 @@ def test_workers_raised_and_verified_with_the_same_batches(harness_factory):
     plain = [x for x, _ in DataLoader(dataset(), batch_size=8)]
     harness = harness_factory("dataloader-workers")
     loader = DataLoader(dataset(), batch_size=8)
-    assert loader.num_workers == min(4, base.usable_cores())
+    cores = base.usable_cores()
+    assert loader.num_workers == default_workers(cores)
+    # One CPU budget: the workers and the threads the main process keeps fit the cores (one
+    # core cannot hold a worker and a thread without sharing).
+    assert loader.num_workers + torch.get_num_threads() <= max(2, cores)
     assert loader.persistent_workers is False  # never turned on by default
     seen = drive(harness, loader)
     for got, want in zip(seen, plain, strict=False):
@@ -69,28 +82,60 @@ def test_workers_set_by_the_script_are_kept(harness_factory):
 
 def test_default_count_says_why(harness_factory, monkeypatch):
     monkeypatch.delenv(WORKERS_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
     harness = harness_factory("dataloader-workers")
     cores = base.usable_cores()
-    assert DataLoader(dataset(), batch_size=8).num_workers == min(4, cores)
+    assert DataLoader(dataset(), batch_size=8).num_workers == default_workers(cores)
     row = harness.results()["dataloader-workers"]
-    assert f"(no measured sizing: min(4, {cores} cores))" in row["detail"]
+    why = f"(no measured sizing: min(4, {cores} cores - 1) workers, the cores left threads)"
+    assert why in row["detail"]
 
 
-def test_count_sized_by_the_parent_is_used(harness_factory, monkeypatch):
-    # 1: below the min(4, cores) default on any machine with 2+ cores, so it is the env's.
+def test_workers_and_threads_sized_by_the_parent_are_used(harness_factory, monkeypatch):
+    # What pipeline._Runner passes for a dataloader-workers run: 1 worker + 1 thread.
     monkeypatch.setenv(WORKERS_ENV, "1")
-    monkeypatch.setenv(WORKERS_WHY_ENV, "data 51 ms/batch vs 4.1 ms compute")
+    monkeypatch.setenv(THREADS_ENV, "1")
+    why = "data 30 ms/batch vs 31 ms compute; 1 worker + 1 thread on 2 cores"
+    monkeypatch.setenv(WORKERS_WHY_ENV, why)
+    torch.set_num_threads(2)  # the baseline's intra-op threads: the budget lowers them
     plain = [x for x, _ in DataLoader(dataset(), batch_size=8)]
     harness = harness_factory("dataloader-workers")
     loader = DataLoader(dataset(), batch_size=8)
     assert loader.num_workers == 1
+    assert torch.get_num_threads() == 1
     seen = drive(harness, loader)
     for got, want in zip(seen, plain, strict=False):
         assert torch.equal(got, want)
     row = harness.results()["dataloader-workers"]
     assert row["applied"] and row["verified"], row
-    assert ": num_workers 0 -> 1 (data 51 ms/batch vs 4.1 ms compute)" in row["detail"]
-    assert "(1 workers)" in row["detail"]  # what verify saw
+    assert f": num_workers 0 -> 1, intra-op threads 2 -> 1 ({why})" in row["detail"]
+    assert "(1 workers); torch.get_num_threads() reads 1" in row["detail"]  # what verify saw
+
+
+def test_threads_below_the_budget_are_not_raised(harness_factory, monkeypatch):
+    # Raising threads is cpu-threads' change; the workers applier only keeps the budget.
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(THREADS_ENV, "3")
+    torch.set_num_threads(1)
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(dataset(), batch_size=8).num_workers == 1
+    assert torch.get_num_threads() == 1
+    assert "intra-op threads 1 kept (<= 3)" in harness.results()["dataloader-workers"]["detail"]
+
+
+def test_threads_raised_after_the_dataloader_are_lowered_at_the_first_step(
+    harness_factory, monkeypatch
+):
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(THREADS_ENV, "1")
+    harness = harness_factory("dataloader-workers")
+    DataLoader(dataset(), batch_size=8)
+    torch.set_num_threads(3)  # the script, after building its DataLoader
+    model = torch.nn.Linear(8, 1)
+    harness.runtime.publish_roots([model], [torch.optim.SGD(model.parameters(), lr=0.1)])
+    assert torch.get_num_threads() == 1
+    applier = harness.applied.appliers[0]
+    assert any("raised intra-op threads to 3: intra-op threads 3 -> 1" in n for n in applier.notes)
 
 
 def test_script_workers_win_over_the_sized_count(harness_factory, monkeypatch):
@@ -112,7 +157,7 @@ def test_sized_count_still_refused_for_an_iterable_dataset(harness_factory, monk
 def test_bad_sized_count_falls_back_to_the_default(harness_factory, monkeypatch):
     monkeypatch.setenv(WORKERS_ENV, "lots")
     harness = harness_factory("dataloader-workers")
-    assert DataLoader(dataset(), batch_size=8).num_workers == min(4, base.usable_cores())
+    assert DataLoader(dataset(), batch_size=8).num_workers == default_workers(base.usable_cores())
     applier = harness.applied.appliers[0]
     assert any("ignored PERFDOCTOR_DATALOADER_WORKERS='lots'" in n for n in applier.notes)
 
@@ -204,3 +249,20 @@ def test_non_blocking_leaves_cpu_to_cpu_copies_alone(harness_factory, monkeypatc
     row = harness.results()["non-blocking-copies"]
     assert row["applied"] is True and row["verified"] is False
     assert "needs pin-memory" in row["detail"]
+
+
+def test_stacked_with_cpu_threads_both_hold_the_same_budget(harness_factory, monkeypatch):
+    cores = base.usable_cores()
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(THREADS_ENV, str(max(1, cores - 1)))
+    harness = harness_factory("cpu-threads", "dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8)
+    harness.runtime.dataloaders.append(loader)  # what the probes record in a child
+    assert torch.get_num_threads() == max(1, cores - 1)
+    model = torch.nn.Linear(8, 1)
+    harness.runtime.publish_roots([model], [torch.optim.SGD(model.parameters(), lr=0.1)])
+    # cpu-threads counts the same budget at the first step: usable cores less the worker.
+    assert torch.get_num_threads() == max(1, cores - 1)
+    rows = harness.results()
+    assert "the script asked" not in rows["cpu-threads"]["detail"]  # perfdoctor's own call
+    assert rows["dataloader-workers"]["applied"], rows

@@ -141,3 +141,10 @@ def test_report_on_the_out_directory_takes_its_latest_session(tmp_path: Path) ->
     result = invoke("report", str(runs), "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["run_dir"] == str(session.resolve())
+
+
+def test_the_rules_listing_names_the_module_each_rule_lives_in() -> None:
+    result = invoke("rules")
+    assert result.exit_code == 0, result.output
+    assert "perfdoctor/rules/input_pipeline.py: 3 rules" in result.stdout
+    assert "perfdoctor/rules/cpu.py:" in result.stdout

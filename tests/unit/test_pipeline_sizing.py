@@ -1,5 +1,6 @@
-"""The pipeline sizes DataLoader workers from the baseline and passes them to the runs that
-add workers (and only to those), through RunSpec.env."""
+"""The pipeline sizes the candidates whose catalog entry has a sizing hook (DataLoader
+workers and intra-op threads, from one CPU budget) and passes each sizing to the runs that
+apply that optimization (and only to those), through RunSpec.env."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from perfdoctor import pipeline
 from perfdoctor.model import Facts, RunManifest, StepPlan, Target
-from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV, WorkerSizing
+from perfdoctor.optimize.sizing import THREADS_ENV, WORKERS_ENV, WORKERS_WHY_ENV, WorkerSizing
 from perfdoctor.session import Session
 
 GPU_FACTS = Facts({"device_is_cuda": True, "data_wait_ms_p50": 51.2, "step_ms_p50": 55.3})
@@ -29,19 +30,26 @@ def diagnosis(facts: Facts, cores: int | None = 16) -> SimpleNamespace:
     return SimpleNamespace(facts=facts, record=SimpleNamespace(observations=observations))
 
 
-def test_sized_from_the_baseline_with_the_childs_cores(monkeypatch):
-    monkeypatch.delenv(WORKERS_ENV, raising=False)
+REASON = "data 51 ms/batch vs 4.1 ms compute; 14 workers + 2 threads on 16 cores"
+
+
+@pytest.fixture(autouse=True)
+def no_user_sizing(monkeypatch):
+    for name in (WORKERS_ENV, THREADS_ENV, WORKERS_WHY_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_sized_from_the_baseline_with_the_childs_cores():
     sink = Notes()
-    sizing = pipeline._worker_sizing(diagnosis(GPU_FACTS), ["dataloader-workers"], sink)
-    assert sizing == WorkerSizing(14, "data 51 ms/batch vs 4.1 ms compute")
-    assert sink.notes == ["dataloader-workers: num_workers=14 (data 51 ms/batch vs 4.1 ms compute)"]
+    sizings = pipeline._sizings(diagnosis(GPU_FACTS), ["pin-memory", "dataloader-workers"], sink)
+    assert sizings == {"dataloader-workers": WorkerSizing(14, 2, REASON)}
+    assert sink.notes == [f"dataloader-workers: num_workers=14, intra-op threads=2 ({REASON})"]
 
 
 def test_not_sized_when_not_tried_or_set_by_the_user(monkeypatch):
-    monkeypatch.delenv(WORKERS_ENV, raising=False)
-    assert pipeline._worker_sizing(diagnosis(GPU_FACTS), ["pin-memory"], Notes()) is None
+    assert pipeline._sizings(diagnosis(GPU_FACTS), ["pin-memory"], Notes()) == {}
     monkeypatch.setenv(WORKERS_ENV, "8")  # the user's own choice reaches the child as it is
-    assert pipeline._worker_sizing(diagnosis(GPU_FACTS), ["dataloader-workers"], Notes()) is None
+    assert pipeline._sizings(diagnosis(GPU_FACTS), ["dataloader-workers"], Notes()) == {}
 
 
 def test_cores_fall_back_to_this_process():
@@ -77,13 +85,13 @@ def runner(tmp_path: Path, monkeypatch) -> pipeline._Runner:
 
 
 def test_only_runs_adding_workers_get_the_count(runner):
-    runner.worker_sizing = WorkerSizing(14, "data 51 ms/batch vs 4.1 ms compute")
+    runner.sizings = {"dataloader-workers": WorkerSizing(14, 2, REASON)}
     runner.run("baseline", (), repeat=1, planned_runs=3)
     runner.run("dataloader-workers", ("dataloader-workers",), repeat=1, planned_runs=3)
     runner.run("stacked", ("pin-memory", "dataloader-workers"), repeat=1, planned_runs=3)
     runner.run("pin-memory", ("pin-memory",), repeat=1, planned_runs=3)
     envs = [dict(spec.env) for spec in runner.specs]
-    wanted = {WORKERS_ENV: "14", WORKERS_WHY_ENV: "data 51 ms/batch vs 4.1 ms compute"}
+    wanted = {WORKERS_ENV: "14", THREADS_ENV: "2", WORKERS_WHY_ENV: REASON}
     assert envs[0] == {}
     assert envs[1] == wanted and envs[2] == wanted
     assert WORKERS_ENV not in envs[3]

@@ -2,12 +2,13 @@
 
 Decision (documented in the report detail): the applier sets torch's intra-op threads to the
 cores this process may run on, less one per DataLoader worker process once the loaders are
-known (at the first optimizer step; the rules and optimize/recommend.cpu_threads_target count
-the same way), and HOLDS that number: a later torch.set_num_threads(n) from the script is
-ignored in the main process. Scripts that lower threads mostly do so as a leftover
+known (at the first optimizer step; the rules and optimize/sizing.cpu_threads_target count
+the same way: one CPU budget), and HOLDS that number: a later torch.set_num_threads(n) from
+the script is ignored in the main process. Scripts that lower threads mostly do so as a leftover
 (OMP_NUM_THREADS=1 in a launcher, a copied snippet); measuring the script with its cores in
 use is the point of this variant. Calls from DataLoader worker processes (a different pid;
-torch sets 1 thread there on purpose) and from torch itself pass through. When the script
+torch sets 1 thread there on purpose), from torch itself and from the other appliers (the
+dataloader-workers applier sizes threads from the same budget) pass through. When the script
 already runs that many threads, nothing changes and the applier refuses.
 """
 
@@ -33,7 +34,7 @@ class CpuThreads(Applier):
 
         def set_num_threads(n: int) -> None:
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if os.getpid() != ctx.install_pid or caller.startswith("torch"):
+            if os.getpid() != ctx.install_pid or caller.startswith(("torch", "perfdoctor")):
                 original(n)
                 return
             applier.script_requests.append(int(n))

@@ -85,6 +85,21 @@ def test_conflicts_are_named():
     assert any("trades time for memory" in c for c in recs["activation-checkpointing"].conflicts)
 
 
+def test_workers_and_threads_name_their_shared_cpu_budget():
+    findings = [finding("input-bound", "dataloader-workers", gain=0.3)]
+    findings.append(finding("cpu-threads-below-cores", "cpu-threads", gain=0.1))
+    recs = {r.optimization_id: r for r in recommend(findings, CPU)}
+    assert recs["dataloader-workers"].conflicts == (
+        "workers take cores from the intra-op compute threads: the applier sizes both from one "
+        "budget (workers + threads <= usable cores)",
+    )
+    assert recs["cpu-threads"].conflicts == (
+        "compute threads compete with DataLoader workers for CPU cores",
+    )
+    # On a GPU run, alone, the workers' cores are the GPU-idle main process's to spare.
+    assert recommend(findings[:1], H100)[0].conflicts == ()
+
+
 def test_unknown_ids_are_ignored():
     assert ids(recommend([finding("x", "warp-drive", "compile")], CPU)) == ["compile"]
 

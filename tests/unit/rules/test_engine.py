@@ -166,7 +166,7 @@ def test_overrides_replace_named_thresholds() -> None:
     assert not any(f.rule_id == "input-bound" for f in quiet.findings)
 
 
-def _rule(check) -> Rule:  # type: ignore[no-untyped-def]
+def _rule(check, selects: bool = True) -> Rule:  # type: ignore[no-untyped-def]
     return Rule(
         id="test-rule",
         title="t",
@@ -176,7 +176,8 @@ def _rule(check) -> Rule:  # type: ignore[no-untyped-def]
         source="test",
         description="test",
         check=check,
-        optimizations=("anomaly-off",),
+        optimizations=("anomaly-off", "debug-modes-off"),
+        selects_optimizations=selects,
     )
 
 
@@ -208,3 +209,15 @@ def test_declared_finding_passes_through_unchanged() -> None:
     finding = _finding(optimizations=("anomaly-off",))
     results = evaluate(make_facts("cpu"), rules=(_rule(lambda facts, t: finding),))
     assert results.findings == (replace(finding, related=()),)
+
+
+def test_a_rule_that_does_not_select_gives_every_finding_its_declared_optimizations() -> None:
+    results = evaluate(make_facts("cpu"), rules=(_rule(lambda f, t: _finding(), selects=False),))
+    assert results.findings[0].optimizations == ("anomaly-off", "debug-modes-off")
+
+
+def test_a_check_repeating_the_rules_optimizations_is_refused() -> None:
+    repeats = _finding(optimizations=("anomaly-off", "debug-modes-off"))
+    results = evaluate(make_facts("cpu"), rules=(_rule(lambda f, t: repeats, selects=False),))
+    assert results.findings == ()
+    assert "declare them on the Rule" in results.skipped[0].reason

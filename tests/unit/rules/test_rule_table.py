@@ -126,6 +126,13 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         },
         "info",
     ),
+    # dataloader-workers-exceed-cores: workers > usable cores - 1 (one for the training process)
+    ("dataloader-workers-exceed-cores", "cpu", {"dataloader_num_workers": 2}, "info"),
+    ("dataloader-workers-exceed-cores", "cpu", {"dataloader_num_workers": 1}, None),
+    ("dataloader-workers-exceed-cores", "gpu", {}, None),  # 4 workers on 8 physical cores
+    ("dataloader-workers-exceed-cores", "gpu", {"dataloader_num_workers": 8}, "info"),
+    # Two ranks share the 8 cores: 4 each, and 4 workers leave the rank none.
+    ("dataloader-workers-exceed-cores", "gpu", {"ranks_launched": 2}, "info"),
     # precision
     (
         "fp32-on-tensor-cores",

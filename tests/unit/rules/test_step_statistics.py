@@ -11,7 +11,7 @@ from perfdoctor.analyze.facts import _step_facts
 from perfdoctor.analyze.run_stats import breakdown_ms, samples_per_step, throughput_samples_s
 from perfdoctor.model import StepRecord
 from perfdoctor.rules import evaluate
-from perfdoctor.rules.input import INPUT_BOUND
+from perfdoctor.rules.input_pipeline import INPUT_BOUND
 
 from .factsets import make_facts
 

@@ -168,7 +168,6 @@ def check_pageable_htod(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             *seen(facts, "pageable_htod_count_per_step", "dataloader_pin_memory"),
         ),
         locations=locs,
-        optimizations=("pin-memory", "non-blocking-copies"),
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
@@ -196,7 +195,6 @@ def check_cpu_tensor_to_device(facts: Facts, t: Mapping[str, float]) -> Finding 
         ),
         evidence=(ev("tensor_to_device_per_step", count, t["min_per_step"], ">="),),
         locations=locs,
-        optimizations=("create-on-device",),
         gain=GainEstimate(method="not estimated: a copy per tensor per step; re-run measures"),
     )
 
@@ -229,6 +227,7 @@ RULES = (
             "saturated CPU it advises cheaper data code instead of more workers."
         ),
         check=check_input_bound,
+        selects_optimizations=True,
         topics=("data_loading", "dataloader_construct"),
         optimizations=("dataloader-workers", "pin-memory", "faster-data-pipeline"),
     ),
