@@ -22,9 +22,9 @@ from perfdoctor.analyze.facts import (
     derive_facts,
     gpu_timeline,
     profiler_window_missed,
-    series_for,
 )
 from perfdoctor.analyze.record import RunRecord, load_run
+from perfdoctor.analyze.series import series_for
 from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
     BaselineSummary,

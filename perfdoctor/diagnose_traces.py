@@ -16,7 +16,8 @@ from pathlib import Path
 
 from perfdoctor import __version__
 from perfdoctor.analyze.fact_catalog import FACTS, TRACE_ONLY_REASON
-from perfdoctor.analyze.facts import breakdown_ms, derive_facts, gpu_timeline, series_for
+from perfdoctor.analyze.facts import breakdown_ms, derive_facts, gpu_timeline
+from perfdoctor.analyze.series import series_for
 from perfdoctor.analyze.trace_inputs import Discovery, RunInput, discover
 from perfdoctor.analyze.trace_record import TraceRunRecord, load_trace_run
 from perfdoctor.errors import PerfdoctorError
