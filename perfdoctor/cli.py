@@ -401,7 +401,7 @@ def _nodes(nnodes: int, node_rank: int, endpoint: str | None, apply: bool, targe
 def _profile(options, console: Console):
     from perfdoctor.errors import NoTrainingSteps, RunTimeout
     from perfdoctor.pipeline import profile as run_profile
-    from perfdoctor.progress import make_progress_sink
+    from perfdoctor.render.progress import make_progress_sink
 
     with make_progress_sink(console) as sink:
         try:

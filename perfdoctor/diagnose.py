@@ -382,7 +382,7 @@ class WrittenReports:
 
 
 def _write_scalars(session_dir: Path, report: Report) -> None:
-    from perfdoctor.tensorboard_export import write_scalars
+    from perfdoctor.render.tensorboard_export import write_scalars
 
     try:
         write_scalars(session_dir, report)
