@@ -424,13 +424,11 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     report (not the one passed in) to show the same figure the files state.
     """
     from perfdoctor.render.charts import build_charts
-    from perfdoctor.render.html import render_html
-    from perfdoctor.render.json_report import render_json
-    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
     # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
     _scalars_beside(session_dir, report, lambda: build_charts(report))
-    renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
+    renderers = {r.file_name: r.load() for r in file_renderers(REPORT_RENDERERS)}
     paths = {fname: session_dir / fname for fname in renderers}
     on_disk = _dir_bytes(session_dir)
     others = on_disk - sum(
