@@ -203,7 +203,6 @@ def _profile(options, console: Console):
 
 def _show_latest_partial(runs_root: Path, console: Console) -> None:
     from perfdoctor.diagnose import analyze_session
-    from perfdoctor.render.terminal import render_terminal
     from perfdoctor.rundir import LATEST_LINK
 
     latest = runs_root / LATEST_LINK
@@ -211,7 +210,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
         # The partial report is on disk whatever happens here; a failure to show it (or a
         # second Ctrl-C) must not hide the one-line error that follows.
         with contextlib.suppress(PerfdoctorError, OSError, KeyboardInterrupt):
-            render_terminal(analyze_session(latest), console)
+            _print_report(analyze_session(latest), "terminal", console)
 
 
 FORMAT_HELP = "terminal, md, html or json."
