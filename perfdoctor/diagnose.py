@@ -20,10 +20,10 @@ from perfdoctor.analyze.facts import (
     derive_facts,
     gpu_timeline,
     profiler_window_missed,
-    series_for,
 )
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
+from perfdoctor.analyze.series import series_for
 from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
     BaselineSummary,
@@ -389,7 +389,7 @@ class WrittenReports:
 
 
 def _write_scalars(session_dir: Path, report: Report) -> None:
-    from perfdoctor.tensorboard_export import write_scalars
+    from perfdoctor.render.tensorboard_export import write_scalars
 
     try:
         write_scalars(session_dir, report)
@@ -431,13 +431,11 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     report (not the one passed in) to show the same figure the files state.
     """
     from perfdoctor.render.charts import build_charts
-    from perfdoctor.render.html import render_html
-    from perfdoctor.render.json_report import render_json
-    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
     # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
     _scalars_beside(session_dir, report, lambda: build_charts(report))
-    renderers = {REPORT_JSON: render_json, REPORT_MD: render_markdown, REPORT_HTML: render_html}
+    renderers = {name: r.load() for name, r in file_renderers(REPORT_RENDERERS).items()}
     paths = {fname: session_dir / fname for fname in renderers}
     on_disk = _dir_bytes(session_dir)
     others = on_disk - sum(

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from perfdoctor import __version__
 from perfdoctor.analyze.fact_catalog import FACTS, TRACE_ONLY_REASON
-from perfdoctor.analyze.facts import derive_facts, gpu_timeline, series_for
+from perfdoctor.analyze.facts import derive_facts, gpu_timeline
 from perfdoctor.analyze.run_stats import breakdown_ms
+from perfdoctor.analyze.series import series_for
 from perfdoctor.analyze.trace_inputs import Discovery, RunInput, discover
 from perfdoctor.analyze.trace_record import TraceRunRecord, load_trace_run
 from perfdoctor.errors import PerfdoctorError
@@ -279,19 +280,13 @@ def diagnose_traces(paths: Sequence[Path], out_dir: Path | None = None) -> list[
 
 def write_trace_reports(report: Report) -> dict[str, Path]:
     """report.json, report.md and report.html in the report's own directory."""
-    from perfdoctor.render.html import render_html
-    from perfdoctor.render.json_report import render_json
-    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
     out = Path(report.run_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for fname, render in (
-        (REPORT_JSON, render_json),
-        (REPORT_MD, render_markdown),
-        (REPORT_HTML, render_html),
-    ):
-        path = out / fname
-        path.write_text(render(report), encoding="utf-8")
-        paths[fname] = path
+    for name, renderer in file_renderers(REPORT_RENDERERS).items():
+        path = out / name
+        path.write_text(str(renderer.render(report)), encoding="utf-8")
+        paths[path.name] = path
     return paths

@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,11 +22,10 @@ from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
     memory_peak_locations,
-    memory_series,
     snapshot_facts,
 )
 from perfdoctor.analyze.record import RunRecord
-from perfdoctor.analyze.run_stats import breakdown_ms
+from perfdoctor.analyze.run_stats import finite_numbers
 from perfdoctor.analyze.samples import SamplesSummary
 from perfdoctor.analyze.trace_gpu import GpuSummary
 from perfdoctor.model import Facts, Scalar, SourceLocation, StepRecord
@@ -97,14 +96,6 @@ def _observed(record: Any) -> Observations:
     """The record's typed observations (a record built without them has none)."""
     found = getattr(record, "observed", None)
     return found if isinstance(found, Observations) else Observations()
-
-
-def _numbers(values: Iterable[Any]) -> list[float]:
-    return [
-        float(v)
-        for v in values
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    ]
 
 
 # Growth must show in every one of this many consecutive parts of the timed window.
@@ -265,7 +256,7 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
         step_ms_mean=float(np.mean(walls)),
         step_jitter_ratio=p90 / p50 if p50 > 0 else None,
     )
-    waits = _numbers(s.data_wait_ms for s in timed)
+    waits = finite_numbers(s.data_wait_ms for s in timed)
     out["data_wait_ms_p50"] = float(np.median(waits)) if waits else None
     # Shares of the median step, from the per-phase medians (the breakdown): one slow step
     # (an epoch boundary's first batch, an evaluation) does not make a whole run input-bound.
@@ -304,7 +295,7 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
 
 
 def _median_of(steps: Sequence[StepRecord], value: Any) -> float | None:
-    found = _numbers(value(s) for s in steps)
+    found = finite_numbers(value(s) for s in steps)
     return float(np.median(found)) if found else None
 
 
@@ -821,80 +812,3 @@ def _gpu_settings(g: GpuSummary) -> dict[str, Any]:
             for k in g.top_kernels
         ],
     }
-
-
-# --------------------------------------------------------------------------- chart series
-
-
-def series_for(record: RunRecord) -> dict[str, Any]:
-    """Chart data of one run; the pipeline files each part under the run's label:
-    {"steps": {...}, "breakdown_ms": {...}, "samples": {...}, "memory": {...}} (the shape of
-    Report.series in model.py, one level down)."""
-    return {
-        "steps": {
-            "index": [s.index for s in record.steps],
-            "wall_ms": [s.wall_ms for s in record.steps],
-            "step_ms": [s.step_ms for s in record.steps],
-            "loss": [s.loss for s in record.steps],
-            "data_wait_ms": [s.data_wait_ms for s in record.steps],
-            "phase": [s.phase for s in record.steps],
-        },
-        "breakdown_ms": breakdown_ms(record.timed_steps),
-        "samples": _sample_series(record.samples),
-        "memory": _memory_series(record),
-    }
-
-
-def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """CPU and GPU rows merged on their timestamps (GPU values: mean util, summed power and
-    memory over the sampled devices)."""
-    by_t: dict[float, dict[str, Any]] = {}
-    for row in rows:
-        t = row.get("t")
-        if not isinstance(t, (int, float)) or row.get("kind") not in ("cpu", "gpu"):
-            continue
-        slot = by_t.setdefault(round(float(t), 3), {"util": [], "power": [], "mem": []})
-        if row["kind"] == "cpu":
-            cores = row.get("cpu_percent")
-            if isinstance(cores, list) and cores:
-                slot["cpu_util"] = float(np.mean(_numbers(cores))) / 100.0
-                # The run's own share (training process and its workers) of all cores: on a
-                # shared machine the machine-wide line says more about the neighbours.
-                own = _numbers([row.get("child_cpu_percent"), row.get("workers_cpu_percent")])
-                if own:
-                    slot["run_cpu_util"] = min(1.0, sum(own) / 100.0 / len(cores))
-            if isinstance(row.get("rss_bytes"), int):
-                slot["rss_bytes"] = row["rss_bytes"]
-        else:
-            if isinstance(row.get("util_gpu"), (int, float)):
-                slot["util"].append(float(row["util_gpu"]) / 100.0)
-            if isinstance(row.get("power_w"), (int, float)):
-                slot["power"].append(float(row["power_w"]))
-            if isinstance(row.get("mem_used_bytes"), (int, float)):
-                slot["mem"].append(int(row["mem_used_bytes"]))
-    out: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "t",
-            "cpu_util",
-            "run_cpu_util",
-            "gpu_util",
-            "power_w",
-            "mem_used_bytes",
-            "rss_bytes",
-        )
-    }
-    for t in sorted(by_t):
-        slot = by_t[t]
-        out["t"].append(t)
-        out["cpu_util"].append(slot.get("cpu_util"))
-        out["run_cpu_util"].append(slot.get("run_cpu_util"))
-        out["gpu_util"].append(float(np.mean(slot["util"])) if slot["util"] else None)
-        out["power_w"].append(float(sum(slot["power"])) if slot["power"] else None)
-        out["mem_used_bytes"].append(int(sum(slot["mem"])) if slot["mem"] else None)
-        out["rss_bytes"].append(slot.get("rss_bytes"))
-    return out
-
-
-def _memory_series(record: RunRecord) -> dict[str, Any]:
-    return memory_series(record.memory)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +93,8 @@ class PoolFigures:
 # --------------------------------------------------------------------------- numbers
 
 
-def _numbers(values: Sequence[Any]) -> list[float]:
+def finite_numbers(values: Iterable[Any]) -> list[float]:
+    """The finite int/float values of `values` as floats (bools, None and NaN left out)."""
     return [
         float(v)
         for v in values
@@ -160,7 +161,7 @@ def samples_per_step(steps: Sequence[StepRecord], default_batch: int | None = No
 
 def throughput_samples_s(step_ms: Sequence[float], per_step: float | None) -> float | None:
     """Samples per second at the median step."""
-    p50 = median_or_none(_numbers(step_ms))
+    p50 = median_or_none(finite_numbers(step_ms))
     if per_step is None or p50 is None or p50 <= 0:
         return None
     return per_step * 1000.0 / p50
@@ -219,7 +220,7 @@ def phase_medians(steps: Sequence[StepRecord]) -> dict[str, float]:
     """Median ms per step of each measured phase (a phase never measured is absent)."""
     out: dict[str, float] = {}
     for name, attr in MEASURED_PHASES:
-        values = _numbers([getattr(s, attr) for s in steps])
+        values = finite_numbers([getattr(s, attr) for s in steps])
         if values:
             out[name] = float(statistics.median(values))
     return out
@@ -228,7 +229,7 @@ def phase_medians(steps: Sequence[StepRecord]) -> dict[str, float]:
 def breakdown_ms(steps: Sequence[StepRecord]) -> dict[str, float]:
     """Median ms per step in each phase; `other` is what they leave of the median step.
     The same medians give the *_frac facts, so the chart, the table and the facts agree."""
-    walls = _numbers([s.wall_ms for s in steps])
+    walls = finite_numbers([s.wall_ms for s in steps])
     if not walls:
         return {}
     out = phase_medians(steps)

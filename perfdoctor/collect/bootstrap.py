@@ -43,10 +43,10 @@ from typing import Any
 
 import perfdoctor
 from perfdoctor import run_schema, rundir
+from perfdoctor.analyze.frames import UserCode
 from perfdoctor.collect import process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
-from perfdoctor.collect.user_code import UserCode
 from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_TARGET_NOT_FOUND, EXIT_USAGE
 from perfdoctor.model import RunSpec
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.analyze.frames import Location, UserCode
 from perfdoctor.collect import observe
 from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.memory_history import MemoryHistory
@@ -25,7 +26,6 @@ from perfdoctor.collect.profiler_window import ProfilerWindow
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.step_log import FLUSH_EVERY, StepLog
 from perfdoctor.collect.sync_watch import SyncCallWatcher
-from perfdoctor.collect.user_code import Location, UserCode
 
 log = logging.getLogger(__name__)
 

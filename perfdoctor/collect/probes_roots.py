@@ -21,8 +21,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from perfdoctor.analyze.frames import UserCode
 from perfdoctor.collect.probes_steps import StepTracker
-from perfdoctor.collect.user_code import UserCode
 
 log = logging.getLogger(__name__)
 

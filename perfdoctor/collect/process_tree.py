@@ -122,10 +122,10 @@ class _ProcessProbes:
         self.applied: Any = None
 
     def install(self) -> None:
+        from perfdoctor.analyze.frames import UserCode
         from perfdoctor.collect import bootstrap
         from perfdoctor.collect.probes import Probes
         from perfdoctor.collect.runtime import Runtime
-        from perfdoctor.collect.user_code import UserCode
 
         spec, torch = self.spec, self.torch
         self.runtime = runtime = Runtime(spec)

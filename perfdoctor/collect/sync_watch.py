@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from perfdoctor.collect.user_code import UserCode
+from perfdoctor.analyze.frames import UserCode
 
 log = logging.getLogger(__name__)
 

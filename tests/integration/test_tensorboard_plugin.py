@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from perfdoctor.errors import EXIT_MISSING_TOOL, BadRunDir
-from perfdoctor.tensorboard_export import write_scalars
+from perfdoctor.render.tensorboard_export import write_scalars
 from perfdoctor.tensorboard_launch import (
     TensorBoardFailed,
     profiler_plugin_installed,

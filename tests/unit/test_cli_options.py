@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from perfdoctor import __version__, errors
 from perfdoctor.cli import app
+from perfdoctor.cli_options import ProfileArgs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "tuned_mlp_cpu"
 
@@ -148,3 +149,45 @@ def test_the_rules_listing_names_the_module_each_rule_lives_in() -> None:
     assert result.exit_code == 0, result.output
     assert "perfdoctor/rules/input_pipeline.py: 3 rules" in result.stdout
     assert "perfdoctor/rules/cpu.py:" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ({"steps": 0}, "--steps must be at least 1"),
+        ({"repeat": 0}, "--repeat must be at least 1"),
+        ({"warmup": -1}, "--warmup and --profile-steps cannot be negative"),
+        ({"timeout": float("nan")}, "--timeout must be a number of seconds above 0"),
+        ({"node_rank": 1}, "--node-rank and --rdzv-endpoint need --nnodes > 1"),
+        ({"nnodes": 2, "apply": False}, "--nnodes > 1 needs --rdzv-endpoint HOST:PORT"),
+        ({"nnodes": 2, "rdzv_endpoint": "h:1"}, "--nnodes > 1 profiles the baseline only"),
+        ({"only": "no-such-fix"}, "--only: unknown optimization id 'no-such-fix'"),
+    ],
+)
+def test_profile_args_refuse_each_broken_rule_as_a_usage_error(given, words: str) -> None:
+    with pytest.raises(errors.UsageError, match="^" + words.replace(".", r"\.")):
+        ProfileArgs(args=("train.py",), **given)
+
+
+def test_profile_args_build_the_pipelines_options(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    given = ProfileArgs(args=("train.py", "--lr", "0.1"), skip="dataloader-workers")
+    options = given.to_options(tmp_path)
+    assert (options.target.kind, options.target.name) == ("script", "train.py")
+    assert options.target.argv == ("--lr", "0.1")
+    assert options.skip == ("dataloader-workers",) and options.only is None
+    assert options.baseline_runs == 1 and options.nodes is None
+
+
+def test_debug_of_one_invocation_does_not_carry_into_the_next(tmp_path: Path, monkeypatch) -> None:
+    def broken(_path):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("perfdoctor.diagnose.analyze_session", broken)
+    monkeypatch.delenv("PERFDOCTOR_DEBUG", raising=False)
+    shutil.copytree(FIXTURE, tmp_path / "run")
+    assert "Traceback" in invoke("--debug", "report", str(tmp_path / "run")).stderr
+    plain = invoke("report", str(tmp_path / "run"))
+    assert plain.exit_code == errors.EXIT_INTERNAL, plain.output
+    assert "Traceback" not in plain.stderr
+    assert "run again with --debug" in plain.stderr

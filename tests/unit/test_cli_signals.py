@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from perfdoctor.cli import _stop_signals_as_interrupts
+from perfdoctor.cli_guard import stop_signals_as_interrupts
 from perfdoctor.errors import Stopped, interrupt_exit_code, interrupt_name
 
 
@@ -30,7 +30,7 @@ def _restore_handlers():
 
 
 def test_sigterm_raises_stopped_with_exit_code_143_and_a_second_one_is_ignored() -> None:
-    with pytest.raises(Stopped) as caught, _stop_signals_as_interrupts():
+    with pytest.raises(Stopped) as caught, stop_signals_as_interrupts():
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             _wait_for_signal()
@@ -47,7 +47,7 @@ def test_sigterm_raises_stopped_with_exit_code_143_and_a_second_one_is_ignored()
 def test_an_ignored_sighup_stays_ignored_and_handlers_are_restored() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     before_term = signal.getsignal(signal.SIGTERM)
-    with _stop_signals_as_interrupts():
+    with stop_signals_as_interrupts():
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) != before_term
         os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing raised

@@ -51,3 +51,31 @@ def test_display_relative_to_root(tmp_path: Path) -> None:
     user = UserCode([tmp_path])
     assert user.display(str(tmp_path / "a" / "b.py")) == "a/b.py"
     assert user.display("/elsewhere/c.py") == "/elsewhere/c.py"
+
+
+def test_the_longest_directory_that_holds_a_file_owns_it() -> None:
+    # One classifier for the child's live frames and the analysis: the target's root wins
+    # over a site-packages that holds it, and loses to a virtualenv inside it.
+    site = "/home/u/.venv/lib/python3.11/site-packages"
+    inside_site = UserCode([f"{site}/mypkg"], library_dirs=[site])
+    assert inside_site.is_user_file(f"{site}/mypkg/train.py")
+    assert not inside_site.is_user_file(f"{site}/torch/nn/modules/module.py")
+    project = UserCode(["/home/u/proj"], library_dirs=[])
+    assert project.is_user_file("/home/u/proj/train.py")
+    assert project.is_user_file("/home/u/proj/train")  # a script run through its shebang
+    assert not project.is_user_file("/home/u/proj/.venv/lib/python3.11/site-packages/x.py")
+    assert not project.is_user_file("/home/u/proj/csrc/kernel.cpp")
+
+
+def test_perfdoctors_own_package_is_library_code_in_the_child() -> None:
+    import perfdoctor
+
+    user = UserCode.for_target(str(Path(perfdoctor.__file__).parents[1]), "/")
+    assert not user.is_user_file(perfdoctor.__file__)
+
+
+def test_locations_are_shown_relative_to_the_cwd(tmp_path: Path) -> None:
+    user = UserCode([tmp_path], cwd=tmp_path, library_dirs=[])
+    loc = user.location(str(tmp_path / "models" / "net.py"), 7, "forward")
+    assert loc == {"file": "models/net.py", "line": 7, "function": "forward"}
+    assert user.location("/elsewhere/x.py", 1, "f")["file"] == "/elsewhere/x.py"

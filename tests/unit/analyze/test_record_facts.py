@@ -10,8 +10,9 @@ import pytest
 
 from perfdoctor import rundir
 from perfdoctor.analyze.fact_catalog import FACTS, LOCATION_TOPICS
-from perfdoctor.analyze.facts import derive_facts, fact_values, series_for
+from perfdoctor.analyze.facts import derive_facts, fact_values
 from perfdoctor.analyze.record import load_run
+from perfdoctor.analyze.series import series_for
 from perfdoctor.errors import BadRunDir, CorruptArtifact
 from perfdoctor.model import Facts
 
@@ -253,7 +254,7 @@ def test_manifest_without_device_falls_back_to_observations_and_trace(run: Path)
 
 
 def test_sample_series_carry_the_runs_own_cpu_share() -> None:
-    from perfdoctor.analyze.facts import _sample_series
+    from perfdoctor.analyze.series import _sample_series
 
     rows = [
         {"kind": "cpu", "t": 0.1, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 60.0},

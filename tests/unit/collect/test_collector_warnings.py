@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfdoctor.collect.launcher import _collector_failures
+from perfdoctor.collect.manifest import collector_failures
 from perfdoctor.model import RunSpec, Target
 
 
@@ -22,7 +22,7 @@ def _spec(run_dir: Path, profile: bool = True) -> RunSpec:
 
 def test_a_failed_profiler_is_a_warning(tmp_path: Path) -> None:
     obs = {"profiler": {"error": "profiler.step() failed: RuntimeError: error unpacking string"}}
-    warnings = _collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
+    warnings = collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
     assert warnings == [
         "profiler failed: profiler.step() failed: RuntimeError: error unpacking string "
         "(no profiler trace for this run: the rules that need one are skipped)"
@@ -32,17 +32,17 @@ def test_a_failed_profiler_is_a_warning(tmp_path: Path) -> None:
 def test_a_failed_memory_history_is_a_warning(tmp_path: Path) -> None:
     (tmp_path / "x.pt.trace.json.gz").write_bytes(b"")
     obs = {"memory_history": {"error": "snapshot failed (end): RuntimeError: no"}}
-    (warning,) = _collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
+    (warning,) = collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
     assert warning.startswith("memory_history failed: snapshot failed (end): RuntimeError: no")
 
 
 def test_a_missing_trace_is_a_warning_only_when_one_was_asked_for(tmp_path: Path) -> None:
     obs = {"profiler": {"user_profiler": False}}
-    (warning,) = _collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
+    (warning,) = collector_failures(_spec(tmp_path), obs, tmp_path, "completed")
     assert "wrote no trace" in warning
-    assert _collector_failures(_spec(tmp_path, profile=False), obs, tmp_path, "completed") == []
+    assert collector_failures(_spec(tmp_path, profile=False), obs, tmp_path, "completed") == []
     # A crash before the window is said by the crash itself.
-    assert _collector_failures(_spec(tmp_path), obs, tmp_path, "script_crashed") == []
+    assert collector_failures(_spec(tmp_path), obs, tmp_path, "script_crashed") == []
 
 
 def test_a_sampler_that_stopped_is_a_warning_but_no_nvml_on_a_cpu_machine_is_not(
@@ -55,11 +55,11 @@ def test_a_sampler_that_stopped_is_a_warning_but_no_nvml_on_a_cpu_machine_is_not
         {"kind": "note", "t": 3.0, "message": "cpu sampler stopped"},
     ]
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    warnings = _collector_failures(_spec(tmp_path), {}, tmp_path, "completed")
+    warnings = collector_failures(_spec(tmp_path), {}, tmp_path, "completed")
     assert warnings == ["cpu sampler stopped: the device samples of this run are incomplete"]
 
 
 def test_a_clean_run_has_no_collector_warning(tmp_path: Path) -> None:
     (tmp_path / "x.pt.trace.json.gz").write_bytes(b"")
     obs = {"profiler": {"user_profiler": False, "error": None}, "memory_history": {}}
-    assert _collector_failures(_spec(tmp_path), obs, tmp_path, "completed") == []
+    assert collector_failures(_spec(tmp_path), obs, tmp_path, "completed") == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from perfdoctor.collect.cpu_sampler import CpuSampler
-from perfdoctor.collect.launcher import _Tee
+from perfdoctor.collect.output_capture import OutputTee
 from perfdoctor.collect.torchrun import Nodes, root_command
 from perfdoctor.model import RunSpec, StepPlan, Target
 from perfdoctor.rundir import RANKS_DIR, rank_dir, rank_dirs
@@ -70,7 +70,7 @@ def test_rank_prefixed_profiler_warnings_are_hidden_byte_by_byte(tmp_path: Path)
     kept = b"[rank0]:[W1123 10:35:01.00 user.cpp:1] a warning of the script's own\n"
     text = b"[rank] is a word the script printed\n" + noise + kept + b"done\n"
     echo = io.StringIO()
-    tee = _Tee(None, tmp_path / "stderr.log", echo)
+    tee = OutputTee(None, tmp_path / "stderr.log", echo)
     for i in range(len(text)):  # the worst case: every byte its own chunk
         tee._filter(text[i : i + 1])
     tee._emit(tee._held, final=True)

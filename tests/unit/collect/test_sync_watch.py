@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from perfdoctor.analyze.frames import UserCode
 from perfdoctor.collect.sync_watch import TENSOR_METHODS, SyncCallWatcher
-from perfdoctor.collect.user_code import UserCode
 
 HERE = Path(__file__).resolve().parent
 
 
 def user_code() -> UserCode:
-    return UserCode(str(HERE), str(HERE), library_dirs=[])
+    return UserCode([HERE], cwd=HERE, library_dirs=[])
 
 
 def line_of(marker: str) -> int:

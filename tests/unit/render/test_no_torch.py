@@ -15,7 +15,7 @@ from perfdoctor.render.html import render_html
 from perfdoctor.render.markdown import render_markdown
 from perfdoctor.render.json_report import render_json
 from perfdoctor.render.terminal import render_terminal, make_console
-from perfdoctor.tensorboard_export import write_scalars
+from perfdoctor.render.tensorboard_export import write_scalars
 import perfdoctor.tensorboard_launch
 report = cpu_report()
 render_html(report); render_markdown(report); render_json(report)

@@ -4,7 +4,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
-from perfdoctor.tensorboard_export import write_scalars
+from perfdoctor.render.tensorboard_export import write_scalars
 
 from .fixtures import HOSTILE, cpu_report
 

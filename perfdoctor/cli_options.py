@@ -1,0 +1,166 @@
+"""`perfdoctor profile`'s command line as one checked value: every rule its options must
+follow lives here (a broken one is a UsageError, exit code 2), so the command itself only
+parses, runs and renders."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfdoctor.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfdoctor.collect.torchrun import Nodes
+    from perfdoctor.model import Target
+    from perfdoctor.pipeline import ProfileOptions
+
+
+def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
+    """Comma-separated optimization ids; an unknown one is a usage error naming the closest
+    known id (a typo must not silently run nothing)."""
+    if value is None:
+        return None
+    from perfdoctor.optimize.catalog import CATALOG
+
+    ids = tuple(part.strip() for part in value.split(",") if part.strip())
+    for opt_id in ids:
+        if opt_id in CATALOG:
+            continue
+        close = difflib.get_close_matches(opt_id, list(CATALOG), n=1, cutoff=0.5)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(
+            f"{option}: unknown optimization id {opt_id!r}{guess}",
+            hint="perfdoctor optimizations lists them all",
+        )
+    return ids
+
+
+@dataclass(frozen=True)
+class ProfileArgs:
+    """The options of `perfdoctor profile`, named as the command's parameters, and what came
+    after the script (`args`). Constructing one checks everything that needs no file system;
+    `to_options` finds the target and builds the pipeline's ProfileOptions."""
+
+    args: tuple[str, ...]  # SCRIPT [ARGS] (with -m: the module's ARGS)
+    module: str | None = None
+    steps: int = 20
+    warmup: int = 5
+    profile_steps: int = 3
+    timeout: float | None = None
+    seed: int = 0
+    no_seed: bool = False
+    apply: bool = True
+    only: str | None = None
+    skip: str | None = None
+    repeat: int = 2
+    repeat_given: bool = False  # --repeat on the command line (not its default)
+    out: Path = Path("perfdoctor-runs")
+    as_json: bool = False
+    nvtx: bool = False
+    quiet: bool = False
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+
+    @classmethod
+    def from_params(
+        cls, params: Mapping[str, Any], args: Sequence[str], *, repeat_given: bool
+    ) -> ProfileArgs:
+        """From click's parsed parameters (ctx.params), which carry the same names."""
+        known = {f.name for f in fields(cls)}
+        given = {k: v for k, v in params.items() if k in known}
+        return cls(args=tuple(args), repeat_given=repeat_given, **given)
+
+    def __post_init__(self) -> None:
+        if self.module is None and not self.args:
+            raise UsageError("no script given: perfdoctor profile SCRIPT [ARGS]...")
+        for name, value in (
+            ("--steps", self.steps),
+            ("--repeat", self.repeat),
+            ("--nproc-per-node", self.nproc_per_node),
+        ):
+            if value < 1:
+                raise UsageError(f"{name} must be at least 1")
+        if self.warmup < 0 or self.profile_steps < 0:
+            raise UsageError("--warmup and --profile-steps cannot be negative")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise UsageError(f"--timeout must be a number of seconds above 0, not {self.timeout:g}")
+        split_ids(self.only, "--only")
+        split_ids(self.skip, "--skip")
+        self._check_nodes()
+
+    def _check_nodes(self) -> None:
+        if self.nnodes < 1:
+            raise UsageError("--nnodes must be at least 1")
+        if self.nnodes == 1:
+            if self.node_rank != 0 or self.rdzv_endpoint is not None:
+                raise UsageError("--node-rank and --rdzv-endpoint need --nnodes > 1")
+            return
+        if not 0 <= self.node_rank < self.nnodes:
+            raise UsageError(f"--node-rank must be in 0..{self.nnodes - 1}")
+        host, _, port = (self.rdzv_endpoint or "").rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's)")
+        if self.apply:
+            # Each node decides its variants from its own ranks: they could differ, and every
+            # node must run the same runs in the same order to meet at each rendezvous.
+            raise UsageError("--nnodes > 1 profiles the baseline only: add --no-apply")
+
+    def target(self, cwd: Path) -> Target:
+        """What to run; a first word that is a program on PATH (not a script here) is a
+        launcher command, which brings its own ranks and nodes."""
+        from perfdoctor.model import Target
+
+        if self.module is not None:
+            return Target(kind="module", name=self.module, argv=self.args)
+        from perfdoctor.collect.target import is_command
+
+        if not is_command(self.args[0], cwd):
+            return Target(kind="script", name=self.args[0], argv=self.args[1:])
+        if self.nproc_per_node > 1:
+            raise UsageError("--nproc-per-node applies to a script, not a launcher command")
+        if self.nnodes > 1:
+            raise UsageError("--nnodes applies to a script; a launcher command has its own")
+        return Target(kind="command", name=self.args[0], argv=self.args[1:])
+
+    def nodes(self) -> Nodes | None:
+        if self.nnodes == 1:
+            return None
+        from perfdoctor.collect.torchrun import Nodes
+
+        return Nodes(
+            nnodes=self.nnodes, node_rank=self.node_rank, endpoint=self.rdzv_endpoint or ""
+        )
+
+    def to_options(self, cwd: Path) -> ProfileOptions:
+        from perfdoctor.model import StepPlan
+        from perfdoctor.pipeline import ProfileOptions
+
+        return ProfileOptions(
+            target=self.target(cwd),
+            cwd=cwd,
+            runs_root=self.out,
+            plan=StepPlan(
+                warmup_steps=self.warmup,
+                timed_steps=self.steps,
+                profiled_steps=self.profile_steps,
+            ),
+            seed=None if self.no_seed else self.seed,
+            apply=self.apply,
+            only=split_ids(self.only, "--only"),
+            skip=split_ids(self.skip, "--skip") or (),
+            repeat=self.repeat,
+            timeout_s=self.timeout,
+            nvtx=self.nvtx,
+            echo_output=not (self.quiet or self.as_json),
+            nproc_per_node=self.nproc_per_node,
+            nodes=self.nodes(),
+            # `--repeat N --no-apply`: N baseline runs, for `compare`'s noise band; only when
+            # asked for, so a plain --no-apply stays one run.
+            baseline_runs=self.repeat if self.repeat_given and not self.apply else 1,
+        )
