@@ -252,6 +252,28 @@ def profile(
         int,
         typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
     ] = 2,
+    max_rounds: Annotated[
+        int,
+        typer.Option(
+            "--max-rounds",
+            metavar="N",
+            help="Rounds in all for a variant still within noise after --repeat rounds.",
+        ),
+    ] = 6,
+    round_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--round-budget",
+            metavar="SECONDS",
+            help="Time the extra rounds may take (default: as long as the --repeat rounds).",
+        ),
+    ] = None,
+    run_to_end: Annotated[
+        bool,
+        typer.Option(
+            "--run-to-end", help="Let the script finish after the measured steps (not stop it)."
+        ),
+    ] = False,
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
     ] = Path("perfdoctor-runs"),
@@ -305,6 +327,8 @@ def profile(
             raise typer.BadParameter(f"{name} must be at least 1")
     if warmup < 0 or profile_steps < 0:
         raise typer.BadParameter("--warmup and --profile-steps cannot be negative")
+    if round_budget is not None and round_budget < 0:
+        raise typer.BadParameter("--round-budget cannot be negative")
     try:
         only_ids = _split_ids(only, "--only")
         skip_ids = _split_ids(skip, "--skip") or ()
@@ -336,6 +360,9 @@ def profile(
         nproc_per_node=nproc_per_node,
         nodes=nodes,
         baseline_runs=repeat if repeat_given and not apply else 1,
+        run_to_end=run_to_end,
+        max_rounds=max_rounds,
+        round_budget_s=round_budget,
     )
     console = _stderr_console() if as_json else make_console()
     outcome = _run_guarded(_profile, options, console)

@@ -32,6 +32,7 @@ from perfdoctor.model import (
     Finding,
     Recommendation,
     Report,
+    RunManifest,
     SkippedRule,
     Target,
     VariantResult,
@@ -48,6 +49,7 @@ from perfdoctor.optimize.compare import (
 )
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
+from perfdoctor.optimize.sequential import extended_confidence
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import (
     BASELINE_LABEL,
@@ -164,8 +166,18 @@ def compare_variants(session_dir: Path) -> list[VariantResult]:
         samples = [run_sample_from_record(load_run(session_dir / rel)) for rel in variant.runs]
         paired = adjacent_baselines(session.run_order, baseline_rel, variant.runs)
         baseline_samples = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
+        extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
         results.append(
-            compare_variant(baseline_samples, samples, variant.optimizations, label=variant.label)
+            compare_variant(
+                baseline_samples,
+                samples,
+                variant.optimizations,
+                label=variant.label,
+                run_level_confidence=(
+                    extended_confidence(variant.max_extra_looks) if extended else None
+                ),
+                rounds_note=variant.rounds_stop,
+            )
         )
     return results
 
@@ -298,7 +310,26 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
+        script_end=_script_end(manifest, session),
+        removed_outputs=session.removed_outputs if session is not None else (),
     )
+
+
+def _script_end(manifest: RunManifest | None, session: Session | None) -> dict[str, Any]:
+    """How the baseline's script ended, for the report's line about it (Report.script_end)."""
+    if manifest is None or manifest.status != "completed":
+        return {}
+    if manifest.stopped_at is None:
+        run_to_end = bool(session is not None and session.options.get("run_to_end"))
+        return {"stopped_by_perfdoctor": False, "run_to_end": run_to_end}
+    end: dict[str, Any] = {"stopped_by_perfdoctor": True}
+    step = manifest.stopped_at.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        end["step"] = step
+    where = manifest.stopped_at.get("location")
+    if isinstance(where, dict) and where.get("file"):
+        end["location"] = f"{where['file']}:{where.get('line')} in {where.get('function')}"
+    return end
 
 
 def _session_status(session: Session | None, manifest) -> tuple[str, int, list[str]]:

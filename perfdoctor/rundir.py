@@ -215,6 +215,7 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
         nvtx=data.get("nvtx", False),
         time_window_s=data.get("time_window_s", 0.5),
         env=dict(data.get("env", {})),
+        run_to_end=bool(data.get("run_to_end", False)),
     )
 
 
@@ -238,6 +239,7 @@ def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
         applied=tuple(AppliedOptimization(**a) for a in data.get("applied", ())),
         warnings=tuple(data.get("warnings", ())),
         error=data.get("error"),
+        stopped_at=data.get("stopped_at") if isinstance(data.get("stopped_at"), dict) else None,
     )
 
 

@@ -20,6 +20,9 @@ Verdicts, first match wins, each with a one-line reason:
     accepted   speed goal: speedup - noise > 1;  memory goal: peak memory down >= 5%
     rejected   otherwise: "slower: 0.91x ± 0.03" / "within noise: 1.02x ± 0.05"
 
+A variant still "within noise" with a wide band after the planned rounds gets more rounds
+(optimize/sequential.py); its band is then the run-level one (`run_level_confidence`).
+
 Pure: no torch.
 """
 
@@ -40,6 +43,7 @@ from perfdoctor.analyze.samples import summarize_samples, timed_window
 from perfdoctor.model import AppliedOptimization, RunManifest, StepRecord, VariantResult
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_for
+from perfdoctor.optimize.run_level import run_level_half_width
 from perfdoctor.rules.measurement import busy_limit
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,8 @@ CONFIDENCE = 0.95
 MIN_MEMORY_SAVING_FRAC = 0.05
 # Run statuses whose timed steps can be compared.
 OK_STATUSES = ("completed", "finished_early")
+# How speed_verdict begins an undecided verdict (optimize/sequential.py reads it).
+WITHIN_NOISE = "within noise"
 
 
 @dataclass(frozen=True)
@@ -178,11 +184,16 @@ def estimate_speedup(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
+    run_level_confidence: float | None = None,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
     the median of their log ratios (the geometric mean for two pairs), and the band is
-    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread."""
+    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread.
+
+    `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
+    more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
+    the pair log ratios, run_level.py) instead, which narrows as pairs are added."""
     pairs = paired_runs(baseline_runs, variant_runs)
     if not pairs:
         return None
@@ -201,10 +212,22 @@ def estimate_speedup(
                 for b, v in pairs
             )
         )
+    run_level = (
+        run_level_half_width(logs, run_level_confidence)
+        if run_level_confidence is not None
+        else None
+    )
+    if run_level is not None:
+        confidence = run_level_confidence or confidence
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
-    spread = baseline_run_spread(baseline_runs)
-    width = half_width + spread
+    if run_level is not None:
+        # Reported in baseline_spread: the run-to-run part of the band, measured this way.
+        spread = run_level
+        width = max(half_width, run_level)
+    else:
+        spread = baseline_run_spread(baseline_runs)
+        width = half_width + spread
     speedup = math.exp(center)
     return SpeedEstimate(
         speedup=speedup,
@@ -330,7 +353,7 @@ def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[str, str]:
         return "accepted", f"faster: {speed.describe()}{extra}"
     if speed.high < 1.0:
         return "rejected", f"slower: {speed.describe()}{extra}"
-    return "rejected", f"within noise: {speed.describe()}{extra}"
+    return "rejected", f"{WITHIN_NOISE}: {speed.describe()}{extra}"
 
 
 def compare_variant(
@@ -341,10 +364,14 @@ def compare_variant(
     *,
     label: str | None = None,
     seed: int = BOOTSTRAP_SEED,
+    run_level_confidence: float | None = None,
+    rounds_note: str | None = None,
 ) -> VariantResult:
     """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
     (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
-    Pass the runs in run order: baseline run k is paired with variant run k."""
+    Pass the runs in run order: baseline run k is paired with variant run k.
+    `run_level_confidence`: the variant had extra rounds (estimate_speedup); `rounds_note`
+    says how many and why they stopped, appended to a speed verdict's reason."""
     ids = tuple(optimization_ids)
     name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
     category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
@@ -382,7 +409,9 @@ def compare_variant(
             **common,
         )
 
-    speed = estimate_speedup(baseline_runs, usable, seed=seed)
+    speed = estimate_speedup(
+        baseline_runs, usable, seed=seed, run_level_confidence=run_level_confidence
+    )
     speed_fields = {
         "speedup": speed.speedup if speed else None,
         "speedup_noise": speed.noise if speed else None,
@@ -417,6 +446,8 @@ def compare_variant(
         reason += extra
     else:
         verdict, reason = speed_verdict(speed, extra)
+        if rounds_note:
+            reason += f"; {rounds_note}"
     # Step times move with other load; a memory verdict does not.
     low_confidence = (
         None if _goal(ids) == "memory" else busy_machine_note([*baseline_runs, *usable])
