@@ -80,12 +80,12 @@ def run_notes(report: Report) -> tuple[str, ...]:
     end = report.script_end
     if end.get("stopped_by_perfdoctor"):
         step = end.get("step")
-        at = f" at step {step}" if isinstance(step, int) else ""
+        at = f" at step {step} (after its {step} planned steps)" if isinstance(step, int) else ""
         where = f", in {end['location']}" if end.get("location") else ""
         notes.append(
-            f"perfdoctor stopped the script{at}{where} once its planned steps were measured, "
-            "so the script's end of training (on_train_end, final checkpoint, logger "
-            "finalisation) did not run; --run-to-end lets it finish."
+            f"The script was stopped by perfdoctor{at}{where}: its end of training "
+            "(on_train_end, final checkpoint, logger finalisation) did not run; "
+            "--run-to-end lets it finish."
         )
     elif end.get("run_to_end"):
         notes.append(
