@@ -12,8 +12,9 @@ session.json and the report.
 Only those folders (at the top of the working directory or one level down, as
 `out/lightning_logs`), and only entries that did not exist before the run, are touched:
 the script's own files elsewhere (a checkpoint it writes to a path of its choosing) are
-never removed. Names are matched, not guessed from content: an entry the run only wrote
-into (an existing `version_0`) is kept.
+never removed. Entries are compared by name down to two levels below a log folder (Hydra's
+`<date>/<time>`, MLflow's `<experiment>/<run>`): a new folder goes whole, and in an existing
+one (a logger with a fixed `version=0`) only the files the re-run added go.
 """
 
 from __future__ import annotations
