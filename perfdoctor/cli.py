@@ -265,7 +265,7 @@ def profile(
         typer.Option(
             "--round-budget",
             metavar="SECONDS",
-            help="Time the extra rounds may take (default: as long as the --repeat rounds).",
+            help="Time the extra rounds may take (default: twice the --repeat rounds').",
         ),
     ] = None,
     run_to_end: Annotated[

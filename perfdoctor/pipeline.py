@@ -28,7 +28,12 @@ from perfdoctor.errors import (
     interrupt_name,
 )
 from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target, VariantResult
-from perfdoctor.optimize.sequential import RoundsPolicy, stop_reason, undecided
+from perfdoctor.optimize.sequential import (
+    DEFAULT_BUDGET_FACTOR,
+    RoundsPolicy,
+    stop_reason,
+    undecided,
+)
 from perfdoctor.optimize.sizing import (
     WORKERS_ENV,
     WORKERS_OPTIMIZATION,
@@ -75,7 +80,7 @@ class ProfileOptions:
     run_to_end: bool = False
     # Extra A/B rounds for a variant still undecided after `repeat` rounds
     # (optimize/sequential.py): at most `max_rounds` rounds in all, and the extra rounds
-    # take at most `round_budget_s` seconds (None: as long as the planned rounds took).
+    # take at most `round_budget_s` seconds (None: twice what the planned rounds took).
     max_rounds: int = 6
     round_budget_s: float | None = None
 
@@ -409,7 +414,7 @@ class _Runner:
             budget_s=(
                 self.options.round_budget_s
                 if self.options.round_budget_s is not None
-                else planned_s
+                else DEFAULT_BUDGET_FACTOR * planned_s
             ),
         )
         if policy.max_extra_looks == 0:

@@ -35,6 +35,10 @@ from perfdoctor.optimize.compare import WITHIN_NOISE
 # A band that straddles 1x yet is narrower than this (log space, ~ +-5%) is a decided
 # "no gain worth having": more rounds would only resolve differences too small to matter.
 NARROW_LOG_WIDTH = math.log(1.05)
+# Default time budget of the extra rounds, as a multiple of what the planned rounds took:
+# an undecided variant can at most triple the A/B phase (the first extra look, on 3 pairs,
+# rarely decides: t(2) is wide, so a budget of one extra round would be wasted).
+DEFAULT_BUDGET_FACTOR = 2.0
 # The error budget all the extra looks share.
 EXTRA_LOOKS_ALPHA = 0.05
 
@@ -100,6 +104,6 @@ def stop_reason(
     if policy.budget_s is not None and spent_s + next_round_s > policy.budget_s:
         return (
             f"still undecided after {rounds} rounds: another round (~{next_round_s:.0f}s) "
-            f"would overrun the {policy.budget_s:.0f}s budget for extra rounds"
+            f"would overrun the {policy.budget_s:.0f}s budget for extra rounds (--round-budget)"
         )
     return None
