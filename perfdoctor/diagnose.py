@@ -310,15 +310,20 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
-        script_end=_script_end(manifest, session),
+        script_end=_script_end(manifest, session, record.observations),
         removed_outputs=session.removed_outputs if session is not None else (),
     )
 
 
-def _script_end(manifest: RunManifest | None, session: Session | None) -> dict[str, Any]:
-    """How the baseline's script ended, for the report's line about it (Report.script_end)."""
+def _script_end(
+    manifest: RunManifest | None, session: Session | None, observations: dict[str, Any]
+) -> dict[str, Any]:
+    """How the baseline's script ended, for the report's line about it (Report.script_end).
+    A run recorded before manifests had `stopped_at` still says it was stopped."""
     if manifest is None or manifest.status != "completed":
         return {}
+    if manifest.stopped_at is None and observations.get("stopped_by_perfdoctor"):
+        return {"stopped_by_perfdoctor": True}
     if manifest.stopped_at is None:
         run_to_end = bool(session is not None and session.options.get("run_to_end"))
         return {"stopped_by_perfdoctor": False, "run_to_end": run_to_end}
