@@ -311,7 +311,8 @@ def analyze_session(session_dir: Path) -> Report:
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
         script_end=_script_end(manifest, session, record.observations),
-        removed_outputs=session.removed_outputs if session is not None else (),
+        # Lightning reuses version_1 once it is removed: each entry once, in order.
+        removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
     )
 
 

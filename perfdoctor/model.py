@@ -368,5 +368,5 @@ class Report:
     # false, "run_to_end": true}; {} when neither is known (a crash, a "trace" report).
     script_end: Mapping[str, Any] = field(default_factory=dict)
     # Entries perfdoctor's own re-runs created in the script's log folders, removed again
-    # (lightning_logs/version_3, ...), relative to the script's working directory.
+    # (lightning_logs/version_3, ...), each once, relative to the script's working directory.
     removed_outputs: tuple[str, ...] = ()

@@ -341,17 +341,19 @@ class _Runner:
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))
-        manifest = launch(
-            spec,
-            timeout_s=self.options.timeout_s,
-            on_progress=self.sink.step,
-            echo_output=self.options.echo_output and label == BASELINE_LABEL,
-            nproc_per_node=self.options.nproc_per_node,
-            nodes=self.options.nodes,
-        )
+        try:
+            manifest = launch(
+                spec,
+                timeout_s=self.options.timeout_s,
+                on_progress=self.sink.step,
+                echo_output=self.options.echo_output and label == BASELINE_LABEL,
+                nproc_per_node=self.options.nproc_per_node,
+                nodes=self.options.nodes,
+            )
+        finally:  # also when perfdoctor is stopped during the run: its process tree is gone
+            if before is not None:
+                self._remove_rerun_outputs(before)
         self.current_run = None
-        if before is not None:
-            self._remove_rerun_outputs(before)
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
         if label == BASELINE_LABEL:

@@ -95,10 +95,9 @@ def run_notes(report: Report) -> tuple[str, ...]:
         shown = ", ".join(report.removed_outputs[:5])
         more = len(report.removed_outputs) - 5
         notes.append(
-            f"Removed {len(report.removed_outputs)} output folder"
-            f"{'' if len(report.removed_outputs) == 1 else 's'} that perfdoctor's own re-runs "
-            f"created: {shown}{f' and {more} more' if more > 0 else ''} (the first baseline "
-            "run's outputs are kept; session.json lists them all)."
+            "Removed what perfdoctor's own re-runs left in the script's log folders: "
+            f"{shown}{f' and {more} more' if more > 0 else ''} (the first baseline run's "
+            "outputs are kept; session.json lists every removal)."
         )
     return tuple(notes)
 

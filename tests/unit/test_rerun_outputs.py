@@ -63,3 +63,39 @@ def test_never_outside_the_working_directory(tmp_path: Path) -> None:
     make(tmp_path, "precious/")
     assert rerun_outputs.remove(inside, ["../precious", "."]) == []
     assert (tmp_path / "precious").is_dir() and inside.is_dir()
+
+
+def test_the_pipeline_keeps_the_first_runs_outputs_and_removes_the_reruns(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from perfdoctor import pipeline
+    from perfdoctor.model import RunManifest, StepPlan, Target
+    from perfdoctor.session import Session
+
+    def fake_launch(spec, **_kwargs):
+        logs = Path(spec.cwd) / "lightning_logs"
+        version = len(list(logs.iterdir())) if logs.is_dir() else 0
+        make(Path(spec.cwd), f"lightning_logs/version_{version}/metrics.csv")
+        return RunManifest(
+            label=spec.label, status="completed", exit_code=0, wall_s=1.0, steps_seen=3,
+            step_detection="optimizer", plan_complete=True,
+        )  # fmt: skip
+
+    monkeypatch.setattr("perfdoctor.collect.launcher.launch", fake_launch)
+    target = Target(kind="script", name="train.py")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    options = pipeline.ProfileOptions(target=target, cwd=tmp_path, runs_root=runs)
+    session = Session(
+        target=target, cwd=str(tmp_path), plan=StepPlan(), seed=0, repeat=2, apply=True,
+        created_at="",
+    )  # fmt: skip
+    runner = pipeline._Runner(options, runs, session, pipeline.ProgressSink())
+    runner.run("baseline", (), repeat=1, planned_runs=3)
+    runner.run("pin-memory", ("pin-memory",), repeat=1, planned_runs=3)
+    runner.run("baseline", (), repeat=2, planned_runs=3)
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    assert runner.session.removed_outputs == (
+        os.path.join("lightning_logs", "version_1"),
+        os.path.join("lightning_logs", "version_1"),
+    )
