@@ -38,6 +38,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.optimize.compare import (
+    RunSample,
     adjacent_baselines,
     compare_variant,
     load_run_sample,
@@ -149,21 +150,26 @@ def auto_candidates(
     )
 
 
-def compare_variants(session_dir: Path) -> list[VariantResult]:
-    """Each variant judged against the baseline runs of its own A/B rounds."""
+def compare_variants(session_dir: Path, *, parse_traces: bool = True) -> list[VariantResult]:
+    """Each variant judged against the baseline runs of its own A/B rounds. The verdicts
+    need no trace: `parse_traces=False` (the pipeline's looks between rounds) skips them."""
     session_dir = resolve_session_dir(session_dir)
     session = _session_or_none(session_dir)
     if session is None or not session.variants:
         return []
+
+    def sample(rel: str) -> RunSample:
+        if parse_traces:
+            return run_sample_from_record(load_run(session_dir / rel))
+        return load_run_sample(session_dir / rel)
+
     baseline_rel = list(session.baseline_runs)
-    samples_by_rel = {
-        rel: run_sample_from_record(load_run(session_dir / rel)) for rel in baseline_rel
-    }
+    samples_by_rel = {rel: sample(rel) for rel in baseline_rel}
     results = []
     for variant in session.variants:
         if not variant.runs:
             continue
-        samples = [run_sample_from_record(load_run(session_dir / rel)) for rel in variant.runs]
+        samples = [sample(rel) for rel in variant.runs]
         paired = adjacent_baselines(session.run_order, baseline_rel, variant.runs)
         baseline_samples = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
         extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat

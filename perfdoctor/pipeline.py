@@ -437,8 +437,12 @@ class _Runner:
         while pending:
             still = []
             for variant in pending:
+                result = results.get(variant.label)
+                if result is None:  # not judged (no run of it left a record): nothing to add
+                    self._update_variant(variant.label, rounds_stop="no verdict to refine")
+                    continue
                 why = stop_reason(
-                    results[variant.label],
+                    result,
                     rounds=rounds,
                     policy=policy,
                     spent_s=spent_s,
@@ -476,7 +480,8 @@ class _Runner:
             results = self._verdicts()
 
     def _verdicts(self) -> dict[str, VariantResult]:
-        return {r.label: r for r in diagnose.compare_variants(self.session_dir)}
+        results = diagnose.compare_variants(self.session_dir, parse_traces=False)
+        return {r.label: r for r in results}
 
     def _update_variant(self, label: str, **changes: object) -> None:
         variants = tuple(

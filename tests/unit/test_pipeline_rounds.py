@@ -44,7 +44,7 @@ def make_runner(
             step_detection="optimizer", plan_complete=True,
         )  # fmt: skip
 
-    def fake_verdicts(_session_dir):
+    def fake_verdicts(_session_dir, **_kwargs):
         results = []
         for variant in runner.session.variants:
             rounds = len(variant.runs)
@@ -114,3 +114,26 @@ def test_max_rounds_at_or_below_repeat_turns_extension_off(tmp_path, monkeypatch
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
     assert len(plan_of(runner, "v").runs) == 2
     assert plan_of(runner, "v").rounds_stop is None
+
+
+def test_verdicts_between_rounds_need_no_trace_and_agree(tmp_path):
+    """The looks between rounds read no trace; the report's verdicts parse them: the same."""
+    import shutil
+
+    from perfdoctor import diagnose
+    from perfdoctor.session import save_session
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "tuned_mlp_cpu"
+    for rel in ("baseline", "baseline/repeat-2", "v", "v/repeat-2"):
+        shutil.copytree(fixture, tmp_path / rel)
+    target = Target(kind="script", name="train.py")
+    session = Session(
+        target=target, cwd=str(tmp_path), plan=StepPlan(), seed=0, repeat=2, apply=True,
+        created_at="", baseline_runs=("baseline", "baseline/repeat-2"),
+        variants=(VariantPlan("v", ("fused-optimizer",), runs=("v", "v/repeat-2")),),
+        run_order=("baseline", "v", "baseline/repeat-2", "v/repeat-2"),
+    )  # fmt: skip
+    save_session(tmp_path, session)
+    light = diagnose.compare_variants(tmp_path, parse_traces=False)
+    assert light == diagnose.compare_variants(tmp_path)
+    assert [r.label for r in light] == ["v"]
