@@ -118,6 +118,28 @@ def profile(
         int,
         typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
     ] = 2,
+    max_rounds: Annotated[
+        int,
+        typer.Option(
+            "--max-rounds",
+            metavar="N",
+            help="Rounds in all for a variant still within noise after --repeat rounds.",
+        ),
+    ] = 6,
+    round_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--round-budget",
+            metavar="SECONDS",
+            help="Time the extra rounds may take (default: twice the --repeat rounds').",
+        ),
+    ] = None,
+    run_to_end: Annotated[
+        bool,
+        typer.Option(
+            "--run-to-end", help="Let the script finish after the measured steps (not stop it)."
+        ),
+    ] = False,
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
     ] = Path("perfdoctor-runs"),

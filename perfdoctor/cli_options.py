@@ -58,6 +58,9 @@ class ProfileArgs:
     skip: str | None = None
     repeat: int = 2
     repeat_given: bool = False  # --repeat on the command line (not its default)
+    max_rounds: int = 6
+    round_budget: float | None = None
+    run_to_end: bool = False
     out: Path = Path("perfdoctor-runs")
     as_json: bool = False
     nvtx: bool = False
@@ -83,6 +86,7 @@ class ProfileArgs:
             ("--steps", self.steps),
             ("--repeat", self.repeat),
             ("--nproc-per-node", self.nproc_per_node),
+            ("--max-rounds", self.max_rounds),
         ):
             if value < 1:
                 raise UsageError(f"{name} must be at least 1")
@@ -90,6 +94,10 @@ class ProfileArgs:
             raise UsageError("--warmup and --profile-steps cannot be negative")
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
             raise UsageError(f"--timeout must be a number of seconds above 0, not {self.timeout:g}")
+        if self.round_budget is not None and not (
+            math.isfinite(self.round_budget) and self.round_budget >= 0
+        ):
+            raise UsageError("--round-budget cannot be negative")
         split_ids(self.only, "--only")
         split_ids(self.skip, "--skip")
         self._check_nodes()
@@ -163,4 +171,7 @@ class ProfileArgs:
             # `--repeat N --no-apply`: N baseline runs, for `compare`'s noise band; only when
             # asked for, so a plain --no-apply stays one run.
             baseline_runs=self.repeat if self.repeat_given and not self.apply else 1,
+            run_to_end=self.run_to_end,
+            max_rounds=self.max_rounds,
+            round_budget_s=self.round_budget,
         )

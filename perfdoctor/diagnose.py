@@ -41,6 +41,7 @@ from perfdoctor.optimize.estimate import adjacent_baselines
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
+from perfdoctor.optimize.sequential import extended_confidence
 from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.rules import evaluate
 from perfdoctor.rundir import (
@@ -142,7 +143,11 @@ def auto_candidates(
 
 
 def baseline_samples(
-    session_dir: Path, session: Session, profiled: RunRecord | None = None
+    session_dir: Path,
+    session: Session,
+    profiled: RunRecord | None = None,
+    *,
+    with_trace: bool = True,
 ) -> dict[str, RunSample]:
     """Each baseline run's RunSample by its path in the session; `profiled`, the baseline
     run already loaded for the diagnosis, is not read a second time."""
@@ -152,29 +157,49 @@ def baseline_samples(
         if profiled is not None and path.resolve() == Path(profiled.dir).resolve():
             samples[rel] = run_sample_from_record(profiled)
         else:
-            samples[rel] = run_sample_from_record(load_run(path))
+            samples[rel] = run_sample_from_record(load_run(path, with_trace=with_trace))
     return samples
 
 
 def compare_variants(
-    session_dir: Path, baseline: dict[str, RunSample] | None = None
+    session_dir: Path,
+    baseline: dict[str, RunSample] | None = None,
+    *,
+    parse_traces: bool = True,
 ) -> list[VariantResult]:
     """Each variant judged against the baseline runs of its own A/B rounds (`baseline`:
-    baseline_samples() when the caller has them already)."""
+    baseline_samples() when the caller has them already). The verdicts need no trace:
+    `parse_traces=False` (the pipeline's looks between rounds) skips them."""
     session_dir = resolve_session_dir(session_dir)
     session = _session_or_none(session_dir)
     if session is None or not session.variants:
         return []
-    samples_by_rel = baseline if baseline is not None else baseline_samples(session_dir, session)
+    samples_by_rel = (
+        baseline
+        if baseline is not None
+        else baseline_samples(session_dir, session, with_trace=parse_traces)
+    )
     results = []
     for variant in session.variants:
         if not variant.runs:
             continue
-        samples = load_run_samples(session_dir / rel for rel in variant.runs)
+        samples = load_run_samples(
+            (session_dir / rel for rel in variant.runs), with_trace=parse_traces
+        )
         paired = adjacent_baselines(session.run_order, list(samples_by_rel), variant.runs)
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
+        extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
         results.append(
-            compare_variant(baseline_runs, samples, variant.optimizations, label=variant.label)
+            compare_variant(
+                baseline_runs,
+                samples,
+                variant.optimizations,
+                label=variant.label,
+                run_level_confidence=(
+                    extended_confidence(variant.max_extra_looks) if extended else None
+                ),
+                rounds_note=variant.rounds_stop,
+            )
         )
     return results
 
@@ -302,7 +327,32 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
+        script_end=_script_end(manifest, session, record.observations),
+        # Lightning reuses version_1 once it is removed: each entry once, in order.
+        removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
     )
+
+
+def _script_end(
+    manifest: RunManifest | None, session: Session | None, observations: dict[str, Any]
+) -> dict[str, Any]:
+    """How the baseline's script ended, for the report's line about it (Report.script_end).
+    A run recorded before manifests had `stopped_at` still says it was stopped."""
+    if manifest is None or manifest.status != "completed":
+        return {}
+    if manifest.stopped_at is None and observations.get("stopped_by_perfdoctor"):
+        return {"stopped_by_perfdoctor": True}
+    if manifest.stopped_at is None:
+        run_to_end = bool(session is not None and session.options.get("run_to_end"))
+        return {"stopped_by_perfdoctor": False, "run_to_end": run_to_end}
+    end: dict[str, Any] = {"stopped_by_perfdoctor": True}
+    step = manifest.stopped_at.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        end["step"] = step
+    where = manifest.stopped_at.get("location")
+    if isinstance(where, dict) and where.get("file"):
+        end["location"] = f"{where['file']}:{where.get('line')} in {where.get('function')}"
+    return end
 
 
 def _session_status(

@@ -17,7 +17,7 @@ StepDetection = Literal["optimizer", "backward", "time"]
 Severity = Literal["critical", "warning", "info"]
 Verdict = Literal["accepted", "rejected", "failed"]
 RunStatus = Literal[
-    "completed",  # the plan ran to its end and perfdoctor stopped the script
+    "completed",  # the plan ran to its end (perfdoctor stopped the script, or --run-to-end)
     "finished_early",  # the script ended on its own (exit 0) before the plan was done
     "script_exited",  # the script called sys.exit(n) with n != 0
     "script_crashed",  # an exception escaped the script
@@ -78,6 +78,9 @@ class RunSpec:
     nvtx: bool = False
     time_window_s: float = 0.5  # step length when no optimizer and no backward is seen
     env: Mapping[str, str] = field(default_factory=dict)  # extra env for the child
+    # False (the default): the script is stopped after the plan's last step. True
+    # (--run-to-end): it runs to its own end, unobserved after the plan.
+    run_to_end: bool = False
 
 
 # --------------------------------------------------------------------------- what a run saw
@@ -123,6 +126,10 @@ class RunManifest:
     error: str | None = None  # one line: exception type and message of the script's crash
     # run_schema.RUN_SCHEMA_VERSION of the perfdoctor that wrote the run; None before 2.
     schema_version: int | None = None
+    # Set when perfdoctor stopped the script after its plan: {"step": the step that would
+    # have begun next, "location": {"file", "line", "function"} of the user's line the stop
+    # came through, when known}. None when the script ended on its own (--run-to-end).
+    stopped_at: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,3 +364,11 @@ class Report:
     source: Literal["run", "trace"] = "run"
     inputs: tuple[str, ...] = ()  # the trace / snapshot files a "trace" report was built from
     ranks: tuple[RankSummary, ...] = ()  # per-rank view of a multi-rank "trace" report
+    # How the baseline's script ended (docs/report-schema.md `script_end`): perfdoctor stopped
+    # it after the plan, {"stopped_by_perfdoctor": true, "step": 26, "location": "train.py:42
+    # in main"} (location when known), or it ran to its own end, {"stopped_by_perfdoctor":
+    # false, "run_to_end": true}; {} when neither is known (a crash, a "trace" report).
+    script_end: Mapping[str, Any] = field(default_factory=dict)
+    # Entries perfdoctor's own re-runs created in the script's log folders, removed again
+    # (lightning_logs/version_3, ...), each once, relative to the script's working directory.
+    removed_outputs: tuple[str, ...] = ()

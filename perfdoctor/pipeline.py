@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from perfdoctor import diagnose
+from perfdoctor import diagnose, rerun_outputs
 from perfdoctor.collect.torchrun import Nodes
 from perfdoctor.errors import (
     NoTrainingSteps,
@@ -27,8 +27,14 @@ from perfdoctor.errors import (
     interrupt_exit_code,
     interrupt_name,
 )
-from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target
+from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target, VariantResult
 from perfdoctor.optimize.catalog import CATALOG
+from perfdoctor.optimize.sequential import (
+    DEFAULT_BUDGET_FACTOR,
+    RoundsPolicy,
+    stop_reason,
+    undecided,
+)
 from perfdoctor.optimize.sizing import Sizing, sizing_env
 from perfdoctor.rundir import (
     BASELINE_LABEL,
@@ -65,6 +71,13 @@ class ProfileOptions:
     # Baseline runs of a --no-apply session (`--repeat N --no-apply`): repeats 2..N only time
     # the steps, so `perfdoctor compare` can measure run-to-run noise on each side.
     baseline_runs: int = 1
+    # --run-to-end: every run lets the script finish (only the plan's steps are measured).
+    run_to_end: bool = False
+    # Extra A/B rounds for a variant still undecided after `repeat` rounds
+    # (optimize/sequential.py): at most `max_rounds` rounds in all, and the extra rounds
+    # take at most `round_budget_s` seconds (None: twice what the planned rounds took).
+    max_rounds: int = 6
+    round_budget_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,9 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
             "skip": list(options.skip),
             "timeout_s": options.timeout_s,
             "nvtx": options.nvtx,
+            "run_to_end": options.run_to_end,
+            "max_rounds": options.max_rounds,
+            "round_budget_s": options.round_budget_s,
             # Only when asked for: a single-process session.json stays as it was.
             **({"nproc_per_node": options.nproc_per_node} if options.nproc_per_node > 1 else {}),
             **({"nodes": dataclasses.asdict(options.nodes)} if options.nodes else {}),
@@ -304,7 +320,12 @@ class _Runner:
             profile=profiled and plan.profiled_steps > 0,
             nvtx=self.options.nvtx,
             env={**_env_for(optimizations), **sizing_env(optimizations, self.sizings)},
+            run_to_end=self.options.run_to_end,
         )
+        # The session's first run is the user's own; what later runs add to the script's
+        # log folders is perfdoctor's litter, removed after each (rerun_outputs.py).
+        rerun = self.started > 0
+        before = self._output_snapshot() if rerun else None
         self.started += 1
         announcement = RunAnnouncement(
             label=label,
@@ -316,14 +337,18 @@ class _Runner:
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))
-        manifest = launch(
-            spec,
-            timeout_s=self.options.timeout_s,
-            on_progress=self.sink.step,
-            echo_output=self.options.echo_output and label == BASELINE_LABEL,
-            nproc_per_node=self.options.nproc_per_node,
-            nodes=self.options.nodes,
-        )
+        try:
+            manifest = launch(
+                spec,
+                timeout_s=self.options.timeout_s,
+                on_progress=self.sink.step,
+                echo_output=self.options.echo_output and label == BASELINE_LABEL,
+                nproc_per_node=self.options.nproc_per_node,
+                nodes=self.options.nodes,
+            )
+        finally:  # also when perfdoctor is stopped during the run: its process tree is gone
+            if before is not None:
+                self._remove_rerun_outputs(before)
         self.current_run = None
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
@@ -341,11 +366,14 @@ class _Runner:
 
     def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
         """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even
-        rounds, so a linear drift of the machine cancels out of the paired ratios."""
+        rounds, so a linear drift of the machine cancels out of the paired ratios. Then the
+        variants still undecided get extra rounds (`_extra_rounds`)."""
         for variant in variants:
             self.session = self.session.with_variant(variant)
         save_session(self.session_dir, self.session)
 
+        started = time.monotonic()
+        runs_before = self.started
         rounds = self.session.repeat
         baseline_runs = rounds if baseline_first else rounds - 1
         planned = self.started + rounds * len(variants) + baseline_runs
@@ -371,6 +399,109 @@ class _Runner:
                     variants = [v for v in variants if v.label != variant.label]
             if not variants:
                 return
+        elapsed = time.monotonic() - started
+        self._extra_rounds(variants, elapsed, elapsed / max(1, self.started - runs_before))
+
+    def _extra_rounds(self, variants: list[VariantPlan], planned_s: float, run_s: float) -> None:
+        """One more round (a baseline run, then each undecided variant) at a time while a
+        variant's verdict is undecided, within --max-rounds and the time budget
+        (optimize/sequential.py holds the stopping rule)."""
+        policy = RoundsPolicy(
+            planned_rounds=self.session.repeat,
+            max_rounds=self.options.max_rounds,
+            budget_s=(
+                self.options.round_budget_s
+                if self.options.round_budget_s is not None
+                else DEFAULT_BUDGET_FACTOR * planned_s
+            ),
+        )
+        if policy.max_extra_looks == 0:
+            return
+        results = self._verdicts()
+        pending = [v for v in variants if v.label in results and undecided(results[v.label])]
+        if not pending:
+            return
+        for variant in pending:
+            self._update_variant(variant.label, max_extra_looks=policy.max_extra_looks)
+        results = self._verdicts()  # the extended variants' bands are run-level from now on
+        self.sink.note(
+            "undecided after "
+            f"{policy.planned_rounds} rounds: {', '.join(v.label for v in pending)}; "
+            f"more rounds, up to {policy.max_rounds}"
+        )
+        rounds, spent_s = policy.planned_rounds, 0.0
+        while pending:
+            still = []
+            for variant in pending:
+                result = results.get(variant.label)
+                if result is None:  # not judged (no run of it left a record): nothing to add
+                    self._update_variant(variant.label, rounds_stop="no verdict to refine")
+                    continue
+                why = stop_reason(
+                    result,
+                    rounds=rounds,
+                    policy=policy,
+                    spent_s=spent_s,
+                    next_round_s=run_s * (1 + len(pending)),
+                )
+                if why is None:
+                    still.append(variant)
+                else:
+                    self._update_variant(variant.label, rounds_stop=why)
+            pending = still
+            if not pending:
+                return
+            rounds += 1
+            started = time.monotonic()
+            planned = self.started + 1 + len(pending)
+            base = self.run(
+                BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned
+            )
+            if base.status in FAILED_STATUSES:
+                for variant in pending:
+                    self._update_variant(
+                        variant.label, rounds_stop=f"a baseline run failed in round {rounds}"
+                    )
+                return
+            ordered = pending if rounds % 2 == 1 else list(reversed(pending))
+            for variant in ordered:
+                manifest = self.run(
+                    variant.label, variant.optimizations, repeat=rounds, planned_runs=planned
+                )
+                if manifest.status in FAILED_STATUSES:
+                    pending = [v for v in pending if v.label != variant.label]
+            round_s = time.monotonic() - started
+            spent_s += round_s
+            run_s = round_s / (1 + len(ordered))
+            results = self._verdicts()
+
+    def _verdicts(self) -> dict[str, VariantResult]:
+        results = diagnose.compare_variants(self.session_dir, parse_traces=False)
+        return {r.label: r for r in results}
+
+    def _update_variant(self, label: str, **changes: object) -> None:
+        variants = tuple(
+            replace(v, **changes) if v.label == label else v  # type: ignore[arg-type]
+            for v in self.session.variants
+        )
+        self.session = replace(self.session, variants=variants)
+        save_session(self.session_dir, self.session)
+
+    def _output_snapshot(self) -> rerun_outputs.Snapshot:
+        return rerun_outputs.snapshot(self.options.cwd, exclude=(self.options.runs_root,))
+
+    def _remove_rerun_outputs(self, before: rerun_outputs.Snapshot) -> None:
+        try:
+            created = rerun_outputs.created_since(before, self._output_snapshot())
+            removed = rerun_outputs.remove(self.options.cwd, created)
+        except OSError as err:  # the run's results matter more than the tidying
+            log.warning("could not tidy what a re-run left behind: %s", err)
+            return
+        if removed:
+            self.session = replace(
+                self.session, removed_outputs=(*self.session.removed_outputs, *removed)
+            )
+            save_session(self.session_dir, self.session)
 
 
 def _sizings(

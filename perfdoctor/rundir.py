@@ -218,6 +218,7 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
         nvtx=data.get("nvtx", False),
         time_window_s=data.get("time_window_s", 0.5),
         env=dict(data.get("env", {})),
+        run_to_end=bool(data.get("run_to_end", False)),
     )
 
 
@@ -242,6 +243,7 @@ def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
         warnings=tuple(data.get("warnings", ())),
         error=data.get("error"),
         schema_version=data.get("schema_version"),
+        stopped_at=data.get("stopped_at") if isinstance(data.get("stopped_at"), dict) else None,
     )
 
 

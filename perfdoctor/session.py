@@ -23,6 +23,11 @@ class VariantPlan:
     optimizations: tuple[str, ...]
     stacked: bool = False  # the accepted optimizations together
     runs: tuple[str, ...] = ()  # child run dirs, relative to the session, in run order
+    # Extra rounds (optimize/sequential.py), set only for a variant undecided after the
+    # planned rounds: the most extra looks --max-rounds allowed (their verdicts' confidence
+    # follows from it), and why the rounds stopped.
+    max_extra_looks: int = 0
+    rounds_stop: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,9 @@ class Session:
     # Set when perfdoctor itself was stopped (Ctrl-C, SIGTERM, SIGHUP) before the session's
     # plan was done: {"by": "SIGTERM", "exit_code": 143, "during": "<child run dir>"}.
     interrupted: dict[str, Any] | None = None
+    # What perfdoctor's own re-runs left in the script's log folders and perfdoctor removed
+    # (rerun_outputs.py), relative to `cwd`.
+    removed_outputs: tuple[str, ...] = ()
     perfdoctor_version: str = __version__
     schema_version: int = SCHEMA_VERSION
 
@@ -84,12 +92,15 @@ def load_session(session_dir: Path) -> Session:
                 optimizations=tuple(v["optimizations"]),
                 stacked=v.get("stacked", False),
                 runs=tuple(v.get("runs", ())),
+                max_extra_looks=int(v.get("max_extra_looks", 0)),
+                rounds_stop=v.get("rounds_stop"),
             )
             for v in data.get("variants", ())
         ),
         run_order=tuple(data.get("run_order", ())),
         options=dict(data.get("options", {})),
         interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), dict) else None,
+        removed_outputs=tuple(str(p) for p in data.get("removed_outputs", ())),
         perfdoctor_version=data.get("perfdoctor_version", ""),
         schema_version=data.get("schema_version", SCHEMA_VERSION),
     )

@@ -177,7 +177,9 @@ def _newest_trace(run: Path) -> tuple[Path | None, tuple[str, ...]]:
     return ordered[-1], tuple(p.name for p in ordered)
 
 
-def load_run(child_dir: Path) -> RunRecord:
+def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
+    """One child run directory, decoded. `with_trace=False` leaves the profiler trace unread
+    (its path is still found): what the A/B verdicts need, at a fraction of the time."""
     child_dir = Path(child_dir)
     if not child_dir.is_dir():
         raise BadRunDir(f"{child_dir} is not a directory")
@@ -194,7 +196,7 @@ def load_run(child_dir: Path) -> RunRecord:
     roots = _user_roots(spec)
 
     trace_path, trace_files = _newest_trace(child_dir)
-    trace = load_trace(trace_path, roots) if trace_path is not None else None
+    trace = load_trace(trace_path, roots) if trace_path is not None and with_trace else None
     if len(trace_files) > 1:
         notes.append(f"{len(trace_files)} traces found; analysed the newest, {trace_files[-1]}")
 

@@ -161,8 +161,9 @@ def main(argv: list[str]) -> int:
                 # Here, not in a helper: each frame above the script's costs (module doc).
                 exec(script.code, namespace)
         outcome.ended_normally = True
-    except PlanComplete:
+    except PlanComplete as exc:
         outcome.stopped = True
+        outcome.observations["stopped_at"] = _stop_point(probes, user_code, exc)
     except script_runner.LaunchError as exc:
         _report_launch_error(exc, outcome)
     except SystemExit as exc:
@@ -185,6 +186,16 @@ def main(argv: list[str]) -> int:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
     return outcome.exit_code
+
+
+def _stop_point(probes: Any, user_code: UserCode, exc: PlanComplete) -> dict[str, Any]:
+    """Where perfdoctor stopped the script: the step that would have begun next, and the
+    user's line the stop came through (their loop, or the `trainer.fit(...)` call)."""
+    point: dict[str, Any] = {"step": probes.plan_finished_at}
+    location = user_code.innermost_in_traceback(exc.__traceback__)
+    if location is not None:
+        point["location"] = location
+    return point
 
 
 def _exit_status(code: Any) -> int:

@@ -104,7 +104,17 @@ def _assemble_manifest(
         applied=_applied(obs),
         warnings=tuple(warnings),
         error=error,
+        stopped_at=_stopped_at(obs),
     )
+
+
+def _stopped_at(obs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where the child stopped the script (bootstrap._stop_point); a stop seen without one
+    (a sub-process's record) still says that the script was stopped."""
+    if not obs.get("stopped_by_perfdoctor"):
+        return None
+    point = obs.get("stopped_at")
+    return dict(point) if isinstance(point, Mapping) else {}
 
 
 # What a failing collector costs the report, by its key in observations.json.
@@ -186,7 +196,9 @@ def _classify(
     if obs.get("launch_error"):
         return "launch_failed", code or 1, _one_line(obs.get("launch_error"))
     if code == 0:
-        status = "completed" if obs.get("stopped_by_perfdoctor") else "finished_early"
+        # The plan done: perfdoctor stopped the script, or it ran on to its end (--run-to-end).
+        done = obs.get("stopped_by_perfdoctor") or obs.get("plan_complete")
+        status = "completed" if done else "finished_early"
         return status, 0, None
     if observations is None and steps_seen == 0:
         # The child died before the bootstrap got going (broken environment, import error).

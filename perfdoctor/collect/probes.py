@@ -99,6 +99,7 @@ class Probes:
             self,
             plan_total=self.plan.total if self.plan.total > 0 else None,
             time_window_s=spec.time_window_s,
+            run_to_end=spec.run_to_end,
         )
         self.step_log = StepLog(run_dir, started_at)
         self.profiler: ProfilerWindow | None = None
@@ -118,6 +119,7 @@ class Probes:
         self.cuda_used = False
         self.settings: dict[str, Any] | None = None
         self.stopped_by_perfdoctor = False
+        self.plan_finished_at: int | None = None  # steps closed when the plan ended
         self.step_detection: str | None = None
         self.step_detection_note: str | None = None
         self._closure_calls = 0
@@ -211,7 +213,12 @@ class Probes:
             self.step_log.flush()
 
     def plan_finished(self) -> None:
-        self.stopped_by_perfdoctor = True
+        self.plan_finished_at = self.tracker.steps_closed
+        self.stopped_by_perfdoctor = not self.runtime.spec.run_to_end
+        if not self.stopped_by_perfdoctor:
+            # The script runs on unobserved: the per-forward hooks go now, the global hooks
+            # return at once (StepTracker.stopped).
+            self.roots.remove_hooks()
         self.sync_watch.uninstall()
         if self.memory.info.get("recorded") and self.plan.profiled:
             self.memory.dump("profiled window")

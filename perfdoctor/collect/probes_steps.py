@@ -136,8 +136,12 @@ class StepTracker:
         plan_total: int | None,
         time_window_s: float,
         clock: Callable[[], float] = time.perf_counter,
+        run_to_end: bool = False,
     ) -> None:
         self._listener = listener
+        # --run-to-end: after the plan the script goes on untouched (the hooks only return)
+        # instead of being stopped with PlanComplete.
+        self._run_to_end = run_to_end
         self._plan_total = plan_total
         self._window = max(float(time_window_s), 1e-3)
         self._clock = clock
@@ -210,7 +214,8 @@ class StepTracker:
     def backward_start(self) -> float:
         now = self._clock()
         if self.stopped:
-            raise PlanComplete
+            self._stop_script()
+            return now
         self._backward_total += 1
         if self.mode == "time":
             self._leaving_time = (
@@ -324,7 +329,8 @@ class StepTracker:
 
     def _source_event(self, key: Any, now: float) -> None:
         if self.stopped:
-            raise PlanComplete
+            self._stop_script()
+            return
         if self.mode != "optimizer":
             note = None if self.mode is None else f"an optimizer step after {self.mode} steps"
             if self.mode is not None:
@@ -343,7 +349,8 @@ class StepTracker:
 
     def _trigger(self, kind: str, now: float) -> None:
         if self.stopped:
-            raise PlanComplete
+            self._stop_script()
+            return
         if self._first_event is None:
             self._first_event = now
         if self.mode is None:
@@ -352,6 +359,11 @@ class StepTracker:
         if step is not None and self._pending(step, now, kind):
             self._close(now, "time" if self.mode == "time" else kind)
         self._ensure_open(now)
+
+    def _stop_script(self) -> None:
+        """The plan is done: stop the script here, unless it is to run to its end."""
+        if not self._run_to_end:
+            raise PlanComplete
 
     def _pending(self, step: _OpenStep, now: float, kind: str) -> bool:
         if self.mode == "time":
@@ -409,7 +421,8 @@ class StepTracker:
         if self._plan_total is not None and index >= self._plan_total:
             self.stopped = True
             self._listener.plan_finished()
-            raise PlanComplete
+            self._stop_script()
+            return
         step = self._open = _OpenStep(index=index, start=now)
         self._listener.step_started(index)
         # The listener's bookkeeping (rows, progress, opening the profiler) happened between

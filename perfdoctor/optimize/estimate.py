@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
+from perfdoctor.optimize.run_level import run_level_half_width
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240601
@@ -93,11 +94,16 @@ def estimate_speedup(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
+    run_level_confidence: float | None = None,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
     the median of their log ratios (the geometric mean for two pairs), and the band is
-    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread."""
+    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread.
+
+    `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
+    more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
+    the pair log ratios, run_level.py) instead, which narrows as pairs are added."""
     pairs = paired_runs(baseline_runs, variant_runs)
     if not pairs:
         return None
@@ -116,10 +122,22 @@ def estimate_speedup(
                 for b, v in pairs
             )
         )
+    run_level = (
+        run_level_half_width(logs, run_level_confidence)
+        if run_level_confidence is not None
+        else None
+    )
+    if run_level is not None:
+        confidence = run_level_confidence or confidence
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
-    spread = run_medians_spread(baseline_runs)
-    width = half_width + spread
+    if run_level is not None:
+        # Reported in baseline_spread: the run-to-run part of the band, measured this way.
+        spread = run_level
+        width = max(half_width, run_level)
+    else:
+        spread = run_medians_spread(baseline_runs)
+        width = half_width + spread
     speedup = math.exp(center)
     return SpeedEstimate(
         speedup=speedup,

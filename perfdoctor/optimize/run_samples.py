@@ -18,8 +18,8 @@ from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.model import AppliedOptimization, StepRecord
 
 
-def load_run_samples(run_dirs: Iterable[Path]) -> list[RunSample]:
-    return [run_sample_from_record(load_run(Path(d))) for d in run_dirs]
+def load_run_samples(run_dirs: Iterable[Path], *, with_trace: bool = True) -> list[RunSample]:
+    return [run_sample_from_record(load_run(Path(d), with_trace=with_trace)) for d in run_dirs]
 
 
 def _job_losses(

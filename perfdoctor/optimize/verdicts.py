@@ -8,6 +8,9 @@ Verdicts, first match wins, each with a one-line reason:
                down >= 5%
     rejected   otherwise: "slower: 0.91x ± 0.03" / "within noise: 1.02x ± 0.05"
 
+A variant still "within noise" with a wide band after the planned rounds gets more rounds
+(optimize/sequential.py); its band is then the run-level one (`run_level_confidence`).
+
 Every figure a verdict reports is analyze/run_stats.py's, for the baseline and the variant
 alike. Pure: no torch.
 """
@@ -36,6 +39,8 @@ log = logging.getLogger(__name__)
 
 # A memory optimization must cut the peak by at least this share to be worth its cost.
 MIN_MEMORY_SAVING_FRAC = 0.05
+# How speed_verdict begins an undecided verdict (optimize/sequential.py reads it).
+WITHIN_NOISE = "within noise"
 
 
 def not_applied_reason(
@@ -91,7 +96,7 @@ def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[Verdict, str
         return "accepted", f"faster: {speed.describe()}{extra}"
     if speed.high < 1.0:
         return "rejected", f"slower: {speed.describe()}{extra}"
-    return "rejected", f"within noise: {speed.describe()}{extra}"
+    return "rejected", f"{WITHIN_NOISE}: {speed.describe()}{extra}"
 
 
 def compare_variant(
@@ -102,10 +107,14 @@ def compare_variant(
     *,
     label: str | None = None,
     seed: int = BOOTSTRAP_SEED,
+    run_level_confidence: float | None = None,
+    rounds_note: str | None = None,
 ) -> VariantResult:
     """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
     (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
-    Pass the runs in run order: baseline run k is paired with variant run k."""
+    Pass the runs in run order: baseline run k is paired with variant run k.
+    `run_level_confidence`: the variant had extra rounds (estimate_speedup); `rounds_note`
+    says how many and why they stopped, appended to a speed verdict's reason."""
     ids = tuple(optimization_ids)
     name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
     category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
@@ -137,7 +146,9 @@ def compare_variant(
         reason = broken.failure_line() if broken else "the variant never ran"
         return replace(result, reason=reason)
 
-    speed = estimate_speedup(baseline_runs, ok_runs, seed=seed)
+    speed = estimate_speedup(
+        baseline_runs, ok_runs, seed=seed, run_level_confidence=run_level_confidence
+    )
     result = replace(
         result,
         speedup=speed.speedup if speed else None,
@@ -162,6 +173,8 @@ def compare_variant(
         reason += extra
     else:
         verdict, reason = speed_verdict(speed, extra)
+        if rounds_note:
+            reason += f"; {rounds_note}"
     # Step times move with other load; a memory verdict does not.
     low_confidence = (
         None if _goal(ids) == "memory" else busy_machine_note([*baseline_runs, *ok_runs])

@@ -68,6 +68,7 @@ section, .card {
 .headline dt { font-weight: 600; }
 .headline dd { margin: 0; }
 .note { color: var(--warn); font-weight: 600; margin: 10px 0 0; }
+.run-note { color: var(--muted); margin: 8px 0 0; }
 .grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 18px; }
 table { border-collapse: collapse; width: 100%; font-size: 0.92rem; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
@@ -193,6 +194,7 @@ def _header(report: Report) -> str:
 def _headline(report: Report) -> str:
     head = summary.headline(report)
     note = f'<p class="note">{esc(head.status_note)}</p>' if head.status_note else ""
+    note += "".join(f'<p class="run-note">{esc(n)}</p>' for n in head.run_notes)
     return (
         '<section class="headline"><h2>Diagnosis</h2><dl>'
         f"<dt>Slow</dt><dd>{esc(head.slow)}</dd>"

@@ -94,6 +94,8 @@ def _headline(report: Report) -> list[str]:
     lines = ["## Diagnosis", ""]
     if head.status_note:
         lines += [f"> **{md_text(head.status_note)}**", ""]
+    for note in head.run_notes:
+        lines += [f"> {md_text(note)}", ""]
     lines += _table(
         ["", ""],
         [

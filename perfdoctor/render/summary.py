@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
 from perfdoctor.model import (
@@ -50,6 +50,8 @@ class Headline:
     fix: str  # what fixes it
     measured: str  # what perfdoctor measured when it applied the fix
     status_note: str | None = None  # set when the run did not complete its plan
+    # How the script ended and what perfdoctor tidied after its re-runs (run_notes()).
+    run_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,41 @@ class VariantRow:
 
 
 def headline(report: Report) -> Headline:
+    head = _headline(report)
+    notes = run_notes(report)
+    return replace(head, run_notes=notes) if notes else head
+
+
+def run_notes(report: Report) -> tuple[str, ...]:
+    """Where perfdoctor stopped the script (or that it ran to its end), and which output
+    folders of perfdoctor's own re-runs it removed."""
+    notes: list[str] = []
+    end = report.script_end
+    if end.get("stopped_by_perfdoctor"):
+        step = end.get("step")
+        at = f" at step {step} (after its {step} planned steps)" if isinstance(step, int) else ""
+        where = f", in {end['location']}" if end.get("location") else ""
+        notes.append(
+            f"The script was stopped by perfdoctor{at}{where}: its end of training "
+            "(on_train_end, final checkpoint, logger finalisation) did not run; "
+            "--run-to-end lets it finish."
+        )
+    elif end.get("run_to_end"):
+        notes.append(
+            "The script ran to its end (--run-to-end); only the planned steps were measured."
+        )
+    if report.removed_outputs:
+        shown = ", ".join(report.removed_outputs[:5])
+        more = len(report.removed_outputs) - 5
+        notes.append(
+            "Removed what perfdoctor's own re-runs left in the script's log folders: "
+            f"{shown}{f' and {more} more' if more > 0 else ''} (the first baseline run's "
+            "outputs are kept; session.json lists every removal)."
+        )
+    return tuple(notes)
+
+
+def _headline(report: Report) -> Headline:
     if is_trace(report):
         return _trace_headline(report)
     note = _STATUS_NOTES.get(report.status)

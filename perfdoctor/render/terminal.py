@@ -138,6 +138,7 @@ def _headline_panel(report: Report) -> Panel:
     parts: list[Table | Text] = [grid]
     if head.status_note:
         parts.append(Text(head.status_note, style="bold yellow"))
+    parts += [Text(note, style="dim") for note in head.run_notes]
     return Panel(Group(*parts), title="Diagnosis", title_align="left", box=box.ROUNDED)
 
 

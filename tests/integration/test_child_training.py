@@ -96,6 +96,9 @@ def test_a_script_that_would_run_forever_is_stopped_after_the_plan(tmp_path: Pat
     obs = run.observations
     assert (obs["stopped_by_perfdoctor"], obs["plan_complete"]) == (True, True)
     assert [row["phase"] for row in run.steps] == ["warmup", "timed", "timed", "timed"]
+    # Where: the step that would have begun next, at the script's own line.
+    assert obs["stopped_at"]["step"] == 4
+    assert obs["stopped_at"]["location"]["file"].endswith("train_loop.py")
 
 
 def test_except_exception_around_the_loop_does_not_swallow_the_stop(tmp_path: Path) -> None:

@@ -132,6 +132,42 @@ def test_lightning_automatic_optimization_is_timed_right_to_the_phase(tmp_path: 
     assert_no_false_optimizer_finding(report)
 
 
+def test_lightning_stopped_early_says_where_and_leaves_its_own_logs(tmp_path: Path) -> None:
+    """The default early stop: Lightning's end of training does not run, and the report
+    says where perfdoctor stopped the script."""
+    pytest.importorskip("lightning")
+    session, report = profile(tmp_path, "lightning_run_to_end.py", timed=4)
+    assert not (tmp_path / "ended.json").exists()
+    end = report["script_end"]
+    assert end["stopped_by_perfdoctor"] is True
+    assert end["step"] == 2 + 4  # warm-up + timed: the step that would have begun next
+    # The stop came through the user's `trainer.fit(...)` line.
+    assert end["location"].endswith(" in <module>")
+    assert "lightning_run_to_end.py:" in end["location"]
+    markdown = (session / "report.md").read_text()
+    assert "stopped by perfdoctor at step 6" in markdown
+    assert "--run-to-end" in markdown
+    assert report["removed_outputs"] == []  # the only run is the user's own
+
+
+def test_lightning_run_to_end_finishes_and_removes_the_reruns_logs(tmp_path: Path) -> None:
+    """--run-to-end: the trainer ends FINISHED (on_train_end ran); the second run's
+    lightning_logs/version_1 is perfdoctor's litter and goes, the first run's stays."""
+    pytest.importorskip("lightning")
+    _, report = profile(
+        tmp_path,
+        "lightning_run_to_end.py",
+        options=("--no-apply", "--run-to-end", "--repeat", "2"),
+        timed=4,
+    )
+    ended = json.loads((tmp_path / "ended.json").read_text())
+    assert ended == {"on_train_end": True, "status": "finished"}
+    assert report["status"] == "completed"
+    assert report["script_end"] == {"stopped_by_perfdoctor": False, "run_to_end": True}
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+    assert report["removed_outputs"] == [os.path.join("lightning_logs", "version_1")]
+
+
 def test_hf_trainer_accumulation_input_bound_and_workers(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     timed = 4

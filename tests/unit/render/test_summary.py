@@ -190,3 +190,40 @@ def test_the_step_table_names_the_pooled_baseline_figure_too():
     rows = dict(step_rows(cpu_report()))
     assert rows["step time p50"] == fmt.ms(41.5)  # the profiled run
     assert rows["step time p50, all runs"] == f"{fmt.ms(41.8)} (median of 40 steps over 2 runs)"
+
+
+STOPPED = {"stopped_by_perfdoctor": True, "step": 26, "location": "train.py:42 in main"}
+
+
+def test_run_notes_say_where_the_script_was_stopped_and_what_was_removed():
+    removed = tuple(f"lightning_logs/version_{k}" for k in range(1, 8))
+    head = headline(cpu_report(script_end=STOPPED, removed_outputs=removed))
+    stop, tidy = head.run_notes
+    assert stop.startswith("The script was stopped by perfdoctor at step 26")
+    assert "in train.py:42 in main" in stop and "--run-to-end lets it finish" in stop
+    assert tidy.startswith("Removed what perfdoctor's own re-runs left in the script's log")
+    assert "lightning_logs/version_5 and 2 more" in tidy
+
+
+def test_run_notes_for_a_script_run_to_its_end_and_for_none():
+    to_end = headline(cpu_report(script_end={"stopped_by_perfdoctor": False, "run_to_end": True}))
+    assert to_end.run_notes == (
+        "The script ran to its end (--run-to-end); only the planned steps were measured.",
+    )
+    assert headline(cpu_report()).run_notes == ()
+
+
+def test_every_renderer_shows_the_run_notes():
+    import io
+
+    from rich.console import Console
+
+    from perfdoctor.render.html import render_html
+    from perfdoctor.render.markdown import render_markdown
+    from perfdoctor.render.terminal import render_terminal
+
+    report = cpu_report(script_end=STOPPED)
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    render_terminal(report, console)
+    for text in (render_markdown(report), render_html(report), console.file.getvalue()):
+        assert "stopped by perfdoctor at step 26" in text
