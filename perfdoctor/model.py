@@ -144,6 +144,9 @@ class StepRecord:
     # CUDA runs: from this step's start to the next one's on the GPU's clock (CUDA events);
     # the host's wall_ms is only the launch time while the host runs ahead of the GPU.
     device_ms: float | None = None
+    # Host time with a torch.distributed collective in flight in this step (DDP's gradient
+    # all-reduce included; collect/comm_watch.py); None in a process that ran none.
+    comm_ms: float | None = None
 
     @property
     def step_ms(self) -> float:
