@@ -24,6 +24,7 @@ from perfdoctor.analyze.facts import (
     profiler_window_missed,
     series_for,
 )
+from perfdoctor.analyze.rank_table import rank_summaries
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
 from perfdoctor.model import (
@@ -298,6 +299,7 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
+        ranks=rank_summaries(record),
     )
 
 

@@ -299,7 +299,9 @@ class BaselineSummary:
 
 @dataclass(frozen=True)
 class RankSummary:
-    """One rank (one worker's trace) of a run diagnosed from traces (`perfdoctor diagnose`).
+    """One rank (one worker's trace) of a run diagnosed from traces (`perfdoctor diagnose`),
+    or one training process of a perfdoctor run (analyze/rank_table.py: from its timed steps,
+    `trace` is then its record directory and `comm_frac` its steps' comm_ms share).
 
     Step figures come from the trace's ProfilerStep spans, so they carry profiler overhead.
     `own_ms_p50` is the step less the time spent in communication kernels (NCCL kernels run
