@@ -92,6 +92,11 @@ def test_spawn_ddp_workers_are_profiled_as_ranks(tmp_path: Path) -> None:
     assert report["findings"], report
     assert "world size 2 (2 ranks, gloo)" in run["md"]
     assert "rank 0 (pid" in run["md"] and "rank 1 (pid" in run["md"]
+    # Every rank in the ranks table, each with its share of the step in DDP's all-reduce.
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(0 < r["comm_frac"] <= 1 and r["steps"] == 6 for r in report["ranks"])
+    assert report["facts"]["rank_comm_frac_max"] > 0
+    assert "## Ranks" in run["md"]
 
 
 def test_a_crashing_spawn_worker_fails_the_run_with_its_error(tmp_path: Path) -> None:
@@ -124,6 +129,8 @@ def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path, start_metho
     assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]
     assert not any("never initialised a process group" in w for w in report["warnings"])
     assert "2 training processes, no process group" in run["md"]
+    # Both trainers in the ranks table; without a process group no rank, no communication.
+    assert [(r["rank"], r["comm_frac"]) for r in report["ranks"]] == [(None, None), (None, None)]
 
 
 needs_torchrun = pytest.mark.skipif(
