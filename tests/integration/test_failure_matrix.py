@@ -108,9 +108,13 @@ def test_a_failing_or_stopped_run_ends_cleanly(tmp_path: Path, setup: str, failu
         assert manifest.exit_code == code  # the manifest and the command agree
     if failure != "crash" and SETUPS[setup][2] in (baseline / "stdout.log").read_text():
         # Perfdoctor stops the trainers still running with SIGTERM, whatever stopped it:
-        # each writes its record and says so. A Hogwild trainer that did not hang finished
-        # its plan (0); DDP ranks wait for the hanging one in their all-reduce.
+        # each writes its record and says so. DDP ranks wait for the hanging one in their
+        # all-reduce; the other Hogwild trainer runs on its own, so it may have finished its
+        # plan (0), be stopped (143), or not have stepped yet (no record).
         codes = sorted(p["exit_code"] for p in processes(baseline))
-        assert codes == ([0, 143] if setup == "hogwild" else [143, 143])
+        if setup == "hogwild":
+            assert 143 in codes and set(codes) <= {0, 143}, codes
+        else:
+            assert codes == [143, 143]
     if failure == "crash":
         assert manifest.error is not None and "planted crash" in manifest.error
