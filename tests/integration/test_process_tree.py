@@ -234,6 +234,9 @@ def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
     assert len(load_steps(rank_dir(baseline, 1))) == PLAN_TOTAL
     report = json.loads((node0 / "report.json").read_text())
     assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    # The ranks table names each rank's node, with its communication share.
+    assert [r["worker"].split(",")[0] for r in report["ranks"]] == ["node 0", "node 1"]
+    assert all(r["comm_frac"] is not None for r in report["ranks"])
     # Node 1 keeps its own rank's record and report as well.
     assert [p["rank"] for p in processes(node1 / "baseline")] == [1]
 
