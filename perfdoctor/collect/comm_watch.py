@@ -141,8 +141,10 @@ class CommWatch:
                 handle: list[Any] = []
 
                 def first_forward(module: Any, _inputs: Any) -> None:
+                    if is_compiling() or not handle:
+                        return  # Dynamo traces it: leave hooks alone, wait for an eager call
                     handle.pop().remove()  # one shot: after the script's own hook, if any
-                    if not module.__perfdoctor_hooked__ and not is_compiling():
+                    if not module.__perfdoctor_hooked__:
                         watch._default_hook(module, base_register)
 
                 handle.append(model.register_forward_pre_hook(first_forward))
