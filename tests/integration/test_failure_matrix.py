@@ -59,7 +59,7 @@ EXPECTED = {  # failure -> (perfdoctor's exit code, the baseline's status)
 
 def command(setup: str, failure: str) -> list[str]:
     target, who, _ = SETUPS[setup]
-    options = ["--timeout", "20"] if failure == "timeout" else []
+    options = ["--timeout", "12"] if failure == "timeout" else []
     planted = [f"--{'crash' if failure == 'crash' else 'hang'}-{who}", "1"]
     perfdoctor = [sys.executable, "-m", "perfdoctor", "profile", "--out", "runs", *PLAN]
     return [*perfdoctor, *options, *target, *planted]
