@@ -21,6 +21,7 @@ from perfdoctor.analyze.facts import (
     gpu_timeline,
     profiler_window_missed,
 )
+from perfdoctor.analyze.rank_table import rank_summaries
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
 from perfdoctor.analyze.series import series_for
@@ -330,6 +331,7 @@ def analyze_session(session_dir: Path) -> Report:
         script_end=_script_end(manifest, session, record.observations),
         # Lightning reuses version_1 once it is removed: each entry once, in order.
         removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
+        ranks=rank_summaries(record),
     )
 
 

@@ -153,6 +153,9 @@ class StepRecord:
     # CUDA runs: from this step's start to the next one's on the GPU's clock (CUDA events);
     # the host's wall_ms is only the launch time while the host runs ahead of the GPU.
     device_ms: float | None = None
+    # Host time with a torch.distributed collective in flight in this step (DDP's gradient
+    # all-reduce included; collect/comm_watch.py); None in a process that ran none.
+    comm_ms: float | None = None
 
     @property
     def step_ms(self) -> float:
@@ -305,7 +308,9 @@ class BaselineSummary:
 
 @dataclass(frozen=True)
 class RankSummary:
-    """One rank (one worker's trace) of a run diagnosed from traces (`perfdoctor diagnose`).
+    """One rank (one worker's trace) of a run diagnosed from traces (`perfdoctor diagnose`),
+    or one training process of a perfdoctor run (analyze/rank_table.py: from its timed steps,
+    `trace` is then its record directory and `comm_frac` its steps' comm_ms share).
 
     Step figures come from the trace's ProfilerStep spans, so they carry profiler overhead.
     `own_ms_p50` is the step less the time spent in communication kernels (NCCL kernels run

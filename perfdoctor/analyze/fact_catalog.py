@@ -168,6 +168,14 @@ FACTS: dict[str, FactDoc] = {
     "fastest_rank_backward_ms_p50": _f(
         "ms", "steps", "median backward (host) per step, fastest (holds its all-reduce wait)"
     ),
+    # Host time with a torch.distributed collective in flight (steps.jsonl comm_ms; DDP's
+    # gradient all-reduce included): on gloo the transfer and the wait for the peers.
+    "comm_step_frac": _f(
+        "frac", "steps", "median share of the lead process's step in torch.distributed collectives"
+    ),
+    "rank_comm_frac_max": _f("frac", "steps", "the largest such share over the training processes"),
+    "rank_comm_frac_max_rank": _f("index", "steps", "the rank (record k) with the largest share"),
+    "rank_comm_frac_min": _f("frac", "steps", "the smallest such share over the processes"),
     "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
     "input_shape_changes": _f(
         "count", "obs", "most distinct training input shapes of one root after warm-up"

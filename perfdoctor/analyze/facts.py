@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze import run_stats
+from perfdoctor.analyze import rank_table, run_stats
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
@@ -71,6 +71,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_sample_facts(samples if samples is not None else _samples_summary(record)))
     values.update(_trace_facts(record))
     values.update(_rank_facts(record))
+    values.update(_rank_comm_facts(record))
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
@@ -359,6 +360,23 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
         fastest_rank_backward_ms_p50=fast["backward"],
     )
     return out
+
+
+def _rank_comm_facts(record: RunRecord) -> dict[str, Scalar]:
+    """Each training process's share of its step with a collective in flight (steps.jsonl
+    comm_ms): the lead's, and the largest and smallest over the processes."""
+    if getattr(record, "source", "run") == "trace":
+        return {}
+    shares = rank_table.comm_fracs(record)
+    if not shares:
+        return {}
+    most = max(shares, key=lambda k: (shares[k], -k))
+    return {
+        "comm_step_frac": shares.get(0),
+        "rank_comm_frac_max": shares[most],
+        "rank_comm_frac_max_rank": most,
+        "rank_comm_frac_min": min(shares.values()),
+    }
 
 
 # --------------------------------------------------------------------------- trace-only runs

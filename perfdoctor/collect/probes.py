@@ -17,10 +17,11 @@ from typing import Any
 
 from perfdoctor.analyze.frames import Location, UserCode
 from perfdoctor.collect import observe
+from perfdoctor.collect.comm_watch import CommWatch
 from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
-from perfdoctor.collect.probes_roots import RootFinder
+from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
 from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
 from perfdoctor.collect.profiler_window import ProfilerWindow
 from perfdoctor.collect.runtime import Runtime
@@ -114,6 +115,7 @@ class Probes:
         )
         self.nvtx, self.nvtx_info = Nvtx.create(spec.nvtx)
         self.sync_watch = SyncCallWatcher(torch, user_code)
+        self.comm = CommWatch(torch)
         self.roots = RootFinder(torch, self.tracker, user_code)
         self.roots.nvtx = self.nvtx
         self.cuda_used = False
@@ -151,6 +153,7 @@ class Probes:
         self.memory.setup()
         self.roots.start_discovery()
         probes_hooks.install(self)
+        self.comm.install(_is_compiling_fn(self.torch))
 
     # ------------------------------------------------------------------ StepListener
 
@@ -406,6 +409,7 @@ class Probes:
             },
             "profiler": self._profiler_info(),
             "dist": observe.dist_info(torch),
+            "communication": self.comm.info(),
             "compile": observe.compile_info(),
             "inputs": {
                 "distinct_shapes_after_warmup": self.roots.distinct_shapes(),
@@ -470,6 +474,7 @@ class Probes:
             "rss_bytes": self._rss(),
             "cuda_allocated_bytes": None,
             "cuda_max_allocated_bytes": None,
+            "comm_ms": self.comm.step_ms(step.start, step.end),
         }
         if self.cuda_used:
             cuda = self.torch.cuda

@@ -75,6 +75,7 @@ def follow_forks(runtime: Any, probes: Any, applied: Any, torch: Any) -> None:
     if not tree or not hasattr(os, "register_at_fork"):
         return
     base = runtime.spec
+    watch_process_errors()
 
     def after_in_child() -> None:
         global _active
@@ -193,12 +194,17 @@ class _ProcessProbes:
         previous_hook = sys.excepthook
 
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-            lines = str(exc).strip().splitlines()
-            self.error = f"{kind.__name__}: {lines[-1] if lines else ''}"
-            self.error_at = time.time()  # the first rank to fail names the run's error
+            self.note_error(exc)
             previous_hook(kind, exc, tb)
 
         sys.excepthook = excepthook
+
+    def note_error(self, exc: BaseException) -> None:
+        if self.error is not None or os.getpid() != self.pid:
+            return
+        lines = str(exc).strip().splitlines()
+        self.error = f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+        self.error_at = time.time()  # the first rank to fail names the run's error
 
     def _note_rank(self) -> None:
         from perfdoctor.collect import observe
@@ -243,7 +249,7 @@ class _ProcessProbes:
             outcome.observations["error_at_unix"] = self.error_at
             outcome.exit_code = 1
         self._note_rank()
-        outcome.observations["process"] = self.describe(exit_code)
+        outcome.observations["process"] = self.describe(1 if self.error else exit_code)
         try:
             bootstrap._finalize(
                 self.spec, self.runtime, self.probes, self.applied, outcome, self.torch
@@ -275,6 +281,36 @@ class _ProcessProbes:
             "node_rank": int(env["GROUP_RANK"]) if env.get("GROUP_RANK", "").isdigit() else None,
             "exit_code": exit_code,
         }
+
+
+def watch_process_errors() -> None:
+    """A multiprocessing.Process whose target raises never reaches sys.excepthook:
+    `BaseProcess._bootstrap` prints the traceback and exits 1, after running the finalizers
+    that write this process's record. So each process's `run` (a subclass's own included)
+    notes the error on its way out, before those finalizers."""
+    from multiprocessing import process
+
+    base = process.BaseProcess
+    original = base._bootstrap
+    if getattr(original, "__perfdoctor__", False):
+        return
+
+    def bootstrap(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run = self.run
+
+        def noted_run() -> Any:
+            try:
+                return run()
+            except Exception as exc:  # SystemExit and Ctrl-C are no error of the script's
+                if _active is not None:
+                    _active.note_error(exc)
+                raise
+
+        self.run = noted_run
+        return original(self, *args, **kwargs)
+
+    bootstrap.__perfdoctor__ = True  # type: ignore[attr-defined]
+    base._bootstrap = bootstrap  # type: ignore[method-assign]
 
 
 def _gather_on_node_0(owner: _ProcessProbes) -> None:

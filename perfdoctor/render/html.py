@@ -297,7 +297,7 @@ def _ranks(report: Report) -> str:
         "<section><h2>Ranks</h2>"
         + _table(list(summary.RANK_COLUMNS), rows, numeric=(2, 3, 4, 5, 6, 7))
         + f"<p>{esc(summary.rank_spread_text(report))}</p>"
-        + f'<p class="muted">{esc(summary.RANK_NOTE)}</p></section>'
+        + f'<p class="muted">{esc(summary.rank_note(report))}</p></section>'
     )
 
 

@@ -161,7 +161,7 @@ def _ranks(report: Report) -> list[str]:
         "",
         md_text(summary.rank_spread_text(report)),
         "",
-        md_text(summary.RANK_NOTE),
+        md_text(summary.rank_note(report)),
         "",
     ]
 

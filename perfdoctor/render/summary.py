@@ -235,7 +235,8 @@ RANK_COLUMNS = ("rank", "worker", "steps", "step p50", "own p50", "data p50", "G
 
 
 def rank_rows(report: Report) -> list[list[str]]:
-    """One row per rank of a multi-rank trace report (RANK_COLUMNS), straggler marked."""
+    """One row per rank (per training process of a run) of a multi-rank report
+    (RANK_COLUMNS), straggler marked."""
     slow = _straggler(report.ranks)
     rows = []
     for r in report.ranks:
@@ -267,6 +268,21 @@ RANK_NOTE = (
 )
 
 
+RANK_NOTE_RUN = (
+    "Medians over the timed steps of each training process (no profiler). data: time in the "
+    "DataLoader per step; comm: share of the step with a torch.distributed collective in "
+    "flight (the script's collectives and DDP's gradient all-reduce; on CUDA the host's part "
+    "only); own: the step less that time: ranks in lockstep share the step time, and the "
+    "slowest rank is the one with the most own work, while the others wait in their "
+    "collectives."
+)
+
+
+def rank_note(report: Report) -> str:
+    """What the ranks table's figures are: from traces, or from a run's timed steps."""
+    return RANK_NOTE if is_trace(report) else RANK_NOTE_RUN
+
+
 def _straggler(ranks: tuple[RankSummary, ...]) -> RankSummary | None:
     timed = [r for r in ranks if r.own_ms_p50 is not None]
     if len(timed) < 2:
@@ -282,6 +298,8 @@ def rank_spread_text(report: Report) -> str:
     """The step-time spread across ranks and the straggler, with what differs on it."""
     steps = [r.step_ms_p50 for r in report.ranks if r.step_ms_p50 is not None]
     if len(steps) < 2:
+        if not is_trace(report):
+            return "Fewer than two processes have timed steps: no spread across ranks."
         return "Fewer than two ranks have ProfilerStep spans: no spread across ranks."
     lo, hi = min(steps), max(steps)
     text = (

@@ -92,6 +92,11 @@ def test_spawn_ddp_workers_are_profiled_as_ranks(tmp_path: Path) -> None:
     assert report["findings"], report
     assert "world size 2 (2 ranks, gloo)" in run["md"]
     assert "rank 0 (pid" in run["md"] and "rank 1 (pid" in run["md"]
+    # Every rank in the ranks table, each with its share of the step in DDP's all-reduce.
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert all(0 < r["comm_frac"] <= 1 and r["steps"] == 6 for r in report["ranks"])
+    assert report["facts"]["rank_comm_frac_max"] > 0
+    assert "## Ranks" in run["md"]
 
 
 def test_a_crashing_spawn_worker_fails_the_run_with_its_error(tmp_path: Path) -> None:
@@ -124,6 +129,8 @@ def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path, start_metho
     assert "rank-straggler" not in [f["rule_id"] for f in report["findings"]]
     assert not any("never initialised a process group" in w for w in report["warnings"])
     assert "2 training processes, no process group" in run["md"]
+    # Both trainers in the ranks table; without a process group no rank, no communication.
+    assert [(r["rank"], r["comm_frac"]) for r in report["ranks"]] == [(None, None), (None, None)]
 
 
 needs_torchrun = pytest.mark.skipif(
@@ -227,6 +234,9 @@ def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
     assert len(load_steps(rank_dir(baseline, 1))) == PLAN_TOTAL
     report = json.loads((node0 / "report.json").read_text())
     assert report["facts"]["world_size"] == 2 and report["facts"]["ranks_launched"] == 2
+    # The ranks table names each rank's node, with its communication share.
+    assert [r["worker"].split(",")[0] for r in report["ranks"]] == ["node 0", "node 1"]
+    assert all(r["comm_frac"] is not None for r in report["ranks"])
     # Node 1 keeps its own rank's record and report as well.
     assert [p["rank"] for p in processes(node1 / "baseline")] == [1]
 

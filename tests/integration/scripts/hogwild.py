@@ -1,18 +1,29 @@
 """Hogwild: 2 multiprocessing.Process trainers update one model in shared memory
-(start method spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild)."""
+(start method spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild).
+
+`--crash-trainer K` makes trainer K raise at step 3, `--hang-trainer K` makes it sleep there;
+main exits with the first failing trainer's exit code, as a careful launcher script does.
+"""
 
 import argparse
+import sys
+import time
 
 import torch
 import torch.multiprocessing as mp
 from torch import nn
 
 
-def train(model: nn.Module, seed: int, steps: int) -> None:
+def train(model: nn.Module, seed: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+    for step in range(args.steps):
+        if seed == args.crash_trainer and step == 3:
+            raise ValueError(f"planted crash in trainer {seed}")
+        if seed == args.hang_trainer and step == 3:
+            print(f"trainer {seed} hangs", flush=True)
+            time.sleep(600)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
@@ -24,16 +35,20 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--start-method", default="spawn")
+    p.add_argument("--crash-trainer", type=int, default=-1)
+    p.add_argument("--hang-trainer", type=int, default=-1)
     args = p.parse_args()
     mp.set_start_method(args.start_method, force=True)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     model.share_memory()
-    procs = [mp.Process(target=train, args=(model, k, args.steps)) for k in range(2)]
+    procs = [mp.Process(target=train, args=(model, k, args)) for k in range(2)]
     for proc in procs:
         proc.start()
     for proc in procs:
         proc.join()
-    print("main: trainers done", [proc.exitcode for proc in procs], flush=True)
+    codes = [proc.exitcode for proc in procs]
+    print("main: trainers done", codes, flush=True)
+    sys.exit(next((code for code in codes if code), 0))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""Training started through other launchers and start methods: `accelerate launch` wrapping
+(2 gloo ranks on CPU) and Hogwild trainers under multiprocessing's forkserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_process_tree import assert_nothing_left, processes
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PLAN = ["--steps", "4", "--warmup", "1", "--profile-steps", "0", "--no-apply", "--quiet"]
+WAIT_S = 180
+
+
+def profile(tmp: Path, *target: str) -> dict[str, Any]:
+    runs = tmp / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN, *target],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    session = (runs / "latest").resolve()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_nothing_left(session)
+    return {
+        "baseline": session / "baseline",
+        "report": json.loads((session / "report.json").read_text()),
+    }
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None, reason="accelerate is not installed")
+def test_a_wrapped_accelerate_launch_profiles_both_ranks(tmp_path: Path) -> None:
+    # accelerate 1.x: `--cpu` runs one process whatever --num_processes says; several
+    # processes go through torch.distributed.run (--multi_gpu), gloo with Accelerator(cpu=True).
+    launch = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    script = str(SCRIPTS / "frameworks" / "accelerate_loop.py")
+    run = profile(tmp_path, "--", *launch, script, "--sample-ms", "0.2")
+    listed = processes(run["baseline"])
+    assert [(p["rank"], p["kind"], p["steps"]) for p in listed] == [
+        (0, "torchrun", 5),
+        (1, "torchrun", 5),
+    ]
+    ranks = run["report"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["comm_frac"] is not None and r["comm_frac"] > 0 for r in ranks)
+    assert run["report"]["facts"]["world_size"] == 2
+
+
+def test_hogwild_trainers_under_the_forkserver_start_method(tmp_path: Path) -> None:
+    run = profile(tmp_path, str(SCRIPTS / "hogwild.py"), "--start-method", "forkserver")
+    listed = processes(run["baseline"])
+    assert [(p["rank"], p["steps"]) for p in listed] == [(None, 5), (None, 5)]
+    assert {p["kind"] for p in listed} <= {"multiprocessing-forkserver", "multiprocessing-fork"}
+    assert "main: trainers done [0, 0]" in (run["baseline"] / "stdout.log").read_text()
