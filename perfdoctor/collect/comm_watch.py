@@ -124,7 +124,7 @@ class CommWatch:
         except Exception:  # a Work without a future (some backends): the launch only
             self._add(t0)
 
-    def _install_ddp(self, ddp: type, is_compiling: Any) -> None:
+    def _install_ddp(self, ddp: Any, is_compiling: Any) -> None:
         if getattr(ddp.__init__, _WRAPPED, False):
             return
         watch = self

@@ -290,7 +290,8 @@ def watch_process_errors() -> None:
     notes the error on its way out, before those finalizers."""
     from multiprocessing import process
 
-    base = process.BaseProcess
+    # Any: _bootstrap is private to multiprocessing, absent from its stubs.
+    base: Any = process.BaseProcess
     original = base._bootstrap
     if getattr(original, "__perfdoctor__", False):
         return
@@ -310,7 +311,7 @@ def watch_process_errors() -> None:
         return original(self, *args, **kwargs)
 
     bootstrap.__perfdoctor__ = True  # type: ignore[attr-defined]
-    base._bootstrap = bootstrap  # type: ignore[method-assign]
+    base._bootstrap = bootstrap
 
 
 def _gather_on_node_0(owner: _ProcessProbes) -> None:
