@@ -45,6 +45,7 @@ from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_re
 from perfdoctor.optimize.sequential import extended_confidence
 from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.rules import evaluate
+from perfdoctor.run_schema import Observations
 from perfdoctor.rundir import (
     BASELINE_LABEL,
     LATEST_LINK,
@@ -219,8 +220,7 @@ def _baseline_summary(
     timed = timed_steps(record.steps)
     # optimizer.step calls over the whole run (a GAN's two optimizers count twice here, once
     # in steps); without optimizer observations, the steps themselves.
-    per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
-    known = [n for n in per_optimizer if isinstance(n, int)]
+    known = [o.steps for o in record.observed.optimizers or () if o.steps is not None]
     optimizer_steps = sum(known) if known else len(record.steps)
     figures = pool_figures([run_sample_from_record(record)])
     micro = facts.get("micro_batches_per_step")
@@ -286,14 +286,14 @@ def analyze_session(session_dir: Path) -> Report:
         line = f"the script's error: {manifest.error}"
         if line not in warnings:
             warnings.append(line)
-    warnings += [str(w) for w in record.observations.get("warnings", ()) if w not in warnings]
-    missed = profiler_window_missed(record.observations)
+    warnings += [w for w in record.observed.warnings or () if w not in warnings]
+    missed = profiler_window_missed(record.observed)
     if missed:
         warnings.append(missed)
     if (
         record.ranks_launched > 1
-        and not _process_group_seen(record.observations)
-        and _launched_as_ranks(record.observations)
+        and not _process_group_seen(record.observed)
+        and _launched_as_ranks(record.observed)
     ):
         warnings.append(
             f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
@@ -328,7 +328,7 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
-        script_end=_script_end(manifest, session, record.observations),
+        script_end=_script_end(manifest, session, record.observed),
         # Lightning reuses version_1 once it is removed: each entry once, in order.
         removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
         ranks=rank_summaries(record),
@@ -336,13 +336,13 @@ def analyze_session(session_dir: Path) -> Report:
 
 
 def _script_end(
-    manifest: RunManifest | None, session: Session | None, observations: dict[str, Any]
+    manifest: RunManifest | None, session: Session | None, observed: Observations
 ) -> dict[str, Any]:
     """How the baseline's script ended, for the report's line about it (Report.script_end).
     A run recorded before manifests had `stopped_at` still says it was stopped."""
     if manifest is None or manifest.status != "completed":
         return {}
-    if manifest.stopped_at is None and observations.get("stopped_by_perfdoctor"):
+    if manifest.stopped_at is None and observed.stopped_by_perfdoctor:
         return {"stopped_by_perfdoctor": True}
     if manifest.stopped_at is None:
         run_to_end = bool(session is not None and session.options.get("run_to_end"))
@@ -394,17 +394,15 @@ def _session_status(
     return status, exit_code, warnings
 
 
-def _launched_as_ranks(obs: dict) -> bool:
+def _launched_as_ranks(obs: Observations) -> bool:
     """Started as a rank by a launcher (torchrun), not as a worker the script started itself
     (a Hogwild trainer needs no process group); collect/process_tree.py records the kind."""
-    process = obs.get("process")
-    return not isinstance(process, dict) or process.get("kind") == "torchrun"
+    return obs.process is None or obs.process.kind == "torchrun"
 
 
-def _process_group_seen(observations: dict) -> bool:
-    dist = observations.get("dist")
+def _process_group_seen(obs: Observations) -> bool:
     # Runs that ended before observations were written say nothing: no warning then.
-    return not isinstance(dist, dict) or dist.get("initialized") is not False
+    return obs.dist is None or obs.dist.initialized is not False
 
 
 def _dir_bytes(path: Path) -> int:

@@ -117,7 +117,7 @@ class RunManifest:
     wall_s: float
     steps_seen: int
     step_detection: StepDetection | None
-    plan_complete: bool
+    plan_complete: bool = False
     versions: Mapping[str, str] = field(default_factory=dict)  # python, torch, cuda, perfdoctor
     device: DeviceInfo | None = None
     artifacts: Mapping[str, str] = field(default_factory=dict)  # artifact id -> relative path

@@ -527,9 +527,9 @@ def _sizings(
 def _usable_cores(diagnosis: diagnose.Diagnosis) -> int:
     """The cores the baseline's child could run on (its CPU affinity), else this process's;
     in a multi-rank run, one rank's share of them."""
-    cpu = diagnosis.record.observations.get("cpu")
-    affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
-    if isinstance(affinity, int) and not isinstance(affinity, bool) and affinity > 0:
+    cpu = diagnosis.record.observed.cpu
+    affinity = cpu.affinity_cores if cpu is not None else None
+    if affinity is not None and affinity > 0:
         cores = affinity
     else:
         try:

@@ -250,6 +250,34 @@ class HostSyncCalls(_Record):
     sites: list[SourceLine] | None = None
 
 
+class StopPoint(_Record):
+    """Where perfdoctor stopped the script once its plan was complete."""
+
+    step: int | None = None  # steps closed when the plan ended
+    location: SourceLine | None = None  # the user's line the stop came through
+
+
+class CommunicationInfo(_Record):
+    """Collectives and DDP buckets the child timed (collect/comm_watch.py)."""
+
+    timed: bool | None = None
+    ddp_models: int | None = None
+    untimed_ddp_hooks: int | None = None  # DDP comm hooks it could not wrap
+
+
+class NvtxInfo(_Record):
+    requested: bool | None = None
+    available: bool | None = None
+    reason: str | None = None  # why it is unavailable
+
+
+class DeviceStepTiming(_Record):
+    """CUDA events around each step (the device's own step time)."""
+
+    used: bool | None = None
+    failed: str | None = None  # why the events could not be read
+
+
 class AppliedRow(_Record):
     id: str | None = None
     applied: bool | None = None
@@ -267,7 +295,11 @@ class Observations(_Record):
     plan: PlanInfo | None = None  # the step plan the child ran
     plan_complete: bool | None = None  # every planned step ran
     stopped_by_perfdoctor: bool | None = None
+    stopped_at: StopPoint | None = None
     exit_code: int | None = None  # the child's
+    script_exit_code: int | None = None  # the script's own sys.exit(n)
+    signal: str | None = None  # "SIGTERM": the signal that ended the script
+    interrupted: bool | None = None  # Ctrl-C in the script
     seed: int | None = None  # None: --no-seed
     seeded: list[str] | None = None  # ["random", "torch", "numpy"]
     versions: dict[str, str | None] | None = None  # python, torch, cuda, perfdoctor
@@ -282,10 +314,13 @@ class Observations(_Record):
     forwards: ForwardsInfo | None = None
     profiler: ProfilerInfo | None = None
     dist: DistInfo | None = None
+    communication: CommunicationInfo | None = None
     compile: CompileInfo | None = None
     inputs: InputsInfo | None = None
     cuda_memory: CudaMemoryInfo | None = None
     memory_history: MemoryHistoryInfo | None = None
+    nvtx: NvtxInfo | None = None
+    device_step_timing: DeviceStepTiming | None = None
     process: ProcessInfo | None = None  # a training sub-process's record only
     host_sync_calls: HostSyncCalls | None = None
     locations: dict[str, list[SourceLine]] | None = None  # by fact_catalog.LOCATION_TOPICS
@@ -293,6 +328,9 @@ class Observations(_Record):
     warnings: list[str] | None = None  # one line each, for the report
     error: str | None = None  # "Type: message"
     error_type: str | None = None
+    error_location: SourceLine | None = None  # the innermost line of the user's code
+    error_at_unix: float | None = None  # when a sub-process's error was seen
+    cuda_oom: bool | None = None  # the error was torch.cuda.OutOfMemoryError
     launch_error: str | None = None  # "module not found: x", "syntax error: ..."
     nonfinite_losses: int | None = None  # steps whose loss was NaN/inf
 
@@ -395,7 +433,7 @@ def encode_line(record: Any) -> bytes:
 
 def step_row(row: dict[str, Any]) -> StepRecord:
     """A step row as the child built it -> StepRecord, checked against the schema."""
-    return _convert(row, StepRecord)
+    return convert(row, StepRecord)
 
 
 def sample_row(row: dict[str, Any]) -> SampleRow:
@@ -407,26 +445,27 @@ def sample_row(row: dict[str, Any]) -> SampleRow:
     unknown = set(row) - set(cls.__struct_fields__) - {"kind"}
     if unknown:
         raise SchemaMismatch(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
-    return _convert({k: v for k, v in row.items() if k != "kind"}, cls)
+    return convert({k: v for k, v in row.items() if k != "kind"}, cls)
 
 
 def observations(data: Any) -> Observations:
     """observations.json's decoded JSON -> Observations (unknown keys ignored)."""
-    return _convert(data, Observations)
+    return convert(data, Observations)
 
 
 def progress_row(data: Any) -> ProgressRow:
-    return _convert(data, ProgressRow)
+    return convert(data, ProgressRow)
 
 
-def check_sample(data: Any) -> None:
-    """Raise SchemaMismatch when a samples.jsonl row of a known kind has a wrong type; rows of
-    kinds this perfdoctor does not know (a newer one's) are left to the readers to skip."""
+def known_sample(data: Any) -> SampleRow | None:
+    """A samples.jsonl row -> its sample struct; None for a row of a kind this perfdoctor does
+    not know (a newer one's), which the readers skip. SchemaMismatch when a row of a known
+    kind has a wrong type."""
     if not isinstance(data, dict):
         raise SchemaMismatch("a sample row is not a JSON object")
-    cls = SAMPLE_KINDS.get(str(data.get("kind")))
-    if cls is not None:
-        _convert(data, SampleRow)
+    if str(data.get("kind")) not in SAMPLE_KINDS:
+        return None
+    return convert(data, SampleRow)  # type: ignore[no-any-return]
 
 
 def decode_json_line(line: bytes) -> Any:
@@ -450,10 +489,12 @@ def decode_step_line(line: bytes) -> StepRecord:
     except msgspec.ValidationError as err:
         raise SchemaMismatch(str(err)) from err
     except msgspec.DecodeError:
-        return _convert(decode_json_line(line), StepRecord)
+        return convert(decode_json_line(line), StepRecord)
 
 
-def _convert(data: Any, kind: Any) -> Any:
+def convert(data: Any, kind: Any) -> Any:
+    """Decoded JSON -> `kind` (a schema struct or a model dataclass); SchemaMismatch when a
+    value does not have its field's type or a required field is missing."""
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as err:

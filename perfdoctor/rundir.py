@@ -39,15 +39,11 @@ from typing import Any
 import msgspec
 
 from perfdoctor.model import (
-    AppliedOptimization,
-    DeviceInfo,
     RunManifest,
     RunSpec,
-    StepPlan,
     StepRecord,
-    Target,
 )
-from perfdoctor.run_schema import decode_step_line
+from perfdoctor.run_schema import convert, decode_step_line
 
 SCHEMA_VERSION = 1
 
@@ -197,54 +193,20 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 # --------------------------------------------------------------------------- typed records
 
 
-def spec_from_dict(data: dict[str, Any]) -> RunSpec:
-    target = Target(
-        kind=data["target"]["kind"],
-        name=data["target"]["name"],
-        argv=tuple(data["target"].get("argv", ())),
-    )
-    plan = StepPlan(**data.get("plan", {}))
-    return RunSpec(
-        label=data["label"],
-        target=target,
-        cwd=data["cwd"],
-        run_dir=data["run_dir"],
-        plan=plan,
-        seed=data.get("seed", 0),
-        optimizations=tuple(data.get("optimizations", ())),
-        profile=data.get("profile", True),
-        record_memory_history=data.get("record_memory_history", True),
-        memory_history_max_entries=data.get("memory_history_max_entries", 100_000),
-        nvtx=data.get("nvtx", False),
-        time_window_s=data.get("time_window_s", 0.5),
-        env=dict(data.get("env", {})),
-        run_to_end=bool(data.get("run_to_end", False)),
-    )
+def spec_from_dict(data: Any) -> RunSpec:
+    """spec.json's decoded JSON -> RunSpec, through msgspec: unknown keys are ignored, absent
+    ones take their defaults; run_schema.SchemaMismatch for a missing required key or a value
+    of the wrong type."""
+    return convert(data, RunSpec)
 
 
 def load_spec(run_dir: Path) -> RunSpec:
     return spec_from_dict(read_json(run_dir / SPEC_FILE))
 
 
-def manifest_from_dict(data: dict[str, Any]) -> RunManifest:
-    device = data.get("device")
-    return RunManifest(
-        label=data["label"],
-        status=data["status"],
-        exit_code=data["exit_code"],
-        wall_s=data["wall_s"],
-        steps_seen=data["steps_seen"],
-        step_detection=data.get("step_detection"),
-        plan_complete=data.get("plan_complete", False),
-        versions=dict(data.get("versions", {})),
-        device=DeviceInfo(**device) if device else None,
-        artifacts=dict(data.get("artifacts", {})),
-        applied=tuple(AppliedOptimization(**a) for a in data.get("applied", ())),
-        warnings=tuple(data.get("warnings", ())),
-        error=data.get("error"),
-        schema_version=data.get("schema_version"),
-        stopped_at=data.get("stopped_at") if isinstance(data.get("stopped_at"), dict) else None,
-    )
+def manifest_from_dict(data: Any) -> RunManifest:
+    """manifest.json's decoded JSON -> RunManifest, as spec_from_dict does spec.json."""
+    return convert(data, RunManifest)
 
 
 def load_manifest(run_dir: Path) -> RunManifest:

@@ -10,13 +10,13 @@ the step less that time, as for ranks diagnosed from traces (model.RankSummary).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.model import RankSummary, StepRecord
+from perfdoctor.run_schema import ProcessInfo
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -43,18 +43,10 @@ def comm_fracs(record: RunRecord) -> dict[int, float]:
     return {rank: frac for rank, frac in found.items() if frac is not None}
 
 
-def _process(observations: Mapping[str, Any]) -> Mapping[str, Any]:
-    info = observations.get("process")
-    return info if isinstance(info, Mapping) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _worker(info: Mapping[str, Any], several_nodes: bool) -> str:
+def _worker(info: ProcessInfo | None, several_nodes: bool) -> str:
     """'node 1, host-b pid 4242': where the process ran."""
-    host, pid, node = info.get("host"), _int(info.get("pid")), _int(info.get("node_rank"))
+    info = info or ProcessInfo()
+    host, pid, node = info.host, info.pid, info.node_rank
     parts = []
     if several_nodes and node is not None:
         parts.append(f"node {node}")
@@ -65,7 +57,7 @@ def _worker(info: Mapping[str, Any], several_nodes: bool) -> str:
 
 
 def _row(
-    rank: int, directory: str, steps: Sequence[StepRecord], info: Mapping[str, Any], nodes: bool
+    rank: int, directory: str, steps: Sequence[StepRecord], info: ProcessInfo | None, nodes: bool
 ) -> RankSummary:
     timed = [s for s in steps if s.phase == "timed"]
     step_p50 = _median([s.step_ms for s in timed])
@@ -75,7 +67,7 @@ def _row(
     own = [s.step_ms - (s.comm_ms or 0.0) for s in timed]
     return RankSummary(
         # A process without a process group (a Hogwild trainer) has no rank to show.
-        rank=_int(info.get("rank")) if info else rank,
+        rank=info.rank if info is not None else rank,
         worker=_worker(info, nodes),
         trace=directory,
         steps=len(timed),
@@ -91,8 +83,8 @@ def rank_summaries(record: RunRecord) -> tuple[RankSummary, ...]:
     """One row per training process, the lead first; () for a run of one process."""
     if not record.ranks:
         return ()
-    infos = [_process(record.observations), *(_process(r.observations) for r in record.ranks)]
-    nodes = len({_int(i.get("node_rank")) for i in infos} - {None}) > 1
+    infos = [record.observed.process, *(r.observed.process for r in record.ranks)]
+    nodes = len({i.node_rank for i in infos if i is not None} - {None}) > 1
     rows = [_row(0, str(record.dir), record.steps, infos[0], nodes)]
     for rank, info in zip(record.ranks, infos[1:], strict=True):
         rows.append(_row(rank.rank, str(rank.dir), rank.steps, info, nodes))

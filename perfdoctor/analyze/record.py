@@ -23,7 +23,7 @@ from perfdoctor.analyze.memory import MemorySummary, load_memory
 from perfdoctor.analyze.trace import TraceSummary, load_trace
 from perfdoctor.errors import BadRunDir, CorruptArtifact
 from perfdoctor.model import RunManifest, RunSpec, StepRecord
-from perfdoctor.run_schema import Observations
+from perfdoctor.run_schema import Observations, ProgressRow, SampleRow
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,10 @@ class RunRecord:
     manifest: RunManifest | None
     observations: dict[str, Any]
     steps: tuple[StepRecord, ...]
-    samples: tuple[dict[str, Any], ...]
+    samples: tuple[SampleRow, ...]
     trace: TraceSummary | None
     memory: MemorySummary | None
-    progress: tuple[dict[str, Any], ...] = ()
+    progress: tuple[ProgressRow, ...] = ()
     trace_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     ranks: tuple[RankRecord, ...] = ()  # ranks 1..N-1 of a --nproc-per-node run; rank 0 is this
@@ -91,6 +91,30 @@ def _mismatch(path: Path, err: Exception, version: int | None) -> CorruptArtifac
     return CorruptArtifact(f"cannot read {path}: {_version_line(version)}: {err}")
 
 
+def _load_manifest(path: Path, fallback: int | None = None) -> RunManifest | None:
+    """manifest.json, typed. It names its own schema version, read before it is decoded so
+    that a manifest of another version fails in one line naming it."""
+    raw = _load_json(path, lambda d: d)
+    if raw is None:
+        return None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    return _typed(
+        path, raw, rundir.manifest_from_dict, version if version is not None else fallback
+    )
+
+
+def _load_spec(path: Path, version: int | None) -> RunSpec | None:
+    raw = _load_json(path, lambda d: d)
+    return None if raw is None else _typed(path, raw, rundir.spec_from_dict, version)
+
+
+def _typed(path: Path, raw: Any, decode: Any, version: int | None) -> Any:
+    try:
+        return decode(raw)
+    except run_schema.SchemaMismatch as err:
+        raise _mismatch(path, err, version) from err
+
+
 def _schema_version(manifest: RunManifest | None) -> int | None:
     return manifest.schema_version if manifest is not None else None
 
@@ -124,22 +148,23 @@ def _load_steps(run: Path, version: int | None) -> tuple[StepRecord, ...]:
         raise CorruptArtifact(f"cannot read {path}: {err}") from err
 
 
-def _rows(path: Path, check: Any, version: int | None) -> list[dict[str, Any]]:
-    """JSON-object rows of a JSONL file, each checked against its schema; a torn line is
-    skipped. Rows stay plain dicts: analyze/samples.py and the charts read them so."""
+def _rows(path: Path, decode: Any, version: int | None) -> list[Any]:
+    """The rows of a JSONL file, each decoded through its schema (`decode` returns None for a
+    row to skip); a torn line or one that is no JSON object is skipped."""
     rows = []
     for line in _lines(path):
         try:
-            row = run_schema.decode_json_line(line)
+            data = run_schema.decode_json_line(line)
         except msgspec.DecodeError:
             continue
-        if not isinstance(row, dict):
+        if not isinstance(data, dict):
             continue
         try:
-            check(row)
+            row = decode(data)
         except run_schema.SchemaMismatch as err:
             raise _mismatch(path, err, version) from err
-        rows.append(row)
+        if row is not None:
+            rows.append(row)
     return rows
 
 
@@ -188,9 +213,9 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
             f"{child_dir} is not a perfdoctor run directory (no {rundir.MANIFEST_FILE} "
             f"or {rundir.SPEC_FILE})"
         )
-    spec = _load_json(child_dir / rundir.SPEC_FILE, rundir.spec_from_dict)
-    manifest = _load_json(child_dir / rundir.MANIFEST_FILE, rundir.manifest_from_dict)
+    manifest = _load_manifest(child_dir / rundir.MANIFEST_FILE)
     version = _schema_version(manifest)
+    spec = _load_spec(child_dir / rundir.SPEC_FILE, version)
     observations, observed = _load_observations(child_dir / rundir.OBSERVATIONS_FILE, version)
     notes: list[str] = []
     roots = _user_roots(spec)
@@ -215,7 +240,7 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
         observations=observations,
         observed=observed,
         steps=_load_steps(child_dir, version),
-        samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE, run_schema.check_sample, version)),
+        samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE, run_schema.known_sample, version)),
         trace=trace,
         memory=memory,
         progress=tuple(_rows(child_dir / rundir.PROGRESS_FILE, run_schema.progress_row, version)),
@@ -226,7 +251,7 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
 
 
 def _load_rank(rank: int, path: Path, run_version: int | None) -> RankRecord:
-    manifest = _load_json(path / rundir.MANIFEST_FILE, rundir.manifest_from_dict)
+    manifest = _load_manifest(path / rundir.MANIFEST_FILE, run_version)
     version = _schema_version(manifest) if manifest is not None else run_version
     observations, observed = _load_observations(path / rundir.OBSERVATIONS_FILE, version)
     return RankRecord(

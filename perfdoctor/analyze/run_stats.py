@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfdoctor.analyze.samples import SamplesSummary, summarize_samples, timed_window
 from perfdoctor.model import AppliedOptimization, StepRecord
+from perfdoctor.run_schema import CpuSample, ProgressRow, SampleRow
 
 # Run statuses whose timed steps count.
 OK_STATUSES = ("completed", "finished_early")
@@ -167,18 +168,15 @@ def throughput_samples_s(step_ms: Sequence[float], per_step: float | None) -> fl
     return per_step * 1000.0 / p50
 
 
-def peak_rss(steps: Sequence[StepRecord], samples: Sequence[Mapping[str, Any]] = ()) -> int | None:
+def peak_rss(steps: Sequence[StepRecord], samples: Sequence[SampleRow] = ()) -> int | None:
     """The process's RSS peak over the run: the largest of the RSS read at each step end
     and of the sampler's readings (10 per second, so between steps too). The report's peak
     and the memory chart's, which draws the sampled line, are then the same figure."""
     values = [s.rss_bytes for s in steps if s.rss_bytes]
     values += [
-        int(row["rss_bytes"])
+        row.rss_bytes
         for row in samples
-        if isinstance(row, Mapping)
-        and row.get("kind") == "cpu"
-        and isinstance(row.get("rss_bytes"), int)
-        and not isinstance(row.get("rss_bytes"), bool)
+        if isinstance(row, CpuSample) and isinstance(row.rss_bytes, int)
     ]
     return max(values) if values else None
 
@@ -205,8 +203,8 @@ def peak_memory_bytes(cuda_peak: int | None, rss_peak: int | None) -> int | None
 
 
 def timed_samples_summary(
-    samples: Sequence[Mapping[str, Any]],
-    progress: Sequence[Mapping[str, Any]],
+    samples: Sequence[SampleRow],
+    progress: Sequence[ProgressRow],
     steps_timed: int,
 ) -> SamplesSummary:
     """The device and CPU samples of the timed window (energy per step among them)."""

@@ -1,20 +1,21 @@
 """samples.jsonl (the parent's NVML / psutil sampler) -> means over the timed window.
 
-Rows (docs/run-directory.md): {"kind": "cpu", "t", "cpu_percent": [per core], "rss_bytes",
-"child_cpu_percent"}, {"kind": "gpu", "t", "index", "util_gpu", "power_w", "energy_mj",
-"throttle_reasons", "gpm_sm_active", ...}, {"kind": "note", "t", "message"}. `t` is seconds
-since the child started, the same clock as progress.jsonl, whose rows give the timed window.
+Rows are run_schema's sample structs (CpuSample, GpuSample, NoteSample, ...; their fields are
+tabled in docs/run-directory.md). `t` is seconds since the child started, the same clock as
+progress.jsonl, whose rows (run_schema.ProgressRow) give the timed window.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from perfdoctor.run_schema import CpuSample, GpuSample, NoteSample, ProgressRow, SampleRow
 
 # nvmlClocksEventReasons bits that mean the GPU was slowed down (shared/mechanics.md 5):
 # SwPowerCap 0x4, HwSlowdown 0x8, SwThermal 0x20, HwThermal 0x40, HwPowerBrake 0x80.
@@ -44,7 +45,7 @@ class SamplesSummary:
     notes: tuple[str, ...] = ()
 
 
-def timed_window(progress: Iterable[Mapping[str, Any]]) -> tuple[tuple[float, float] | None, int]:
+def timed_window(progress: Iterable[ProgressRow]) -> tuple[tuple[float, float] | None, int]:
     """(start, end) in seconds of the timed steps, and how many steps it holds.
 
     A progress row is written when a step ends, so the window opens when the last warm-up
@@ -53,13 +54,11 @@ def timed_window(progress: Iterable[Mapping[str, Any]]) -> tuple[tuple[float, fl
     warm_end: float | None = None
     timed: list[float] = []
     for row in progress:
-        t = row.get("t")
-        if not isinstance(t, (int, float)):
-            continue
-        if row.get("phase") == "warmup":
-            warm_end = float(t) if warm_end is None else max(warm_end, float(t))
-        elif row.get("phase") == "timed":
-            timed.append(float(t))
+        t = float(row.t)
+        if row.phase == "warmup":
+            warm_end = t if warm_end is None else max(warm_end, t)
+        elif row.phase == "timed":
+            timed.append(t)
     if len(timed) < 1:
         return None, 0
     start = warm_end if warm_end is not None else min(timed)
@@ -80,51 +79,43 @@ def _percent_frac(percents: Sequence[float]) -> float | None:
     return None if mean is None else mean / 100.0
 
 
+def _finite(rows: Sequence[Any], key: str) -> list[float]:
+    """The finite values of one numeric field over sample rows."""
+    values = (getattr(r, key) for r in rows)
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
+
+
 def summarize_samples(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[SampleRow],
     window: tuple[float, float] | None,
     steps_in_window: int,
 ) -> SamplesSummary:
-    cpu: list[Mapping[str, Any]] = []
-    gpu: list[Mapping[str, Any]] = []
+    cpu: list[CpuSample] = []
+    inside: list[GpuSample] = []
+    outside: list[GpuSample] = []  # GPU rows just outside still anchor the energy interpolation
     notes: list[str] = []
     for row in rows:
-        kind = row.get("kind")
-        if kind == "note":
-            if row.get("message"):
-                notes.append(str(row["message"]))
+        if isinstance(row, NoteSample):
+            if row.message:
+                notes.append(row.message)
             continue
-        t = row.get("t")
-        if not isinstance(t, (int, float)):
+        if window is not None and not (window[0] <= row.t <= window[1]):
+            if isinstance(row, GpuSample):
+                outside.append(row)
             continue
-        if window is not None and not (window[0] <= t <= window[1]):
-            # GPU rows just outside still anchor the energy counter interpolation.
-            if kind == "gpu":
-                gpu.append({**row, "_outside": True})
-            continue
-        if kind == "cpu":
+        if isinstance(row, CpuSample):
             cpu.append(row)
-        elif kind == "gpu":
-            gpu.append(row)
-    inside = [r for r in gpu if not r.get("_outside")]
+        elif isinstance(row, GpuSample):
+            inside.append(row)
 
-    def field(rows_: list[Mapping[str, Any]], key: str) -> list[float]:
-        return [
-            float(r[key])
-            for r in rows_
-            if isinstance(r.get(key), (int, float)) and math.isfinite(float(r[key]))
-        ]
-
-    util = field(inside, "util_gpu")
-    throttle = [
-        int(r["throttle_reasons"]) for r in inside if isinstance(r.get("throttle_reasons"), int)
-    ]
-    mem_used = field(inside, "mem_used_bytes")
-    per_core = [r["cpu_percent"] for r in cpu if isinstance(r.get("cpu_percent"), list)]
+    util = _finite(inside, "util_gpu")
+    throttle = [int(r.throttle_reasons) for r in inside if isinstance(r.throttle_reasons, int)]
+    mem_used = _finite(inside, "mem_used_bytes")
+    per_core = [r.cpu_percent for r in cpu if r.cpu_percent is not None]
     core_sums = [float(sum(c)) / 100.0 for c in per_core if c]
     core_means = [float(np.mean(c)) / 100.0 for c in per_core if c]
-    rss = field(cpu, "rss_bytes")
-    child = field(cpu, "child_cpu_percent")
+    rss = _finite(cpu, "rss_bytes")
+    child = _finite(cpu, "child_cpu_percent")
     others = [_other_cores(r) for r in cpu]
     others_known = [x for x in others if x is not None]
     return SamplesSummary(
@@ -133,12 +124,12 @@ def summarize_samples(
         cpu_samples=len(cpu),
         gpu_util_mean_frac=_percent_frac(util),
         gpu_power_w_mean=_power_mean(inside),
-        energy_j_per_step=_energy_per_step(gpu, window, steps_in_window),
+        energy_j_per_step=_energy_per_step(inside + outside, window, steps_in_window),
         gpu_throttled_frac=(sum(1 for x in throttle if x & THROTTLE_MASK) / len(throttle))
         if throttle
         else None,
-        sm_active_frac=_mean(field(inside, "gpm_sm_active")),
-        tensor_active_frac=_mean(field(inside, "gpm_tensor_active")),
+        sm_active_frac=_mean(_finite(inside, "gpm_sm_active")),
+        tensor_active_frac=_mean(_finite(inside, "gpm_tensor_active")),
         gpu_mem_used_bytes_max=int(max(mem_used)) if mem_used else None,
         cpu_util_mean_frac=_mean(core_means),
         cpu_busy_cores=_mean(core_sums),
@@ -150,32 +141,30 @@ def summarize_samples(
     )
 
 
-def _other_cores(row: Mapping[str, Any]) -> float | None:
+def _other_cores(row: CpuSample) -> float | None:
     """Cores busy outside the run in one CPU row (clipped at 0: the child's and the machine's
     counters are read a moment apart, so their difference can dip below zero)."""
-    cores = row.get("cpu_percent")
-    child = row.get("child_cpu_percent")
-    if not isinstance(cores, list) or not cores or not isinstance(child, (int, float)):
+    cores, child = row.cpu_percent, row.child_cpu_percent
+    if not cores or child is None:
         return None
     ours = float(child)
-    for key in ("workers_cpu_percent", "ranks_cpu_percent"):  # its workers; the other ranks
-        value = row.get(key)
-        ours += float(value) if isinstance(value, (int, float)) else 0.0
+    for value in (row.workers_cpu_percent, row.ranks_cpu_percent):  # workers; other ranks
+        ours += float(value) if value is not None else 0.0
     busy = float(sum(x for x in cores if isinstance(x, (int, float))))
     return max(0.0, busy - ours) / 100.0
 
 
-def _power_mean(rows: list[Mapping[str, Any]]) -> float | None:
+def _power_mean(rows: list[GpuSample]) -> float | None:
     """Mean board power of all sampled GPUs together (sum over devices, mean over time)."""
     by_t: dict[float, float] = defaultdict(float)
     for r in rows:
-        if isinstance(r.get("power_w"), (int, float)):
-            by_t[float(r["t"])] += float(r["power_w"])
+        if r.power_w is not None:
+            by_t[float(r.t)] += float(r.power_w)
     return _mean(list(by_t.values()))
 
 
 def _energy_per_step(
-    rows: list[Mapping[str, Any]], window: tuple[float, float] | None, steps: int
+    rows: list[GpuSample], window: tuple[float, float] | None, steps: int
 ) -> float | None:
     """Energy-counter delta across the window / steps in it, summed over devices.
 
@@ -186,8 +175,8 @@ def _energy_per_step(
         return None
     by_device: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
-        if isinstance(r.get("energy_mj"), (int, float)):
-            by_device[int(r.get("index", 0))].append((float(r["t"]), float(r["energy_mj"])))
+        if r.energy_mj is not None:
+            by_device[r.index].append((float(r.t), float(r.energy_mj)))
     total_mj = 0.0
     for points in by_device.values():
         points.sort()

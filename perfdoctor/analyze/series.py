@@ -3,7 +3,7 @@ report's charts draw, kept apart from the facts the rules read."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ import numpy as np
 from perfdoctor.analyze.memory import memory_series
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import breakdown_ms, finite_numbers
+from perfdoctor.run_schema import CpuSample, GpuSample, SampleRow
 
 
 def series_for(record: RunRecord) -> dict[str, Any]:
@@ -32,33 +33,32 @@ def series_for(record: RunRecord) -> dict[str, Any]:
     }
 
 
-def _sample_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+def _sample_series(rows: Sequence[SampleRow]) -> dict[str, list[Any]]:
     """CPU and GPU rows merged on their timestamps (GPU values: mean util, summed power and
     memory over the sampled devices)."""
     by_t: dict[float, dict[str, Any]] = {}
     for row in rows:
-        t = row.get("t")
-        if not isinstance(t, (int, float)) or row.get("kind") not in ("cpu", "gpu"):
+        if not isinstance(row, (CpuSample, GpuSample)):
             continue
-        slot = by_t.setdefault(round(float(t), 3), {"util": [], "power": [], "mem": []})
-        if row["kind"] == "cpu":
-            cores = row.get("cpu_percent")
-            if isinstance(cores, list) and cores:
+        slot = by_t.setdefault(round(float(row.t), 3), {"util": [], "power": [], "mem": []})
+        if isinstance(row, CpuSample):
+            cores = row.cpu_percent
+            if cores:
                 slot["cpu_util"] = float(np.mean(finite_numbers(cores))) / 100.0
                 # The run's own share (training process and its workers) of all cores: on a
                 # shared machine the machine-wide line says more about the neighbours.
-                own = finite_numbers([row.get("child_cpu_percent"), row.get("workers_cpu_percent")])
+                own = finite_numbers([row.child_cpu_percent, row.workers_cpu_percent])
                 if own:
                     slot["run_cpu_util"] = min(1.0, sum(own) / 100.0 / len(cores))
-            if isinstance(row.get("rss_bytes"), int):
-                slot["rss_bytes"] = row["rss_bytes"]
+            if isinstance(row.rss_bytes, int):
+                slot["rss_bytes"] = row.rss_bytes
         else:
-            if isinstance(row.get("util_gpu"), (int, float)):
-                slot["util"].append(float(row["util_gpu"]) / 100.0)
-            if isinstance(row.get("power_w"), (int, float)):
-                slot["power"].append(float(row["power_w"]))
-            if isinstance(row.get("mem_used_bytes"), (int, float)):
-                slot["mem"].append(int(row["mem_used_bytes"]))
+            if row.util_gpu is not None:
+                slot["util"].append(float(row.util_gpu) / 100.0)
+            if row.power_w is not None:
+                slot["power"].append(float(row.power_w))
+            if row.mem_used_bytes is not None:
+                slot["mem"].append(int(row.mem_used_bytes))
     out: dict[str, list[Any]] = {
         k: []
         for k in (

@@ -16,6 +16,7 @@ from perfdoctor.analyze.facts import batch_size
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.model import AppliedOptimization, StepRecord
+from perfdoctor.run_schema import CudaMemoryInfo
 
 
 def load_run_samples(run_dirs: Iterable[Path], *, with_trace: bool = True) -> list[RunSample]:
@@ -46,13 +47,12 @@ def _applied(record: RunRecord) -> tuple[AppliedOptimization, ...]:
     # The child writes applier results into observations; the manifest's copy is preferred.
     return tuple(
         AppliedOptimization(
-            id=str(row.get("id")),
-            applied=bool(row.get("applied")),
-            verified=bool(row.get("verified")),
-            detail=str(row.get("detail", "")),
+            id=str(row.id),
+            applied=bool(row.applied),
+            verified=bool(row.verified),
+            detail=row.detail if row.detail is not None else "",
         )
-        for row in record.observations.get("applied") or ()
-        if isinstance(row, dict)
+        for row in record.observed.applied or ()
     )
 
 
@@ -60,16 +60,15 @@ def run_sample_from_record(record: RunRecord) -> RunSample:
     """A RunSample from a loaded child run (analyze.record.load_run)."""
     ordered = sorted(record.steps, key=lambda s: s.index)
     rank_steps = [r.steps for r in record.ranks]
-    cuda_memory = record.observations.get("cuda_memory")
-    cuda_memory = cuda_memory if isinstance(cuda_memory, dict) else {}
+    cuda_memory = record.observed.cuda_memory or CudaMemoryInfo()
     snapshot = record.memory
     cuda_peak = run_stats.cuda_peak_bytes(
         snapshot.peak_allocated_bytes if snapshot else None,
-        cuda_memory.get("max_allocated_bytes"),
+        cuda_memory.max_allocated_bytes,
         run_stats.step_cuda_peak(ordered),
     )
     reserved = run_stats.cuda_peak_bytes(
-        snapshot.peak_reserved_bytes if snapshot else None, cuda_memory.get("max_reserved_bytes")
+        snapshot.peak_reserved_bytes if snapshot else None, cuda_memory.max_reserved_bytes
     )
     timed = run_stats.timed_steps(ordered)
     sampled = run_stats.timed_samples_summary(record.samples, record.progress, len(timed))

@@ -73,7 +73,7 @@ def test_every_sample_kind_round_trips() -> None:
     for row in rows:
         decoded = msgspec.json.decode(run_schema.encode_line(run_schema.sample_row(row)))
         assert decoded == {k: v for k, v in row.items() if v is not None}
-        run_schema.check_sample(decoded)
+        assert run_schema.known_sample(decoded) == run_schema.sample_row(row)
 
 
 def test_a_sampler_field_the_schema_lacks_is_not_dropped_silently() -> None:
@@ -81,10 +81,10 @@ def test_a_sampler_field_the_schema_lacks_is_not_dropped_silently() -> None:
         run_schema.sample_row({"kind": "gpu", "t": 0.1, "index": 0, "fan_speed": 40})
 
 
-def test_samples_of_a_kind_this_perfdoctor_does_not_know_pass() -> None:
-    run_schema.check_sample({"kind": "tpu", "t": 0.1, "util": "high"})
+def test_samples_of_a_kind_this_perfdoctor_does_not_know_are_skipped() -> None:
+    assert run_schema.known_sample({"kind": "tpu", "t": 0.1, "util": "high"}) is None
     with pytest.raises(run_schema.SchemaMismatch, match="util_gpu"):
-        run_schema.check_sample({"kind": "gpu", "t": 0.1, "index": 0, "util_gpu": "high"})
+        run_schema.known_sample({"kind": "gpu", "t": 0.1, "index": 0, "util_gpu": "high"})
 
 
 def test_the_progress_line_the_child_writes_decodes(tmp_path: Path) -> None:
@@ -203,6 +203,7 @@ def test_an_old_run_that_does_not_decode_names_its_version_in_one_line(tmp_path:
         (rundir.OBSERVATIONS_FILE, '{"dataloaders": [{"num_workers": "two"}]}'),
         (rundir.SAMPLES_FILE, '{"kind": "gpu", "t": 1.0, "index": "0"}\n'),
         (rundir.PROGRESS_FILE, '{"step": "one", "phase": "timed", "t": 1.0}\n'),
+        (rundir.SPEC_FILE, '{"label": "baseline", "target": {"kind": "notebook", "name": "x"}}'),
     ],
 )
 def test_a_newer_run_that_does_not_decode_names_its_version(
@@ -223,11 +224,34 @@ def test_a_torn_last_line_and_an_unknown_sample_kind_still_load(tmp_path: Path) 
     steps = len(load_run(run).steps)
     with (run / rundir.STEPS_FILE).open("a") as fh:
         fh.write('{"index": 99, "phase": "ti')
+    before = load_run(run).samples
     with (run / rundir.SAMPLES_FILE).open("a") as fh:
         fh.write('{"kind": "tpu", "t": 3.0, "util": 0.5}\n')
     record = load_run(run)
     assert len(record.steps) == steps
-    assert record.samples[-1]["kind"] == "tpu"
+    assert record.samples == before  # the unknown kind is skipped, as its readers did
+
+
+def test_a_manifest_that_does_not_decode_names_the_version_it_declares(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    rewrite_json(run / rundir.MANIFEST_FILE, schema_version=3, exit_code="none")
+    with pytest.raises(errors.CorruptArtifact) as caught:
+        load_run(run)
+    line = _one_line(caught.value)
+    assert caught.value.exit_code == 68
+    assert f"{run / rundir.MANIFEST_FILE}" in line and "$.exit_code" in line
+    assert "written with schema version 3; this perfdoctor reads schema version 2" in line
+
+
+def test_spec_and_manifest_decode_to_the_model_and_ignore_unknown_keys(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    record = load_run(run)
+    rewrite_json(run / rundir.SPEC_FILE, added_later=1)
+    rewrite_json(run / rundir.MANIFEST_FILE, added_later={"x": 1})
+    again = load_run(run)
+    assert again.spec == record.spec and again.manifest == record.manifest
+    assert rundir.spec_from_dict(rundir.to_jsonable(record.spec)) == record.spec
+    assert rundir.manifest_from_dict(rundir.to_jsonable(record.manifest)) == record.manifest
 
 
 def test_perfdoctor_report_on_an_undecodable_run_exits_68_with_one_line(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from perfdoctor.diagnose import analyze_session
 from perfdoctor.model import StepRecord
 from perfdoctor.render.summary import device_text, world_text
 from perfdoctor.rules import evaluate
+from perfdoctor.run_schema import known_sample
 
 from .run_dir_builder import OBSERVATIONS, build_run_dir, rewrite_json
 
@@ -141,5 +142,5 @@ def test_other_ranks_cpu_is_not_counted_as_other_processes() -> None:
             "ranks_cpu_percent": 98.0,
         }
     ]
-    summary = summarize_samples(rows, None, 1)
+    summary = summarize_samples([known_sample(r) for r in rows], None, 1)  # type: ignore[misc]
     assert summary.other_busy_cores is not None and summary.other_busy_cores < 0.1

@@ -255,6 +255,7 @@ def test_manifest_without_device_falls_back_to_observations_and_trace(run: Path)
 
 def test_sample_series_carry_the_runs_own_cpu_share() -> None:
     from perfdoctor.analyze.series import _sample_series
+    from perfdoctor.run_schema import sample_row
 
     rows = [
         {"kind": "cpu", "t": 0.1, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 60.0},
@@ -266,7 +267,7 @@ def test_sample_series_carry_the_runs_own_cpu_share() -> None:
             "workers_cpu_percent": 70.0,
         },
     ]
-    out = _sample_series(rows)
+    out = _sample_series([sample_row(r) for r in rows])
     assert out["cpu_util"] == [1.0, 1.0]
     assert out["run_cpu_util"] == pytest.approx([0.3, 0.6])
 

@@ -20,6 +20,7 @@ from perfdoctor.analyze.run_stats import (
     timed_step_ms,
 )
 from perfdoctor.model import StepRecord
+from perfdoctor.run_schema import sample_row
 
 
 def step(index: int, phase: str, wall: float, **kw: object) -> StepRecord:
@@ -55,7 +56,10 @@ def test_throughput_is_samples_per_step_over_the_median_step() -> None:
 
 def test_peak_memory_is_the_cuda_peak_else_the_rss_peak() -> None:
     steps = [step(0, "timed", 1.0, rss_bytes=100), step(1, "timed", 1.0, rss_bytes=300)]
-    sampled = [{"kind": "cpu", "t": 0.5, "rss_bytes": 350}, {"kind": "gpu", "rss_bytes": 999}]
+    sampled = [
+        sample_row({"kind": "cpu", "t": 0.5, "rss_bytes": 350}),
+        sample_row({"kind": "gpu", "t": 0.5, "index": 0, "mem_used_bytes": 999}),
+    ]
     assert peak_rss(steps, sampled) == 350
     assert cuda_peak_bytes(None, 70, 90, True) == 90  # a bool is no byte count
     assert peak_memory_bytes(90, 350) == 90

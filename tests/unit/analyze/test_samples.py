@@ -1,35 +1,39 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from perfdoctor.analyze.samples import summarize_samples, timed_window
+from perfdoctor.run_schema import ProgressRow, SampleRow, known_sample, progress_row
 
 from .run_dir_builder import _samples
 
 
+def typed(rows: list[dict[str, Any]]) -> list[SampleRow]:
+    """Sample rows as load_run decodes them."""
+    return [r for r in map(known_sample, rows) if r is not None]
+
+
+def progress(*rows: tuple[str, float]) -> list[ProgressRow]:
+    return [progress_row({"step": i, "phase": p, "t": t}) for i, (p, t) in enumerate(rows)]
+
+
 def test_timed_window_runs_from_the_end_of_warmup_to_the_last_timed_step() -> None:
-    progress = [
-        {"step": 0, "phase": "warmup", "t": 1.0},
-        {"step": 1, "phase": "warmup", "t": 1.2},
-        {"step": 2, "phase": "timed", "t": 1.4},
-        {"step": 3, "phase": "timed", "t": 2.0},
-        {"step": 4, "phase": "profiled", "t": 2.5},
-    ]
-    assert timed_window(progress) == ((1.2, 2.0), 2)
+    rows = progress(
+        ("warmup", 1.0), ("warmup", 1.2), ("timed", 1.4), ("timed", 2.0), ("profiled", 2.5)
+    )
+    assert timed_window(rows) == ((1.2, 2.0), 2)
 
 
 def test_timed_window_without_warmup_skips_the_first_step() -> None:
-    progress = [
-        {"phase": "timed", "t": 1.0},
-        {"phase": "timed", "t": 1.5},
-        {"phase": "timed", "t": 2.0},
-    ]
-    assert timed_window(progress) == ((1.0, 2.0), 2)
-    assert timed_window([{"phase": "warmup", "t": 1.0}]) == (None, 0)
+    rows = progress(("timed", 1.0), ("timed", 1.5), ("timed", 2.0))
+    assert timed_window(rows) == ((1.0, 2.0), 2)
+    assert timed_window(progress(("warmup", 1.0))) == (None, 0)
 
 
 def test_summary_over_the_window() -> None:
-    s = summarize_samples(_samples(), (1.2, 2.0), 4)
+    s = summarize_samples(typed(_samples()), (1.2, 2.0), 4)
     assert s.gpu_samples == 4 and s.cpu_samples == 4
     assert s.gpu_util_mean_frac == pytest.approx(0.8)
     assert s.gpu_power_w_mean == pytest.approx(300.0)
@@ -53,13 +57,13 @@ def test_cores_busy_outside_the_run() -> None:
         {"kind": "cpu", "t": 1.2, "cpu_percent": [50.0, 0.0], "child_cpu_percent": 70.0},
         {"kind": "cpu", "t": 1.3, "cpu_percent": [50.0, 0.0]},  # no child reading: skipped
     ]  # fmt: skip
-    s = summarize_samples(rows, None, 0)
+    s = summarize_samples(typed(rows), None, 0)
     assert s.other_busy_cores == pytest.approx((1.2 + 1.0 + 0.0) / 3)
     assert s.cpu_cores == 2
 
 
 def test_cpu_only_samples_have_no_gpu_values() -> None:
     rows = [r for r in _samples() if r["kind"] != "gpu"]
-    s = summarize_samples(rows, None, 0)
+    s = summarize_samples(typed(rows), None, 0)
     assert s.gpu_util_mean_frac is None and s.energy_j_per_step is None
     assert s.cpu_samples == 5  # no window: every sample
