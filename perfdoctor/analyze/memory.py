@@ -47,6 +47,7 @@ from perfdoctor.analyze.memory_sites import plain_int as _int
 from perfdoctor.analyze.memory_snapshot import load_snapshot
 from perfdoctor.errors import CorruptArtifact
 from perfdoctor.model import SourceLocation
+from perfdoctor.units import format_bytes
 
 __all__ = [
     "CATEGORIES",
@@ -532,16 +533,9 @@ def memory_peak_locations(summary: MemorySummary) -> tuple[SourceLocation, ...]:
     for site in summary.top_sites:
         loc = site.location
         of_peak = f" ({loc.share:.1%} of the peak)" if loc.share is not None else ""
-        what = f"{_gib(site.bytes)} live at the peak{of_peak} in {site.blocks} block(s)"
+        what = f"{format_bytes(site.bytes)} live at the peak{of_peak} in {site.blocks} block(s)"
         out.append(SourceLocation(loc.file, loc.line, loc.function, call=what))
     return tuple(out)
-
-
-def _gib(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def memory_series(summary: MemorySummary | None) -> dict[str, Any]:

@@ -35,9 +35,8 @@ class RankRecord:
     rank: int
     dir: Path
     manifest: RunManifest | None
-    observations: dict[str, Any]
     steps: tuple[StepRecord, ...]
-    observed: Observations = field(default_factory=Observations)  # `observations`, typed
+    observed: Observations = field(default_factory=Observations)  # its observations.json
 
     @property
     def timed_steps(self) -> tuple[StepRecord, ...]:
@@ -253,12 +252,11 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
 def _load_rank(rank: int, path: Path, run_version: int | None) -> RankRecord:
     manifest = _load_manifest(path / rundir.MANIFEST_FILE, run_version)
     version = _schema_version(manifest) if manifest is not None else run_version
-    observations, observed = _load_observations(path / rundir.OBSERVATIONS_FILE, version)
+    _, observed = _load_observations(path / rundir.OBSERVATIONS_FILE, version)
     return RankRecord(
         rank=rank,
         dir=path,
         manifest=manifest,
-        observations=observations,
         observed=observed,
         steps=_load_steps(path, version),
     )

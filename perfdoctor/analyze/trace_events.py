@@ -449,18 +449,8 @@ class EventBuilder:
             events,
             self.names,
             self.tids,
-            device=_ids(
-                [
-                    a.device if type(a.device) is int else e.pid
-                    for a, e in zip(args, events, strict=True)
-                ]
-            ),
-            stream=_ids(
-                [
-                    a.stream if type(a.stream) is int else e.tid
-                    for a, e in zip(args, events, strict=True)
-                ]
-            ),
+            device=_device_ids(args, events),
+            stream=_stream_ids(args, events),
             external_id=_external_ids(args),
         )
 
@@ -487,18 +477,8 @@ class EventBuilder:
             correlation=_ids([a.correlation for a in args]),
             external_id=_external_ids(args),
             # The GPU row's own pid is the device; args.device says the same where present.
-            device=_ids(
-                [
-                    a.device if type(a.device) is int else e.pid
-                    for a, e in zip(args, events, strict=True)
-                ]
-            ),
-            stream=_ids(
-                [
-                    a.stream if type(a.stream) is int else e.tid
-                    for a, e in zip(args, events, strict=True)
-                ]
-            ),
+            device=_device_ids(args, events),
+            stream=_stream_ids(args, events),
             bytes=np.fromiter(
                 (_finite(a.bytes) for a in args),
                 dtype=np.float64,
@@ -576,6 +556,20 @@ def _finite(value: Any) -> float:
             return np.nan
         return out if np.isfinite(out) else np.nan
     return np.nan
+
+
+def _device_ids(args: list[_Args], events: list[_Event]) -> np.ndarray:
+    """Each GPU-side event's device: args.device, else its row's pid (which is the device)."""
+    return _ids(
+        [a.device if type(a.device) is int else e.pid for a, e in zip(args, events, strict=True)]
+    )
+
+
+def _stream_ids(args: list[_Args], events: list[_Event]) -> np.ndarray:
+    """Each GPU-side event's stream: args.stream, else its row's tid (which is the stream)."""
+    return _ids(
+        [a.stream if type(a.stream) is int else e.tid for a, e in zip(args, events, strict=True)]
+    )
 
 
 def _external_ids(args: list[_Args]) -> np.ndarray:

@@ -279,7 +279,6 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
             rank=r.rank if r.rank is not None else i,
             dir=r.source.trace.parent,
             manifest=None,
-            observations={},
             steps=r.steps,
         )
         for i, r in enumerate(ranks[1:], start=1)

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from perfdoctor.optimize.compare_runs import FactChange, RunComparison, RunSide
 
 _VERDICT_STYLE = {"accepted": "bold green", "rejected": "yellow", "failed": "red"}
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _MAX_NAMES = 8  # facts measured on one side only, listed by name before "and N more"
 
 
@@ -217,7 +216,7 @@ def _one_sided_facts(result: RunComparison) -> list[Text]:
 
 
 def _finding_line(finding: Finding) -> Text:
-    text = Text(f"[{finding.severity}]", style=_SEVERITY_STYLE.get(finding.severity, ""))
+    text = Text(f"[{finding.severity}]", style=fmt.SEVERITY_STYLE.get(finding.severity, ""))
     text.append(" " + fmt.one_line(finding.title))
     text.append(f"  ({finding.rule_id})", style="dim")
     return text

@@ -14,6 +14,10 @@ from perfdoctor.units import format_bytes
 MISSING = "—"
 
 
+# The terminal's colour of each severity, in the report and in `perfdoctor compare`.
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
 def _is_missing(value: float | int | None) -> bool:
     return value is None or (isinstance(value, float) and not math.isfinite(value))
 

@@ -25,7 +25,6 @@ from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memor
 
 MAX_WIDTH = 100
 
-_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _VERDICT_STYLE = {
     "accepted": "bold green",
     "rejected": "yellow",
@@ -90,7 +89,7 @@ def render_runs_overview(reports: list[Report], console: Console) -> None:
         top = report.findings[0] if report.findings else None
         finding = Text(
             top.title if top else "none",
-            style=_SEVERITY_STYLE.get(top.severity, "") if top else "dim",
+            style=fmt.SEVERITY_STYLE.get(top.severity, "") if top else "dim",
         )
         table.add_row(
             Text(report.script),
@@ -266,7 +265,7 @@ def _indented(text: Text, indent: int = 3) -> Padding:
 
 def _finding_block(rank: int, finding: Finding) -> Group:
     title = Text(f"{rank}. ")
-    title.append(f"[{finding.severity}]", style=_SEVERITY_STYLE.get(finding.severity, ""))
+    title.append(f"[{finding.severity}]", style=fmt.SEVERITY_STYLE.get(finding.severity, ""))
     title.append(" ")
     title.append(finding.title, style="bold")
     title.append(f"  ({finding.rule_id})", style="dim")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfdoctor import pipeline
+from perfdoctor import pipeline, run_schema
 from perfdoctor.model import Facts, RunManifest, StepPlan, Target
 from perfdoctor.optimize.sizing import THREADS_ENV, WORKERS_ENV, WORKERS_WHY_ENV, WorkerSizing
 from perfdoctor.session import Session
@@ -27,7 +27,9 @@ class Notes(pipeline.ProgressSink):
 
 def diagnosis(facts: Facts, cores: int | None = 16) -> SimpleNamespace:
     observations = {"cpu": {"logical_cores": 32, "affinity_cores": cores}} if cores else {}
-    return SimpleNamespace(facts=facts, record=SimpleNamespace(observations=observations))
+    return SimpleNamespace(
+        facts=facts, record=SimpleNamespace(observed=run_schema.observations(observations))
+    )
 
 
 REASON = "data 51 ms/batch vs 4.1 ms compute; 14 workers + 2 threads on 16 cores"
