@@ -23,6 +23,7 @@ from perfdoctor.cli_guard import (
     make_console,
     stderr_console,
 )
+from perfdoctor.cli_options import ProfileArgs, takes_profile_options
 from perfdoctor.errors import PerfdoctorError, ProfileStopped, UsageError
 
 app = typer.Typer(
@@ -80,96 +81,10 @@ def main(
     "at runtime and measure them. Example: perfdoctor profile train.py --epochs 2",
 )
 @guarded
-def profile(
-    ctx: typer.Context,
-    module: Annotated[
-        str | None,
-        typer.Option("-m", "--module", metavar="MODULE", help="Run a module, as python -m does."),
-    ] = None,
-    steps: Annotated[
-        int, typer.Option(metavar="N", help="Timed steps (hooks only, no profiler).")
-    ] = 20,
-    warmup: Annotated[int, typer.Option(metavar="N", help="Warm-up steps, not measured.")] = 5,
-    profile_steps: Annotated[
-        int,
-        typer.Option("--profile-steps", metavar="N", help="Steps under torch.profiler (0: none)."),
-    ] = 3,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            metavar="SECONDS",
-            help="Seconds before a run is stopped (above 0).",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(metavar="N", help="Seed for torch, random and numpy.")] = 0,
-    no_seed: Annotated[bool, typer.Option("--no-seed", help="Do not seed.")] = False,
-    apply: Annotated[
-        bool, typer.Option("--apply/--no-apply", help="Re-run with fixes applied.")
-    ] = True,
-    only: Annotated[
-        str | None,
-        typer.Option(metavar="IDS", help="Try only these optimization ids (comma-separated)."),
-    ] = None,
-    skip: Annotated[
-        str | None,
-        typer.Option(metavar="IDS", help="Never try these optimization ids (comma-separated)."),
-    ] = None,
-    repeat: Annotated[
-        int,
-        typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
-    ] = 2,
-    max_rounds: Annotated[
-        int,
-        typer.Option(
-            "--max-rounds",
-            metavar="N",
-            help="Rounds in all for a variant still within noise after --repeat rounds.",
-        ),
-    ] = 6,
-    round_budget: Annotated[
-        float | None,
-        typer.Option(
-            "--round-budget",
-            metavar="SECONDS",
-            help="Time the extra rounds may take (default: twice the --repeat rounds').",
-        ),
-    ] = None,
-    run_to_end: Annotated[
-        bool,
-        typer.Option(
-            "--run-to-end", help="Let the script finish after the measured steps (not stop it)."
-        ),
-    ] = False,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
-    ] = Path("perfdoctor-runs"),
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print report.json to stdout (for CI).")
-    ] = False,
-    nvtx: Annotated[bool, typer.Option(help="Emit NVTX ranges per step and phase.")] = False,
-    quiet: Annotated[bool, typer.Option(help="Do not echo the script's output.")] = False,
-    nproc_per_node: Annotated[
-        int,
-        typer.Option(
-            "--nproc-per-node",
-            "--nproc_per_node",
-            metavar="N",
-            help="Ranks per run, as torchrun --standalone --nproc-per-node N (DDP scripts).",
-        ),
-    ] = 1,
-    nnodes: Annotated[
-        int, typer.Option("--nnodes", help="Nodes of the job; run perfdoctor once per node.")
-    ] = 1,
-    node_rank: Annotated[
-        int, typer.Option("--node-rank", "--node_rank", help="This node's rank (0: the report).")
-    ] = 0,
-    rdzv_endpoint: Annotated[
-        str | None,
-        typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT of node 0."),
-    ] = None,
-) -> None:
-    from perfdoctor.cli_options import ProfileArgs
-
+@takes_profile_options
+def profile(ctx: typer.Context, **_options: object) -> None:
+    # The options are declared once, in cli_options.profile_options (their names are
+    # ProfileArgs' fields); typer reads them from there.
     # Everything after the script is the script's, options included: allow_interspersed_args
     # is off, so click stops parsing at the script and leaves the rest in ctx.args.
     # By name: typer may bring its own copy of click's ParameterSource.
@@ -178,9 +93,9 @@ def profile(
         ctx.params, ctx.args, repeat_given=getattr(source, "name", None) == "COMMANDLINE"
     )
     options = given.to_options(Path.cwd())
-    console = stderr_console() if as_json else make_console()
+    console = stderr_console() if given.as_json else make_console()
     outcome = _profile(options, console)
-    renderer = "json" if as_json else "terminal"
+    renderer = "json" if given.as_json else "terminal"
     _print_report(outcome.report, renderer, console)
     if outcome.exit_code != 0:
         _say_the_script_failed(outcome)

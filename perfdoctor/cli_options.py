@@ -9,7 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
 
 from perfdoctor.errors import UsageError
 
@@ -175,3 +177,111 @@ class ProfileArgs:
             max_rounds=self.max_rounds,
             round_budget_s=self.round_budget,
         )
+
+
+# --------------------------------------------------------------------------- typer declarations
+
+
+def profile_options(
+    ctx: typer.Context,
+    module: Annotated[
+        str | None,
+        typer.Option("-m", "--module", metavar="MODULE", help="Run a module, as python -m does."),
+    ] = None,
+    steps: Annotated[
+        int, typer.Option(metavar="N", help="Timed steps (hooks only, no profiler).")
+    ] = 20,
+    warmup: Annotated[int, typer.Option(metavar="N", help="Warm-up steps, not measured.")] = 5,
+    profile_steps: Annotated[
+        int,
+        typer.Option("--profile-steps", metavar="N", help="Steps under torch.profiler (0: none)."),
+    ] = 3,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="Seconds before a run is stopped (above 0).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed for torch, random and numpy.")] = 0,
+    no_seed: Annotated[bool, typer.Option("--no-seed", help="Do not seed.")] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply/--no-apply", help="Re-run with fixes applied.")
+    ] = True,
+    only: Annotated[
+        str | None,
+        typer.Option(metavar="IDS", help="Try only these optimization ids (comma-separated)."),
+    ] = None,
+    skip: Annotated[
+        str | None,
+        typer.Option(metavar="IDS", help="Never try these optimization ids (comma-separated)."),
+    ] = None,
+    repeat: Annotated[
+        int,
+        typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
+    ] = 2,
+    max_rounds: Annotated[
+        int,
+        typer.Option(
+            "--max-rounds",
+            metavar="N",
+            help="Rounds in all for a variant still within noise after --repeat rounds.",
+        ),
+    ] = 6,
+    round_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--round-budget",
+            metavar="SECONDS",
+            help="Time the extra rounds may take (default: twice the --repeat rounds').",
+        ),
+    ] = None,
+    run_to_end: Annotated[
+        bool,
+        typer.Option(
+            "--run-to-end", help="Let the script finish after the measured steps (not stop it)."
+        ),
+    ] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="DIR", help="Where session directories go.")
+    ] = Path("perfdoctor-runs"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print report.json to stdout (for CI).")
+    ] = False,
+    nvtx: Annotated[bool, typer.Option(help="Emit NVTX ranges per step and phase.")] = False,
+    quiet: Annotated[bool, typer.Option(help="Do not echo the script's output.")] = False,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            "--nproc-per-node",
+            "--nproc_per_node",
+            metavar="N",
+            help="Ranks per run, as torchrun --standalone --nproc-per-node N (DDP scripts).",
+        ),
+    ] = 1,
+    nnodes: Annotated[
+        int, typer.Option("--nnodes", help="Nodes of the job; run perfdoctor once per node.")
+    ] = 1,
+    node_rank: Annotated[
+        int, typer.Option("--node-rank", "--node_rank", help="This node's rank (0: the report).")
+    ] = 0,
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT of node 0."),
+    ] = None,
+) -> None:
+    """The declaration of `perfdoctor profile`'s options, for typer: each parameter is a
+    ProfileArgs field of the same name (a unit test holds them equal). Never called."""
+
+
+_Command = TypeVar("_Command")
+
+
+def takes_profile_options(command: _Command) -> _Command:
+    """Gives `command(ctx, **options)` profile_options' signature: typer reads a command's
+    parameters through inspect.signature and typing.get_type_hints, which follow
+    `__wrapped__` (to this module's names) and take `__annotations__`. The command stays a
+    few lines long and its options are declared once."""
+    command.__wrapped__ = profile_options  # type: ignore[attr-defined]
+    command.__annotations__ = profile_options.__annotations__
+    return command

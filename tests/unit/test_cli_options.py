@@ -191,3 +191,16 @@ def test_debug_of_one_invocation_does_not_carry_into_the_next(tmp_path: Path, mo
     assert plain.exit_code == errors.EXIT_INTERNAL, plain.output
     assert "Traceback" not in plain.stderr
     assert "run again with --debug" in plain.stderr
+
+
+def test_the_declared_options_are_the_fields_of_profile_args() -> None:
+    """from_params keeps only ProfileArgs' fields: an option declared under another name
+    would be parsed and then dropped."""
+    import dataclasses
+    import inspect
+
+    from perfdoctor.cli_options import profile_options
+
+    declared = set(inspect.signature(profile_options).parameters) - {"ctx"}
+    fields = {f.name for f in dataclasses.fields(ProfileArgs)} - {"args", "repeat_given"}
+    assert declared == fields
