@@ -358,12 +358,10 @@ def _findings(report: Report) -> str:
 
 
 def _recommendation(rec: Recommendation) -> str:
-    facts = [f"<strong>Kind:</strong> {esc(rec.kind)}", f"<strong>Risk:</strong> {esc(rec.risk)}"]
-    gain = summary.gain_text(rec.expected_gain)
-    if gain:
-        facts.append(f"<strong>Expected:</strong> {esc(gain)}")
-    if rec.addresses:
-        facts.append("<strong>Addresses:</strong> " + ", ".join(esc(a) for a in rec.addresses))
+    facts = [
+        f"<strong>{label}:</strong> {esc(value)}"
+        for label, value in summary.recommendation_facts(rec)
+    ]
     conflicts = "".join(f"<li>Trade-off: {esc(c)}</li>" for c in rec.conflicts)
     code = f"<pre><code>{esc(rec.code_change)}</code></pre>" if rec.code_change else ""
     return (

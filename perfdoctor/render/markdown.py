@@ -225,12 +225,7 @@ def _recommendation(rec: Recommendation) -> list[str]:
         else md_text(rec.optimization_id)
     )
     lines = [f"### {md_text(rec.title)} ({ident})", ""]
-    facts = [f"**Kind:** {md_text(rec.kind)}", f"**Risk:** {md_text(rec.risk)}"]
-    gain = summary.gain_text(rec.expected_gain)
-    if gain:
-        facts.append(f"**Expected:** {md_text(gain)}")
-    if rec.addresses:
-        facts.append("**Addresses:** " + ", ".join(md_text(a) for a in rec.addresses))
+    facts = [f"**{label}:** {md_text(value)}" for label, value in summary.recommendation_facts(rec)]
     lines += [" · ".join(facts), ""]
     for conflict in rec.conflicts:
         lines.append(f"- Trade-off: {md_text(conflict)}")

@@ -365,6 +365,18 @@ def recommendations_for(report: Report, finding: Finding) -> list[Recommendation
     return [r for r in report.recommendations if r.optimization_id in wanted]
 
 
+def recommendation_facts(rec: Recommendation) -> list[tuple[str, str]]:
+    """The label/value line under a recommendation's title, in every renderer's markup:
+    kind, risk, and (when known) the expected gain and the findings it addresses."""
+    facts = [("Kind", rec.kind), ("Risk", rec.risk)]
+    gain = gain_text(rec.expected_gain)
+    if gain:
+        facts.append(("Expected", gain))
+    if rec.addresses:
+        facts.append(("Addresses", ", ".join(rec.addresses)))
+    return facts
+
+
 def gain_text(gain: GainEstimate, with_method: bool = True) -> str:
     parts = []
     if gain.step_time_frac is not None:
