@@ -12,15 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from perfdoctor.analyze.record import RunRecord
+from perfdoctor.analyze.run_stats import median_or_none
 from perfdoctor.model import RankSummary, StepRecord
 from perfdoctor.run_schema import ProcessInfo
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return float(np.median(values)) if values else None
 
 
 def comm_frac(steps: Sequence[StepRecord]) -> float | None:
@@ -29,8 +24,8 @@ def comm_frac(steps: Sequence[StepRecord]) -> float | None:
     timed = [s for s in steps if s.comm_ms is not None]
     if not timed:
         return None
-    step = _median([s.step_ms for s in timed])
-    comm = _median([float(s.comm_ms or 0.0) for s in timed])
+    step = median_or_none([s.step_ms for s in timed])
+    comm = median_or_none([float(s.comm_ms or 0.0) for s in timed])
     if not step or comm is None:
         return None
     return min(1.0, comm / step)
@@ -60,7 +55,7 @@ def _row(
     rank: int, directory: str, steps: Sequence[StepRecord], info: ProcessInfo | None, nodes: bool
 ) -> RankSummary:
     timed = [s for s in steps if s.phase == "timed"]
-    step_p50 = _median([s.step_ms for s in timed])
+    step_p50 = median_or_none([s.step_ms for s in timed])
     waits = [s.data_wait_ms for s in timed if s.data_wait_ms is not None]
     total = sum(s.step_ms for s in timed)
     comm = comm_frac(timed)
@@ -72,10 +67,10 @@ def _row(
         trace=directory,
         steps=len(timed),
         step_ms_p50=step_p50,
-        data_wait_ms_p50=_median(waits),
+        data_wait_ms_p50=median_or_none(waits),
         data_wait_frac=sum(waits) / total if waits and total > 0 else None,
         comm_frac=comm,
-        own_ms_p50=max(0.0, _median(own) or 0.0) if own else None,
+        own_ms_p50=max(0.0, median_or_none(own) or 0.0) if own else None,
     )
 
 

@@ -25,6 +25,7 @@ from perfdoctor.analyze import intervals
 from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
 from perfdoctor.analyze.memory import load_memory
 from perfdoctor.analyze.record import RankRecord, RunRecord
+from perfdoctor.analyze.run_stats import median_or_none
 from perfdoctor.analyze.trace import TraceSummary, summarize_trace
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_index import Steps, find_steps, rows_named, union_by_thread
@@ -204,7 +205,7 @@ def _read_rank(source: RankInput) -> _RankTrace:
         tuple(ev.device_properties), _device_used(ev), len(ev.gpu) > 0
     )
     walls = [s.wall_ms for s in steps]
-    p50 = float(np.median(walls)) if walls else None
+    p50 = median_or_none(walls)
     return _RankTrace(
         rank=rank,
         source=source,
@@ -218,15 +219,11 @@ def _read_rank(source: RankInput) -> _RankTrace:
     )
 
 
-def _median(values: list[float]) -> float | None:
-    return float(np.median(values)) if values else None
-
-
 def rank_summary(rt: _RankTrace) -> RankSummary:
     walls = [s.wall_ms for s in rt.steps]
     waits = [s.data_wait_ms for s in rt.steps if s.data_wait_ms is not None]
-    p50 = _median(walls)
-    wait_p50 = _median(waits)
+    p50 = median_or_none(walls)
+    wait_p50 = median_or_none(waits)
     total = sum(walls)
     gpu = rt.summary.gpu
     comm = rt.comm_ms_per_step
