@@ -23,7 +23,7 @@ from perfdoctor.cli_guard import (
     make_console,
     stderr_console,
 )
-from perfdoctor.cli_options import ProfileArgs, takes_profile_options
+from perfdoctor.cli_options import ProfileArgs, declared_by, profile_options
 from perfdoctor.errors import PerfdoctorError, ProfileStopped, UsageError
 
 app = typer.Typer(
@@ -81,7 +81,7 @@ def main(
     "at runtime and measure them. Example: perfdoctor profile train.py --epochs 2",
 )
 @guarded
-@takes_profile_options
+@declared_by(profile_options)
 def profile(ctx: typer.Context, **_options: object) -> None:
     # The options are declared once, in cli_options.profile_options (their names are
     # ProfileArgs' fields); typer reads them from there.

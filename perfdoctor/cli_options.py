@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -274,14 +274,19 @@ def profile_options(
     ProfileArgs field of the same name (a unit test holds them equal). Never called."""
 
 
-_Command = TypeVar("_Command")
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
-def takes_profile_options(command: _Command) -> _Command:
-    """Gives `command(ctx, **options)` profile_options' signature: typer reads a command's
-    parameters through inspect.signature and typing.get_type_hints, which follow
-    `__wrapped__` (to this module's names) and take `__annotations__`. The command stays a
-    few lines long and its options are declared once."""
-    command.__wrapped__ = profile_options  # type: ignore[attr-defined]
-    command.__annotations__ = profile_options.__annotations__
-    return command
+def declared_by(template: Callable[..., Any]) -> Callable[[_Command], _Command]:
+    """Gives `command(ctx, **options)` the signature of `template` (a never-called function
+    whose parameters are the typer declarations): typer reads a command's parameters through
+    inspect.signature and typing.get_type_hints, which follow `__wrapped__` (to the
+    template's module for its names) and take `__annotations__`. The command stays a few
+    lines long and its options are declared once."""
+
+    def decorate(command: _Command) -> _Command:
+        command.__wrapped__ = template  # type: ignore[attr-defined]
+        command.__annotations__ = template.__annotations__
+        return command
+
+    return decorate
