@@ -213,11 +213,6 @@ def load_manifest(run_dir: Path) -> RunManifest:
     return manifest_from_dict(read_json(run_dir / MANIFEST_FILE))
 
 
-def step_from_dict(data: dict[str, Any]) -> StepRecord:
-    known = {f.name for f in dataclasses.fields(StepRecord)}
-    return StepRecord(**{k: v for k, v in data.items() if k in known})
-
-
 def load_steps(run_dir: Path) -> list[StepRecord]:
     """steps.jsonl through its schema (run_schema.decode_step_line); a torn line (the writer
     was killed) is skipped, a row of the wrong type raises run_schema.SchemaMismatch."""
