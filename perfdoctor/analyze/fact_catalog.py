@@ -152,6 +152,20 @@ FACTS: dict[str, FactDoc] = {
     "straggler_excess_frac": _f(
         "frac", "steps", "straggler_excess_ms / the ranks' median step: what every rank waits"
     ),
+    "comm_peer_wait_ms_p50": _f(
+        "ms",
+        "steps",
+        "rank 0's median wait per step for the slowest rank: the largest own time over the "
+        "ranks less rank 0's own (it waits in the collectives for the rank that arrives last)",
+    ),
+    "comm_peer_wait_frac": _f(
+        "frac", "trace", "comm_peer_wait_ms_p50 (at most the collective time) / traced step"
+    ),
+    "comm_transfer_frac": _f(
+        "frac",
+        "trace",
+        "rank 0's collective host time less its wait for a slower peer, / traced step",
+    ),
     "straggler_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, straggler"),
     "fastest_rank_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, fastest"),
     "straggler_forward_ms_p50": _f("ms", "steps", "median forward (host) per step, straggler"),

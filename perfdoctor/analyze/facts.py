@@ -328,13 +328,16 @@ def _median_of(steps: Sequence[StepRecord], value: Any) -> float | None:
     return float(np.median(found)) if found else None
 
 
+def _own_ms(s: StepRecord) -> float:
+    """A rank's host time outside forward and backward: its own work, no collective in it."""
+    return max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
+
+
 def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
     """Medians over one rank's timed steps; `own` = host wall time outside fwd and bwd."""
     return {
         "step": _median_of(steps, lambda s: s.step_ms),
-        "own": _median_of(
-            steps, lambda s: max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
-        ),
+        "own": _median_of(steps, _own_ms),
         "data_wait": _median_of(steps, lambda s: s.data_wait_ms),
         "forward": _median_of(steps, lambda s: s.forward_ms),
         "backward": _median_of(steps, lambda s: s.backward_ms),
@@ -354,6 +357,42 @@ def _rank_nodes(record: RunRecord) -> dict[int, int]:
     return {rank: n for rank, n in found.items() if n is not None}
 
 
+def _peer_wait_ms(
+    lead: Sequence[StepRecord], others: Sequence[Sequence[StepRecord]]
+) -> float | None:
+    """Median wait per step of the traced rank (rank 0) for the slowest rank, inside the
+    collectives. The ranks meet in the all-reduce every step, so the rank that did the least
+    own work (outside forward and backward) before it arrives waits there for the one that
+    did the most: per step, the largest own time over the ranks less rank 0's own. The
+    collective's host time holds this wait plus the transfer itself; a rank slower in its
+    forward or backward compute is not seen here (its wait hides in the same phases)."""
+    own_by_rank = [{s.index: _own_ms(s) for s in steps} for steps in others]
+    waits = []
+    for s in lead:
+        peers = [own[s.index] for own in own_by_rank if s.index in own]
+        if peers:
+            waits.append(max(0.0, max(peers) - _own_ms(s)))
+    return float(np.median(waits)) if waits else None
+
+
+def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
+    """Rank 0's collective time split into waiting for a slower peer and the transfer: the
+    trace's host time in collectives (its profiled steps) less the wait the timed steps
+    measure (a sleep or a slow data path lasts as long with or without the profiler)."""
+    wait = _peer_wait_ms(record.timed_steps, [r.timed_steps for r in record.ranks])
+    if wait is None:
+        return {}
+    out: dict[str, Scalar] = {"comm_peer_wait_ms_p50": wait}
+    trace = record.trace
+    step = trace.step_ms_p50 if trace is not None else None
+    if trace is None or not step or trace.comm_frac is None:
+        return out
+    comm_ms = trace.comm_frac * step
+    out["comm_peer_wait_frac"] = min(comm_ms, wait) / step
+    out["comm_transfer_frac"] = max(0.0, comm_ms - wait) / step
+    return out
+
+
 def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     """Multi-rank facts (fact_catalog's "multi-rank runs"): who the others wait for."""
     out: dict[str, Scalar] = {"ranks_launched": record.ranks_launched}
@@ -362,6 +401,7 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = {k: v for k, v in per_rank.items() if v["step"] is not None and v["own"] is not None}
     if len(timed) < 2:
         return out
+    out.update(_comm_wait_facts(record))
     steps = [v["step"] for v in timed.values() if v["step"] is not None]
     straggler = max(timed, key=lambda k: (timed[k]["own"] or 0.0, -k))
     fastest = min(timed, key=lambda k: (timed[k]["own"] or 0.0, k))

@@ -27,7 +27,7 @@ ENV = {"expandable-segments"}
 MANUAL = {
     "larger-batch", "grad-accumulation", "ddp-over-dataparallel", "nccl-backend",
     "remove-host-syncs", "no-grad-eval", "conv-bias-off", "create-on-device", "pad-gemm-dims",
-    "detach-logged-tensors", "static-shapes", "faster-data-pipeline",
+    "detach-logged-tensors", "static-shapes", "faster-data-pipeline", "balance-rank-work",
 }  # fmt: skip
 
 

@@ -22,6 +22,7 @@ AGREED_OPTIMIZATION_IDS = frozenset(
         "compile",
         "compile-cudagraphs",
         "dataloader-workers",
+        "balance-rank-work",
         "pin-memory",
         "non-blocking-copies",
         "fused-optimizer",
