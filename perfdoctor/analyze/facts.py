@@ -107,6 +107,12 @@ def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
 
 # Growth must show in every one of this many consecutive parts of the timed window.
 GROWTH_SEGMENTS = 3
+# ... and rise over the window by at least this many times the readings' resolution (the
+# median size of a change between two readings): RSS moves in allocator-sized pieces (1 MiB
+# pymalloc arenas), and a random walk of +-1 piece per step, bounded like a flat RSS, rose
+# past 4 pieces in 6 of 3000 simulated 20-step windows and past 5 in none, while a 1 MiB/step
+# leak under +-0.3 MiB jitter rose past 5 in all 200 of its 10-step windows.
+GROWTH_MIN_RESOLUTIONS = 5.0
 
 
 def _theil_sen(xs: np.ndarray, ys: np.ndarray) -> float | None:
@@ -124,15 +130,22 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     above the noise.
 
     A leak (tensors kept with their graphs, a growing cache) adds memory at every step, to
-    the end. Three shapes only look like it: one jump (a buffer allocated once, an epoch
-    boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB per step on
-    cnn_slow_dataloader.py), and warm-up that settles. So the timed window is cut into
-    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only
-    when each part has a positive Theil-Sen slope on its own: one jump lifts one part, a
-    swing lifts some and lowers others. Growth that does not persist is 0.
+    the end, at the same rate. Shapes that only look like it: one jump (a buffer allocated
+    once, an epoch boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB
+    per step on cnn_slow_dataloader.py), jitter of an allocator that moves RSS in MiB-sized
+    pieces (pymalloc arenas, glibc heap top), and warm-up that settles within the window (a
+    Trainer filling its caches: ~1 MiB per step early, a few KiB per step later). So the
+    timed window is cut into GROWTH_SEGMENTS consecutive parts (fewer below six steps), and
+    growth persists only when every part rises on its own (positive Theil-Sen slope) by more
+    than the series' scatter: one jump lifts one part, a swing or jitter lifts some and
+    lowers others. The whole rise must also span GROWTH_MIN_RESOLUTIONS times the size of a
+    typical change between two readings, the resolution at which RSS readings move: a few
+    arena-sized pieces up is within what jitter draws. Growth that does not persist is 0.
 
-    The slope is Theil-Sen's over the whole window. The second value is the rise of that
-    line over the window divided by the scatter around it (1.4826 x the median absolute
+    The rate is the slowest part's: what the window sustains to its end (settling growth
+    reports its tail, a steady leak the same rate in every part); never above the slope
+    over the whole window. The second value is the rise at that rate over the window
+    divided by the scatter around the whole-window line (1.4826 x the median absolute
     residual, a robust standard deviation), so a slope that noise alone could draw stays
     below the rules' 3. CUDA's allocated bytes do not scatter: there the ratio is large (or
     1e9) for any steady growth.
@@ -145,18 +158,30 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     slope = _theil_sen(xs, ys)
     if slope is None:
         return None, None
-    # At least two points per part: a short window is cut in fewer parts.
-    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
-    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
-    if not all(s is not None and s > 0 for s in part_slopes):
-        return 0.0, 0.0
     residuals = ys - slope * xs
     residuals -= np.median(residuals)
     scatter = 1.4826 * float(np.median(np.abs(residuals)))
-    rise = abs(slope) * float(xs.max() - xs.min())
+    # At least two points per part: a short window is cut in fewer parts.
+    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
+    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
+    rises = [
+        s * float(xs[p].max() - xs[p].min()) if s is not None else None
+        for s, p in zip(part_slopes, parts, strict=True)
+    ]
+    if not all(s is not None and s > 0 for s in part_slopes) or not all(
+        r is not None and r > scatter for r in rises
+    ):
+        return 0.0, 0.0
+    rate = min(slope, *(s for s in part_slopes if s is not None))
+    rise = rate * float(xs.max() - xs.min())
+    changes = np.abs(np.diff(ys))
+    changes = changes[changes > 0]
+    resolution = float(np.median(changes)) if changes.size else 0.0
+    if rise < GROWTH_MIN_RESOLUTIONS * resolution:
+        return 0.0, 0.0  # a few allocator-sized pieces: jitter can rise that far
     if scatter == 0:  # a perfectly straight line (CUDA allocated bytes): any rise is a trend
-        return slope, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
-    return slope, rise / scatter
+        return rate, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
+    return rate, rise / scatter
 
 
 def _training_dataloader(obs: Mapping[str, Any]) -> dict[str, Any] | None:
