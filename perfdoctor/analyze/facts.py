@@ -177,8 +177,8 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     changes = np.abs(np.diff(ys))
     changes = changes[changes > 0]
     resolution = float(np.median(changes)) if changes.size else 0.0
-    if rise < GROWTH_MIN_RESOLUTIONS * resolution:
-        return 0.0, 0.0  # a few allocator-sized pieces: jitter can rise that far
+    if scatter > 0 and rise < GROWTH_MIN_RESOLUTIONS * resolution:
+        return 0.0, 0.0  # a few allocator-sized pieces off a line: jitter can rise that far
     if scatter == 0:  # a perfectly straight line (CUDA allocated bytes): any rise is a trend
         return rate, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
     return rate, rise / scatter
