@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from perfdoctor import rundir
 from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import load_run
@@ -143,3 +145,59 @@ def test_other_ranks_cpu_is_not_counted_as_other_processes() -> None:
     ]
     summary = summarize_samples(rows, None, 1)
     assert summary.other_busy_cores is not None and summary.other_busy_cores < 0.1
+
+
+def add_rank_with_own_work(run: Path, rank: int, *, own_code_ms: float) -> Path:
+    """A rank in lockstep with rank 0 whose own code (outside data, forward and backward)
+    takes own_code_ms per step: a sleep or rank-only logging between two all-reduces."""
+    path = rundir.rank_dir(run, rank)
+    path.mkdir(parents=True)
+    rundir.write_json(path / rundir.OBSERVATIONS_FILE, {"dist": {"initialized": True}})
+    steps = [
+        StepRecord(
+            index=i + 2,
+            phase="timed",
+            wall_ms=wall,
+            data_wait_ms=10.0,
+            forward_ms=30.0,
+            backward_ms=wall - 30.0 - 10.0 - own_code_ms,
+        )
+        for i, wall in enumerate((100.0, 110.0, 120.0, 200.0))
+    ]
+    rundir.append_jsonl(path / rundir.STEPS_FILE, steps)
+    return path
+
+
+def test_rank_0s_wait_for_the_straggler_is_split_from_the_transfer(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)
+    record = load_run(run)
+    assert record.trace is not None
+    # Rank 0's own time is 30/40/50/130 ms, rank 1's 90 ms every step: rank 0 waits
+    # 60/50/40/0 ms for it in the all-reduce, 45 ms at the median.
+    facts = derive_facts(record)
+    assert facts.get("comm_peer_wait_ms_p50") == 45.0
+    # The traced collective time: half of a 100 ms step, of which 45 ms is that wait.
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.5, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("comm_peer_wait_frac") == pytest.approx(0.45)
+    assert facts.get("comm_transfer_frac") == pytest.approx(0.05)
+    found = {f.rule_id: f for f in evaluate(facts).findings}
+    assert "communication-heavy" not in found  # 5% transfer; it said 50% before
+    straggler = found["rank-straggler"]
+    assert straggler.optimizations == ("balance-rank-work",)
+    assert "What differs on rank 1 is its own code" in straggler.explanation
+
+
+def test_a_wait_shorter_than_the_collective_leaves_the_rest_as_transfer(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)
+    record = load_run(run)
+    assert record.trace is not None
+    # Only 20 ms of collective time traced: all of it is waiting, none transfer.
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.2, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("comm_peer_wait_frac") == pytest.approx(0.2)
+    assert facts.get("comm_transfer_frac") == 0.0
