@@ -159,8 +159,8 @@ def add_rank_with_own_work(run: Path, rank: int, *, own_code_ms: float) -> Path:
             phase="timed",
             wall_ms=wall,
             data_wait_ms=10.0,
-            forward_ms=30.0,
-            backward_ms=wall - 30.0 - 10.0 - own_code_ms,
+            forward_ms=1.0,
+            backward_ms=wall - 1.0 - 10.0 - own_code_ms,
         )
         for i, wall in enumerate((100.0, 110.0, 120.0, 200.0))
     ]
@@ -201,3 +201,22 @@ def test_a_wait_shorter_than_the_collective_leaves_the_rest_as_transfer(tmp_path
     facts = derive_facts(traced)
     assert facts.get("comm_peer_wait_frac") == pytest.approx(0.2)
     assert facts.get("comm_transfer_frac") == 0.0
+
+
+def test_under_ddp_the_transfer_is_bounded_by_the_smallest_timed_backward(
+    tmp_path: Path,
+) -> None:
+    # The profiled steps of a multi-rank run inflate the collectives; DDP all-reduces inside
+    # backward, so no rank's transfer exceeds the smallest timed backward over the ranks.
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    roots = [{**root, "ddp": True} for root in OBSERVATIONS["roots"]]
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"], roots=roots)
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)  # backwards of 9/19/29/109 ms
+    record = load_run(run)
+    assert record.trace is not None
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.9, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("uses_ddp") is True
+    # Trace: 90 ms of collectives less the 45 ms wait; rank 1's median backward, 24 ms of
+    # rank 0's 115 ms median step, bounds it.
+    assert facts.get("comm_transfer_frac") == pytest.approx(24.0 / 115.0)
