@@ -407,12 +407,15 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
 
     Under DDP the transfer is also bounded by the timed steps: the all-reduce runs inside
     backward, and the rank that arrives last waits for nobody there, so the smallest
-    backward over the ranks holds its compute and the whole transfer. The bound matters
-    because the profiled steps of a multi-rank run inflate the collectives (each rank's
-    profiler starts and stops on its own and the others wait for it): on ddp_train.py with
-    rank 1 sleeping 20 ms per step, rank 1's backward was 1-2 ms timed and 25-30 ms
-    profiled, and rank 0's traced collective time less the 20 ms wait still left 36% of
-    the step against the 6% the timed backward allows."""
+    backward over the ranks holds its compute and the whole transfer. The same bytes move
+    every step, so the least-disturbed step tells the transfer's cost best (a busy machine
+    only adds to it: a rank descheduled in its backward makes the others wait too): the
+    smallest over the timed steps. The bound matters because the profiled steps of a
+    multi-rank run inflate the collectives (each rank's profiler starts and stops on its
+    own and the others wait for it): on ddp_train.py with rank 1 sleeping 20 ms per step,
+    rank 1's backward was 1-2 ms timed and 25-30 ms profiled, and rank 0's traced
+    collective time less the 20 ms wait still left 36% of the step against the 3-6% the
+    timed backward allows."""
     timed = record.timed_steps
     others = [r.timed_steps for r in record.ranks]
     wait = _peer_wait_ms(timed, others)
@@ -427,11 +430,11 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
     transfer = max(0.0, comm_ms - wait) / step
     roots = record.observations.get("roots") or []
     ddp = any(isinstance(r, Mapping) and r.get("ddp") is True for r in roots)
-    backwards = [_median_of(steps, lambda s: s.backward_ms) for steps in (timed, *others)]
-    known = [b for b in backwards if b is not None]
+    known = [s.backward_ms for steps in (timed, *others) for s in steps]
+    backwards = [b for b in known if b is not None]
     timed_step = _median_of(timed, lambda s: s.step_ms)
-    if ddp and known and timed_step:
-        transfer = min(transfer, min(known) / timed_step)
+    if ddp and backwards and timed_step:
+        transfer = min(transfer, min(backwards) / timed_step)
     out["comm_peer_wait_frac"] = min(comm_ms, wait) / step
     out["comm_transfer_frac"] = transfer
     return out
