@@ -86,8 +86,9 @@ def perfdoctor_arm(tmp: Path, args: argparse.Namespace, env: dict[str, str]) -> 
             math.log(estimate.speedup) - estimate.bootstrap_half_width - estimate.baseline_spread
         )
         out(
-            f"  band from step medians alone (before): {median_only:.2f}..; "
-            f"with the wall-clock term: {estimate.low:.2f}..{estimate.high:.2f}"
+            f"  band from step medians alone (before): {median_only:.2f}..; wall-clock "
+            f"speedup {estimate.wall_clock_speedup or math.nan:.2f}x; band with the gap to "
+            f"it: {estimate.low:.2f}..{estimate.high:.2f}"
         )
 
 

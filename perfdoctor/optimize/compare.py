@@ -7,13 +7,13 @@ the median of the pair ratios (in log space: the geometric mean of two pairs).
 
 Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
 replacement within each run, fixed seed, so the same runs always give the same verdict),
-widened by the baseline's own run-to-run spread (half the range of its run medians) when at
-least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside a run,
-not the run-to-run noise that separates two launches of the same script; and widened by the
-gap to the same pairs' wall-clock speedup (mean step, periodic work included; see
-wall_clock_step_ms). All are taken in log space (see estimate_speedup); `speedup_noise` is
-the distance down to the band's lower end, so "speedup - noise > 1" is exactly "the whole
-band is above 1".
+widened by the run-to-run spread (half the range of the baseline run medians, or of the
+pair ratios when those moved more) when at least two runs exist: the bootstrap alone only
+sees step-to-step noise inside a run, not the run-to-run noise that separates two launches
+of the same script; and widened by the gap to the same pairs' wall-clock speedup (mean
+step, periodic work included; see wall_clock_step_ms). All are taken in log space (see
+estimate_speedup); `speedup_noise` is the distance down to the band's lower end, so
+"speedup - noise > 1" is exactly "the whole band is above 1".
 
 Verdicts, first match wins, each with a one-line reason:
     failed     a variant run crashed, OOMed, timed out, or recorded no timed step
@@ -94,6 +94,7 @@ class SpeedEstimate:
     baseline_spread: float  # half-range of the log baseline run medians (0 with one run)
     log_width: float = 0.0  # bootstrap half-width + baseline spread + statistic gap
     wall_clock_speedup: float | None = None  # the same pairs on wall_clock_step_ms
+    ratio_spread: float = 0.0  # half-range of the log pair ratios (0 with one pair)
     statistic_gap: float = 0.0  # |log wall_clock_speedup - log speedup|
 
     @property
@@ -197,6 +198,7 @@ def estimate_speedup(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
+    between_rounds: bool = False,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
@@ -205,8 +207,12 @@ def estimate_speedup(
     + statistic gap.
 
     The bootstrap resamples steps inside each run, so it sees neither the noise between runs
-    (the baseline spread stands for it) nor how far the median step is from the wall-clock
-    time per step. The statistic gap is
+    nor how far the median step is from the wall-clock time per step. The baseline spread
+    stands for the first; with `between_rounds` (a variant's verdict) the pair ratios' own
+    half-range does when it is larger: how far the ratio itself moved from round to round,
+    which a variant that drifts while the baseline does not shows and the baseline's
+    medians do not. (The regression gate, comparing two sessions of one script, keeps the
+    baseline spread and widens by its own rule.) The statistic gap is
     the distance between this speedup and the same pairs' ratio of wall_clock_step_ms: on
     tabular_mlp_debug with anomaly-off the median's 2.61x band (low end 2.05) lay above
     every ratio of the script's own ms/step (1.76-1.88x), because anomaly mode slows the
@@ -237,7 +243,9 @@ def estimate_speedup(
         math.log(wall_clock_step_ms(b.step_ms) / wall_clock_step_ms(v.step_ms)) for b, v in pairs
     )
     gap = abs(wall_clock - center)
-    width = half_width + spread + gap
+    ratio_spread = (max(logs) - min(logs)) / 2.0
+    run_to_run = max(spread, ratio_spread) if between_rounds else spread
+    width = half_width + run_to_run + gap
     speedup = math.exp(center)
     return SpeedEstimate(
         speedup=speedup,
@@ -248,6 +256,7 @@ def estimate_speedup(
         log_width=width,
         wall_clock_speedup=math.exp(wall_clock),
         statistic_gap=gap,
+        ratio_spread=ratio_spread,
     )
 
 
@@ -417,7 +426,7 @@ def compare_variant(
             **common,
         )
 
-    speed = estimate_speedup(baseline_runs, usable, seed=seed)
+    speed = estimate_speedup(baseline_runs, usable, seed=seed, between_rounds=True)
     speed_fields = {
         "speedup": speed.speedup if speed else None,
         "speedup_noise": speed.noise if speed else None,

@@ -338,3 +338,16 @@ def test_steady_steps_leave_the_band_as_the_bootstrap_gives_it():
     estimate = estimate_speedup(baseline(), variant(80.0))
     assert estimate.statistic_gap < 0.02
     assert estimate.wall_clock_speedup == pytest.approx(estimate.speedup, rel=0.02)
+
+
+def test_a_ratio_that_moves_between_rounds_widens_a_verdicts_band():
+    # The baseline is steady; the variant's runs drift (1.25x in round 1, 1.6x in round 2).
+    base = [run("b", 100.0, 1, spread=0.0), run("b", 100.0, 2, spread=0.0)]
+    var = [run("v", 80.0, 3, spread=0.0), run("v", 62.5, 4, spread=0.0)]
+    plain = estimate_speedup(base, var)
+    assert plain.baseline_spread == pytest.approx(0.0) and plain.log_width == pytest.approx(0.0)
+    verdict = estimate_speedup(base, var, between_rounds=True)
+    spread = math.log(1.6 / 1.25) / 2
+    assert verdict.ratio_spread == pytest.approx(spread)
+    assert verdict.log_width == pytest.approx(spread)
+    assert verdict.low == pytest.approx(1.25, rel=1e-6)  # the slower round is inside the band
