@@ -80,7 +80,7 @@ def perfdoctor_arm(tmp: Path, args: argparse.Namespace, env: dict[str, str]) -> 
         "  per round, ratio of mean steps:   "
         + _fmt([_ratio(b.step_ms, v.step_ms, statistics.fmean) for b, v in pairs])
     )
-    estimate = estimate_speedup(base_runs, var_runs)
+    estimate = estimate_speedup(base_runs, var_runs, between_rounds=True)  # as the verdict
     if estimate is not None:
         median_only = math.exp(
             math.log(estimate.speedup) - estimate.bootstrap_half_width - estimate.baseline_spread
