@@ -155,16 +155,18 @@ FACTS: dict[str, FactDoc] = {
     "comm_peer_wait_ms_p50": _f(
         "ms",
         "steps",
-        "rank 0's median wait per step for the slowest rank: the largest own time over the "
-        "ranks less rank 0's own (it waits in the collectives for the rank that arrives last)",
+        "rank 0's median wait per step for the slowest rank in the collectives: its recorded "
+        "collective time less the least of any rank's (comm_ms), else the largest own time "
+        "over the ranks less rank 0's own",
     ),
     "comm_peer_wait_frac": _f(
-        "frac", "trace", "comm_peer_wait_ms_p50 (at most the collective time) / traced step"
+        "frac", "steps", "comm_peer_wait_ms_p50 (at most the collective time) / the step"
     ),
     "comm_transfer_frac": _f(
         "frac",
         "trace",
-        "rank 0's collective host time less its wait for a slower peer, / traced step",
+        "rank 0's collective time less its wait for a slower peer, / the step (under DDP at "
+        "most the smallest timed backward over the ranks)",
     ),
     "straggler_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, straggler"),
     "fastest_rank_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, fastest"),

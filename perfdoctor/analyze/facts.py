@@ -400,10 +400,45 @@ def _peer_wait_ms(
     return float(np.median(waits)) if waits else None
 
 
+def _recorded_comm_ms(s: StepRecord) -> float | None:
+    # steps.jsonl `comm_ms` (a collective in flight, timed live) where the run recorded it;
+    # runs recorded before that field have none, and the own-time skew stands in.
+    value = getattr(s, "comm_ms", None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _recorded_comm_split(
+    lead: Sequence[StepRecord], others: Sequence[Sequence[StepRecord]]
+) -> tuple[float, float] | None:
+    """(rank 0's wait, the transfer), medians over steps in ms, from every rank's recorded
+    collective time: in a step, the rank that arrives last waits for nobody, so the least
+    time any rank spent in the collectives is the transfer, and rank 0's time beyond it is
+    waiting for a slower peer."""
+    by_rank = [
+        {s.index: c for s in steps if (c := _recorded_comm_ms(s)) is not None} for steps in others
+    ]
+    waits: list[float] = []
+    transfers: list[float] = []
+    for s in lead:
+        own = _recorded_comm_ms(s)
+        peers = [comm[s.index] for comm in by_rank if s.index in comm]
+        if own is None or not peers:
+            continue
+        least = min(own, *peers)
+        transfers.append(least)
+        waits.append(own - least)
+    if not waits:
+        return None
+    return float(np.median(waits)), float(np.median(transfers))
+
+
 def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
-    """Rank 0's collective time split into waiting for a slower peer and the transfer: the
-    trace's host time in collectives (its profiled steps) less the wait the timed steps
-    measure (a sleep or a slow data path lasts as long with or without the profiler).
+    """Rank 0's collective time split into waiting for a slower peer and the transfer.
+
+    Where every rank recorded its collective time per step (steps.jsonl comm_ms), from
+    those (_recorded_comm_split). Otherwise: the trace's host time in collectives (its
+    profiled steps) less the wait the timed steps' own-time skew measures (a sleep or a
+    slow data path lasts as long with or without the profiler).
 
     Under DDP the transfer is also bounded by the timed steps: the all-reduce runs inside
     backward, and the rank that arrives last waits for nobody there, so the smallest
@@ -418,6 +453,15 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
     timed backward allows."""
     timed = record.timed_steps
     others = [r.timed_steps for r in record.ranks]
+    recorded = _recorded_comm_split(timed, others)
+    timed_step = _median_of(timed, lambda s: s.step_ms)
+    if recorded is not None and timed_step:
+        wait_ms, transfer_ms = recorded
+        return {
+            "comm_peer_wait_ms_p50": wait_ms,
+            "comm_peer_wait_frac": min(1.0, wait_ms / timed_step),
+            "comm_transfer_frac": min(1.0, transfer_ms / timed_step),
+        }
     wait = _peer_wait_ms(timed, others)
     if wait is None:
         return {}
@@ -432,7 +476,6 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
     ddp = any(isinstance(r, Mapping) and r.get("ddp") is True for r in roots)
     known = [s.backward_ms for steps in (timed, *others) for s in steps]
     backwards = [b for b in known if b is not None]
-    timed_step = _median_of(timed, lambda s: s.step_ms)
     if ddp and backwards and timed_step:
         transfer = min(transfer, min(backwards) / timed_step)
     out["comm_peer_wait_frac"] = min(comm_ms, wait) / step

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from perfdoctor import rundir
-from perfdoctor.analyze.facts import derive_facts
+from perfdoctor.analyze.facts import _recorded_comm_split, derive_facts
 from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.samples import summarize_samples
 from perfdoctor.diagnose import analyze_session
@@ -220,3 +221,18 @@ def test_under_ddp_the_transfer_is_bounded_by_the_smallest_timed_backward(
     # Trace: 90 ms of collectives less the 45 ms wait; rank 1's smallest backward, 9 ms of
     # rank 0's 115 ms median step, bounds it.
     assert facts.get("comm_transfer_frac") == pytest.approx(9.0 / 115.0)
+
+
+def test_recorded_collective_times_split_the_wait_from_the_transfer() -> None:
+    # Runs that record each step's collective time (steps.jsonl comm_ms): rank 0 spends
+    # 22/25/21 ms in the collectives, rank 1 (which arrives last) 2/3/1 ms.
+    def rank(comm: tuple[float, ...]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(index=i, comm_ms=c) for i, c in enumerate(comm)]
+
+    split = _recorded_comm_split(rank((22.0, 25.0, 21.0)), [rank((2.0, 3.0, 1.0))])
+    assert split == (20.0, 2.0)
+    # A step only one rank recorded says nothing about the other's arrival.
+    assert _recorded_comm_split(rank((22.0,)), [[]]) is None
+    # Without the field (runs recorded before it) there is nothing to split.
+    bare = [SimpleNamespace(index=0)]
+    assert _recorded_comm_split(bare, [bare]) is None
