@@ -150,6 +150,27 @@ def test_a_straggler_rank_fires_the_rule(tmp_path: Path) -> None:
     assert facts["straggler_data_wait_ms_p50"] > 5 * facts["fastest_rank_data_wait_ms_p50"]
 
 
+def test_a_rank_sleeping_in_its_own_code_is_a_straggler_not_communication(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 sleeps 20 ms after each optimizer step: rank 0 spends that time in the
+    all-reduce waiting for it. That wait is the straggler's, not the transfer's."""
+    run = profile(tmp_path, "--no-apply", script_args=("--slow-rank", "1", "--step-sleep-ms", "20"))
+    assert run["proc"].returncode == 0, run["log"]
+    facts = run["report"]["facts"]
+    findings = {f["rule_id"]: f for f in run["report"]["findings"]}
+    straggler = findings["rank-straggler"]
+    assert facts["straggler_rank"] == 1
+    assert "What differs on rank 1 is its own code" in straggler["explanation"]
+    assert straggler["optimizations"] == ["balance-rank-work"]
+    # Rank 0 waits in the collectives about as long as rank 1 sleeps; what is left of its
+    # collective time is the transfer, which communication-heavy alone looks at.
+    assert facts["comm_peer_wait_ms_p50"] > 10.0
+    assert facts["comm_transfer_frac"] < facts["comm_frac"]
+    assert "communication-heavy" not in findings, findings.get("communication-heavy")
+    assert_nothing_left(run["session"])
+
+
 def test_a_crashing_rank_stops_the_other_and_fails_the_run(tmp_path: Path) -> None:
     run = profile(tmp_path, "--no-apply", script_args=("--crash-rank", "1", "--crash-step", "3"))
     assert run["proc"].returncode == 1, run["log"]
