@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from appliers_support import Harness
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
@@ -10,20 +9,6 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 from perfdoctor.collect.appliers import base, data
 from perfdoctor.collect.appliers.data import start_method, worker_refusal
 from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV
-
-
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
 
 
 def dataset(n: int = 32) -> TensorDataset:
