@@ -82,9 +82,19 @@ def run(
     return run_dir
 
 
-def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
-    run_dir = run(tmp_path, DEBUG_SCRIPT, "both", ("anomaly-off", "dataloader-workers", "tf32"))
-    sample = load_run_sample(run_dir)
+@pytest.fixture(scope="module")
+def debug_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One child for the two tests below: three appliers at once, with the worker count that
+    pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py). (The default
+    count without the parent's sizing: test_appliers_data.py, in-process.)"""
+    sizing = WorkerSizing(3, "data 51 ms/batch vs 4.1 ms compute")
+    env = dict(sizing_env(("dataloader-workers",), sizing))
+    optimizations = ("anomaly-off", "dataloader-workers", "tf32")
+    return run(tmp_path_factory.mktemp("debug"), DEBUG_SCRIPT, "both", optimizations, env=env)
+
+
+def test_workers_and_anomaly_off_applied_and_verified_in_a_child(debug_run: Path) -> None:
+    sample = load_run_sample(debug_run)
     rows = {a.id: a for a in sample.applied}
     assert rows["anomaly-off"].applied and rows["anomaly-off"].verified, rows
     assert "1 enable call(s)" in rows["anomaly-off"].detail
@@ -95,12 +105,8 @@ def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
     assert len(sample.step_ms) == PLAN.timed_steps
 
 
-def test_child_uses_the_worker_count_sized_by_the_parent(tmp_path):
-    # What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
-    sizing = WorkerSizing(3, "data 51 ms/batch vs 4.1 ms compute")
-    env = dict(sizing_env(("dataloader-workers",), sizing))
-    run_dir = run(tmp_path, DEBUG_SCRIPT, "workers", ("dataloader-workers",), env=env)
-    workers = {a.id: a for a in load_run_sample(run_dir).applied}["dataloader-workers"]
+def test_child_uses_the_worker_count_sized_by_the_parent(debug_run: Path) -> None:
+    workers = {a.id: a for a in load_run_sample(debug_run).applied}["dataloader-workers"]
     assert workers.applied and workers.verified, workers
     assert "train.py:7: num_workers 0 -> 3 (data 51 ms/batch vs 4.1 ms compute)" in workers.detail
     assert "(3 workers)" in workers.detail  # the iterator the script used had 3
