@@ -90,7 +90,17 @@ def read(path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return profile(tmp_path_factory.mktemp("ddp"), "--no-apply")
+    """One 2-rank session for the baseline's checks and the applied variant's: the script
+    zeroes its gradients (zero_grad(set_to_none=False)), so one A/B round of that fix runs
+    on both ranks after the baseline. (--no-apply sessions: the tests below.)"""
+    return profile(
+        tmp_path_factory.mktemp("ddp"),
+        "--only",
+        "zero-grad-set-to-none",
+        "--repeat",
+        "1",
+        script_args=("--zero-grad-zeros",),
+    )
 
 
 def test_two_ranks_complete_and_rank_1_keeps_its_record(ddp: dict[str, Any]) -> None:
@@ -243,15 +253,8 @@ def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> Non
     assert "2 training processes, no process group" in run["md"]
 
 
-def test_apply_runs_the_variant_on_both_ranks(tmp_path: Path) -> None:
-    run = profile(
-        tmp_path,
-        "--only",
-        "zero-grad-set-to-none",
-        "--repeat",
-        "1",
-        script_args=("--zero-grad-zeros",),
-    )
+def test_apply_runs_the_variant_on_both_ranks(ddp: dict[str, Any]) -> None:
+    run = ddp
     assert run["proc"].returncode == 0, run["log"]
     variants = {v["label"]: v for v in run["report"]["variants"]}
     variant = variants["zero-grad-set-to-none"]
