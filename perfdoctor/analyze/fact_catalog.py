@@ -160,6 +160,22 @@ FACTS: dict[str, FactDoc] = {
     "straggler_excess_frac": _f(
         "frac", "steps", "straggler_excess_ms / the ranks' median step: what every rank waits"
     ),
+    "comm_peer_wait_ms_p50": _f(
+        "ms",
+        "steps",
+        "rank 0's median wait per step for the slowest rank in the collectives: its recorded "
+        "collective time less the least of any rank's (comm_ms), else the largest own time "
+        "over the ranks less rank 0's own",
+    ),
+    "comm_peer_wait_frac": _f(
+        "frac", "steps", "comm_peer_wait_ms_p50 (at most the collective time) / the step"
+    ),
+    "comm_transfer_frac": _f(
+        "frac",
+        "trace",
+        "rank 0's collective time less its wait for a slower peer, / the step (under DDP at "
+        "most the smallest timed backward over the ranks)",
+    ),
     "straggler_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, straggler"),
     "fastest_rank_data_wait_ms_p50": _f("ms", "steps", "median data wait per step, fastest"),
     "straggler_forward_ms_p50": _f("ms", "steps", "median forward (host) per step, straggler"),

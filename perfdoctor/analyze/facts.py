@@ -101,6 +101,12 @@ def _observed(record: Any) -> Observations:
 
 # Growth must show in every one of this many consecutive parts of the timed window.
 GROWTH_SEGMENTS = 3
+# ... and rise over the window by at least this many times the readings' resolution (the
+# median size of a change between two readings): RSS moves in allocator-sized pieces (1 MiB
+# pymalloc arenas), and a random walk of +-1 piece per step, bounded like a flat RSS, rose
+# past 4 pieces in 6 of 3000 simulated 20-step windows and past 5 in none, while a 1 MiB/step
+# leak under +-0.3 MiB jitter rose past 5 in all 200 of its 10-step windows.
+GROWTH_MIN_RESOLUTIONS = 5.0
 
 
 def _theil_sen(xs: np.ndarray, ys: np.ndarray) -> float | None:
@@ -118,15 +124,22 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     above the noise.
 
     A leak (tensors kept with their graphs, a growing cache) adds memory at every step, to
-    the end. Three shapes only look like it: one jump (a buffer allocated once, an epoch
-    boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB per step on
-    cnn_slow_dataloader.py), and warm-up that settles. So the timed window is cut into
-    GROWTH_SEGMENTS consecutive parts (fewer below six steps), and growth persists only
-    when each part has a positive Theil-Sen slope on its own: one jump lifts one part, a
-    swing lifts some and lowers others. Growth that does not persist is 0.
+    the end, at the same rate. Shapes that only look like it: one jump (a buffer allocated
+    once, an epoch boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB
+    per step on cnn_slow_dataloader.py), jitter of an allocator that moves RSS in MiB-sized
+    pieces (pymalloc arenas, glibc heap top), and warm-up that settles within the window (a
+    Trainer filling its caches: ~1 MiB per step early, a few KiB per step later). So the
+    timed window is cut into GROWTH_SEGMENTS consecutive parts (fewer below six steps), and
+    growth persists only when every part rises on its own (positive Theil-Sen slope) by more
+    than the series' scatter: one jump lifts one part, a swing or jitter lifts some and
+    lowers others. The whole rise must also span GROWTH_MIN_RESOLUTIONS times the size of a
+    typical change between two readings, the resolution at which RSS readings move: a few
+    arena-sized pieces up is within what jitter draws. Growth that does not persist is 0.
 
-    The slope is Theil-Sen's over the whole window. The second value is the rise of that
-    line over the window divided by the scatter around it (1.4826 x the median absolute
+    The rate is the slowest part's: what the window sustains to its end (settling growth
+    reports its tail, a steady leak the same rate in every part); never above the slope
+    over the whole window. The second value is the rise at that rate over the window
+    divided by the scatter around the whole-window line (1.4826 x the median absolute
     residual, a robust standard deviation), so a slope that noise alone could draw stays
     below the rules' 3. CUDA's allocated bytes do not scatter: there the ratio is large (or
     1e9) for any steady growth.
@@ -139,18 +152,30 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
     slope = _theil_sen(xs, ys)
     if slope is None:
         return None, None
-    # At least two points per part: a short window is cut in fewer parts.
-    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
-    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
-    if not all(s is not None and s > 0 for s in part_slopes):
-        return 0.0, 0.0
     residuals = ys - slope * xs
     residuals -= np.median(residuals)
     scatter = 1.4826 * float(np.median(np.abs(residuals)))
-    rise = abs(slope) * float(xs.max() - xs.min())
+    # At least two points per part: a short window is cut in fewer parts.
+    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
+    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
+    rises = [
+        s * float(xs[p].max() - xs[p].min()) if s is not None else None
+        for s, p in zip(part_slopes, parts, strict=True)
+    ]
+    if not all(s is not None and s > 0 for s in part_slopes) or not all(
+        r is not None and r > scatter for r in rises
+    ):
+        return 0.0, 0.0
+    rate = min(slope, *(s for s in part_slopes if s is not None))
+    rise = rate * float(xs.max() - xs.min())
+    changes = np.abs(np.diff(ys))
+    changes = changes[changes > 0]
+    resolution = float(np.median(changes)) if changes.size else 0.0
+    if scatter > 0 and rise < GROWTH_MIN_RESOLUTIONS * resolution:
+        return 0.0, 0.0  # a few allocator-sized pieces off a line: jitter can rise that far
     if scatter == 0:  # a perfectly straight line (CUDA allocated bytes): any rise is a trend
-        return slope, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
-    return slope, rise / scatter
+        return rate, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
+    return rate, rise / scatter
 
 
 def _training_loader_index(obs: Observations) -> int | None:
@@ -300,13 +325,16 @@ def _median_of(steps: Sequence[StepRecord], value: Any) -> float | None:
     return float(np.median(found)) if found else None
 
 
+def _own_ms(s: StepRecord) -> float:
+    """A rank's host time outside forward and backward: its own work, no collective in it."""
+    return max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
+
+
 def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
     """Medians over one rank's timed steps; `own` = host wall time outside fwd and bwd."""
     return {
         "step": _median_of(steps, lambda s: s.step_ms),
-        "own": _median_of(
-            steps, lambda s: max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
-        ),
+        "own": _median_of(steps, _own_ms),
         "data_wait": _median_of(steps, lambda s: s.data_wait_ms),
         "forward": _median_of(steps, lambda s: s.forward_ms),
         "backward": _median_of(steps, lambda s: s.backward_ms),
@@ -324,6 +352,107 @@ def _rank_nodes(record: RunRecord) -> dict[int, int]:
     return {rank: n for rank, n in found.items() if n is not None}
 
 
+def _peer_wait_ms(
+    lead: Sequence[StepRecord], others: Sequence[Sequence[StepRecord]]
+) -> float | None:
+    """Median wait per step of the traced rank (rank 0) for the slowest rank, inside the
+    collectives. The ranks meet in the all-reduce every step, so the rank that did the least
+    own work (outside forward and backward) before it arrives waits there for the one that
+    did the most: per step, the largest own time over the ranks less rank 0's own. The
+    collective's host time holds this wait plus the transfer itself; a rank slower in its
+    forward or backward compute is not seen here (its wait hides in the same phases)."""
+    own_by_rank = [{s.index: _own_ms(s) for s in steps} for steps in others]
+    waits = []
+    for s in lead:
+        peers = [own[s.index] for own in own_by_rank if s.index in own]
+        if peers:
+            waits.append(max(0.0, max(peers) - _own_ms(s)))
+    return float(np.median(waits)) if waits else None
+
+
+def _recorded_comm_ms(s: StepRecord) -> float | None:
+    # steps.jsonl `comm_ms` (a collective in flight, timed live) where the run recorded it;
+    # runs recorded before that field have none, and the own-time skew stands in.
+    value = getattr(s, "comm_ms", None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _recorded_comm_split(
+    lead: Sequence[StepRecord], others: Sequence[Sequence[StepRecord]]
+) -> tuple[float, float] | None:
+    """(rank 0's wait, the transfer), medians over steps in ms, from every rank's recorded
+    collective time: in a step, the rank that arrives last waits for nobody, so the least
+    time any rank spent in the collectives is the transfer, and rank 0's time beyond it is
+    waiting for a slower peer."""
+    by_rank = [
+        {s.index: c for s in steps if (c := _recorded_comm_ms(s)) is not None} for steps in others
+    ]
+    waits: list[float] = []
+    transfers: list[float] = []
+    for s in lead:
+        own = _recorded_comm_ms(s)
+        peers = [comm[s.index] for comm in by_rank if s.index in comm]
+        if own is None or not peers:
+            continue
+        least = min(own, *peers)
+        transfers.append(least)
+        waits.append(own - least)
+    if not waits:
+        return None
+    return float(np.median(waits)), float(np.median(transfers))
+
+
+def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
+    """Rank 0's collective time split into waiting for a slower peer and the transfer.
+
+    Where every rank recorded its collective time per step (steps.jsonl comm_ms), from
+    those (_recorded_comm_split). Otherwise: the trace's host time in collectives (its
+    profiled steps) less the wait the timed steps' own-time skew measures (a sleep or a
+    slow data path lasts as long with or without the profiler).
+
+    Under DDP the transfer is also bounded by the timed steps: the all-reduce runs inside
+    backward, and the rank that arrives last waits for nobody there, so the smallest
+    backward over the ranks holds its compute and the whole transfer. The same bytes move
+    every step, so the least-disturbed step tells the transfer's cost best (a busy machine
+    only adds to it: a rank descheduled in its backward makes the others wait too): the
+    smallest over the timed steps. The bound matters because the profiled steps of a
+    multi-rank run inflate the collectives (each rank's profiler starts and stops on its
+    own and the others wait for it): on ddp_train.py with rank 1 sleeping 20 ms per step,
+    rank 1's backward was 1-2 ms timed and 25-30 ms profiled, and rank 0's traced
+    collective time less the 20 ms wait still left 36% of the step against the 3-6% the
+    timed backward allows."""
+    timed = record.timed_steps
+    others = [r.timed_steps for r in record.ranks]
+    recorded = _recorded_comm_split(timed, others)
+    timed_step = _median_of(timed, lambda s: s.step_ms)
+    if recorded is not None and timed_step:
+        wait_ms, transfer_ms = recorded
+        return {
+            "comm_peer_wait_ms_p50": wait_ms,
+            "comm_peer_wait_frac": min(1.0, wait_ms / timed_step),
+            "comm_transfer_frac": min(1.0, transfer_ms / timed_step),
+        }
+    wait = _peer_wait_ms(timed, others)
+    if wait is None:
+        return {}
+    out: dict[str, Scalar] = {"comm_peer_wait_ms_p50": wait}
+    trace = record.trace
+    step = trace.step_ms_p50 if trace is not None else None
+    if trace is None or not step or trace.comm_frac is None:
+        return out
+    comm_ms = trace.comm_frac * step
+    transfer = max(0.0, comm_ms - wait) / step
+    roots = record.observations.get("roots") or []
+    ddp = any(isinstance(r, Mapping) and r.get("ddp") is True for r in roots)
+    known = [s.backward_ms for steps in (timed, *others) for s in steps]
+    backwards = [b for b in known if b is not None]
+    if ddp and backwards and timed_step:
+        transfer = min(transfer, min(backwards) / timed_step)
+    out["comm_peer_wait_frac"] = min(comm_ms, wait) / step
+    out["comm_transfer_frac"] = transfer
+    return out
+
+
 def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     """Multi-rank facts (fact_catalog's "multi-rank runs"): who the others wait for."""
     out: dict[str, Scalar] = {"ranks_launched": record.ranks_launched}
@@ -332,6 +461,7 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = {k: v for k, v in per_rank.items() if v["step"] is not None and v["own"] is not None}
     if len(timed) < 2:
         return out
+    out.update(_comm_wait_facts(record))
     steps = [v["step"] for v in timed.values() if v["step"] is not None]
     straggler = max(timed, key=lambda k: (timed[k]["own"] or 0.0, -k))
     fastest = min(timed, key=lambda k: (timed[k]["own"] or 0.0, k))

@@ -450,6 +450,17 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="any",
     ),
     _manual(
+        id="balance-rank-work",
+        title="Even out the slow rank's own work",
+        risk="none",
+        code_change=(
+            "if rank == 0 and step % 100 == 0:  # not every step: the other ranks wait for it\n"
+            "    save_checkpoint(model)  # or hand it to a background thread"
+        ),
+        applies_when="one rank's host work outside forward and backward makes the others wait",
+        device="any",
+    ),
+    _manual(
         id="faster-data-pipeline",
         title="Faster Dataset / collate code",
         risk="none",

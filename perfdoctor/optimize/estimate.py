@@ -7,10 +7,12 @@ the median of the pair ratios (in log space: the geometric mean of two pairs).
 
 Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
 replacement within each run, fixed seed, so the same runs always give the same verdict),
-widened by the baseline's own run-to-run spread (half the range of its run medians) when at
-least two baseline runs exist: the bootstrap alone only sees step-to-step noise inside a run,
-not the run-to-run noise that separates two launches of the same script. Both are taken in
-log space (see estimate_speedup); `noise` is the distance down to the band's lower end, so
+widened by the run-to-run spread (half the range of the baseline run medians, or of the
+pair ratios when those moved more) when at least two runs exist: the bootstrap alone only
+sees step-to-step noise inside a run, not the run-to-run noise that separates two launches
+of the same script; and widened by the gap to the same pairs' wall-clock speedup (mean
+step, periodic work included; see wall_clock_step_ms). All are taken in log space (see
+estimate_speedup); `noise` is the distance down to the band's lower end, so
 "speedup - noise > 1" is exactly "the whole band is above 1".
 
 The step-time pools and spreads are analyze/run_stats.py's. Pure: no torch.
@@ -39,7 +41,10 @@ class SpeedEstimate:
     pair_ratios: tuple[float, ...]
     bootstrap_half_width: float  # in log space
     baseline_spread: float  # half-range of the log baseline run medians (0 with one run)
-    log_width: float = 0.0  # bootstrap half-width + baseline spread
+    log_width: float = 0.0  # bootstrap half-width + run-to-run spread + statistic gap
+    wall_clock_speedup: float | None = None  # the same pairs on wall_clock_step_ms
+    ratio_spread: float = 0.0  # half-range of the log pair ratios (0 with one pair)
+    statistic_gap: float = 0.0  # |log wall_clock_speedup - log speedup|
 
     @property
     def low(self) -> float:
@@ -87,6 +92,21 @@ def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> flo
     return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
 
 
+# A step above this percentile of its run counts at the percentile's value in the
+# wall-clock time per step: a one-off stall should not move it, periodic work must.
+WALL_CLOCK_CLIP_PERCENTILE = 95.0
+
+
+def wall_clock_step_ms(step_ms: Sequence[float]) -> float:
+    """Time per step as the run's wall clock sees it: the mean step, every step counted,
+    with the few slowest clipped to the 95th percentile. A median over steps leaves out work
+    that comes every few steps (an evaluation every 5th step, logging every 10th) whenever
+    it lands in fewer than half of them, so the median's speedup can lie far from the one
+    the script's own timer reports."""
+    cap = percentile(step_ms, WALL_CLOCK_CLIP_PERCENTILE)
+    return statistics.fmean(min(ms, cap) for ms in step_ms)
+
+
 def estimate_speedup(
     baseline_runs: Sequence[RunSample],
     variant_runs: Sequence[RunSample],
@@ -95,11 +115,26 @@ def estimate_speedup(
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
     run_level_confidence: float | None = None,
+    between_rounds: bool = False,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
     the median of their log ratios (the geometric mean for two pairs), and the band is
-    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread.
+    speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread
+    + statistic gap.
+
+    The bootstrap resamples steps inside each run, so it sees neither the noise between runs
+    nor how far the median step is from the wall-clock time per step. The baseline spread
+    stands for the first; with `between_rounds` (a variant's verdict) the pair ratios' own
+    half-range does when it is larger: how far the ratio itself moved from round to round,
+    which a variant that drifts while the baseline does not shows and the baseline's
+    medians do not. (The regression gate, comparing two sessions of one script, keeps the
+    baseline spread and widens by its own rule.) The statistic gap is the distance between
+    this speedup and the same pairs' ratio of wall_clock_step_ms: on tabular_mlp_debug with
+    anomaly-off the median's 2.61x band (low end 2.05) lay above every ratio of the script's
+    own ms/step (1.76-1.88x), because anomaly mode slows the evaluation step (every 5th) far
+    less than a training step, and a median over steps sees training steps only
+    (benchmarks/README.md, "speedup band").
 
     `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
     more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
@@ -131,13 +166,19 @@ def estimate_speedup(
         confidence = run_level_confidence or confidence
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
+    wall_clock = statistics.median(
+        math.log(wall_clock_step_ms(b.step_ms) / wall_clock_step_ms(v.step_ms)) for b, v in pairs
+    )
+    gap = abs(wall_clock - center)
+    ratio_spread = (max(logs) - min(logs)) / 2.0
     if run_level is not None:
         # Reported in baseline_spread: the run-to-run part of the band, measured this way.
         spread = run_level
-        width = max(half_width, run_level)
+        width = max(half_width, run_level) + gap
     else:
         spread = run_medians_spread(baseline_runs)
-        width = half_width + spread
+        run_to_run = max(spread, ratio_spread) if between_rounds else spread
+        width = half_width + run_to_run + gap
     speedup = math.exp(center)
     return SpeedEstimate(
         speedup=speedup,
@@ -146,6 +187,9 @@ def estimate_speedup(
         bootstrap_half_width=half_width,
         baseline_spread=spread,
         log_width=width,
+        wall_clock_speedup=math.exp(wall_clock),
+        statistic_gap=gap,
+        ratio_spread=ratio_spread,
     )
 
 

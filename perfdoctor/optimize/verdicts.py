@@ -147,7 +147,11 @@ def compare_variant(
         return replace(result, reason=reason)
 
     speed = estimate_speedup(
-        baseline_runs, ok_runs, seed=seed, run_level_confidence=run_level_confidence
+        baseline_runs,
+        ok_runs,
+        seed=seed,
+        run_level_confidence=run_level_confidence,
+        between_rounds=True,
     )
     result = replace(
         result,

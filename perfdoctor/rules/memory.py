@@ -299,7 +299,11 @@ _GROWTH_SOURCE = (
     "cnn_slow_dataloader.py's RSS scatters +-8 MiB per step, enough for a 1 MiB/step "
     "Theil-Sen slope over 10 steps by chance; and the growth must persist, rising in each "
     "third of the timed window (one jump or a swing with no trend is not a leak: four real "
-    "scripts were flagged for those before)"
+    "scripts were flagged for those before), each third by more than the scatter, at the "
+    "rate of its slowest third (warm-up that settles in the window is no leak: an HF "
+    "Trainer run was flagged at ~1 MiB/step while its RSS stayed within 8 MB over 200 "
+    "steps), and by at least 5x the readings' resolution (analyze/facts.py "
+    "GROWTH_MIN_RESOLUTIONS: RSS moves in 1 MiB arenas)"
 )
 
 RULES = (

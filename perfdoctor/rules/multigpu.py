@@ -55,28 +55,56 @@ def check_ddp_without_nccl(facts: Facts, t: Mapping[str, float]) -> Finding | No
     )
 
 
+def _peer_wait_text(facts: Facts) -> str:
+    wait = num(facts, "comm_peer_wait_ms_p50")
+    if not wait:
+        return ""
+    return (
+        f" Waiting for a slower rank ({wait:.1f} ms per step, see rank-straggler) is left "
+        "out: a bigger batch or fewer all-reduces would not shorten it."
+    )
+
+
 def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     exposed = num(facts, "gpu_comm_exposed_frac")
     gpu_comm = num(facts, "gpu_comm_frac")
     if exposed is not None and gpu_comm:
         return _exposed_gpu_communication(facts, t, exposed, gpu_comm)
     # No communication kernels on the GPU timeline (a CPU/gloo run): the host's time in the
-    # collectives is what the step waits for.
+    # collectives is what the step waits for. Part of it can be waiting for a slower rank to
+    # arrive (a straggler): that is no transfer, and only the transfer counts here.
     comm = num(facts, "comm_frac")
-    if comm is None or comm <= t["comm_frac"]:
+    transfer = num(facts, "comm_transfer_frac")
+    share, share_fact = (
+        (transfer, "comm_transfer_frac")
+        if transfer is not None
+        else (
+            comm,
+            "comm_frac",
+        )
+    )
+    if share is None or share <= t["comm_frac"]:
         return None
-    gain = comm * t["assumed_hidden"]
+    gain = share * t["assumed_hidden"]
     return Finding(
         rule_id=COMMUNICATION_HEAVY,
         severity=severity_for_gain(gain, floor="warning"),
-        title=f"Communication takes {pct(comm)} of the step",
+        title=f"Communication takes {pct(share)} of the step",
         explanation=(
-            f"Collectives (all-reduce and friends) take {pct(comm)} of the step on the host. "
+            f"Collectives (all-reduce and friends) take {pct(share)} of the step on the host."
+            + _peer_wait_text(facts)
+            + " "
             + _COMM_ADVICE
         ),
         evidence=(
-            ev("comm_frac", comm, t["comm_frac"], ">"),
-            *seen(facts, "comm_kernel_frac", "world_size", "dist_backend"),
+            ev(share_fact, share, t["comm_frac"], ">"),
+            *seen(
+                facts,
+                *(("comm_frac", "comm_peer_wait_ms_p50") if share_fact != "comm_frac" else ()),
+                "comm_kernel_frac",
+                "world_size",
+                "dist_backend",
+            ),
         ),
         gain=GainEstimate(
             step_time_frac=gain,
@@ -97,8 +125,11 @@ def _exposed_gpu_communication(
     facts: Facts, t: Mapping[str, float], exposed: float, gpu_comm: float
 ) -> Finding | None:
     """Communication kernels the compute does not hide: the GPU does nothing else meanwhile.
-    A rank's NCCL kernel also spins while it waits for a slower peer, so part of this can be
-    another rank's lateness: the per-rank view tells them apart."""
+    A rank's NCCL kernel also spins while it waits for a slower peer, so part of this is
+    another rank's lateness: the wait the per-rank steps measure comes off first."""
+    wait = num(facts, "comm_peer_wait_frac")
+    if wait:
+        exposed = max(0.0, exposed - wait)
     if exposed <= t["comm_frac"]:
         return None
     overlap = num(facts, "gpu_comm_overlap_frac")
@@ -112,20 +143,90 @@ def _exposed_gpu_communication(
         title=f"Exposed communication: {pct(exposed)} of the GPU time runs only NCCL kernels",
         explanation=(
             f"Communication kernels run {pct(gpu_comm)} of the GPU window{overlap_text}, so "
-            f"for {pct(exposed)} of it the GPU does nothing but communicate (or wait for a "
-            "peer rank inside the collective). DDP hides the all-reduce behind backward only "
+            f"for {pct(exposed)} of it the GPU does nothing but communicate."
+            + _peer_wait_text(facts)
+            + " DDP hides the all-reduce behind backward only "
             "when buckets are ready early: keep find_unused_parameters off, try "
             "gradient_as_bucket_view=True and a bucket_cap_mb that fits the model. " + _COMM_ADVICE
         ),
         evidence=(
-            ev("gpu_comm_exposed_frac", exposed, t["comm_frac"], ">"),
+            ev(
+                "gpu_comm_exposed_frac",
+                exposed,
+                t["comm_frac"],
+                ">",
+                note="less the wait for a slower rank" if wait else "",
+            ),
             ev("gpu_comm_frac", gpu_comm),
-            *seen(facts, "gpu_comm_overlap_frac", "comm_kernel_frac", "world_size", "dist_backend"),
+            *seen(
+                facts,
+                "comm_peer_wait_frac",
+                "gpu_comm_overlap_frac",
+                "comm_kernel_frac",
+                "world_size",
+                "dist_backend",
+            ),
         ),
         gain=GainEstimate(
             step_time_frac=gain,
             method="exposed communication share of the GPU window: what full overlap would hide",
         ),
+    )
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return a - b if a is not None and b is not None else None
+
+
+def _straggler_cause(
+    facts: Facts, t: Mapping[str, float], rank: float, excess: float
+) -> tuple[str, tuple[str, ...]]:
+    """What differs on the slow rank, from its phase medians against the fastest rank's:
+    its data path, its own code (host time outside data, forward and backward), or the
+    node under it (the same forward takes longer there). The sentence and its fixes."""
+    data, fast_data = (
+        num(facts, "straggler_data_wait_ms_p50"),
+        num(facts, "fastest_rank_data_wait_ms_p50"),
+    )
+    own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
+    data_excess = _minus(data, fast_data)
+    code, fast_code = _minus(own, data), _minus(fast_own, fast_data)
+    fwd, fast_fwd = (
+        num(facts, "straggler_forward_ms_p50"),
+        num(facts, "fastest_rank_forward_ms_p50"),
+    )
+    node = num(facts, "straggler_node_rank")
+    on_node = f" (node {node:.0f})" if node is not None else ""
+    slower_compute = (
+        fwd is not None and fast_fwd is not None and fast_fwd > 0
+        and fwd / fast_fwd >= t["slow_node_forward_ratio"]
+    )  # fmt: skip
+    node_text = (
+        f" Its forward is slower too ({fwd:.1f} ms against {fast_fwd:.1f} ms for the same "
+        f"model and batch), which points at the machine under it{on_node}: check that "
+        "device's clocks and temperature, other jobs sharing it, and its CPU threads."
+        if slower_compute and fwd is not None and fast_fwd is not None
+        else ""
+    )
+    if data_excess is not None and data_excess >= t["data_share_of_excess"] * excess:
+        return (
+            f" What differs on rank {rank:.0f} is its data loading: {data:.1f} ms per step waiting "
+            f"for the DataLoader against {fast_data:.1f} ms. Give that rank's input pipeline "
+            "DataLoader workers or cheaper samples, and check that the DistributedSampler "
+            "shards cost the same." + node_text,
+            ("dataloader-workers", "faster-data-pipeline"),
+        )
+    measured = (
+        f" ({code:.1f} ms per step outside data, forward and backward against {fast_code:.1f} ms)"
+        if code is not None and fast_code is not None
+        else ""
+    )
+    return (
+        f" What differs on rank {rank:.0f} is its own code{measured}: work only that rank "
+        "does between two all-reduces (logging, evaluation, checkpointing, a sleep or a "
+        "barrier under `if rank == ...`), or a slower optimizer step. Move it off the training "
+        "step (every N steps, a background thread) or spread it over the ranks." + node_text,
+        ("balance-rank-work",),
     )
 
 
@@ -140,30 +241,13 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
         return None  # no process group (Hogwild trainers): nobody waits for anybody
     fastest = num(facts, "fastest_rank")
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
-    data, fast_data = (
-        num(facts, "straggler_data_wait_ms_p50"),
-        num(facts, "fastest_rank_data_wait_ms_p50"),
-    )
-    data_excess = (data - fast_data) if data is not None and fast_data is not None else None
-    data_bound = data_excess is not None and data_excess >= t["data_share_of_excess"] * excess
     against = f"rank {fastest:.0f}" if fastest is not None else "the others"
     compared = (
         f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest)"
         if own is not None and fast_own is not None
         else ""
     )
-    if data_bound:
-        cause = (
-            f" Most of it is data loading: {data:.1f} ms per step waiting for the DataLoader "
-            f"against {fast_data:.1f} ms. Give that rank's input pipeline DataLoader workers "
-            "or cheaper samples, and check that the DistributedSampler shards cost the same."
-        )
-    else:
-        cause = (
-            " It is the rank's own host work outside forward and backward (the optimizer, "
-            "logging, checkpointing, code that runs on that rank only): move it off the "
-            "training step or spread it over the ranks."
-        )
+    cause, fixes = _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
     return Finding(
@@ -175,7 +259,8 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
             f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
             f"than the other ranks outside forward and backward{compared}: {pct(frac)} of "
-            f"the step, which the others spend waiting in their backward.{cause}"
+            f"the step, which the others spend waiting in the all-reduce (time in the "
+            f"collective that is no transfer).{cause}"
         ),
         evidence=(
             ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
@@ -189,12 +274,15 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
                 "fastest_rank_own_ms_p50",
                 "straggler_data_wait_ms_p50",
                 "fastest_rank_data_wait_ms_p50",
+                "straggler_forward_ms_p50",
+                "fastest_rank_forward_ms_p50",
                 "straggler_backward_ms_p50",
                 "fastest_rank_backward_ms_p50",
+                "comm_peer_wait_ms_p50",
                 "world_size",
             ),
         ),
-        optimizations=("dataloader-workers", "faster-data-pipeline") if data_bound else (),
+        optimizations=fixes,
         gain=GainEstimate(
             step_time_frac=frac,
             method="the straggler's excess host time per step / the ranks' median step",
@@ -234,6 +322,9 @@ RULES = (
         area="multi-gpu",
         needs=("comm_frac",),
         uses=(
+            "comm_transfer_frac",
+            "comm_peer_wait_frac",
+            "comm_peer_wait_ms_p50",
             "gpu_comm_exposed_frac",
             "gpu_comm_frac",
             "gpu_comm_overlap_frac",
@@ -266,18 +357,26 @@ RULES = (
             "fastest_rank_own_ms_p50",
             "straggler_data_wait_ms_p50",
             "fastest_rank_data_wait_ms_p50",
+            "straggler_forward_ms_p50",
+            "fastest_rank_forward_ms_p50",
             "straggler_backward_ms_p50",
             "fastest_rank_backward_ms_p50",
+            "comm_peer_wait_ms_p50",
             "world_size",
             "straggler_node_rank",
         ),
-        thresholds={"excess_frac": 0.10, "data_share_of_excess": 0.5},
+        thresholds={
+            "excess_frac": 0.10,
+            "data_share_of_excess": 0.5,
+            "slow_node_forward_ratio": 1.25,
+        },
         source=(
             "> 10% of the step: TraceML's straggler score warning, (worst rank - median rank) / "
             "typical step (traceml src/traceml/diagnostics/step_time/policy.py, 0.10 / 0.20); "
             "critical from 20% by the shared gain ladder; data-bound when the data wait "
             "explains at least half of the excess (a majority, as TraceML's input vs compute "
-            "straggler split)"
+            "straggler split); a slower node when the same forward takes >= 1.25x as long "
+            "there (a choice here, above the few-percent run-to-run spread of a CPU forward)"
         ),
         description=(
             "A rank whose host time per step outside forward and backward (data, optimizer, "
@@ -285,7 +384,7 @@ RULES = (
         ),
         check=check_rank_straggler,
         selects_optimizations=True,
-        optimizations=("dataloader-workers", "faster-data-pipeline"),
+        optimizations=("dataloader-workers", "faster-data-pipeline", "balance-rank-work"),
         multi_rank=True,
     ),
 )

@@ -83,9 +83,23 @@ def run(
     return run_dir
 
 
-def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
-    run_dir = run(tmp_path, DEBUG_SCRIPT, "both", ("anomaly-off", "dataloader-workers", "tf32"))
-    (sample,) = load_run_samples([run_dir])
+# What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
+SIZING_REASON = "data 51 ms/batch vs 4.1 ms compute; 3 workers + 1 thread on 4 cores"
+
+
+@pytest.fixture(scope="module")
+def debug_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One child for the two tests below: three appliers at once, with the worker count that
+    pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py). (The default
+    count without the parent's sizing: test_appliers_data.py, in-process.)"""
+    sizing = WorkerSizing(3, 1, SIZING_REASON)
+    env = dict(sizing_env(("dataloader-workers",), {"dataloader-workers": sizing}))
+    optimizations = ("anomaly-off", "dataloader-workers", "tf32")
+    return run(tmp_path_factory.mktemp("debug"), DEBUG_SCRIPT, "both", optimizations, env=env)
+
+
+def test_workers_and_anomaly_off_applied_and_verified_in_a_child(debug_run: Path) -> None:
+    (sample,) = load_run_samples([debug_run])
     rows = {a.id: a for a in sample.applied}
     assert rows["anomaly-off"].applied and rows["anomaly-off"].verified, rows
     assert "1 enable call(s)" in rows["anomaly-off"].detail
@@ -96,17 +110,12 @@ def test_workers_and_anomaly_off_applied_and_verified_in_a_child(tmp_path):
     assert len(sample.step_ms) == PLAN.timed_steps
 
 
-def test_child_uses_the_worker_count_sized_by_the_parent(tmp_path):
-    # What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
-    reason = "data 51 ms/batch vs 4.1 ms compute; 3 workers + 1 thread on 4 cores"
-    sizing = WorkerSizing(3, 1, reason)
-    env = sizing_env(("dataloader-workers",), {"dataloader-workers": sizing})
-    run_dir = run(tmp_path, DEBUG_SCRIPT, "workers", ("dataloader-workers",), env=env)
-    (sample,) = load_run_samples([run_dir])
+def test_child_uses_the_worker_count_sized_by_the_parent(debug_run: Path) -> None:
+    (sample,) = load_run_samples([debug_run])
     workers = {a.id: a for a in sample.applied}["dataloader-workers"]
     assert workers.applied and workers.verified, workers
     assert "train.py:7: num_workers 0 -> 3, intra-op threads " in workers.detail
-    assert f"({reason})" in workers.detail
+    assert f"({SIZING_REASON})" in workers.detail
     assert "(3 workers); torch.get_num_threads() reads 1" in workers.detail
 
 

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from appliers_support import ConvNet, Harness, Mlp, batches, seeded
+from appliers_support import ConvNet, Mlp, batches, seeded
 from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
 
 
 def cuda_batches(shape: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -21,20 +21,6 @@ def threads_restored():
     torch.set_num_threads(before)
 
 
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
-
-
 def dataset(n: int = 32) -> TensorDataset:
     generator = torch.Generator().manual_seed(0)
     return TensorDataset(

@@ -7,26 +7,12 @@ import json
 
 import pytest
 import torch
-from appliers_support import Harness, Mlp, batches, seeded
+from appliers_support import Mlp, batches, seeded
 
 from perfdoctor.collect import appliers
 from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.debug import InertProfiler
 from perfdoctor.optimize.catalog import CATALOG
-
-
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
 
 
 def test_every_runtime_and_env_optimization_has_an_applier():

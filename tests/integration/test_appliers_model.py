@@ -13,20 +13,6 @@ from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.transforms import repeated_blocks
 
 
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
-
-
 def test_channels_last_converts_weights_and_inputs_with_identical_loss(harness_factory):
     data = batches((2, 3, 8, 8))
     baseline = Harness(())

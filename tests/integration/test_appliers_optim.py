@@ -7,20 +7,6 @@ import torch
 from appliers_support import Harness, Mlp, batches, seeded
 
 
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
-
-
 def test_fused_adamw_verified_with_identical_trajectory(harness_factory):
     data = batches((4, 8))
     baseline = Harness(())

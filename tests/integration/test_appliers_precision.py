@@ -6,26 +6,11 @@ import copy
 import io
 import math
 
-import pytest
 import torch
 from appliers_support import Harness, Mlp, batches, seeded
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from perfdoctor.collect.appliers import base
-
-
-@pytest.fixture
-def harness_factory():
-    made: list[Harness] = []
-
-    def make(*ids: str) -> Harness:
-        harness = Harness(ids).install()
-        made.append(harness)
-        return harness
-
-    yield make
-    for harness in made:
-        harness.close()
 
 
 def test_bf16_autocast_applies_from_iteration_two_and_outputs_fp32(harness_factory):

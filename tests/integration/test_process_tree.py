@@ -70,8 +70,15 @@ def processes(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads((run_dir / "processes.json").read_text())["processes"]
 
 
-def test_spawn_ddp_workers_are_profiled_as_ranks(tmp_path: Path) -> None:
-    run = profile(tmp_path, "spawn_ddp.py")
+@pytest.fixture(scope="module")
+def spawn_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One completed spawn-DDP session: its checks, and the measure of how long this script
+    takes here to start its workers and train (the hang test's timeout is sized from it)."""
+    return profile(tmp_path_factory.mktemp("spawn"), "spawn_ddp.py")
+
+
+def test_spawn_ddp_workers_are_profiled_as_ranks(spawn_run: dict[str, Any]) -> None:
+    run = spawn_run
     assert run["proc"].returncode == 0, run["log"]
     baseline = run["baseline"]
     manifest = load_manifest(baseline)
@@ -107,11 +114,20 @@ def test_a_crashing_spawn_worker_fails_the_run_with_its_error(tmp_path: Path) ->
     assert manifest.error is not None and "planted crash in worker 1" in manifest.error
 
 
-def test_a_hanging_spawn_worker_is_stopped_by_the_timeout(tmp_path: Path) -> None:
-    run = profile(tmp_path, "spawn_ddp.py", "--hang-rank", "1", options=("--timeout", "25"))
+def test_a_hanging_spawn_worker_is_stopped_by_the_timeout(
+    tmp_path: Path, spawn_run: dict[str, Any]
+) -> None:
+    # The completed session of the same script trained all its steps in `completed_s`; its
+    # worker 1 hangs at step 3, so half as much again is ample time to reach the hang on
+    # this machine at its present load, and the test waits no longer than that.
+    completed_s = load_manifest(spawn_run["baseline"]).wall_s
+    timeout = str(max(5, round(1.5 * completed_s)))
+    run = profile(tmp_path, "spawn_ddp.py", "--hang-rank", "1", options=("--timeout", timeout))
     assert run["proc"].returncode == 124, run["log"]
     manifest = load_manifest(run["baseline"])
     assert manifest.status == "timeout"
+    # The timeout met a worker that was really hanging, and it is gone (profile() checked).
+    assert "worker 1 hangs" in (run["baseline"] / "stdout.log").read_text()
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])

@@ -40,19 +40,21 @@ def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
     return out / rundir.LATEST_LINK
 
 
-def test_repeated_no_apply_sessions_gate_a_a_and_a_planted_slowdown(tmp_path: Path) -> None:
+def test_repeated_no_apply_sessions_gate_a_planted_slowdown_and_a_speed_up(tmp_path: Path) -> None:
     a = record(tmp_path, "a", 15)
     baseline = a.resolve() / rundir.BASELINE_LABEL
     assert [p.name for p in rundir.repeat_dirs(baseline)] == ["baseline", "repeat-2"]
     # Only the run of each side (baseline/) ran under --no-apply: no variant directories.
     assert sorted(p.name for p in a.resolve().iterdir() if p.is_dir()) == ["baseline"]
 
-    again = record(tmp_path, "again", 15)
-    same = perfdoctor("compare", str(a), str(again), "--fail-if-slower", "25", cwd=tmp_path)
-    assert same.returncode == 0, same.stdout + same.stderr
-    assert "2 vs 2 runs" in same.stdout
-
+    # Two sessions, not three: the gate's exit-0 path on real sessions is the speed-up
+    # below; A/A over repeated sessions with a launch-to-launch spread measured on this
+    # script's kind of run is tests/unit/test_regression_gate.py's.
     slow = record(tmp_path, "slow", 45)
     gate = perfdoctor("compare", str(a), str(slow), "--fail-if-slower", "25", cwd=tmp_path)
     assert gate.returncode == EXIT_REGRESSION, gate.stdout + gate.stderr
     assert "FAILED: step time regression" in gate.stdout
+    assert "2 vs 2 runs" in gate.stdout  # every repeat of each session counted
+    # The other way round the change is a speed-up: the gate passes.
+    faster = perfdoctor("compare", str(slow), str(a), "--fail-if-slower", "25", cwd=tmp_path)
+    assert faster.returncode == 0, faster.stdout + faster.stderr

@@ -43,6 +43,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--hang-rank", type=int, default=-1, help="sleeps: the others wait in DDP")
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0, help="per sample, on --slow-rank")
+    p.add_argument(
+        "--step-sleep-ms",
+        type=float,
+        default=0.0,
+        help="per step on --slow-rank, in its own code after the optimizer step",
+    )
     p.add_argument("--no-init", action="store_true", help="never init a process group")
     p.add_argument("--zero-grad-zeros", action="store_true", help="zero_grad(set_to_none=False)")
     p.add_argument(
@@ -86,6 +92,8 @@ def main() -> None:
             opt.zero_grad(set_to_none=not args.zero_grad_zeros)
             loss.backward()
             opt.step()
+            if rank == args.slow_rank and args.step_sleep_ms:
+                time.sleep(args.step_sleep_ms / 1000.0)  # this rank's own code is slow
             step += 1
     if not args.no_init:
         dist.destroy_process_group()

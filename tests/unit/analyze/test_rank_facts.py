@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from perfdoctor import rundir
-from perfdoctor.analyze.facts import derive_facts
+from perfdoctor.analyze.facts import _recorded_comm_split, derive_facts
 from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.samples import summarize_samples
 from perfdoctor.diagnose import analyze_session
@@ -144,3 +147,93 @@ def test_other_ranks_cpu_is_not_counted_as_other_processes() -> None:
     ]
     summary = summarize_samples([known_sample(r) for r in rows], None, 1)  # type: ignore[misc]
     assert summary.other_busy_cores is not None and summary.other_busy_cores < 0.1
+
+
+def add_rank_with_own_work(run: Path, rank: int, *, own_code_ms: float) -> Path:
+    """A rank in lockstep with rank 0 whose own code (outside data, forward and backward)
+    takes own_code_ms per step: a sleep or rank-only logging between two all-reduces."""
+    path = rundir.rank_dir(run, rank)
+    path.mkdir(parents=True)
+    rundir.write_json(path / rundir.OBSERVATIONS_FILE, {"dist": {"initialized": True}})
+    steps = [
+        StepRecord(
+            index=i + 2,
+            phase="timed",
+            wall_ms=wall,
+            data_wait_ms=10.0,
+            forward_ms=1.0,
+            backward_ms=wall - 1.0 - 10.0 - own_code_ms,
+        )
+        for i, wall in enumerate((100.0, 110.0, 120.0, 200.0))
+    ]
+    rundir.append_jsonl(path / rundir.STEPS_FILE, steps)
+    return path
+
+
+def test_rank_0s_wait_for_the_straggler_is_split_from_the_transfer(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)
+    record = load_run(run)
+    assert record.trace is not None
+    # Rank 0's own time is 30/40/50/130 ms, rank 1's 90 ms every step: rank 0 waits
+    # 60/50/40/0 ms for it in the all-reduce, 45 ms at the median.
+    facts = derive_facts(record)
+    assert facts.get("comm_peer_wait_ms_p50") == 45.0
+    # The traced collective time: half of a 100 ms step, of which 45 ms is that wait.
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.5, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("comm_peer_wait_frac") == pytest.approx(0.45)
+    assert facts.get("comm_transfer_frac") == pytest.approx(0.05)
+    found = {f.rule_id: f for f in evaluate(facts).findings}
+    assert "communication-heavy" not in found  # 5% transfer; it said 50% before
+    straggler = found["rank-straggler"]
+    assert straggler.optimizations == ("balance-rank-work",)
+    assert "What differs on rank 1 is its own code" in straggler.explanation
+
+
+def test_a_wait_shorter_than_the_collective_leaves_the_rest_as_transfer(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"])
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)
+    record = load_run(run)
+    assert record.trace is not None
+    # Only 20 ms of collective time traced: all of it is waiting, none transfer.
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.2, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("comm_peer_wait_frac") == pytest.approx(0.2)
+    assert facts.get("comm_transfer_frac") == 0.0
+
+
+def test_under_ddp_the_transfer_is_bounded_by_the_smallest_timed_backward(
+    tmp_path: Path,
+) -> None:
+    # The profiled steps of a multi-rank run inflate the collectives; DDP all-reduces inside
+    # backward, so no rank's transfer exceeds the smallest timed backward over the ranks.
+    run = build_run_dir(tmp_path, with_trace=True, with_memory=False)
+    roots = [{**root, "ddp": True} for root in OBSERVATIONS["roots"]]
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=DDP_OBSERVATIONS["dist"], roots=roots)
+    add_rank_with_own_work(run, 1, own_code_ms=80.0)  # backwards of 9/19/29/109 ms
+    record = load_run(run)
+    assert record.trace is not None
+    traced = replace(record, trace=replace(record.trace, comm_frac=0.9, step_ms_p50=100.0))
+    facts = derive_facts(traced)
+    assert facts.get("uses_ddp") is True
+    # Trace: 90 ms of collectives less the 45 ms wait; rank 1's smallest backward, 9 ms of
+    # rank 0's 115 ms median step, bounds it.
+    assert facts.get("comm_transfer_frac") == pytest.approx(9.0 / 115.0)
+
+
+def test_recorded_collective_times_split_the_wait_from_the_transfer() -> None:
+    # Runs that record each step's collective time (steps.jsonl comm_ms): rank 0 spends
+    # 22/25/21 ms in the collectives, rank 1 (which arrives last) 2/3/1 ms.
+    def rank(comm: tuple[float, ...]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(index=i, comm_ms=c) for i, c in enumerate(comm)]
+
+    split = _recorded_comm_split(rank((22.0, 25.0, 21.0)), [rank((2.0, 3.0, 1.0))])
+    assert split == (20.0, 2.0)
+    # A step only one rank recorded says nothing about the other's arrival.
+    assert _recorded_comm_split(rank((22.0,)), [[]]) is None
+    # Without the field (runs recorded before it) there is nothing to split.
+    bare = [SimpleNamespace(index=0)]
+    assert _recorded_comm_split(bare, [bare]) is None

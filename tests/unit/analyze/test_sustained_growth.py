@@ -3,6 +3,8 @@ from step-to-step scatter that only looks like a slope."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from perfdoctor.analyze.facts import _sustained_growth
@@ -70,3 +72,40 @@ def test_a_real_leak_with_noise_is_growth_above_the_noise() -> None:
         slope, over_noise = _sustained_growth(_mib([400.0 + i + noise[i] for i in range(n)]))
         assert slope == pytest.approx(MIB, rel=0.15)
         assert over_noise is not None and over_noise >= 3.0
+
+
+def _settling(first_mib: float, tau: float, n: int = 20) -> list[float]:
+    """RSS of a run still filling its caches: first_mib in the first step, decaying."""
+    values = [380.0]
+    for i in range(1, n):
+        values.append(values[-1] + first_mib * math.exp(-i / tau))
+    return values
+
+
+@pytest.mark.parametrize(("first_mib", "tau"), [(3.0, 4.0), (2.0, 6.0), (1.6, 8.0)])
+def test_warmup_that_settles_inside_the_window_is_not_growth(first_mib: float, tau: float) -> None:
+    # The slope over the whole window called these 0.3-0.5 MiB/step (over 1% of the RSS:
+    # a warning); the last third adds a few KiB per step and does not persist.
+    slope, _ = _sustained_growth(_mib(_settling(first_mib, tau)))
+    assert slope is not None and slope < 64 * 1024
+
+
+def test_flat_rss_with_one_mib_jitter_is_not_growth() -> None:
+    # RSS within 383..388 MiB moving by whole MiB (pymalloc arenas): it happens to end
+    # 4 MiB higher, every third of the window rises, and the old fit called it 0.23 MiB/step
+    # at 5x its scatter.
+    rss = [384.0, 383.0, 384.0, 384.0, 385.0, 386.0, 385.0, 386.0, 385.0, 386.0]
+    rss += [387.0, 388.0, 388.0, 388.0, 387.0, 386.0, 387.0, 388.0, 388.0, 387.0]
+    assert _sustained_growth(_mib(rss)) == (0.0, 0.0)
+
+
+def test_a_leak_in_whole_mib_pieces_is_still_growth() -> None:
+    # Half a MiB per step, RSS moving in 1 MiB pieces every other step.
+    slope, over_noise = _sustained_growth(_mib([400.0 + i // 2 for i in range(20)]))
+    assert slope == pytest.approx(MIB / 2, rel=0.2)
+    assert over_noise is not None and over_noise >= 3.0
+
+
+def test_a_steady_cuda_leak_keeps_its_rate_and_clean_line() -> None:
+    slope, over_noise = _sustained_growth([(float(i), 1e9 + i * 4096.0) for i in range(12)])
+    assert slope == 4096.0 and over_noise == 1e9

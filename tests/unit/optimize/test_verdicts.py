@@ -229,3 +229,39 @@ def test_the_baseline_figure_of_a_variant_pools_its_paired_baseline_runs():
     )
     # Speedup > 1 only with a pooled baseline above the variant's figure.
     assert (result.speedup or 0) > 1 and result.baseline_step_ms_p50 > result.step_ms_p50
+
+
+def test_periodic_work_the_variant_does_not_speed_up_widens_the_band():
+    # tabular_mlp_debug's shape under anomaly-off: training steps 2.6x faster, the
+    # evaluation on every 5th step barely; a median over steps sees training steps only.
+    def periodic(train_ms: float, eval_ms: float, seed: int) -> tuple[float, ...]:
+        jitter = steps(1.0, 0.02, seed)
+        return tuple((eval_ms if i % 5 == 4 else train_ms) * j for i, j in enumerate(jitter))
+
+    base = [RunSample("b", periodic(2.6, 12.0, k)) for k in range(3)]
+    var = [RunSample("v", periodic(1.0, 10.0, 10 + k)) for k in range(3)]
+    estimate = estimate_speedup(base, var)
+    assert estimate.speedup == pytest.approx(2.6, rel=0.05)
+    wall = (4 * 2.6 + 12.0) / (4 * 1.0 + 10.0)  # 1.6x: what the script's own timer says
+    assert estimate.wall_clock_speedup == pytest.approx(wall, rel=0.05)
+    assert estimate.low <= wall <= estimate.speedup
+    assert estimate.statistic_gap == pytest.approx(math.log(estimate.speedup / wall), rel=0.05)
+
+
+def test_steady_steps_leave_the_band_as_the_bootstrap_gives_it():
+    estimate = estimate_speedup(baseline(), variant(80.0))
+    assert estimate.statistic_gap < 0.02
+    assert estimate.wall_clock_speedup == pytest.approx(estimate.speedup, rel=0.02)
+
+
+def test_a_ratio_that_moves_between_rounds_widens_a_verdicts_band():
+    # The baseline is steady; the variant's runs drift (1.25x in round 1, 1.6x in round 2).
+    base = [run("b", 100.0, 1, spread=0.0), run("b", 100.0, 2, spread=0.0)]
+    var = [run("v", 80.0, 3, spread=0.0), run("v", 62.5, 4, spread=0.0)]
+    plain = estimate_speedup(base, var)
+    assert plain.baseline_spread == pytest.approx(0.0) and plain.log_width == pytest.approx(0.0)
+    verdict = estimate_speedup(base, var, between_rounds=True)
+    spread = math.log(1.6 / 1.25) / 2
+    assert verdict.ratio_spread == pytest.approx(spread)
+    assert verdict.log_width == pytest.approx(spread)
+    assert verdict.low == pytest.approx(1.25, rel=1e-6)  # the slower round is inside the band

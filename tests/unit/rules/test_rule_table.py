@@ -432,6 +432,15 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("communication-heavy", "gpu", {"comm_frac": 0.25}, "warning"),
     ("communication-heavy", "gpu", {"comm_frac": 0.5}, "critical"),
     ("communication-heavy", "gpu", {"comm_frac": 0.10}, None),
+    # a straggler's wait inside the collective is no transfer: only the transfer counts
+    ("communication-heavy", "cpu", {"comm_frac": 0.6, "comm_transfer_frac": 0.04}, None),
+    ("communication-heavy", "cpu", {"comm_frac": 0.6, "comm_transfer_frac": 0.25}, "warning"),
+    (
+        "communication-heavy",
+        "gpu",
+        {"gpu_comm_frac": 0.6, "gpu_comm_exposed_frac": 0.5, "comm_peer_wait_frac": 0.45},
+        None,
+    ),
     # rank-straggler: > 10% of the step warning (TraceML), >= 20% critical (gain ladder)
     ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.5}, "critical"),
     ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.15}, "warning"),
@@ -552,3 +561,49 @@ def test_recompiles_at_stable_shapes_are_not_blamed_on_shapes() -> None:
     changing = {**stable, "input_shape_changes": 6}
     assert "input shapes change" in run_rule("step-jitter", "gpu", changing).explanation
     assert run_rule("recompilations", "gpu", changing).optimizations == ("static-shapes",)
+
+
+def _finding(rule_id: str, base: str, **overrides: Scalar) -> Finding:
+    result = evaluate(make_facts(base, **overrides))
+    return next(f for f in result.findings if f.rule_id == rule_id)
+
+
+def test_communication_counts_the_transfer_and_names_the_peer_wait() -> None:
+    finding = _finding(
+        "communication-heavy",
+        "cpu",
+        comm_frac=0.6,
+        comm_transfer_frac=0.25,
+        comm_peer_wait_ms_p50=20.0,
+    )
+    assert finding.title == "Communication takes 25% of the step"
+    assert finding.evidence[0].name == "comm_transfer_frac"
+    assert "Waiting for a slower rank (20.0 ms per step" in finding.explanation
+
+
+def test_a_straggler_slow_in_its_own_code_gets_a_fix_naming_it() -> None:
+    own_code = {
+        **STRAGGLER,
+        "straggler_excess_ms": 20.0,
+        "straggler_excess_frac": 0.6,
+        "straggler_own_ms_p50": 21.0,
+        "fastest_rank_own_ms_p50": 1.0,
+        "straggler_data_wait_ms_p50": 0.2,
+        "fastest_rank_data_wait_ms_p50": 0.2,
+        "straggler_forward_ms_p50": 1.0,
+        "fastest_rank_forward_ms_p50": 1.0,
+    }
+    finding = _finding("rank-straggler", "cpu", **own_code)
+    assert finding.optimizations == ("balance-rank-work",)
+    assert "What differs on rank 1 is its own code (20.8 ms per step" in finding.explanation
+    assert "machine under it" not in finding.explanation
+    # The same forward taking twice as long there: the node is named too.
+    slow_node = {**own_code, "straggler_forward_ms_p50": 2.0, "straggler_node_rank": 1}
+    finding = _finding("rank-straggler", "cpu", **slow_node)
+    assert "machine under it (node 1)" in finding.explanation
+
+
+def test_a_straggler_slow_in_its_data_keeps_the_data_fixes() -> None:
+    finding = _finding("rank-straggler", "cpu", **{**STRAGGLER, "straggler_excess_frac": 0.5})
+    assert finding.optimizations == ("dataloader-workers", "faster-data-pipeline")
+    assert "What differs on rank 1 is its data loading" in finding.explanation
