@@ -442,8 +442,7 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
         return out
     comm_ms = trace.comm_frac * step
     transfer = max(0.0, comm_ms - wait) / step
-    roots = record.observations.get("roots") or []
-    ddp = any(isinstance(r, Mapping) and r.get("ddp") is True for r in roots)
+    ddp = any(r.ddp is True for r in _observed(record).roots or ())
     known = [s.backward_ms for steps in (timed, *others) for s in steps]
     backwards = [b for b in known if b is not None]
     if ddp and backwards and timed_step:
