@@ -211,6 +211,12 @@ def _legend(ax: Any, count: int) -> None:
 # --------------------------------------------------------------------------- the charts
 
 
+def _first_run_note(count: int) -> str:
+    # The series hold one run per variant (its first), while the Variants table pools every
+    # A/B run: say so beside two or more variants, so the figures are not read as one pool.
+    return " (first run of each)" if count > 1 else ""
+
+
 def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     steps = _group(series, "steps")
     lines = []
@@ -224,7 +230,7 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         if label == BASELINE_LABEL and row.get("phase") and row.get("index"):
             warm = [i for i, p in zip(row["index"], row["phase"], strict=False) if p == "warmup"]
             warmup_end = max(warm) + 0.5 if warm and _finite(max(warm)) else None
-    title = "Step time over steps"
+    title = "Step time over steps" + _first_run_note(len(lines))
     if not lines:
         return Chart("step_time", title, None, "not measured: no per-step timing was recorded")
 
@@ -255,7 +261,7 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         values = {str(k): float(v) for k, v in parts.items() if _finite(v)}
         if values:
             rows.append((label, values))
-    title = "Step breakdown per variant"
+    title = "Step breakdown per variant" + _first_run_note(len(rows))
     if not rows:
         return Chart("breakdown", title, None, "not measured: no per-phase timing was recorded")
     parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]

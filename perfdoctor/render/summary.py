@@ -542,8 +542,8 @@ def variant_rows(report: Report) -> list[VariantRow]:
 VARIANTS_NOTE = (
     "Step p50/p90 pool every timed step of every run of a row (the baseline row: all baseline "
     "runs). Speedup is the median over the A/B rounds of baseline run median / variant run "
-    "median, ± the noise band; the A/B line beside it shows the pooled medians of the runs "
-    "it paired."
+    "median, ± the noise band; the diagnosis's Measured line sets a variant's pooled step "
+    "median beside that of the baseline runs it was paired with."
 )
 
 

@@ -227,3 +227,14 @@ def test_every_renderer_shows_the_run_notes():
     render_terminal(report, console)
     for text in (render_markdown(report), render_html(report), console.file.getvalue()):
         assert "stopped by perfdoctor at step 26" in text
+
+
+def test_the_variants_note_points_at_a_line_the_report_has():
+    """The note under the Variants table sent the reader to "the A/B line beside it", which no
+    renderer draws: the pooled pair is in the diagnosis's Measured line."""
+    from perfdoctor.render.summary import VARIANTS_NOTE
+
+    report = cpu_report()
+    assert "A/B line" not in VARIANTS_NOTE
+    assert "Measured line" in VARIANTS_NOTE
+    assert headline(report).measured  # the line the note names is there
