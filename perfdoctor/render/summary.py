@@ -274,7 +274,8 @@ RANK_NOTE_RUN = (
     "flight (the script's collectives and DDP's gradient all-reduce; on CUDA the host's part "
     "only); own: the step less that time: ranks in lockstep share the step time, and the "
     "slowest rank is the one with the most own work, while the others wait in their "
-    "collectives."
+    "collectives. The Baseline step figures are the job's: each step counted at its slowest "
+    "rank; the findings' comm_frac comes from the profiled steps' trace."
 )
 
 

@@ -76,7 +76,8 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(
             ev("comm_frac", comm, t["comm_frac"], ">"),
-            *seen(facts, "comm_kernel_frac", "world_size", "dist_backend"),
+            # The same share over the timed steps (no profiler): the ranks table's comm figure.
+            *seen(facts, "comm_step_frac", "comm_kernel_frac", "world_size", "dist_backend"),
         ),
         gain=GainEstimate(
             step_time_frac=gain,
@@ -238,6 +239,7 @@ RULES = (
             "gpu_comm_frac",
             "gpu_comm_overlap_frac",
             "comm_kernel_frac",
+            "comm_step_frac",
             "world_size",
             "dist_backend",
         ),

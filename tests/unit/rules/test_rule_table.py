@@ -567,3 +567,14 @@ def test_jitter_on_a_busy_machine_names_the_load_not_nothing() -> None:
     quiet = run_rule("step-jitter", "cpu", {**busy, "cpu_other_busy_cores": 0.1})
     assert quiet is not None and quiet.severity == "warning"
     assert "other processes" not in quiet.explanation
+
+
+def test_host_communication_shows_the_timed_share_the_ranks_table_shows() -> None:
+    """A 2-rank gloo run: the finding said 65% (profiled trace) while the ranks table said
+    80% for the same rank (timed steps): the evidence carries both, each under its name."""
+    facts = {"comm_frac": 0.655, "comm_step_frac": 0.805, "world_size": 2}
+    found = run_rule("communication-heavy", "cpu", facts)
+    assert found is not None
+    names = {e.name: e.value for e in found.evidence}
+    assert names["comm_frac"] == 0.655
+    assert names["comm_step_frac"] == 0.805
