@@ -116,7 +116,10 @@ def profile(
     ] = None,
     repeat: Annotated[
         int,
-        typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
+        typer.Option(
+            metavar="N",
+            help="A/B rounds per variant; with --no-apply, baseline runs (1 unless given).",
+        ),
     ] = 2,
     max_rounds: Annotated[
         int,
@@ -158,14 +161,22 @@ def profile(
         ),
     ] = 1,
     nnodes: Annotated[
-        int, typer.Option("--nnodes", help="Nodes of the job; run perfdoctor once per node.")
+        int,
+        typer.Option(
+            "--nnodes", metavar="N", help="Nodes of the job; run perfdoctor once per node."
+        ),
     ] = 1,
     node_rank: Annotated[
-        int, typer.Option("--node-rank", "--node_rank", help="This node's rank (0: the report).")
+        int,
+        typer.Option(
+            "--node-rank", "--node_rank", metavar="N", help="This node's rank (0: the report)."
+        ),
     ] = 0,
     rdzv_endpoint: Annotated[
         str | None,
-        typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT of node 0."),
+        typer.Option(
+            "--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="HOST:PORT of node 0."
+        ),
     ] = None,
 ) -> None:
     from perfdoctor.cli_options import ProfileArgs
@@ -270,12 +281,15 @@ def report(
             "the --out directory of `perfdoctor profile` (its latest session is used)."
         ),
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)] = "terminal",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help=FORMAT_HELP)
+    ] = "terminal",
     output: Annotated[
         Path | None,
         typer.Option(
             "--output",
             "-o",
+            metavar="FILE",
             help="Write the report here (its directory must exist) instead of to stdout.",
         ),
     ] = None,
@@ -341,13 +355,16 @@ def _rewritten_report(run: Path):
 def diagnose(
     ctx: typer.Context,
     paths: Annotated[
-        list[Path], typer.Argument(help="Trace files, directories or logdirs, snapshots.")
+        list[Path],
+        typer.Argument(help="Trace files, directories or logdirs, snapshots."),
     ],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="What to print: " + FORMAT_HELP)
+        str,
+        typer.Option("--format", "-f", metavar="FORMAT", help="What to print: " + FORMAT_HELP),
     ] = "terminal",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Directory for the reports.")
+        Path | None,
+        typer.Option("--out", "-o", metavar="DIR", help="Directory for the reports."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print report.json (-f json).")] = False,
     quiet: Annotated[bool, typer.Option(help="Print only where the reports went.")] = False,
@@ -486,7 +503,9 @@ def tensorboard(
         Path,
         typer.Argument(help="A session directory, or the --out directory (its latest session)."),
     ] = Path("perfdoctor-runs/latest"),
-    port: Annotated[int | None, typer.Option(help="Port (default: a free one).")] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default: a free one).")
+    ] = None,
 ) -> None:
     from perfdoctor.diagnose import resolve_session_dir
     from perfdoctor.tensorboard_launch import (

@@ -191,3 +191,18 @@ def test_debug_of_one_invocation_does_not_carry_into_the_next(tmp_path: Path, mo
     assert plain.exit_code == errors.EXIT_INTERNAL, plain.output
     assert "Traceback" not in plain.stderr
     assert "run again with --debug" in plain.stderr
+
+
+@pytest.mark.parametrize("command", ["profile", "diagnose", "report", "tensorboard"])
+def test_options_show_named_placeholders_not_python_types(command: str) -> None:
+    """`--nnodes <int>`, `-f <str>`, `-o <path>`: every option value has a name that says
+    what to give, as --steps N does."""
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    options = result.stdout.split("Options:")[-1] if "Options:" in result.stdout else ""
+    for placeholder in ("<int>", "<str>", "<path>", "<float>"):
+        assert placeholder not in options, (command, placeholder)
+
+
+def test_repeat_help_says_no_apply_runs_once_unless_given() -> None:
+    assert "1 unless given" in invoke("profile", "--help").stdout
