@@ -394,9 +394,17 @@ def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
     return "No automatic fix: see the explanation of this finding."
 
 
+def _nothing_applied(variant: VariantResult) -> bool:
+    """Every applier of the variant refused: its runs timed the unchanged script, so its
+    'speedup' is run-to-run noise, not an effect."""
+    return bool(variant.applied) and not any(item.applied for item in variant.applied)
+
+
 def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "failed":
         return f"{variant.label}: failed ({variant.reason})."
+    if _nothing_applied(variant):
+        return f"{variant.label}: {variant.verdict} ({variant.reason})."
     text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)}"
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
@@ -529,7 +537,9 @@ def variant_rows(report: Report) -> list[VariantRow]:
                 applied=fmt.applied(v.applied, v.optimizations, v.label),
                 step_p50=fmt.ms(v.step_ms_p50),
                 step_p90=fmt.ms(v.step_ms_p90),
-                speedup=fmt.speedup(v.speedup, v.speedup_noise),
+                speedup=fmt.MISSING
+                if _nothing_applied(v)
+                else fmt.speedup(v.speedup, v.speedup_noise),
                 memory=fmt.nbytes(v.peak_memory_bytes),
                 loss_delta=fmt.signed_percent(v.loss_delta),
                 # "?": measured while other processes kept the machine busy (see reason).

@@ -247,3 +247,22 @@ def test_the_run_ranks_note_says_the_baseline_step_is_the_slowest_ranks():
 
     assert "slowest rank" in RANK_NOTE_RUN.split("collectives.")[-1]
     assert "comm_frac" in RANK_NOTE_RUN
+
+
+def test_a_variant_nothing_was_applied_in_shows_no_speedup():
+    """mnist with Adadelta: fused-optimizer was refused, and the headline still read
+    "0.54x ± 0.18, step 426 ms → 705 ms": the noise of two runs of the same script."""
+    report = cpu_report()
+    refused = replace(
+        report.variants[0],
+        speedup=0.54,
+        speedup_noise=0.18,
+        verdict="rejected",
+        reason="not applied: dataloader-workers: the script sets num_workers itself",
+        applied=(AppliedOptimization("dataloader-workers", False, False, "refused"),),
+    )
+    report = replace(report, variants=(refused,))
+    head = headline(report)
+    assert "0.54x" not in head.measured
+    assert "not applied" in head.measured
+    assert variant_rows(report)[1].speedup == fmt.MISSING
