@@ -82,6 +82,13 @@ class ProfileArgs:
     def __post_init__(self) -> None:
         if self.module is None and not self.args:
             raise UsageError("no script given: perfdoctor profile SCRIPT [ARGS]...")
+        if self.module is None and self.args[0].startswith("-") and self.args[0] != "-":
+            # Unknown options pass through to the script, so one before the script lands in
+            # its place: say what it is, not "--stepz: no such file".
+            raise UsageError(
+                f"no such option: {self.args[0]} (perfdoctor profile --help lists them; the "
+                "script's own options go after the script)"
+            )
         for name, value in (
             ("--steps", self.steps),
             ("--repeat", self.repeat),

@@ -206,3 +206,11 @@ def test_options_show_named_placeholders_not_python_types(command: str) -> None:
 
 def test_repeat_help_says_no_apply_runs_once_unless_given() -> None:
     assert "1 unless given" in invoke("profile", "--help").stdout
+
+
+def test_an_unknown_option_before_the_script_is_a_usage_error() -> None:
+    """`perfdoctor profile --stepz 3 train.py` said "--stepz: no such file" (exit 66)."""
+    result = invoke("profile", "--stepz", "3", "train.py")
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert "no such option: --stepz" in result.stderr
+    assert "no such file" not in result.stderr
