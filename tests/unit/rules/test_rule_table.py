@@ -578,3 +578,14 @@ def test_host_communication_shows_the_timed_share_the_ranks_table_shows() -> Non
     names = {e.name: e.value for e in found.evidence}
     assert names["comm_frac"] == 0.655
     assert names["comm_step_frac"] == 0.805
+
+
+def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
+    """HTA's trace_diff test trace (Tesla V100, sm 7.0): the finding said "bf16 autocast (or
+    TF32)", neither of which a V100 has, while the recommendation was amp-fp16."""
+    low = {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.0}
+    v100 = run_rule("gpu-bound", "gpu", {**low, "gpu_compute_capability": "7.0"})
+    assert v100 is not None
+    assert "fp16 autocast" in v100.explanation and "bf16" not in v100.explanation
+    h100 = run_rule("gpu-bound", "gpu", low)
+    assert h100 is not None and "bf16 autocast" in h100.explanation
