@@ -586,6 +586,6 @@ def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
     low = {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.0}
     v100 = run_rule("gpu-bound", "gpu", {**low, "gpu_compute_capability": "7.0"})
     assert v100 is not None
-    assert "fp16 autocast" in v100.explanation and "bf16" not in v100.explanation
+    assert "fp16 autocast" in v100.explanation and "bf16 autocast" not in v100.explanation
     h100 = run_rule("gpu-bound", "gpu", low)
     assert h100 is not None and "bf16 autocast" in h100.explanation
