@@ -80,7 +80,14 @@ def run_notes(report: Report) -> tuple[str, ...]:
     end = report.script_end
     if end.get("stopped_by_perfdoctor"):
         step = end.get("step")
-        at = f" at step {step} (after its {step} planned steps)" if isinstance(step, int) else ""
+        # The step count includes the profiler's start-up step, one more than --warmup +
+        # --steps + --profile-steps: say what the plan held, not "its 17 planned steps".
+        at = (
+            f" at step {step}, the end of its plan (warm-up, timed, profiler start-up and "
+            "profiled steps)"
+            if isinstance(step, int)
+            else ""
+        )
         where = f", in {end['location']}" if end.get("location") else ""
         notes.append(
             f"The script was stopped by perfdoctor{at}{where}: its end of training "

@@ -200,6 +200,7 @@ def test_run_notes_say_where_the_script_was_stopped_and_what_was_removed():
     head = headline(cpu_report(script_end=STOPPED, removed_outputs=removed))
     stop, tidy = head.run_notes
     assert stop.startswith("The script was stopped by perfdoctor at step 26")
+    assert "26 planned" not in stop and "profiler start-up" in stop  # 3 + 10 + 3 gave step 17
     assert "in train.py:42 in main" in stop and "--run-to-end lets it finish" in stop
     assert tidy.startswith("Removed what perfdoctor's own re-runs left in the script's log")
     assert "lightning_logs/version_5 and 2 more" in tidy
