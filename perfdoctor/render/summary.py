@@ -232,8 +232,8 @@ def skipped_summary(report: Report) -> str:
         return f"{count} rule(s) skipped: their facts were not measured on this run"
     run_only = sum(1 for s in report.skipped_rules if TRACE_ONLY_REASON in s.reason)
     return (
-        f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from a trace "
-        "without a perfdoctor run (they need what only `perfdoctor profile` records: the "
+        f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from what was "
+        "recorded (traces, memory snapshots) without a perfdoctor run (they need what only `perfdoctor profile` records: the "
         "script's settings, the loss, device samples)"
     )
 

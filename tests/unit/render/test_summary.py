@@ -267,3 +267,15 @@ def test_a_variant_nothing_was_applied_in_shows_no_speedup():
     assert "0.54x" not in head.measured
     assert "not applied" in head.measured
     assert variant_rows(report)[1].speedup == fmt.MISSING
+
+
+def test_the_skipped_line_of_a_snapshot_diagnosis_does_not_say_trace():
+    """`perfdoctor diagnose snapshot.pickle` said "diagnosed from a trace"."""
+    from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
+    from perfdoctor.model import SkippedRule
+    from perfdoctor.render.summary import skipped_summary
+
+    report = cpu_report(source="trace", skipped_rules=(SkippedRule("r", TRACE_ONLY_REASON),))
+    text = skipped_summary(report)
+    assert "1 of them because" in text
+    assert "from a trace" not in text and "memory snapshots" in text
