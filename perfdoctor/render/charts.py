@@ -165,6 +165,11 @@ def _legend_label(label: str) -> str:
     return fmt.one_line(label, _LEGEND_LABEL_CHARS)
 
 
+def _run_name(label: str, lines: Sequence[Any]) -> str:
+    """The run's name in a legend, or "" when the chart draws one run only."""
+    return _legend_label(label) if len(lines) > 1 else ""
+
+
 def _group(series: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     group = series.get(name)
     return group if isinstance(group, Mapping) else {}
@@ -487,9 +492,15 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
                     lw=1.0,
                     ls="--",
                     color=color,
-                    label=f"{_legend_label(label)} reserved",
+                    label=f"{name} reserved" if (name := _run_name(label, lines)) else "reserved",
                 )
-            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
+            line_label = _legend_label(label)
+            if label in reserved:
+                # Beside its reserved line the solid one is the allocated memory; one run's
+                # lines need no run name (a snapshot's label is just "trace").
+                name = _run_name(label, lines)
+                line_label = f"{name} allocated" if name else "allocated"
+            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=line_label)
             if peak == peak_y:
                 ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
             else:  # reached between the drawn samples (or in another run of the variant)

@@ -127,3 +127,19 @@ def test_a_single_run_chart_has_no_first_run_note():
     series = {k: {"baseline": v["baseline"]} for k, v in report.series.items() if "baseline" in v}
     charts = {c.key: c for c in build_charts(replace(report, series=series, variants=()))}
     assert charts["step_time"].title == "Step time over steps"
+
+
+def test_a_snapshot_memory_chart_names_its_lines_allocated_and_reserved():
+    """`perfdoctor diagnose snapshot.pickle`: the legend read "trace" and "trace reserved"
+    for a memory snapshot."""
+    report = cpu_report()
+    series = dict(report.series)
+    series["memory"] = {
+        "trace": {
+            "t_s": [0.0, 1.0, 2.0],
+            "allocated_bytes": [2**30, 3 * 2**30, 2**30],
+            "reserved_bytes": [2 * 2**30, 4 * 2**30, 4 * 2**30],
+        }
+    }
+    svg = build_charts(replace(report, series=series))[3].svg or ""
+    assert "trace reserved" not in svg and "reserved" in svg
