@@ -222,7 +222,9 @@ def _baseline_summary(
     per_optimizer = [o.get("steps") for o in record.observations.get("optimizers", ())]
     known = [n for n in per_optimizer if isinstance(n, int)]
     optimizer_steps = sum(known) if known else len(record.steps)
-    figures = pool_figures([run_sample_from_record(record)])
+    # The profiled run's own figures whatever its end: a crashed script's report is partial,
+    # not empty (the comparison pools, which drop failed runs, are taken elsewhere).
+    figures = pool_figures([replace(run_sample_from_record(record), status="completed")])
     micro = facts.get("micro_batches_per_step")
     summary = BaselineSummary(
         steps_timed=len(timed),
