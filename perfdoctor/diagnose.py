@@ -85,9 +85,17 @@ def resolve_session_dir(path: Path) -> Path:
         return path.parent
     if is_child_dir(path):
         return path
+    # `perfdoctor diagnose` writes its reports without a run behind them: say where to look.
+    diagnosed = (path / "report.json").is_file()
     raise BadRunDir(
         f"{path} is not a perfdoctor run directory (no {SESSION_FILE} and no "
-        f"{BASELINE_LABEL}/ inside)"
+        f"{BASELINE_LABEL}/ inside)",
+        hint=(
+            "it holds the reports of `perfdoctor diagnose` (report.md, report.html, "
+            "report.json); run perfdoctor diagnose on the traces again to re-render them"
+            if diagnosed
+            else None
+        ),
     )
 
 

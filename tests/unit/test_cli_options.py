@@ -214,3 +214,11 @@ def test_an_unknown_option_before_the_script_is_a_usage_error() -> None:
     assert result.exit_code == errors.EXIT_USAGE, result.output
     assert "no such option: --stepz" in result.stderr
     assert "no such file" not in result.stderr
+
+
+def test_report_on_a_diagnose_output_says_what_it_is(tmp_path: Path) -> None:
+    """`perfdoctor report perfdoctor-diagnose/<dir>`: the reports are already there."""
+    (tmp_path / "report.json").write_text("{}")
+    result = invoke("report", str(tmp_path))
+    assert result.exit_code == errors.EXIT_BAD_RUN_DIR, result.output
+    assert "perfdoctor diagnose" in result.stderr
