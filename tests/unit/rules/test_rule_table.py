@@ -589,3 +589,15 @@ def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
     assert "fp16 autocast" in v100.explanation and "bf16 autocast" not in v100.explanation
     h100 = run_rule("gpu-bound", "gpu", low)
     assert h100 is not None and "bf16 autocast" in h100.explanation
+
+
+def test_single_tensor_adadelta_is_not_told_about_fused() -> None:
+    """pytorch/examples' mnist (Adadelta): the finding offered "fused=True", which Adadelta
+    does not have."""
+    facts = {"optimizer_impl": "single-tensor", "optimizer_frac": 0.2}
+    adadelta = run_rule("single-tensor-optimizer", "cpu", {**facts, "optimizer_class": "Adadelta"})
+    assert adadelta is not None
+    assert "fused=True does" not in adadelta.explanation
+    assert "Adadelta has no fused=True" in adadelta.explanation
+    adam = run_rule("single-tensor-optimizer", "cpu", {**facts, "optimizer_class": "Adam"})
+    assert adam is not None and "fused=True does the whole update" in adam.explanation
