@@ -185,12 +185,15 @@ def report(
             "the --out directory of `perfdoctor profile` (its latest session is used)."
         ),
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)] = "terminal",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help=FORMAT_HELP)
+    ] = "terminal",
     output: Annotated[
         Path | None,
         typer.Option(
             "--output",
             "-o",
+            metavar="FILE",
             help="Write the report here (its directory must exist) instead of to stdout.",
         ),
     ] = None,
@@ -256,13 +259,16 @@ def _rewritten_report(run: Path):
 def diagnose(
     ctx: typer.Context,
     paths: Annotated[
-        list[Path], typer.Argument(help="Trace files, directories or logdirs, snapshots.")
+        list[Path],
+        typer.Argument(help="Trace files, directories or logdirs, snapshots."),
     ],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="What to print: " + FORMAT_HELP)
+        str,
+        typer.Option("--format", "-f", metavar="FORMAT", help="What to print: " + FORMAT_HELP),
     ] = "terminal",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Directory for the reports.")
+        Path | None,
+        typer.Option("--out", "-o", metavar="DIR", help="Directory for the reports."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print report.json (-f json).")] = False,
     quiet: Annotated[bool, typer.Option(help="Print only where the reports went.")] = False,
@@ -401,7 +407,9 @@ def tensorboard(
         Path,
         typer.Argument(help="A session directory, or the --out directory (its latest session)."),
     ] = Path("perfdoctor-runs/latest"),
-    port: Annotated[int | None, typer.Option(help="Port (default: a free one).")] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default: a free one).")
+    ] = None,
 ) -> None:
     from perfdoctor.diagnose import resolve_session_dir
     from perfdoctor.tensorboard_launch import (

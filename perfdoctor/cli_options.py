@@ -84,6 +84,13 @@ class ProfileArgs:
     def __post_init__(self) -> None:
         if self.module is None and not self.args:
             raise UsageError("no script given: perfdoctor profile SCRIPT [ARGS]...")
+        if self.module is None and self.args[0].startswith("-") and self.args[0] != "-":
+            # Unknown options pass through to the script, so one before the script lands in
+            # its place: say what it is, not "--stepz: no such file".
+            raise UsageError(
+                f"no such option: {self.args[0]} (perfdoctor profile --help lists them; the "
+                "script's own options go after the script)"
+            )
         for name, value in (
             ("--steps", self.steps),
             ("--repeat", self.repeat),
@@ -218,7 +225,10 @@ def profile_options(
     ] = None,
     repeat: Annotated[
         int,
-        typer.Option(metavar="N", help="A/B rounds per variant; with --no-apply, baseline runs."),
+        typer.Option(
+            metavar="N",
+            help="A/B rounds per variant; with --no-apply, baseline runs (1 unless given).",
+        ),
     ] = 2,
     max_rounds: Annotated[
         int,
@@ -260,14 +270,22 @@ def profile_options(
         ),
     ] = 1,
     nnodes: Annotated[
-        int, typer.Option("--nnodes", help="Nodes of the job; run perfdoctor once per node.")
+        int,
+        typer.Option(
+            "--nnodes", metavar="N", help="Nodes of the job; run perfdoctor once per node."
+        ),
     ] = 1,
     node_rank: Annotated[
-        int, typer.Option("--node-rank", "--node_rank", help="This node's rank (0: the report).")
+        int,
+        typer.Option(
+            "--node-rank", "--node_rank", metavar="N", help="This node's rank (0: the report)."
+        ),
     ] = 0,
     rdzv_endpoint: Annotated[
         str | None,
-        typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT of node 0."),
+        typer.Option(
+            "--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="HOST:PORT of node 0."
+        ),
     ] = None,
 ) -> None:
     """The declaration of `perfdoctor profile`'s options, for typer: each parameter is a

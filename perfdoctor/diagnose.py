@@ -86,9 +86,17 @@ def resolve_session_dir(path: Path) -> Path:
         return path.parent
     if is_child_dir(path):
         return path
+    # `perfdoctor diagnose` writes its reports without a run behind them: say where to look.
+    diagnosed = (path / "report.json").is_file()
     raise BadRunDir(
         f"{path} is not a perfdoctor run directory (no {SESSION_FILE} and no "
-        f"{BASELINE_LABEL}/ inside)"
+        f"{BASELINE_LABEL}/ inside)",
+        hint=(
+            "it holds the reports of `perfdoctor diagnose` (report.md, report.html, "
+            "report.json); run perfdoctor diagnose on the traces again to re-render them"
+            if diagnosed
+            else None
+        ),
     )
 
 
@@ -222,7 +230,9 @@ def _baseline_summary(
     # in steps); without optimizer observations, the steps themselves.
     known = [o.steps for o in record.observed.optimizers or () if o.steps is not None]
     optimizer_steps = sum(known) if known else len(record.steps)
-    figures = pool_figures([run_sample_from_record(record)])
+    # The profiled run's own figures whatever its end: a crashed script's report is partial,
+    # not empty (the comparison pools, which drop failed runs, are taken elsewhere).
+    figures = pool_figures([replace(run_sample_from_record(record), status="completed")])
     micro = facts.get("micro_batches_per_step")
     summary = BaselineSummary(
         steps_timed=len(timed),

@@ -215,7 +215,9 @@ FACTS: dict[str, FactDoc] = {
     ),
     "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
     "comm_frac": _f(
-        "frac", "trace", "share of step time the host spends in nccl/gloo collectives (union)"
+        "frac",
+        "trace",
+        "share of the profiled steps' time the host spends in nccl/gloo collectives (union)",
     ),
     # ---- trace: GPU side -----------------------------------------------------------------
     "gpu_busy_frac": _gpu(

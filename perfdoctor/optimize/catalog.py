@@ -280,6 +280,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="any",
         verify="optimizer.param_groups[0]['fused'] is True",
         numerics_tolerance="exact",
+        skip_auto=policies.skip_fused_without_kernels,
         tailor=policies.fused_for_script_optimizer,
     ),
     _runtime(

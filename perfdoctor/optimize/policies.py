@@ -166,11 +166,34 @@ def preferred_amp(facts: Facts) -> str:
 
 # Optimizers with a fused implementation in torch.optim: the snippet names the script's own.
 _FUSED_CLASSES = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+# The others with a multi-tensor (foreach) step, the most they can do instead.
+_FOREACH_ONLY_CLASSES = frozenset(
+    {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
+)
 
 
 def fused_for_script_optimizer(facts: Facts, code_change: str) -> str:
-    """The fused-optimizer snippet shows the script's optimizer class, not AdamW for SGD."""
+    """The fused-optimizer snippet shows the script's optimizer class, not AdamW for SGD;
+    a class without fused kernels (Adadelta, RMSprop, ...) gets foreach=True instead."""
     cls = facts.get("optimizer_class")
     if isinstance(cls, str) and cls in _FUSED_CLASSES:
         return f"torch.optim.{cls}(model.parameters(), lr=..., fused=True)"
+    if isinstance(cls, str) and cls in _FOREACH_ONLY_CLASSES:
+        return (
+            f"torch.optim.{cls}(model.parameters(), lr=..., foreach=True)"
+            f"  # {cls} has no fused=True"
+        )
     return code_change
+
+
+def _known_class_without_fused(facts: Facts) -> bool:
+    cls = facts.get("optimizer_class")
+    return isinstance(cls, str) and bool(cls) and cls not in _FUSED_CLASSES
+
+
+def skip_fused_without_kernels(facts: Facts, asked: bool) -> str | None:
+    # The applier patches only the classes with fused kernels: on any other optimizer the
+    # re-runs could only be refused, and their A/B rounds would time the unchanged script.
+    if _known_class_without_fused(facts):
+        return f"{facts.get('optimizer_class')} has no fused implementation in torch.optim"
+    return None

@@ -165,6 +165,11 @@ def _legend_label(label: str) -> str:
     return fmt.one_line(label, _LEGEND_LABEL_CHARS)
 
 
+def _run_name(label: str, lines: Sequence[Any]) -> str:
+    """The run's name in a legend, or "" when the chart draws one run only."""
+    return _legend_label(label) if len(lines) > 1 else ""
+
+
 def _group(series: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     group = series.get(name)
     return group if isinstance(group, Mapping) else {}
@@ -211,6 +216,12 @@ def _legend(ax: Any, count: int) -> None:
 # --------------------------------------------------------------------------- the charts
 
 
+def _first_run_note(count: int) -> str:
+    # The series hold one run per variant (its first), while the Variants table pools every
+    # A/B run: say so beside two or more variants, so the figures are not read as one pool.
+    return " (first run of each)" if count > 1 else ""
+
+
 def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     steps = _group(series, "steps")
     lines = []
@@ -224,7 +235,7 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         if label == BASELINE_LABEL and row.get("phase") and row.get("index"):
             warm = [i for i, p in zip(row["index"], row["phase"], strict=False) if p == "warmup"]
             warmup_end = max(warm) + 0.5 if warm and _finite(max(warm)) else None
-    title = "Step time over steps"
+    title = "Step time over steps" + _first_run_note(len(lines))
     if not lines:
         return Chart("step_time", title, None, "not measured: no per-step timing was recorded")
 
@@ -255,7 +266,7 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         values = {str(k): float(v) for k, v in parts.items() if _finite(v)}
         if values:
             rows.append((label, values))
-    title = "Step breakdown per variant"
+    title = "Step breakdown per variant" + _first_run_note(len(rows))
     if not rows:
         return Chart("breakdown", title, None, "not measured: no per-phase timing was recorded")
     parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]
@@ -481,9 +492,15 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
                     lw=1.0,
                     ls="--",
                     color=color,
-                    label=f"{_legend_label(label)} reserved",
+                    label=f"{name} reserved" if (name := _run_name(label, lines)) else "reserved",
                 )
-            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=_legend_label(label))
+            line_label = _legend_label(label)
+            if label in reserved:
+                # Beside its reserved line the solid one is the allocated memory; one run's
+                # lines need no run name (a snapshot's label is just "trace").
+                name = _run_name(label, lines)
+                line_label = f"{name} allocated" if name else "allocated"
+            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=line_label)
             if peak == peak_y:
                 ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
             else:  # reached between the drawn samples (or in another run of the variant)

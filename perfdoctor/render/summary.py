@@ -80,7 +80,14 @@ def run_notes(report: Report) -> tuple[str, ...]:
     end = report.script_end
     if end.get("stopped_by_perfdoctor"):
         step = end.get("step")
-        at = f" at step {step} (after its {step} planned steps)" if isinstance(step, int) else ""
+        # The step count includes the profiler's start-up step, one more than --warmup +
+        # --steps + --profile-steps: say what the plan held, not "its 17 planned steps".
+        at = (
+            f" at step {step}, the end of its plan (warm-up, timed, profiler start-up and "
+            "profiled steps)"
+            if isinstance(step, int)
+            else ""
+        )
         where = f", in {end['location']}" if end.get("location") else ""
         notes.append(
             f"The script was stopped by perfdoctor{at}{where}: its end of training "
@@ -225,8 +232,8 @@ def skipped_summary(report: Report) -> str:
         return f"{count} rule(s) skipped: their facts were not measured on this run"
     run_only = sum(1 for s in report.skipped_rules if TRACE_ONLY_REASON in s.reason)
     return (
-        f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from a trace "
-        "without a perfdoctor run (they need what only `perfdoctor profile` records: the "
+        f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from what was "
+        "recorded (traces, memory snapshots) without a perfdoctor run (they need what only `perfdoctor profile` records: the "
         "script's settings, the loss, device samples)"
     )
 
@@ -274,7 +281,8 @@ RANK_NOTE_RUN = (
     "flight (the script's collectives and DDP's gradient all-reduce; on CUDA the host's part "
     "only); own: the step less that time: ranks in lockstep share the step time, and the "
     "slowest rank is the one with the most own work, while the others wait in their "
-    "collectives."
+    "collectives. The Baseline step figures are the job's: each step counted at its slowest "
+    "rank; the findings' comm_frac comes from the profiled steps' trace."
 )
 
 
@@ -405,9 +413,17 @@ def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
     return "No automatic fix: see the explanation of this finding."
 
 
+def _nothing_applied(variant: VariantResult) -> bool:
+    """Every applier of the variant refused: its runs timed the unchanged script, so its
+    'speedup' is run-to-run noise, not an effect."""
+    return bool(variant.applied) and not any(item.applied for item in variant.applied)
+
+
 def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "failed":
         return f"{variant.label}: failed ({variant.reason})."
+    if _nothing_applied(variant):
+        return f"{variant.label}: {variant.verdict} ({variant.reason})."
     text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)}"
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
@@ -540,7 +556,9 @@ def variant_rows(report: Report) -> list[VariantRow]:
                 applied=fmt.applied(v.applied, v.optimizations, v.label),
                 step_p50=fmt.ms(v.step_ms_p50),
                 step_p90=fmt.ms(v.step_ms_p90),
-                speedup=fmt.speedup(v.speedup, v.speedup_noise),
+                speedup=fmt.MISSING
+                if _nothing_applied(v)
+                else fmt.speedup(v.speedup, v.speedup_noise),
                 memory=fmt.nbytes(v.peak_memory_bytes),
                 loss_delta=fmt.signed_percent(v.loss_delta),
                 # "?": measured while other processes kept the machine busy (see reason).
@@ -554,8 +572,8 @@ def variant_rows(report: Report) -> list[VariantRow]:
 VARIANTS_NOTE = (
     "Step p50/p90 pool every timed step of every run of a row (the baseline row: all baseline "
     "runs). Speedup is the median over the A/B rounds of baseline run median / variant run "
-    "median, ± the noise band; the A/B line beside it shows the pooled medians of the runs "
-    "it paired."
+    "median, ± the noise band; the diagnosis's Measured line sets a variant's pooled step "
+    "median beside that of the baseline runs it was paired with."
 )
 
 

@@ -147,10 +147,12 @@ def _breakdown_table(parts: list[tuple[str, float, float]]) -> Table | Text:
     table = Table(
         box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
     )
-    table.add_column("part", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("share", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
+    # Beside a wide step table the bars give way, never the labels and figures ("optimiz…").
+    times = [fmt.ms(value) for _, value, _ in parts]
+    table.add_column("part", no_wrap=True, min_width=max(len(p) for p, _, _ in parts))
+    table.add_column("time", justify="right", no_wrap=True, min_width=max(map(len, times)))
+    table.add_column("share", justify="right", no_wrap=True, min_width=6)
+    table.add_column("", no_wrap=True, overflow="crop")
     for part, value, share in parts:
         bar = "█" * max(round(share * _BAR_WIDTH), 1 if share > 0 else 0)
         table.add_row(Text(part), fmt.ms(value), fmt.percent(share), Text(bar, style="blue"))

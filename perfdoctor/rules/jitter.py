@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen
+from perfdoctor.rules.measurement import BUSY_MACHINE, busy_limit
 
 STEP_JITTER = "step-jitter"
 RECOMPILATIONS = "recompilations"
@@ -43,6 +44,15 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if data_wait is not None and data_wait > t["data_wait_frac"]:
         hints.append(f"the DataLoader stalls ({pct(data_wait)} of step time waiting)")
         optimizations.append("dataloader-workers")
+    # Other processes' load is measured (busy-machine): name it rather than say nothing
+    # explains the jitter; when it is the only cause, the script has nothing to fix.
+    others = num(facts, "cpu_other_busy_cores")
+    busy = others is not None and others >= busy_limit(num(facts, "cpu_cores_logical"))
+    only_busy = busy and not hints
+    if busy:
+        hints.append(
+            f"other processes kept {others:.1f} cores of this machine busy ({BUSY_MACHINE})"
+        )
     cause = (
         " Likely cause: " + "; ".join(hints) + "."
         if hints
@@ -52,7 +62,7 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     slow = f" Slow steps cost {pct(gain)} of the mean step time." if gain else ""
     return Finding(
         rule_id=STEP_JITTER,
-        severity="warning" if ratio >= t["warning_ratio"] else "info",
+        severity="warning" if ratio >= t["warning_ratio"] and not only_busy else "info",
         title=f"Step time is uneven: p90 is {ratio:.2f}x the median",
         explanation=f"The slowest tenth of the steps take {ratio:.2f}x the median step.{slow}"
         + cause,
@@ -156,6 +166,8 @@ RULES = (
             "input_shape_changes",
             "recompile_count",
             "data_wait_frac",
+            "cpu_other_busy_cores",
+            "cpu_cores_logical",
         ),
         thresholds={
             "info_ratio": 1.5,

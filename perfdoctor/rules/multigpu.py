@@ -98,9 +98,12 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(
             ev(share_fact, share, t["comm_frac"], ">"),
+            # comm_step_frac: the same share over the timed steps (no profiler), the ranks
+            # table's communication figure.
             *seen(
                 facts,
                 *(("comm_frac", "comm_peer_wait_ms_p50") if share_fact != "comm_frac" else ()),
+                "comm_step_frac",
                 "comm_kernel_frac",
                 "world_size",
                 "dist_backend",
@@ -329,6 +332,7 @@ RULES = (
             "gpu_comm_frac",
             "gpu_comm_overlap_frac",
             "comm_kernel_frac",
+            "comm_step_frac",
             "world_size",
             "dist_backend",
         ),

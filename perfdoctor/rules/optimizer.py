@@ -23,6 +23,10 @@ SINGLE_TENSOR_OPTIMIZER = "single-tensor-optimizer"
 ZERO_GRAD_ZEROING = "zero-grad-zeroing"
 
 _FP32_BYTES = 4
+# torch.optim classes with a foreach step but no fused one (fused: Adam, AdamW, SGD, Adagrad).
+_KNOWN_WITHOUT_FUSED = frozenset(
+    {"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"}
+)
 
 
 def _impl(facts: Facts) -> str | None:
@@ -44,8 +48,13 @@ def check_single_tensor(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         title=f"{cls} steps one tensor at a time ({pct(share)} of the step)",
         explanation=(
             f"optimizer.step takes {pct(share)} of the step and {cls} runs its single-tensor "
-            "loop, one set of small kernels per parameter. foreach=True batches the parameters "
-            f"and fused=True does the whole update in one kernel.{where(locs)}"
+            "loop, one set of small kernels per parameter. foreach=True batches the parameters"
+            + (
+                " and fused=True does the whole update in one kernel."
+                if cls not in _KNOWN_WITHOUT_FUSED
+                else f" ({cls} has no fused=True)."
+            )
+            + where(locs)
         ),
         evidence=(
             ev("optimizer_impl", _impl(facts) or "single-tensor"),

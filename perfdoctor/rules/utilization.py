@@ -167,9 +167,17 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         return None
     tensor_cores = num(facts, "tensor_core_kernel_frac")
     few_tensor_cores = tensor_cores is not None and tensor_cores < t["low_tensor_core_frac"]
+    # Before Ampere (a V100 is 7.0) there is neither bf16 nor TF32: fp16 is the way in, as
+    # the recommendation (amp-fp16 standing in for amp-bf16) says.
+    cc = num(facts, "gpu_compute_capability")
+    lower = (
+        "fp16 autocast (with a GradScaler; this GPU has neither bf16 nor TF32)"
+        if cc is not None and cc < 8.0
+        else "bf16 autocast (or TF32 for fp32 matmuls)"
+    )
     precision = (
-        f" Only {pct(tensor_cores)} of the kernel time runs on tensor cores: bf16 autocast "
-        "(or TF32 for fp32 matmuls) moves GEMMs and convolutions onto them."
+        f" Only {pct(tensor_cores)} of the kernel time runs on tensor cores: {lower} moves "
+        "GEMMs and convolutions onto them."
         if few_tensor_cores and tensor_cores is not None
         else ""
     )
@@ -202,7 +210,12 @@ RULES = (
         title="GPU-bound: the GPU is busy nearly all the time",
         area="utilization",
         needs=("device_is_cuda", "gpu_busy_frac"),
-        uses=("gpu_compute_frac", "gpu_comm_exposed_frac", "tensor_core_kernel_frac"),
+        uses=(
+            "gpu_compute_frac",
+            "gpu_comm_exposed_frac",
+            "tensor_core_kernel_frac",
+            "gpu_compute_capability",
+        ),
         thresholds={"busy_frac": 0.85, "low_tensor_core_frac": 0.3},
         source=(
             "85% busy: the complement of HTA's idle share at which its docs stop looking at "

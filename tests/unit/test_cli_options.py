@@ -204,3 +204,34 @@ def test_the_declared_options_are_the_fields_of_profile_args() -> None:
     declared = set(inspect.signature(profile_options).parameters) - {"ctx"}
     fields = {f.name for f in dataclasses.fields(ProfileArgs)} - {"args", "repeat_given"}
     assert declared == fields
+
+
+@pytest.mark.parametrize("command", ["profile", "diagnose", "report", "tensorboard"])
+def test_options_show_named_placeholders_not_python_types(command: str) -> None:
+    """`--nnodes <int>`, `-f <str>`, `-o <path>`: every option value has a name that says
+    what to give, as --steps N does."""
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    options = result.stdout.split("Options:")[-1] if "Options:" in result.stdout else ""
+    for placeholder in ("<int>", "<str>", "<path>", "<float>"):
+        assert placeholder not in options, (command, placeholder)
+
+
+def test_repeat_help_says_no_apply_runs_once_unless_given() -> None:
+    assert "1 unless given" in invoke("profile", "--help").stdout
+
+
+def test_an_unknown_option_before_the_script_is_a_usage_error() -> None:
+    """`perfdoctor profile --stepz 3 train.py` said "--stepz: no such file" (exit 66)."""
+    result = invoke("profile", "--stepz", "3", "train.py")
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert "no such option: --stepz" in result.stderr
+    assert "no such file" not in result.stderr
+
+
+def test_report_on_a_diagnose_output_says_what_it_is(tmp_path: Path) -> None:
+    """`perfdoctor report perfdoctor-diagnose/<dir>`: the reports are already there."""
+    (tmp_path / "report.json").write_text("{}")
+    result = invoke("report", str(tmp_path))
+    assert result.exit_code == errors.EXIT_BAD_RUN_DIR, result.output
+    assert "perfdoctor diagnose" in result.stderr

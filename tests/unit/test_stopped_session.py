@@ -81,3 +81,17 @@ def test_a_crashed_scripts_error_line_is_in_the_report(session_dir: Path) -> Non
     report = analyze_session(session_dir)
     assert "the script's error: RuntimeError: boom at step 12" in report.warnings
     assert "RuntimeError: boom at step 12" in render_markdown(report)
+
+
+def test_a_crashed_scripts_timed_steps_still_give_its_step_figures(session_dir: Path) -> None:
+    """A script that raised after 6 timed steps: the report showed "steps timed 6" beside a
+    step time, throughput and peak memory of "—"."""
+    _save(session_dir)
+    path = session_dir / "baseline" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(status="script_crashed", exit_code=1, error="RuntimeError: boom")
+    path.write_text(json.dumps(manifest))
+    report = analyze_session(session_dir)
+    assert report.baseline.steps_timed > 0
+    assert report.baseline.step_ms_p50 is not None
+    assert report.baseline.peak_memory_bytes is not None

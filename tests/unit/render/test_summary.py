@@ -200,6 +200,7 @@ def test_run_notes_say_where_the_script_was_stopped_and_what_was_removed():
     head = headline(cpu_report(script_end=STOPPED, removed_outputs=removed))
     stop, tidy = head.run_notes
     assert stop.startswith("The script was stopped by perfdoctor at step 26")
+    assert "26 planned" not in stop and "profiler start-up" in stop  # 3 + 10 + 3 gave step 17
     assert "in train.py:42 in main" in stop and "--run-to-end lets it finish" in stop
     assert tidy.startswith("Removed what perfdoctor's own re-runs left in the script's log")
     assert "lightning_logs/version_5 and 2 more" in tidy
@@ -227,3 +228,54 @@ def test_every_renderer_shows_the_run_notes():
     render_terminal(report, console)
     for text in (render_markdown(report), render_html(report), console.file.getvalue()):
         assert "stopped by perfdoctor at step 26" in text
+
+
+def test_the_variants_note_points_at_a_line_the_report_has():
+    """The note under the Variants table sent the reader to "the A/B line beside it", which no
+    renderer draws: the pooled pair is in the diagnosis's Measured line."""
+    from perfdoctor.render.summary import VARIANTS_NOTE
+
+    report = cpu_report()
+    assert "A/B line" not in VARIANTS_NOTE
+    assert "Measured line" in VARIANTS_NOTE
+    assert headline(report).measured  # the line the note names is there
+
+
+def test_the_run_ranks_note_says_the_baseline_step_is_the_slowest_ranks():
+    """ddp_train.py on 2 ranks: Baseline step p50 4.91 ms beside rank 0's 3.94 ms and rank 1's
+    2.89 ms; the note says why (each step at its slowest rank)."""
+    from perfdoctor.render.summary import RANK_NOTE_RUN
+
+    assert "slowest rank" in RANK_NOTE_RUN.split("collectives.")[-1]
+    assert "comm_frac" in RANK_NOTE_RUN
+
+
+def test_a_variant_nothing_was_applied_in_shows_no_speedup():
+    """mnist with Adadelta: fused-optimizer was refused, and the headline still read
+    "0.54x ± 0.18, step 426 ms → 705 ms": the noise of two runs of the same script."""
+    report = cpu_report()
+    refused = replace(
+        report.variants[0],
+        speedup=0.54,
+        speedup_noise=0.18,
+        verdict="rejected",
+        reason="not applied: dataloader-workers: the script sets num_workers itself",
+        applied=(AppliedOptimization("dataloader-workers", False, False, "refused"),),
+    )
+    report = replace(report, variants=(refused,))
+    head = headline(report)
+    assert "0.54x" not in head.measured
+    assert "not applied" in head.measured
+    assert variant_rows(report)[1].speedup == fmt.MISSING
+
+
+def test_the_skipped_line_of_a_snapshot_diagnosis_does_not_say_trace():
+    """`perfdoctor diagnose snapshot.pickle` said "diagnosed from a trace"."""
+    from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
+    from perfdoctor.model import SkippedRule
+    from perfdoctor.render.summary import skipped_summary
+
+    report = cpu_report(source="trace", skipped_rules=(SkippedRule("r", TRACE_ONLY_REASON),))
+    text = skipped_summary(report)
+    assert "1 of them because" in text
+    assert "from a trace" not in text and "memory snapshots" in text

@@ -69,3 +69,18 @@ def test_narrow_terminal_keeps_every_figure_whole(monkeypatch):
     assert re.search(r"dataloader-workers .*2\.41x ± 0\.06 .* accepted", text)
     assert re.search(r"set-num-threads .*1\.01x ± 0\.04 .* rejected", text)
     assert "dataloader-workers (✓ applied): accepted" in text
+
+
+def test_a_squeezed_breakdown_table_crops_its_bars_not_its_labels_or_figures():
+    """ddp_train.py's report at 100 columns printed "optimiz…  0.0551 …  1.…" beside a wide
+    step table: the bars must give way first."""
+    from rich.console import Console
+
+    from perfdoctor.render.terminal import _breakdown_table
+
+    parts = [("data", 0.1, 0.025), ("backward", 3.42, 0.869), ("optimizer", 0.0551, 0.014)]
+    out = io.StringIO()
+    Console(file=out, width=40, color_system=None).print(_breakdown_table(parts))
+    text = out.getvalue()
+    assert "optimizer" in text and "0.0551 ms" in text and "86.9%" in text
+    assert "…" not in text

@@ -607,3 +607,52 @@ def test_a_straggler_slow_in_its_data_keeps_the_data_fixes() -> None:
     finding = _finding("rank-straggler", "cpu", **{**STRAGGLER, "straggler_excess_frac": 0.5})
     assert finding.optimizations == ("dataloader-workers", "faster-data-pipeline")
     assert "What differs on rank 1 is its data loading" in finding.explanation
+
+
+def test_jitter_on_a_busy_machine_names_the_load_not_nothing() -> None:
+    """tabular_mlp_debug.py with 1.3 of 2 cores taken by other jobs: step-jitter led the
+    headline saying "Nothing measured explains it" beside busy-machine's measured load."""
+    busy = {"step_jitter_ratio": 2.6, "cpu_other_busy_cores": 1.3, "cpu_cores_logical": 2}
+    jitter = run_rule("step-jitter", "cpu", busy)
+    assert jitter is not None
+    assert "Nothing measured explains it" not in jitter.explanation
+    assert "other processes kept 1.3 cores" in jitter.explanation
+    assert jitter.severity == "info"  # the load is not the script's to fix
+    # A quiet machine: the load is not blamed, and the warning stays.
+    quiet = run_rule("step-jitter", "cpu", {**busy, "cpu_other_busy_cores": 0.1})
+    assert quiet is not None and quiet.severity == "warning"
+    assert "other processes" not in quiet.explanation
+
+
+def test_host_communication_shows_the_timed_share_the_ranks_table_shows() -> None:
+    """A 2-rank gloo run: the finding said 65% (profiled trace) while the ranks table said
+    80% for the same rank (timed steps): the evidence carries both, each under its name."""
+    facts = {"comm_frac": 0.655, "comm_step_frac": 0.805, "world_size": 2}
+    found = run_rule("communication-heavy", "cpu", facts)
+    assert found is not None
+    names = {e.name: e.value for e in found.evidence}
+    assert names["comm_frac"] == 0.655
+    assert names["comm_step_frac"] == 0.805
+
+
+def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
+    """HTA's trace_diff test trace (Tesla V100, sm 7.0): the finding said "bf16 autocast (or
+    TF32)", neither of which a V100 has, while the recommendation was amp-fp16."""
+    low = {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.0}
+    v100 = run_rule("gpu-bound", "gpu", {**low, "gpu_compute_capability": "7.0"})
+    assert v100 is not None
+    assert "fp16 autocast" in v100.explanation and "bf16 autocast" not in v100.explanation
+    h100 = run_rule("gpu-bound", "gpu", low)
+    assert h100 is not None and "bf16 autocast" in h100.explanation
+
+
+def test_single_tensor_adadelta_is_not_told_about_fused() -> None:
+    """pytorch/examples' mnist (Adadelta): the finding offered "fused=True", which Adadelta
+    does not have."""
+    facts = {"optimizer_impl": "single-tensor", "optimizer_frac": 0.2}
+    adadelta = run_rule("single-tensor-optimizer", "cpu", {**facts, "optimizer_class": "Adadelta"})
+    assert adadelta is not None
+    assert "fused=True does" not in adadelta.explanation
+    assert "Adadelta has no fused=True" in adadelta.explanation
+    adam = run_rule("single-tensor-optimizer", "cpu", {**facts, "optimizer_class": "Adam"})
+    assert adam is not None and "fused=True does the whole update" in adam.explanation
