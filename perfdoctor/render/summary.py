@@ -233,8 +233,8 @@ def skipped_summary(report: Report) -> str:
     run_only = sum(1 for s in report.skipped_rules if TRACE_ONLY_REASON in s.reason)
     return (
         f"{count} rule(s) skipped; {run_only} of them because this was diagnosed from what was "
-        "recorded (traces, memory snapshots) without a perfdoctor run (they need what only `perfdoctor profile` records: the "
-        "script's settings, the loss, device samples)"
+        "recorded (traces, memory snapshots) without a perfdoctor run (they need what only "
+        "`perfdoctor profile` records: the script's settings, the loss, device samples)"
     )
 
 
