@@ -113,7 +113,14 @@ def _pct(ratio: float) -> float:
 
 
 def _band_text(check: GateCheck) -> str:
-    return f"{check.change_pct:+.1f}% (band {check.low_pct:+.1f}% .. {check.high_pct:+.1f}%)"
+    band = f"(band {check.low_pct:+.1f}% .. {check.high_pct:+.1f}%)"
+    assert check.change_pct is not None
+    if check.metric == "step_time":
+        # The same estimate as compare's Verdict speedup, shown as that speedup too so that
+        # the reader sees one figure, not two.
+        speedup = 1.0 / (1.0 + check.change_pct / 100.0)
+        return f"{speedup:.2f}x = {check.change_pct:+.1f}% step time {band}"
+    return f"{check.change_pct:+.1f}% {band}"
 
 
 def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float) -> GateCheck:

@@ -16,12 +16,22 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Finding, Scalar
+from perfdoctor.optimize.sequential import undecided
+from perfdoctor.optimize.verdicts import WITHIN_NOISE
 from perfdoctor.render import format as fmt
 
 if TYPE_CHECKING:
     from perfdoctor.optimize.compare_runs import FactChange, RunComparison, RunSide
+    from perfdoctor.optimize.verdicts import VariantResult
 
 _VERDICT_STYLE = {"accepted": "bold green", "rejected": "yellow", "failed": "red"}
+# The speed statistic the Verdict (and the gate) report, named where it is printed: the
+# table's step time change is a different one (the pooled medians) and can differ a lot.
+PAIRED_STATISTIC = "median of the paired run ratios A/B (above 1x: B is faster)"
+POOLED_NOTE = (
+    "step time change: B's median over A's, each pooled over all steps of all its runs; "
+    "the Verdict's speedup is the median of the paired run ratios"
+)
 _MAX_NAMES = 8  # facts measured on one side only, listed by name before "and N more"
 
 
@@ -29,6 +39,7 @@ def render_comparison(result: RunComparison, console: Console) -> None:
     console.print(_header(result))
     console.print(_verdict_panel(result))
     console.print(_measures_table(result))
+    console.print(Text(POOLED_NOTE, style="dim"))
     console.print(_differences(result))
     console.print(_facts_table(result))
     for line in _one_sided_facts(result):
@@ -62,9 +73,7 @@ def _header(result: RunComparison) -> Group:
 def _verdict_panel(result: RunComparison) -> Panel:
     verdict = result.verdict
     line = Text("B against A: ")
-    # "?": measured while other processes kept the machine busy (the reason says how much).
-    word = verdict.verdict.upper() + ("?" if verdict.low_confidence else "")
-    line.append(word, style=_VERDICT_STYLE.get(verdict.verdict, ""))
+    line.append(verdict_word(verdict), style=_VERDICT_STYLE.get(verdict.verdict, ""))
     line.append("  " + fmt.one_line(verdict.reason))
     parts: list[Text] = []
     unrelated = getattr(result, "unrelated", None)
@@ -74,13 +83,33 @@ def _verdict_panel(result: RunComparison) -> Panel:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(ratio=1)
-    grid.add_row("Speedup", Text(fmt.speedup(verdict.speedup, verdict.speedup_noise)))
+    grid.add_row("Speedup", Text(speedup_text(verdict)))
     loss = Text(f"{fmt.signed_percent(result.loss_delta, 2)} vs A")
     # The reason already carries the note when the loss was no input to the verdict.
     if result.numerics_note and result.numerics_note not in verdict.reason:
         loss.append(" — " + fmt.one_line(result.numerics_note))
     grid.add_row("Loss", loss)
     return Panel(Group(*parts, grid), title="Verdict", title_align="left", box=box.ROUNDED)
+
+
+def verdict_word(verdict: VariantResult) -> str:
+    """The verdict as the reader takes it. B judged "within noise" of A is kept "rejected" in
+    the JSON (it is no gain), but between two runs it says nothing about which is faster:
+    with a wide band it is "cannot tell", with a narrow one "no difference"."""
+    if verdict.verdict == "rejected" and verdict.reason.startswith(WITHIN_NOISE):
+        return "CANNOT TELL" if undecided(verdict) else "NO DIFFERENCE"
+    # "?": measured while other processes kept the machine busy (the reason says how much).
+    return verdict.verdict.upper() + ("?" if verdict.low_confidence else "")
+
+
+def speedup_text(verdict: VariantResult) -> str:
+    """The paired speedup, the same figure as B's step time change (the gate's), and which
+    statistic it is."""
+    text = fmt.speedup(verdict.speedup, verdict.speedup_noise)
+    if verdict.speedup is None or not verdict.speedup > 0:
+        return text
+    step_change = fmt.signed_percent(1.0 / verdict.speedup - 1.0, 1)
+    return f"{text} = {step_change} step time · {PAIRED_STATISTIC}"
 
 
 def _relative(a: float | int | None, b: float | int | None) -> str:

@@ -4,6 +4,7 @@ memory of each side are known exactly."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from perfdoctor import rundir
 from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.errors import EXIT_REGRESSION
+from perfdoctor.optimize.compare_runs import compare_runs
 from perfdoctor.optimize.regression_gate import (
     SINGLE_RUN_SPREAD_LOG,
     GateLimits,
@@ -22,6 +24,8 @@ from perfdoctor.optimize.regression_gate import (
     evaluate_gate,
     run_gate,
 )
+from perfdoctor.render.compare import render_comparison
+from perfdoctor.render.terminal import make_console
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_compare_runs import STEADY, make_run
@@ -218,3 +222,25 @@ def test_bad_gate_options_are_usage_errors(tmp_path: Path) -> None:
     a = make_run(tmp_path / "a")
     assert cli(str(a), str(a), "--fail-if-slower", "-5").returncode == 2
     assert cli(str(a), str(a), "--strict").returncode == 2
+
+
+def test_the_gate_and_the_verdict_show_one_step_time_estimate(tmp_path: Path) -> None:
+    """compare's Verdict and the gate read the same paired estimate: the gate prints it as the
+    Verdict's speedup and as B's step time change, in one direction, and the Verdict says which
+    statistic it is, apart from the pooled medians of the table; a band across 1x reads
+    "cannot tell", not "rejected" (the JSON keeps "rejected")."""
+    a = session(tmp_path / "a", [RUN_1, RUN_2])
+    b = session(tmp_path / "b", [scaled(RUN_1, 0.9), scaled(RUN_2, 1.35)])
+    (check,) = run_gate(a, b, GateLimits(slower_pct=5)).checks
+    verdict = compare_runs(a, b).verdict
+    assert verdict.verdict == "rejected" and verdict.speedup is not None
+    step_change = f"{(1 / verdict.speedup - 1) * 100:+.1f}%"
+    assert check.reason.startswith(f"{verdict.speedup:.2f}x = {step_change} step time (band ")
+
+    out = io.StringIO()
+    render_comparison(compare_runs(a, b), make_console(out))
+    text = " ".join(out.getvalue().split())
+    assert f"Speedup {verdict.speedup:.2f}x ± " in text
+    assert f"= {step_change} step time · median of the paired run ratios" in text
+    assert "pooled over all steps of all its runs" in text
+    assert "CANNOT TELL" in text and "REJECTED" not in text
