@@ -90,6 +90,10 @@ class RunAnnouncement:
     planned_runs: int
     planned_steps: int
     profiled: bool
+    # An extra A/B round (optimize/sequential.py): its number and the most rounds allowed.
+    # The total of runs grows with each such round, so the display names the round instead.
+    extra_round: int | None = None
+    max_rounds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -301,8 +305,16 @@ class _Runner:
         save_session(session_dir, session)
 
     def run(
-        self, label: str, optimizations: Sequence[str], *, repeat: int, planned_runs: int
+        self,
+        label: str,
+        optimizations: Sequence[str],
+        *,
+        repeat: int,
+        planned_runs: int,
+        extra_round: tuple[int, int] | None = None,
     ) -> RunManifest:
+        """One child run. `extra_round`: (round, most rounds) when it belongs to an extra
+        A/B round, for the progress display."""
         from perfdoctor.collect.launcher import launch
 
         run_dir = child_dir(self.session_dir, label, repeat)
@@ -334,6 +346,8 @@ class _Runner:
             planned_runs=max(planned_runs, self.started),
             planned_steps=plan.total_steps,
             profiled=spec.profile,
+            extra_round=extra_round[0] if extra_round else None,
+            max_rounds=extra_round[1] if extra_round else None,
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))
@@ -454,8 +468,13 @@ class _Runner:
             rounds += 1
             started = time.monotonic()
             planned = self.started + 1 + len(pending)
+            extra = (rounds, policy.max_rounds)
             base = self.run(
-                BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned
+                BASELINE_LABEL,
+                (),
+                repeat=self.baseline_repeats + 1,
+                planned_runs=planned,
+                extra_round=extra,
             )
             if base.status in FAILED_STATUSES:
                 for variant in pending:
@@ -466,7 +485,11 @@ class _Runner:
             ordered = pending if rounds % 2 == 1 else list(reversed(pending))
             for variant in ordered:
                 manifest = self.run(
-                    variant.label, variant.optimizations, repeat=rounds, planned_runs=planned
+                    variant.label,
+                    variant.optimizations,
+                    repeat=rounds,
+                    planned_runs=planned,
+                    extra_round=extra,
                 )
                 if manifest.status in FAILED_STATUSES:
                     pending = [v for v in pending if v.label != variant.label]

@@ -26,7 +26,12 @@ from perfdoctor.pipeline import ProgressSink, RunAnnouncement
 def _run_name(run: RunAnnouncement) -> str:
     repeat = f" #{run.repeat}" if run.repeat > 1 else ""
     profiled = " +profiler" if run.profiled else ""
-    return f"run {run.number}/{run.planned_runs} {run.label}{repeat}{profiled}"
+    if run.extra_round is not None:
+        # Extra rounds are added one at a time: a "run N/total" would grow with each.
+        where = f"extra round {run.extra_round} of up to {run.max_rounds}: run {run.number}"
+    else:
+        where = f"run {run.number}/{run.planned_runs}"
+    return f"{where} {run.label}{repeat}{profiled}"
 
 
 def _outcome(manifest: RunManifest) -> str:

@@ -137,3 +137,32 @@ def test_verdicts_between_rounds_need_no_trace_and_agree(tmp_path):
     light = diagnose.compare_variants(tmp_path, parse_traces=False)
     assert light == diagnose.compare_variants(tmp_path)
     assert [r.label for r in light] == ["v"]
+
+
+def test_progress_names_an_extra_round_instead_of_a_growing_total(tmp_path, monkeypatch):
+    """Extra rounds are added one at a time: "run 5/6, 7/8, 9/10" would move the total on
+    every round, so their runs say which extra round they are and the most there can be."""
+    import io
+
+    from rich.console import Console
+
+    from perfdoctor.render.progress import PlainSink
+
+    out = io.StringIO()
+    runner = make_runner(
+        tmp_path, monkeypatch, {2: UNDECIDED, 3: UNDECIDED, 4: ACCEPTED}, round_budget_s=1e6
+    )
+    runner.sink = PlainSink(Console(file=out, width=200))
+    runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
+    started = [line for line in out.getvalue().splitlines() if line.endswith(" ...")]
+    assert started[:3] == [
+        "perfdoctor: run 2/4 v +profiler ...",
+        "perfdoctor: run 3/4 baseline #2 ...",
+        "perfdoctor: run 4/4 v #2 ...",
+    ]
+    assert started[3:] == [
+        "perfdoctor: extra round 3 of up to 6: run 5 baseline #3 ...",
+        "perfdoctor: extra round 3 of up to 6: run 6 v #3 ...",
+        "perfdoctor: extra round 4 of up to 6: run 7 baseline #4 ...",
+        "perfdoctor: extra round 4 of up to 6: run 8 v #4 ...",
+    ]
