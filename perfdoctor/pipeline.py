@@ -94,6 +94,8 @@ class RunAnnouncement:
     # The total of runs grows with each such round, so the display names the round instead.
     extra_round: int | None = None
     max_rounds: int | None = None
+    # --run-to-end: the script goes on past the planned steps, which are all that is counted.
+    run_to_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -348,6 +350,7 @@ class _Runner:
             profiled=spec.profile,
             extra_round=extra_round[0] if extra_round else None,
             max_rounds=extra_round[1] if extra_round else None,
+            run_to_end=spec.run_to_end,
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))

@@ -34,8 +34,20 @@ def _run_name(run: RunAnnouncement) -> str:
     return f"{where} {run.label}{repeat}{profiled}"
 
 
-def _outcome(manifest: RunManifest) -> str:
-    return f"{manifest.status}, {manifest.steps_seen} steps in {manifest.wall_s:.1f}s" + (
+def _steps(run: RunAnnouncement, manifest: RunManifest) -> str:
+    ran_on = run.run_to_end and manifest.plan_complete and manifest.stopped_at is None
+    if not ran_on or manifest.steps_seen < run.planned_steps:
+        return f"{manifest.steps_seen} steps"
+    # The child counts steps only up to the end of its plan; past it the script runs on
+    # uncounted, so the planned count is no count of the steps it ran in all.
+    measured = f"{run.planned_steps} planned steps measured, then the script ran on to its end"
+    if manifest.steps_seen > run.planned_steps:
+        measured += f" ({manifest.steps_seen} steps in all)"
+    return measured
+
+
+def _outcome(run: RunAnnouncement, manifest: RunManifest) -> str:
+    return f"{manifest.status}, {_steps(run, manifest)} in {manifest.wall_s:.1f}s" + (
         f", exit {manifest.exit_code}" if manifest.exit_code else ""
     )
 
@@ -62,7 +74,7 @@ class LiveSink(ProgressSink):
             self.progress.update(self.task, description=f"{description} [{phase}]")
 
     def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
-        self.console.print(f"  {_run_name(run)}: {_outcome(manifest)}", markup=False)
+        self.console.print(f"  {_run_name(run)}: {_outcome(run, manifest)}", markup=False)
 
     def note(self, message: str) -> None:
         self.console.print(f"  {message}", markup=False)
@@ -78,7 +90,7 @@ class PlainSink(ProgressSink):
         self.console.print(f"perfdoctor: {_run_name(run)} ...", markup=False)
 
     def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
-        self.console.print(f"perfdoctor: {_run_name(run)}: {_outcome(manifest)}", markup=False)
+        self.console.print(f"perfdoctor: {_run_name(run)}: {_outcome(run, manifest)}", markup=False)
 
     def note(self, message: str) -> None:
         self.console.print(f"perfdoctor: {message}", markup=False)
