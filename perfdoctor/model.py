@@ -130,6 +130,9 @@ class RunManifest:
     # have begun next, "location": {"file", "line", "function"} of the user's line the stop
     # came through, when known}. None when the script ended on its own (--run-to-end).
     stopped_at: Mapping[str, Any] | None = None
+    # --run-to-end: the steps the script ran in all, past its plan (steps_seen stops at the
+    # plan's end); None when not counted.
+    steps_run: int | None = None
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,19 @@ def _assemble_manifest(
         warnings=tuple(warnings),
         error=error,
         stopped_at=_stopped_at(obs),
+        steps_run=_steps_run(spec, obs, detection),
     )
+
+
+def _steps_run(spec: RunSpec, obs: Mapping[str, Any], detection: object) -> int | None:
+    """--run-to-end: the steps the script ran in all. The step rows stop at the plan's end;
+    the optimizer hooks count every optimizer.step to the script's end, which is the step
+    count where steps are counted by the optimizer (each optimizer steps once per step)."""
+    if not spec.run_to_end or detection != "optimizer":
+        return None
+    counts = [o.get("steps") for o in _as_list(obs.get("optimizers")) if isinstance(o, Mapping)]
+    counted = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0]
+    return max(counted) if counted else None
 
 
 def _stopped_at(obs: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -38,11 +38,12 @@ def _steps(run: RunAnnouncement, manifest: RunManifest) -> str:
     ran_on = run.run_to_end and manifest.plan_complete and manifest.stopped_at is None
     if not ran_on or manifest.steps_seen < run.planned_steps:
         return f"{manifest.steps_seen} steps"
-    # The child counts steps only up to the end of its plan; past it the script runs on
-    # uncounted, so the planned count is no count of the steps it ran in all.
+    # The step rows stop at the plan's end; past it the script runs on, so their count is no
+    # count of the steps it ran in all: that is steps_run, when the child counted them.
     measured = f"{run.planned_steps} planned steps measured, then the script ran on to its end"
-    if manifest.steps_seen > run.planned_steps:
-        measured += f" ({manifest.steps_seen} steps in all)"
+    in_all = manifest.steps_run or manifest.steps_seen
+    if in_all > run.planned_steps:
+        measured += f" ({in_all} steps in all)"
     return measured
 
 

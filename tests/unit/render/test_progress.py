@@ -44,8 +44,8 @@ def test_run_to_end_says_the_plan_was_measured_not_a_wrong_step_count() -> None:
     line = finished_line(replace(RUN, run_to_end=True), DONE)
     assert "completed, 17 planned steps measured, then the script ran on to its end" in line
     assert "completed, 17 steps" not in line
-    # Where the child did count further, the count in all is given.
-    line = finished_line(replace(RUN, run_to_end=True), replace(DONE, steps_seen=80))
+    # Where the child counted the steps to the script's end, the count in all is given.
+    line = finished_line(replace(RUN, run_to_end=True), replace(DONE, steps_run=80))
     assert "ran on to its end (80 steps in all) in 12.3s" in line
 
 
