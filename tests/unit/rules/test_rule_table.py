@@ -445,6 +445,13 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.5}, "critical"),
     ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.15}, "warning"),
     ("rank-straggler", "cpu", {**STRAGGLER, "straggler_excess_frac": 0.10}, None),
+    # ... and at least 1 ms per step: 0.4 ms of a 3.5 ms step is one process's scheduling.
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.11, "straggler_excess_ms": 0.4},
+        None,
+    ),
     # model structure / health
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 3}, "info"),
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 0}, None),
