@@ -8,7 +8,6 @@ server behind.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import socket
@@ -100,17 +99,10 @@ def _descendants(pid: int) -> list:
 
 
 def _stop_all(processes: list, timeout_s: float) -> None:
-    if not processes:
-        return
-    import psutil
+    if processes:
+        from perfdoctor.collect.supervision import terminate_then_kill
 
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.terminate()
-    _gone, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
+        terminate_then_kill(processes, timeout_s)
 
 
 class TensorBoardFailed(PerfdoctorError):

@@ -113,14 +113,7 @@ class ProcessTree:
                 continue
         if not alive:
             return False
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.terminate()
-        _gone, still = psutil.wait_procs(alive, timeout=grace_s)
-        for process in still:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(still, timeout=grace_s)
+        terminate_then_kill(alive, grace_s)
         return True
 
 
@@ -197,3 +190,18 @@ def _group_alive(pgid: int) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def terminate_then_kill(processes: list[Any], grace_s: float) -> None:
+    """SIGTERM each psutil.Process, SIGKILL those still running after `grace_s`, and reap them.
+    Processes already gone are skipped."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _gone, still = psutil.wait_procs(processes, timeout=grace_s)
+    for process in still:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(still, timeout=grace_s)
