@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,37 @@ def assert_nothing_left(root: Path) -> None:
     for proc in psutil.process_iter():
         try:
             tree = proc.environ().get("PERFDOCTOR_TREE", "")
-            if tree.startswith(str(root)) and proc.status() != psutil.STATUS_ZOMBIE:
+            if tree.startswith(str(root.resolve())) and proc.status() != psutil.STATUS_ZOMBIE:
                 left.append((proc.pid, proc.cmdline()))
         except (psutil.Error, OSError):
             continue
     assert not left
+
+
+def run_two_nodes(
+    tmp_path: Path,
+    script: str,
+    endpoint: str,
+    prefix: Callable[[int], list[str]] = lambda node: [],
+) -> None:
+    """`perfdoctor profile --nnodes 2` once per node (node 1 first, as a scheduler may start
+    them), each into tmp_path/node<K>, `prefix(node)` before the command; both must exit 0."""
+    nodes = []
+    for node in (1, 0):
+        out = tmp_path / f"node{node}"
+        command = [*prefix(node), sys.executable, "-m", "perfdoctor", "profile", "--out", str(out)]
+        command += [*PLAN, "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
+        nodes.append(
+            subprocess.Popen(
+                [*command, script],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
 
 
 def processes(run_dir: Path) -> list[dict[str, Any]]:
@@ -221,22 +248,7 @@ def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
     node 1's rank reaches node 0's report through torch.distributed's store."""
     endpoint = f"127.0.0.1:{free_port()}"
     script = str(SCRIPTS / "ddp_train.py")
-    nodes = []
-    for node in (1, 0):
-        out = tmp_path / f"node{node}"
-        command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
-        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
-        nodes.append(
-            subprocess.Popen(
-                [*command, script],
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
-    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    run_two_nodes(tmp_path, script, endpoint)
     node0 = (tmp_path / "node0" / "latest").resolve()
     node1 = (tmp_path / "node1" / "latest").resolve()
     for session in (node0, node1):
@@ -310,23 +322,15 @@ def test_two_nodes_in_network_namespaces_reach_node_0_over_a_real_address(
     names, veths = two_hosts
     endpoint = "10.213.0.1:29533"
     script = str(SCRIPTS / "ddp_train.py")
-    nodes = []
-    for node in (1, 0):
-        out = tmp_path / f"node{node}"
-        command = ["ip", "netns", "exec", names[node], "env", f"GLOO_SOCKET_IFNAME={veths[node]}"]
-        command += [sys.executable, "-m", "perfdoctor", "profile", "--out", str(out), *PLAN]
-        command += ["--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", endpoint]
-        nodes.append(
-            subprocess.Popen(
-                [*command, script],
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
-    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    run_two_nodes(
+        tmp_path,
+        script,
+        endpoint,
+        lambda node: [
+            *("ip", "netns", "exec", names[node]),
+            *("env", f"GLOO_SOCKET_IFNAME={veths[node]}"),
+        ],
+    )
     node0 = (tmp_path / "node0" / "latest").resolve()
     assert_nothing_left(node0)
     assert_nothing_left((tmp_path / "node1" / "latest").resolve())

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from test_process_tree import assert_nothing_left
 
 from perfdoctor.collect.launcher import launch
 from perfdoctor.model import RunSpec, StepPlan, Target
@@ -65,19 +66,6 @@ def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict
         "md": (session / "report.md").read_text(),
         "log": log,
     }
-
-
-def assert_nothing_left(root: Path) -> None:
-    """No process of these runs is still alive (found by the run in their environment)."""
-    left = []
-    for proc in psutil.process_iter():
-        try:
-            tree = proc.environ().get("PERFDOCTOR_TREE", "")
-            if tree.startswith(str(root.resolve())) and proc.status() != psutil.STATUS_ZOMBIE:
-                left.append((proc.pid, proc.cmdline()))
-        except (psutil.Error, OSError):
-            continue
-    assert not left
 
 
 def rule_ids(report: dict[str, Any]) -> list[str]:
