@@ -230,10 +230,19 @@ FACTS: dict[str, FactDoc] = {
         "frac", "trace", "host wait while the launching thread was in the DataLoader"
     ),
     "gpu_idle_host_sync_frac": _gpu(
-        "frac", "trace", "host wait after a host sync drained the GPU's queue"
+        "frac",
+        "trace",
+        "host wait a sync that drained the GPU's queue explains: the time the host sat blocked "
+        "in it plus issuing the next op",
     ),
     "gpu_idle_host_busy_frac": _gpu(
         "frac", "trace", "host wait with the host busy elsewhere (Python, dispatch, launches)"
+    ),
+    "gpu_idle_host_unrecorded_frac": _gpu(
+        "frac",
+        "trace",
+        "host wait after the last GPU op once the launching thread recorded nothing more: "
+        "the trace's tail, with no cause in the trace",
     ),
     "gpu_idle_launch_gap_frac": _gpu(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"

@@ -779,6 +779,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
             "gpu_idle_host_data_frac": g.idle_host_data_frac,
             "gpu_idle_host_sync_frac": g.idle_host_sync_frac,
             "gpu_idle_host_busy_frac": g.idle_host_busy_frac,
+            "gpu_idle_host_unrecorded_frac": g.idle_host_unrecorded_frac,
             "gpu_idle_launch_gap_frac": g.idle_launch_gap_frac,
             "gpu_idle_dependency_wait_frac": g.idle_dependency_wait_frac,
             "gpu_compute_frac": g.compute_frac,

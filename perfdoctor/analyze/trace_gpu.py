@@ -21,7 +21,12 @@ The idle split, for each gap in the union of the device's ops (no stream busy):
   queued: the host (Python, the data pipeline, a sync) did not keep up (HTA's "host wait").
   When that op, once launched, still waited more than LAUNCH_GAP_MAX_US to start, only the
   time until its launch is host wait and the rest is a dependency wait (HTA counts the whole
-  gap as host wait);
+  gap as host wait). A sync explains only part of it: the time the host sat blocked in the
+  sync (the lead it had on the GPU, which removing the sync keeps) plus issuing the op that
+  ends the gap; the rest is the host's other work (HTA has no sync share: its "host wait"
+  covers the lot). After the last op, the time from the launching thread's last recorded
+  event to the end of the steps is the trace's tail: the host recorded no work, launched
+  nothing, and nothing in the trace says why (HTA's window ends at the last kernel);
 * launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
   per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
   remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
@@ -56,7 +61,14 @@ from perfdoctor.analyze.trace_events import (
     GPU_KIND_MEMSET,
     TraceEvents,
 )
-from perfdoctor.analyze.trace_index import Steps, launch_rows, rows_named, threads, union_by_thread
+from perfdoctor.analyze.trace_index import (
+    STEP_NAME,
+    Steps,
+    launch_rows,
+    rows_named,
+    threads,
+    union_by_thread,
+)
 
 # A queued op that starts at most this long after the previous one ended waited only for the
 # GPU's own dispatch: 1-5 µs between back-to-back kernels on A100/H100 (CUDA graphs cut it to
@@ -88,11 +100,15 @@ class GpuSummary:
     busy_frac: float | None
     idle_host_wait_frac: float | None
     # The host wait, by what the launching thread did while the GPU sat idle (they add up to
-    # idle_host_wait_frac): inside the DataLoader, returning from a sync that drained the
-    # queue, or anything else (Python, op dispatch, launches: the launch-bound case).
+    # idle_host_wait_frac with idle_host_unrecorded_frac): inside the DataLoader, blocked in a
+    # sync that drained the queue, or anything else (Python, op dispatch, launches: the
+    # launch-bound case).
     idle_host_data_frac: float | None
     idle_host_sync_frac: float | None
     idle_host_busy_frac: float | None
+    # Part of the host wait too: after the last op, the launching thread recorded no more
+    # work until the steps ended (a trace that keeps recording after the work): no cause.
+    idle_host_unrecorded_frac: float | None
     idle_launch_gap_frac: float | None
     idle_dependency_wait_frac: float | None
     compute_frac: float | None  # union of non-communication kernels (HTA "compute")
@@ -134,6 +150,7 @@ class _Idle:
     host_wait: float
     host_data: float
     host_sync: float
+    host_unrecorded: float
     launch_gap: float
     dependency: float
 
@@ -179,7 +196,7 @@ def summarize_gpu(
     window = hi - lo
     us, ue = intervals.clip(*intervals.union(starts, ends), np.array([lo]), np.array([hi]))
     busy = intervals.total(us, ue)
-    idle = _idle_split(us, ue, starts, launch_ts, _HostActivity.of(ev, launch), lo, hi)
+    idle = _idle_split(us, ue, starts, launch_ts, issued_ts, _HostActivity.of(ev, launch), lo, hi)
 
     names = gpu.name[rows]
     kind = gpu.col("kind")[rows]
@@ -214,7 +231,10 @@ def summarize_gpu(
         idle_host_wait_frac=frac(idle.host_wait),
         idle_host_data_frac=frac(idle.host_data),
         idle_host_sync_frac=frac(idle.host_sync),
-        idle_host_busy_frac=frac(idle.host_wait - idle.host_data - idle.host_sync),
+        idle_host_busy_frac=frac(
+            idle.host_wait - idle.host_data - idle.host_sync - idle.host_unrecorded
+        ),
+        idle_host_unrecorded_frac=frac(idle.host_unrecorded),
         idle_launch_gap_frac=frac(idle.launch_gap),
         idle_dependency_wait_frac=frac(idle.dependency),
         compute_frac=frac(intervals.total(comp_s, comp_e)),
@@ -341,11 +361,14 @@ def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
 @dataclass(frozen=True)
 class _HostActivity:
     """What the host threads that launch GPU work were doing: per launch row, its thread;
-    per thread, the DataLoader spans (a union) and the end times of its sync calls."""
+    per thread, the DataLoader spans (a union), its sync calls (end times, sorted, and the
+    running total of their durations) and the end of its last recorded event."""
 
     launch_thread: np.ndarray  # per GPU row of the device: the launching thread, -1 if none
     data: dict[int, tuple[np.ndarray, np.ndarray]]
-    sync_ends: dict[int, np.ndarray]
+    syncs: dict[int, tuple[np.ndarray, np.ndarray]]  # tid -> (ends, cumulative durations)
+    last_end: dict[int, float]  # tid -> end of its last op, call or annotation (not a step)
+    any_last_end: float  # the same over every host thread (-inf when none)
 
     @classmethod
     def of(cls, ev: TraceEvents, launch: np.ndarray) -> _HostActivity:
@@ -357,19 +380,35 @@ class _HostActivity:
         data = union_by_thread(
             [(table, rows_named(table, is_data)) for table in (ev.annotations, ev.cpu_ops)]
         )
-        syncs = rows_named(rt, ev.code_mask(is_sync_call))
-        sync_ends = {tid: np.sort(rt.end[rows]) for tid, rows in threads(rt, syncs).items()}
-        return cls(thread, data, sync_ends)
+        syncs = {}
+        for tid, rows in threads(rt, rows_named(rt, ev.code_mask(is_sync_call))).items():
+            order = np.argsort(rt.end[rows], kind="stable")
+            syncs[tid] = (rt.end[rows][order], np.r_[0.0, np.cumsum(rt.dur[rows][order])])
+        last_end, any_last_end = _last_host_event(ev)
+        return cls(thread, data, syncs, last_end, any_last_end)
+
+    def quiet_from(self, op: np.ndarray) -> np.ndarray:
+        """When the thread that launched each op recorded its last event (any thread's when
+        the op has no launch record)."""
+        return np.array(
+            [
+                self.last_end.get(tid, self.any_last_end) if tid >= 0 else self.any_last_end
+                for tid in self.launch_thread[op].tolist()
+            ],
+            dtype=float,
+        )
 
     def classify(
         self, op: np.ndarray, since: np.ndarray, until: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """For host-wait gaps: (in the DataLoader, drained by a sync) flags. `op` is the GPU
+        """For host-wait gaps: (in the DataLoader, time blocked in syncs). `op` is the GPU
         row that ended the gap, [since, until] the time from the GPU going idle to the launch
         of that op: data when the DataLoader covers at least half of it on the launching
-        thread, sync when a sync call of that thread returned inside it."""
+        thread; otherwise the summed duration of the launching thread's sync calls that
+        returned inside it (0 when none): how far ahead of the GPU the host was before the
+        sync made it wait, the most of the gap that removing the sync can hide."""
         data = np.zeros(op.size, dtype=bool)
-        sync = np.zeros(op.size, dtype=bool)
+        blocked = np.zeros(op.size)
         thread = self.launch_thread[op]
         for tid in np.unique(thread).tolist():
             sel = np.flatnonzero(thread == tid)
@@ -380,13 +419,29 @@ class _HostActivity:
                         *intervals.clip(lo, hi, since[i : i + 1], until[i : i + 1])
                     )
                     data[i] = covered >= 0.5 * (until[i] - since[i])
-            ends = self.sync_ends.get(tid)
-            if ends is not None and ends.size:
-                inside = np.searchsorted(ends, until[sel], side="right") - np.searchsorted(
-                    ends, since[sel], side="left"
-                )
-                sync[sel] = inside > 0
-        return data, sync & ~data
+            if tid in self.syncs:
+                ends, cumulative = self.syncs[tid]
+                first = np.searchsorted(ends, since[sel], side="left")
+                last = np.searchsorted(ends, until[sel], side="right")
+                blocked[sel] = cumulative[last] - cumulative[first]
+        return data, np.where(data, 0.0, blocked)
+
+
+def _last_host_event(ev: TraceEvents) -> tuple[dict[int, float], float]:
+    """Per host thread, the end of its last recorded event (ops, runtime calls, Python
+    frames, annotations other than the ProfilerStep spans, which last as long as the step
+    whatever the host did in it)."""
+    not_step = ev.code_mask(lambda n: STEP_NAME.match(n) is None)
+    tables = [(t, np.arange(len(t))) for t in (ev.cpu_ops, ev.runtime, ev.python)]
+    tables.append((ev.annotations, rows_named(ev.annotations, not_step)))
+    tids = np.concatenate([t.tid[r] for t, r in tables])
+    ends = np.concatenate([t.end[r] for t, r in tables])
+    if tids.size == 0:
+        return {}, -np.inf
+    order = np.argsort(tids, kind="stable")
+    uniq, first = np.unique(tids[order], return_index=True)
+    last = np.maximum.reduceat(ends[order], first)
+    return dict(zip(uniq.tolist(), last.tolist(), strict=True)), float(ends.max())
 
 
 def _idle_split(
@@ -394,6 +449,7 @@ def _idle_split(
     ue: np.ndarray,
     starts: np.ndarray,
     launch_ts: np.ndarray,
+    issued_ts: np.ndarray,
     host: _HostActivity,
     lo: float,
     hi: float,
@@ -404,10 +460,11 @@ def _idle_split(
     gap's end; ops are sorted by start, so it is the first one starting there (several ops
     may start at the same time on different streams: the earliest launched of them decides).
     The gap after the last op, up to the end of the steps, ends with no op: nothing was
-    queued, so it is host wait, judged by what the last op's launching thread did.
+    queued, so it is host wait, judged by what the last op's launching thread did, as far as
+    the trace recorded it: from that thread's last event on, it is the unrecorded tail.
     """
     if us.size == 0:
-        return _Idle(0.0, 0.0, 0.0, 0.0, 0.0)
+        return _Idle(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     gap_start, gap_end = np.r_[lo, ue], np.r_[us, hi]
     keep = gap_end > gap_start
     trailing = np.zeros(gap_start.size, dtype=bool)
@@ -438,12 +495,30 @@ def _idle_split(
     host_time = np.where(late, host_part, np.where(waited, gaps, 0.0))
     short = known & ~waited & (gaps <= LAUNCH_GAP_MAX_US)
     dependency_time = np.where(late, queued, np.where(~waited & ~short, gaps, 0.0))
+    # The tail: once the launching thread's last recorded event has ended, the trace shows
+    # the host doing nothing and launching nothing until the steps end. Nothing there points
+    # at a cause a fix could remove (no launch overhead, no sync, no data wait).
+    unrecorded = np.zeros(gaps.size)
+    if trailing.any():
+        quiet = host.quiet_from(op[trailing])
+        unrecorded[trailing] = np.clip(
+            gap_end[trailing] - np.maximum(gap_start[trailing], quiet), 0.0, gaps[trailing]
+        )
+    recorded = host_time - unrecorded
     rows = np.flatnonzero(waited)
-    data, sync = host.classify(op[rows], gap_start[rows], np.minimum(launched, gap_end)[rows])
+    host_end = gap_start + recorded
+    data, blocked = host.classify(op[rows], gap_start[rows], np.minimum(launched, host_end)[rows])
+    # A sync hides at most the lead the host lost while blocked in it, and the issuing of the
+    # op that ends the gap (its launch call and dispatch) which follows any sync; the host's
+    # other work in the gap (Python, dispatch of other ops) is its own.
+    issued = np.where(trailing, host_end, np.maximum(issued_ts[op], gap_start))
+    issuing = np.clip(host_end - issued, 0.0, recorded)[rows]
+    sync_time = np.where(blocked > 0, np.minimum(recorded[rows], blocked + issuing), 0.0)
     return _Idle(
         host_wait=float(host_time.sum()),
-        host_data=float(host_time[rows[data]].sum()),
-        host_sync=float(host_time[rows[sync]].sum()),
+        host_data=float(recorded[rows[data]].sum()),
+        host_sync=float(sync_time.sum()),
+        host_unrecorded=float(unrecorded.sum()),
         launch_gap=float(gaps[short].sum()),
         dependency=float(dependency_time.sum()),
     )

@@ -22,7 +22,12 @@ _TIMELINE = (
     ("gpu_busy_frac", "busy", "a kernel, copy or memset running on any stream"),
     ("gpu_idle_host_busy_frac", "idle: host busy", "nothing queued; the host in Python/launches"),
     ("gpu_idle_host_data_frac", "idle: input data", "nothing queued; the host in the DataLoader"),
-    ("gpu_idle_host_sync_frac", "idle: after a sync", "a host sync drained the queue"),
+    ("gpu_idle_host_sync_frac", "idle: after a sync", "blocked in a sync that drained the queue"),
+    (
+        "gpu_idle_host_unrecorded_frac",
+        "idle: trace tail",
+        "after the last op; no host work recorded",
+    ),
     ("gpu_idle_launch_gap_frac", "idle: launch gaps", "dispatch gaps before queued kernels"),
     ("gpu_idle_dependency_wait_frac", "idle: dependencies", "queued work waiting (events, peers)"),
 )

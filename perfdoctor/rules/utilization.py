@@ -28,6 +28,7 @@ class _Cause:
     rule_id: str
     optimizations: tuple[str, ...]
     advice: str
+    fixable: bool = True  # False: the trace shows the idle time, not a cause to remove
 
 
 def _causes(facts: Facts) -> list[_Cause]:
@@ -90,6 +91,21 @@ def _causes(facts: Facts) -> list[_Cause]:
                 "remove the per-step syncs",
             )
         )
+    tail = num(facts, "gpu_idle_host_unrecorded_frac")
+    if tail is not None:
+        causes.append(
+            _Cause(
+                "the trace's tail: nothing launched or recorded after the last GPU op",
+                tail,
+                "",
+                (),
+                "from the launching thread's last recorded event to the end of the step the "
+                "trace shows no host work and no launch, so it names nothing to fix: the step's "
+                "span outlasts its work (the profiler kept recording), or the host ran code the "
+                "profiler does not see; profile steps that do the training work",
+                fixable=False,
+            )
+        )
     return causes
 
 
@@ -110,7 +126,7 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
             ("larger-batch",),
             "give each kernel more work (a larger batch)",
         )
-    gain = None if cause.share is None else min(cause.share, idle)
+    gain = None if cause.share is None or not cause.fixable else min(cause.share, idle)
     share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
     return Finding(
         rule_id=GPU_UNDERUTILIZED,
@@ -130,6 +146,7 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
                 "gpu_idle_host_wait_frac",
                 "host_sync_ms_per_step",
                 "peak_allocated_frac",
+                *(() if cause.fixable else ("gpu_idle_host_unrecorded_frac",)),
             ),
         ),
         optimizations=cause.optimizations,
@@ -138,10 +155,12 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
             method=(
                 "share of the step lost to the biggest cause, at most the GPU's idle share"
                 if gain is not None
+                else "not estimated: the trace records no cause for this idle time"
+                if not cause.fixable
                 else "not estimated: depends on how kernels scale with batch"
             ),
         ),
-        related=(cause.rule_id,),
+        related=(cause.rule_id,) if cause.rule_id else (),
     )
 
 
@@ -243,6 +262,7 @@ RULES = (
             "gpu_idle_dependency_wait_frac",
             "gpu_idle_host_busy_frac",
             "gpu_idle_host_sync_frac",
+            "gpu_idle_host_unrecorded_frac",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",

@@ -11,7 +11,8 @@ One 1000 µs step; device 0, compute on stream 7, NCCL on stream 20:
 Launch calls last 4 µs; an op counts as queued once its call returned. The window is the
 step, 0-1000 µs (the GPU runs inside it); busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
 Before k1 (0-100): nothing queued until 14, then k1 waits 86 µs to start: 14 host wait,
-86 dependency wait. After k4 (900-1000): nothing queued: host wait.
+86 dependency wait. After k4 (900-1000): nothing queued while the host runs an op on the CPU
+(905-1000): host wait.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ KERNELS = [  # name, stream, start, dur, launch ts
 ]
 
 
-def _trace(tmp_path: Path) -> Path:
+def _trace(tmp_path: Path, *, host_tail: bool = True) -> Path:
+    """`host_tail`: the host records an op after its last launch, to the end of the step."""
     events: list[dict] = [
         {
             "ph": "X",
@@ -45,6 +47,18 @@ def _trace(tmp_path: Path) -> Path:
             "dur": 1000,
         },
     ]
+    if host_tail:
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::add_",
+                "pid": 1,
+                "tid": 1,
+                "ts": 905,
+                "dur": 95,
+            }
+        )
     for corr, (name, stream, ts, dur, launch) in enumerate(KERNELS, start=1):
         events.append(
             {
@@ -186,3 +200,62 @@ def test_a_kernel_without_any_runtime_event_does_not_crash(tmp_path: Path) -> No
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel"}]}))
     g = load_trace(path).gpu
     assert g is None or g.busy_frac is None or 0 <= g.busy_frac <= 1
+
+
+def _with(path: Path, *events: dict) -> Path:
+    data = json.loads(path.read_text())
+    data["traceEvents"].extend(events)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_short_sync_then_host_work_is_mostly_host_busy(tmp_path: Path) -> None:
+    """A 10 µs sync returns at 705, 5 µs into the 700-800 gap; the host then runs Python and
+    ops until it launches k4 at 795. The sync explains only its 10 µs of blocking and the
+    issuing of k4 (795-800): removing it gains the host a 10 µs lead, not the 100 µs gap."""
+    path = _with(
+        _trace(tmp_path),
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "pid": 1,
+            "tid": 1,
+            "ts": 695,
+            "dur": 10,
+            "name": "cudaDeviceSynchronize",
+            "args": {"correlation": 99},
+        },
+        {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 710, "dur": 80, "name": "aten::mul"},
+    )
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_sync_frac == pytest.approx((10 + 5) / 1000)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 85 + 100) / 1000)
+    assert g.idle_host_wait_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def test_the_tail_with_no_host_work_recorded_is_its_own_share(tmp_path: Path) -> None:
+    """Without the host's op after k4, its launching thread records nothing after 799 (the
+    launch call's end) while the step runs to 1000: the 100 µs after k4 are the trace's
+    tail, still host wait (nothing queued) but neither host busy nor after a sync."""
+    path = _with(
+        _trace(tmp_path, host_tail=False),
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "pid": 1,
+            "tid": 1,
+            "ts": 880,
+            "dur": 30,
+            "name": "cudaStreamSynchronize",
+            "args": {"correlation": 99},
+        },
+    )
+    g = load_trace(path).gpu
+    assert g is not None
+    # The sync returns at 910, 10 µs into the gap after k4: those 10 µs are the sync's (it
+    # blocked 30), the 90 that follow, with nothing recorded, are the tail.
+    assert g.idle_host_sync_frac == pytest.approx(10 / 1000)
+    assert g.idle_host_unrecorded_frac == pytest.approx(90 / 1000)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100) / 1000)  # before k1 and k4
+    assert g.idle_host_wait_frac == pytest.approx((14 + 100 + 100) / 1000)

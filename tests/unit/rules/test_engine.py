@@ -112,6 +112,24 @@ def test_gpu_underutilized_names_launch_overhead_when_that_dominates() -> None:
     assert "gpu-underutilized" in head.related
 
 
+def test_gpu_underutilized_by_the_traces_tail_promises_no_fix() -> None:
+    """Idle time after the last op with no host work recorded names no cause to remove: the
+    finding says so, with no optimization and no gain, and merges into no other rule."""
+    facts = make_facts(
+        "gpu",
+        gpu_busy_frac=0.01,
+        gpu_idle_host_wait_frac=0.99,
+        gpu_idle_host_busy_frac=0.01,
+        gpu_idle_host_sync_frac=0.001,
+        gpu_idle_host_unrecorded_frac=0.97,
+    )
+    (head,) = [f for f in evaluate(facts).findings if f.rule_id == "gpu-underutilized"]
+    assert "tail" in head.title
+    assert head.optimizations == () and head.related == ()
+    assert head.gain is not None and head.gain.step_time_frac is None
+    assert "gpu_idle_host_unrecorded_frac" in {e.name for e in head.evidence}
+
+
 def test_debug_modes_merge_into_one_finding() -> None:
     facts = make_facts(
         "cpu", anomaly_detection_enabled=True, user_profiler_active=True, emit_nvtx_enabled=True

@@ -1,0 +1,49 @@
+"""The GPU idle split on the real traces of the shared corpus (skipped when it is absent).
+
+hta_triton_example: one ProfilerStep of 13.3 s in which the host compiles, launches one
+1.8 µs Triton kernel, syncs for 17 µs and then records nothing more while the step span
+runs on. The sync explains 17 µs of that idle time, not the 13.3 s after it, and the
+diagnosis must not promise that removing syncs (or anything else) wins it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.analyze.trace import load_trace
+from perfdoctor.diagnose_traces import diagnose_traces
+
+from .gpu_corpus import corpus_dir
+
+TRITON = "hta_triton_example_triton_example.json.gz"
+
+
+def _trace(name: str) -> Path:
+    root = corpus_dir()
+    if root is None or not (root / "traces" / name).is_file():
+        pytest.skip("shared GPU corpus not found")
+    return root / "traces" / name
+
+
+def test_a_short_sync_does_not_explain_the_idle_tail_of_the_triton_trace() -> None:
+    g = load_trace(_trace(TRITON)).gpu
+    assert g is not None
+    assert g.window_us > 13e6
+    assert g.idle_host_sync_frac is not None
+    assert g.idle_host_sync_frac * g.window_us == pytest.approx(16.8, abs=0.5)  # its 17 µs
+    assert g.idle_host_unrecorded_frac is not None
+    assert g.idle_host_unrecorded_frac > 0.99
+    assert g.idle_host_busy_frac is not None and g.idle_host_busy_frac < 0.01
+
+
+def test_the_triton_trace_blames_no_fix_for_its_idle_tail(tmp_path: Path) -> None:
+    (done,) = diagnose_traces([_trace(TRITON)], tmp_path)
+    assert done.report is not None
+    findings = done.report.findings
+    assert not [f for f in findings if "remove-host-syncs" in f.optimizations]
+    (idle,) = [f for f in findings if "gpu-underutilized" in (f.rule_id, *f.related)]
+    assert "tail" in idle.title
+    assert idle.optimizations == ()
+    assert idle.gain is None or idle.gain.step_time_frac is None
