@@ -369,6 +369,9 @@ class _HostActivity:
     syncs: dict[int, tuple[np.ndarray, np.ndarray]]  # tid -> (ends, cumulative durations)
     last_end: dict[int, float]  # tid -> end of its last op, call or annotation (not a step)
     any_last_end: float  # the same over every host thread (-inf when none)
+    # The same over the threads that run the ProfilerStep spans (the training loop's), which
+    # may launch nothing after an autograd thread launched the step's last kernel.
+    step_last_end: float
 
     @classmethod
     def of(cls, ev: TraceEvents, launch: np.ndarray) -> _HostActivity:
@@ -384,19 +387,20 @@ class _HostActivity:
         for tid, rows in threads(rt, rows_named(rt, ev.code_mask(is_sync_call))).items():
             order = np.argsort(rt.end[rows], kind="stable")
             syncs[tid] = (rt.end[rows][order], np.r_[0.0, np.cumsum(rt.dur[rows][order])])
-        last_end, any_last_end = _last_host_event(ev)
-        return cls(thread, data, syncs, last_end, any_last_end)
+        last_end, step_threads = _last_host_event(ev)
+        any_last_end = max(last_end.values(), default=-np.inf)
+        step_last_end = max((last_end.get(t, -np.inf) for t in step_threads), default=-np.inf)
+        return cls(thread, data, syncs, last_end, any_last_end, step_last_end)
 
     def quiet_from(self, op: np.ndarray) -> np.ndarray:
-        """When the thread that launched each op recorded its last event (any thread's when
-        the op has no launch record)."""
-        return np.array(
-            [
-                self.last_end.get(tid, self.any_last_end) if tid >= 0 else self.any_last_end
-                for tid in self.launch_thread[op].tolist()
-            ],
-            dtype=float,
-        )
+        """When the host stopped recording work: the last event of the thread that
+        launched each op (of any thread when the op has no launch record), or of the thread
+        that runs the steps if that is later."""
+        last = [
+            self.last_end.get(tid, self.any_last_end) if tid >= 0 else self.any_last_end
+            for tid in self.launch_thread[op].tolist()
+        ]
+        return np.maximum(np.array(last, dtype=float), self.step_last_end)
 
     def classify(
         self, op: np.ndarray, since: np.ndarray, until: np.ndarray
@@ -427,21 +431,24 @@ class _HostActivity:
         return data, np.where(data, 0.0, blocked)
 
 
-def _last_host_event(ev: TraceEvents) -> tuple[dict[int, float], float]:
+def _last_host_event(ev: TraceEvents) -> tuple[dict[int, float], set[int]]:
     """Per host thread, the end of its last recorded event (ops, runtime calls, Python
-    frames, annotations other than the ProfilerStep spans, which last as long as the step
-    whatever the host did in it)."""
-    not_step = ev.code_mask(lambda n: STEP_NAME.match(n) is None)
-    tables = [(t, np.arange(len(t))) for t in (ev.cpu_ops, ev.runtime, ev.python)]
-    tables.append((ev.annotations, rows_named(ev.annotations, not_step)))
+    frames, annotations), leaving out the ProfilerStep spans, which last as long as the step
+    whatever the host did in it; and the threads that run those spans."""
+    is_step = ev.code_mask(lambda n: STEP_NAME.match(n) is not None)
+    step_threads = {
+        int(t) for table in (ev.annotations, ev.cpu_ops) for t in table.tid[is_step[table.name]]
+    }
+    tables = [(t, np.flatnonzero(~is_step[t.name])) for t in (ev.cpu_ops, ev.annotations)]
+    tables += [(t, np.arange(len(t))) for t in (ev.runtime, ev.python)]
     tids = np.concatenate([t.tid[r] for t, r in tables])
     ends = np.concatenate([t.end[r] for t, r in tables])
     if tids.size == 0:
-        return {}, -np.inf
+        return {}, step_threads
     order = np.argsort(tids, kind="stable")
     uniq, first = np.unique(tids[order], return_index=True)
     last = np.maximum.reduceat(ends[order], first)
-    return dict(zip(uniq.tolist(), last.tolist(), strict=True)), float(ends.max())
+    return dict(zip(uniq.tolist(), last.tolist(), strict=True)), step_threads
 
 
 def _idle_split(

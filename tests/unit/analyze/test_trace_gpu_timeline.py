@@ -259,3 +259,17 @@ def test_the_tail_with_no_host_work_recorded_is_its_own_share(tmp_path: Path) ->
     assert g.idle_host_unrecorded_frac == pytest.approx(90 / 1000)
     assert g.idle_host_busy_frac == pytest.approx((14 + 100) / 1000)  # before k1 and k4
     assert g.idle_host_wait_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def test_the_tail_is_host_busy_while_the_step_thread_records_work(tmp_path: Path) -> None:
+    """k4 launched from another thread (the autograd engine's): that thread then records
+    nothing, but the thread running the step does (905-1000): the host is busy, no tail."""
+    path = _trace(tmp_path)
+    data = json.loads(path.read_text())
+    launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
+    launch["tid"] = 2
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_unrecorded_frac == 0
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
