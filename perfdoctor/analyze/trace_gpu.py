@@ -502,8 +502,9 @@ def _idle_split(
     host_time = np.where(late, host_part, np.where(waited, gaps, 0.0))
     short = known & ~waited & (gaps <= LAUNCH_GAP_MAX_US)
     dependency_time = np.where(late, queued, np.where(~waited & ~short, gaps, 0.0))
-    # The tail: once the launching thread's last recorded event has ended, the trace shows
-    # the host doing nothing and launching nothing until the steps end. Nothing there points
+    # The tail: once the last recorded events of the launching thread and of the thread
+    # running the steps have ended, the trace shows the host doing nothing and launching
+    # nothing until the steps end. Nothing there points
     # at a cause a fix could remove (no launch overhead, no sync, no data wait).
     unrecorded = np.zeros(gaps.size)
     if trailing.any():
