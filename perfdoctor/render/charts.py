@@ -273,33 +273,7 @@ def _to_svg(fig: Any) -> str:
     return _METADATA.sub("", text, count=1).strip()
 
 
-def _import_matplotlib() -> None:
-    """Import what the charts use, without the docstrings matplotlib writes while importing.
-
-    Each Artist subclass's `set()` gets a docstring listing every property with its accepted
-    values, built at import by inspecting every setter's docstring (`matplotlib.artist.kwdoc`):
-    about 0.1 s of CPU, a quarter of the import, for text no report shows. `kwdoc` is looked
-    up at each call, so it answers "" while the modules load; only `help()` text differs, and
-    only when matplotlib was not imported before (then nothing is skipped)."""
-    import sys
-
-    if "matplotlib.figure" in sys.modules:
-        return
-    import matplotlib.artist
-
-    kwdoc = getattr(matplotlib.artist, "kwdoc", None)
-    if callable(kwdoc):
-        matplotlib.artist.kwdoc = lambda artist: ""
-    try:
-        import matplotlib.backends.backend_svg
-        import matplotlib.figure
-    finally:
-        if callable(kwdoc):
-            matplotlib.artist.kwdoc = kwdoc
-
-
 def _render(draw: Any, *args: Any, height: float = 3.0) -> str:
-    _import_matplotlib()
     import matplotlib
     from cycler import cycler
 
