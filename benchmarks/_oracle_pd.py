@@ -51,13 +51,18 @@ def hta_view(path: Path) -> Any:
     ProfilerSteps, only the GPU ops launched (by a call in the trace) before the last step
     starts (HTA's `_filter_irrelevant_gpu_kernels`), so that a difference in the table is a
     difference in arithmetic, not in which events were counted."""
+    from perfdoctor.analyze.trace_events import parse_trace
+
+    return hta_view_of(parse_trace(path))
+
+
+def hta_view_of(ev: Any) -> Any:
+    """hta_view of an already parsed trace (TraceEvents)."""
     import numpy as np
 
-    from perfdoctor.analyze.trace_events import parse_trace
     from perfdoctor.analyze.trace_gpu import summarize_gpu
     from perfdoctor.analyze.trace_index import Steps, find_steps
 
-    ev = parse_trace(path)
     steps = find_steps(ev)
     if steps.count < 2:  # HTA filters nothing then
         return summarize_gpu(ev, steps, hta_window=True)

@@ -40,6 +40,7 @@ CHUNK_BYTES = 32 << 20
 _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _CUT_TRIES = 16  # earlier candidates tried before a piece is grown
+_FIRST_READ = 64 << 10
 _READ_IO_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile)
 
 
@@ -106,22 +107,26 @@ def _one_line(err: BaseException) -> str:
 
 def _stream(fh: io.BufferedReader | _Gunzip, sink: EventBuilder, chunk: int, name: str) -> None:
     # One buffer, reused: the data is buf[:n]. Reading into it (instead of allocating a block
-    # per read and appending it) saves a copy and the page faults of fresh memory.
-    buf = bytearray(2 * chunk)
+    # per read and appending it) saves a copy and the page faults of fresh memory. Reads
+    # start small and double up to `chunk`, so the buffer grows with the file: a small trace
+    # does not pay for zeroing a buffer of twice the chunk size (64 MiB, about 50 ms).
+    buf = bytearray()
     n = 0
     head: bytes | None = None  # the document up to (not including) the array's "["
     start = 0  # buf[start] is the "[" that opens the next piece
     grow_to = chunk
+    read = min(chunk, _FIRST_READ)
     while True:
         if start:
             # Move the undecoded rest to the front (same length: the buffer is not resized).
             rest = n - start
             buf[:rest] = buf[start:n]
             n, start = rest, 0
-        if len(buf) - n < chunk:
-            buf.extend(bytes(chunk - (len(buf) - n)))
-        got = fh.readinto(memoryview(buf)[n : n + chunk])
+        if len(buf) - n < read:
+            buf.extend(bytes(read - (len(buf) - n)))
+        got = fh.readinto(memoryview(buf)[n : n + read])
         n += got
+        read = min(chunk, 2 * read)
         if head is None:
             head = _find_head(buf, n)
             if head is None:

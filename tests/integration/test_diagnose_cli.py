@@ -1,4 +1,9 @@
-"""`python -m perfdoctor diagnose` end to end: corpus traces, a logdir, exit codes, read-only.
+"""`perfdoctor diagnose` end to end: corpus traces, a logdir, exit codes, read-only.
+
+The command runs in this process (typer's CliRunner, stdout and stderr apart) where a test
+checks what it prints and writes: a `python -m perfdoctor` process costs a second of imports
+each. Real processes remain where the process itself is the point: the default output
+directory in the working directory, stdout/stderr separation, and an exit code of each kind.
 
 Corpus tests skip when the GPU corpus is absent (`<repo>/../shared/gpu-corpus`, or the
 directory named by PERFDOCTOR_GPU_CORPUS); corpus files are only linked into tmp_path.
@@ -31,8 +36,12 @@ _SPEC.loader.exec_module(synthetic)
 pytestmark = pytest.mark.integration
 
 
+ENV = {"NO_COLOR": "1", "COLUMNS": "100"}
+
+
 def diagnose(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "100"}
+    """A real `python -m perfdoctor diagnose` process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ENV}
     return subprocess.run(
         [sys.executable, "-m", "perfdoctor", "diagnose", *map(str, args)],
         cwd=cwd,
@@ -41,6 +50,18 @@ def diagnose(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def diagnose_here(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The same command in this process; its result reads like a process's."""
+    from typer.testing import CliRunner
+
+    from perfdoctor.cli import app
+
+    got = CliRunner(env=ENV).invoke(app, ["diagnose", *map(str, args)])
+    if got.exception is not None and not isinstance(got.exception, SystemExit):
+        raise got.exception
+    return subprocess.CompletedProcess(args, got.exit_code, got.stdout, got.stderr)
 
 
 def _listing(root: Path) -> list[tuple[str, int, int]]:
@@ -61,7 +82,7 @@ def _corpus_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
     "trace", _corpus_files(TRACES, (".json", ".json.gz")), ids=lambda p: p.name
 )
 def test_every_corpus_trace_is_diagnosed(trace: Path, tmp_path: Path) -> None:
-    result = diagnose(trace, "-o", tmp_path / "out", "--json", cwd=tmp_path)
+    result = diagnose_here(trace, "-o", tmp_path / "out", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     # Shares of a step or of the GPU window never exceed it (issue 11: "164% of the step").
@@ -77,7 +98,7 @@ def test_every_corpus_trace_is_diagnosed(trace: Path, tmp_path: Path) -> None:
 @needs_corpus
 @pytest.mark.parametrize("snapshot", _corpus_files(SNAPSHOTS, (".pickle",)), ids=lambda p: p.name)
 def test_corpus_snapshots_are_diagnosed(snapshot: Path, tmp_path: Path) -> None:
-    result = diagnose(snapshot, "-o", tmp_path / "out", "--json", cwd=tmp_path)
+    result = diagnose_here(snapshot, "-o", tmp_path / "out", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["facts"]["peak_allocated_bytes"] > 0
@@ -93,7 +114,7 @@ def test_two_rank_logdir_gets_the_rank_view(tmp_path: Path) -> None:
         src = TRACES / f"hta_trace_filter_sampled_rank-{rank}.json.gz"
         (run / f"node{rank}_42.1700000000.pt.trace.json.gz").symlink_to(src)
     before = _listing(tmp_path / "logdir")
-    result = diagnose(tmp_path / "logdir", "-o", tmp_path / "out", cwd=tmp_path)
+    result = diagnose_here(tmp_path / "logdir", "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert "Ranks" in result.stdout
     assert "Step time p50 across 2 ranks" in result.stdout
@@ -117,7 +138,7 @@ def test_input_bound_trace_is_input_bound_not_launch_bound(tmp_path: Path) -> No
     synthetic.write_trace(
         inp / "resnet" / "host_1.1.pt.trace.json.gz", synthetic.input_bound_trace(steps=8)
     )
-    result = diagnose(inp, "-o", tmp_path / "out", "--json", cwd=tmp_path)
+    result = diagnose_here(inp, "-o", tmp_path / "out", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     ids = [f["rule_id"] for f in report["findings"]]
@@ -156,16 +177,17 @@ def test_out_option_and_formats(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("# perfdoctor diagnose")
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
-    quiet = diagnose(trace, "-o", tmp_path / "q", "--quiet", cwd=tmp_path)
+    quiet = diagnose_here(trace, "-o", tmp_path / "q", "--quiet")
     assert quiet.returncode == 0 and quiet.stdout == ""
 
 
 def test_exit_codes(tmp_path: Path) -> None:
+    # One real process per documented code (66, 68; 2 is click's own, in process).
     missing = diagnose(tmp_path / "nope", cwd=tmp_path)
     assert missing.returncode == 66
     assert "does not exist" in missing.stderr
     (tmp_path / "empty").mkdir()
-    empty = diagnose(tmp_path / "empty", cwd=tmp_path)
+    empty = diagnose_here(tmp_path / "empty")
     assert empty.returncode == 66
     assert "no trace or snapshot found in" in empty.stderr
     unusable = synthetic.write_trace(tmp_path / "u.json", {"traceEvents": []})
@@ -175,9 +197,9 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert len([ln for ln in bad.stderr.splitlines() if ln.strip()]) == 1
     garbage = tmp_path / "g.json.gz"
     garbage.write_bytes(b"\x1f\x8b not gzip")
-    assert diagnose(garbage, "-o", tmp_path / "o2", cwd=tmp_path).returncode == 68
+    assert diagnose_here(garbage, "-o", tmp_path / "o2").returncode == 68
     notes = tmp_path / "n.txt"
     notes.write_text("hello")
-    assert diagnose(notes, "-o", tmp_path / "o3", cwd=tmp_path).returncode == 68
-    usage = diagnose(unusable, "-f", "pdf", cwd=tmp_path)
+    assert diagnose_here(notes, "-o", tmp_path / "o3").returncode == 68
+    usage = diagnose_here(unusable, "-f", "pdf")
     assert usage.returncode == 2

@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from perfdoctor import rundir
 from perfdoctor.analyze.record import load_run
+from perfdoctor.cli import app
 from perfdoctor.errors import BadRunDir
 from perfdoctor.model import Evidence, Facts, Finding
 from perfdoctor.optimize.compare_runs import (
@@ -420,12 +422,8 @@ def test_low_confidence_stays_visible_in_the_verdict_and_the_terminal(tmp_path: 
 def test_comparing_against_a_run_without_timed_steps_exits_non_zero(tmp_path: Path) -> None:
     a = make_run(tmp_path / "a")
     b = make_run(tmp_path / "b", status="script_crashed")
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "compare", str(a), str(b)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 67, proc.stdout + proc.stderr
+    # In this process: tests/integration/test_compare_cli.py runs the real command.
+    proc = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert proc.exit_code == 67, proc.stdout + proc.stderr
     assert "nothing to compare" in proc.stderr + proc.stdout
     assert "FAILED" in proc.stdout

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from perfdoctor import rundir
 from perfdoctor.analyze.run_stats import RunSample
+from perfdoctor.cli import app
 from perfdoctor.errors import EXIT_REGRESSION
 from perfdoctor.optimize.compare_runs import compare_runs
 from perfdoctor.optimize.regression_gate import (
@@ -60,13 +62,12 @@ def _set_rss(run: Path, peak: int, profiled: int | None = None) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "compare", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """`perfdoctor compare ARGS` in this process (stdout and stderr apart); the real process
+    and its exit codes are tests/integration/test_regression_gate_cli.py's."""
+    got = CliRunner().invoke(app, ["compare", *args])
+    if got.exception is not None and not isinstance(got.exception, SystemExit):
+        raise got.exception
+    return subprocess.CompletedProcess(args, got.exit_code, got.stdout, got.stderr)
 
 
 # --------------------------------------------------------------------------- step time

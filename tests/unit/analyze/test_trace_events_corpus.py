@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from perfdoctor.analyze.kernels import is_launch_call
-from perfdoctor.analyze.trace import summarize_trace
 from perfdoctor.analyze.trace_events import CATEGORY_ALIASES, GPU_KIND_KERNEL, parse_trace
 from perfdoctor.analyze.trace_index import find_steps, launch_rows
 
-from .gpu_corpus import corpus_dir, corpus_traces
+from .gpu_corpus import corpus_dir, corpus_traces, parsed_trace, trace_summary
 
 TRACES = corpus_traces()
 pytestmark = pytest.mark.skipif(not TRACES, reason="shared GPU corpus not found")
@@ -46,7 +45,7 @@ def test_counts_match_a_plain_json_read(path: Path) -> None:
     cats = Counter(
         CATEGORY_ALIASES.get(e.get("cat", ""), "") for e in raw["traceEvents"] if e.get("ph") == "X"
     )
-    ev = parse_trace(path)
+    ev = parsed_trace(path)
     assert len(ev.gpu) == cats["kernel"] + cats["gpu_memcpy"] + cats["gpu_memset"]
     assert int((ev.gpu.col("kind") == GPU_KIND_KERNEL).sum()) == cats["kernel"]
     assert len(ev.runtime) == cats["cuda_runtime"] + cats["cuda_driver"]
@@ -65,12 +64,12 @@ def test_counts_match_a_plain_json_read(path: Path) -> None:
         and e.get("cat") != "gpu_user_annotation"
     }
     assert len(find_steps(ev).numbers) == len(steps)
-    summarize_trace(ev)  # and the analysis runs on it
+    trace_summary(path)  # and the analysis runs on it
 
 
 @pytest.mark.parametrize("path", TRACES, ids=[p.name[:40] for p in TRACES])
 def test_chunked_decode_of_real_traces_matches(path: Path) -> None:
-    whole, cut = parse_trace(path), parse_trace(path, chunk_bytes=1 << 20)
+    whole, cut = parsed_trace(path), parse_trace(path, chunk_bytes=1 << 20)
     for name in ("cpu_ops", "gpu", "runtime", "annotations", "gpu_annotations", "python"):
         a, b = getattr(whole, name), getattr(cut, name)
         assert sorted(
@@ -83,8 +82,8 @@ def test_chunked_decode_of_real_traces_matches(path: Path) -> None:
 def test_2021_trace_reads_like_tb_plugin() -> None:
     # tb_plugin's figures for this file: one step (ProfilerStep#2), 30 kernels, 2 memcpys,
     # 30 cudaLaunchKernel; a V100 from the old computeProperties key.
-    ev = parse_trace(_trace("tbplugin_gpu_metrics_input.json"))
-    summary = summarize_trace(ev)
+    ev = parsed_trace(_trace("tbplugin_gpu_metrics_input.json"))
+    summary = trace_summary(_trace("tbplugin_gpu_metrics_input.json"))
     assert summary.step_numbers == (2,)
     assert summary.gpu is not None and summary.gpu.kernels_per_step == 30
     assert summary.gpu.kernel_launches_per_step == 30
@@ -96,7 +95,7 @@ def test_2021_trace_reads_like_tb_plugin() -> None:
 
 def test_rocm_trace_launches_and_device() -> None:
     path = _trace("hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-    ev = parse_trace(path)
+    ev = parsed_trace(path)
     launches = [ev.names[c] for c in ev.runtime.name.tolist() if is_launch_call(ev.names[c])]
     assert Counter(launches) == {"hipLaunchKernel": 12, "hipExtModuleLaunchKernel": 2}
     kernels = ev.gpu.col("kind") == GPU_KIND_KERNEL
@@ -109,10 +108,10 @@ def test_rocm_trace_launches_and_device() -> None:
 
 
 def test_distributed_info_of_real_ranks() -> None:
-    ev = parse_trace(_trace("hta_nccl_parser_config_nccl_data.json.gz"))
+    ev = parsed_trace(_trace("hta_nccl_parser_config_nccl_data.json.gz"))
     info = ev.distributed_info
     assert info is not None and (info.rank, info.world_size, info.backend) == (0, 2, "nccl")
-    gloo = parse_trace(_trace("hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    gloo = parsed_trace(_trace("hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert gloo.distributed_info is not None and gloo.distributed_info.world_size == 300
     assert len(gloo.gpu) == 0 and find_steps(gloo).count == 1
 
@@ -135,7 +134,7 @@ HTA_PER_STEP = {
 
 @pytest.mark.parametrize("name", sorted(HTA_PER_STEP))
 def test_kernels_and_launches_per_step_match_hta(name: str) -> None:
-    summary = summarize_trace(parse_trace(_trace(name)))
+    summary = trace_summary(_trace(name))
     assert summary.gpu is not None
     kernels, launches = HTA_PER_STEP[name]
     assert summary.gpu.kernels_per_step == kernels
