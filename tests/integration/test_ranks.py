@@ -22,7 +22,9 @@ import pytest
 from test_process_tree import assert_nothing_left
 
 from perfdoctor.collect.launcher import launch
+from perfdoctor.diagnose import analyze_session
 from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.render.markdown import render_markdown
 from perfdoctor.rundir import load_manifest, load_steps, rank_dir
 
 pytestmark = pytest.mark.integration
@@ -254,10 +256,23 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path, ddp: dict[str, Any])
 
 
 def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> None:
-    run = profile(tmp_path, "--no-apply", "--profile-steps", "0", script_args=("--no-init",))
-    assert run["proc"].returncode == 0, run["log"]
-    assert any("never initialised a process group" in w for w in run["report"]["warnings"])
-    assert "2 training processes, no process group" in run["md"]
+    """Both ranks record that the script never joined a process group, and the analysis
+    `perfdoctor profile` runs on the session warns about it. The run is launched and analysed
+    in this process: the command's own path for --nproc-per-node is the module session's."""
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=str(SCRIPT), argv=("--no-init",)),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=StepPlan(warmup_steps=2, timed_steps=6, profiled_steps=0),
+        profile=False,
+    )
+    manifest = launch(spec, timeout_s=WAIT_S, echo_output=False, nproc_per_node=2)
+    assert manifest.status == "completed" and manifest.exit_code == 0, manifest
+    report = analyze_session(Path(spec.run_dir).parent)
+    assert any("never initialised a process group" in w for w in report.warnings)
+    assert "2 training processes, no process group" in render_markdown(report)
+    assert_nothing_left(Path(spec.run_dir))
 
 
 def test_apply_runs_the_variant_on_both_ranks(ddp: dict[str, Any]) -> None:
