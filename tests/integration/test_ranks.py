@@ -204,32 +204,11 @@ def test_plan_ending_inside_ddp_forward_on_every_rank_does_not_hang(tmp_path: Pa
     assert_nothing_left(Path(spec.run_dir))
 
 
-def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path, ddp: dict[str, Any]) -> None:
-    spec = RunSpec(
-        label="baseline",
-        target=Target(kind="script", name=str(SCRIPT), argv=("--hang-rank", "1")),
-        cwd=str(tmp_path),
-        run_dir=str(tmp_path / "run" / "baseline"),
-        plan=StepPlan(warmup_steps=2, timed_steps=20, profiled_steps=0),
-        profile=False,
-    )
-    # The module's completed 2-rank session trained its whole plan in `completed_s`: half as
-    # much again is ample for the agent and both ranks to import torch and reach the hang
-    # (step 3) on this machine at its present load, and the test waits no longer than that.
-    completed_s = load_manifest(ddp["session"] / "baseline").wall_s
-    timeout_s = max(5.0, 1.5 * completed_s)
-    manifest = launch(spec, timeout_s=timeout_s, echo_output=False, nproc_per_node=2)
-    assert manifest.status == "timeout" and manifest.exit_code == 124
-    assert "hangs" in (Path(spec.run_dir) / "stdout.log").read_text()  # it met a real hang
-    rank1 = read(rank_dir(Path(spec.run_dir), 1) / "observations.json")
-    # Rank 1 ended on the SIGTERM and wrote its record then: stopped within the grace
-    # period, not killed when the grace ran out.
-    assert rank1["signal"] == "SIGTERM"
-    assert_nothing_left(Path(spec.run_dir))
-
+def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs)]
     command += ["--nproc-per-node", "2", "--no-apply", "--quiet", str(SCRIPT), "--hang-rank", "1"]
+    started = time.monotonic()
     proc = subprocess.Popen(
         command,
         cwd=tmp_path,
@@ -246,6 +225,7 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path, ddp: dict[str, Any])
             tree = psutil.Process(proc.pid).children(recursive=True)
             break
         time.sleep(0.1)
+    reached_hang_s = time.monotonic() - started
     assert len(tree) >= 3  # the torchrun agent and its two ranks
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=30) == 130
@@ -253,6 +233,29 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path, ddp: dict[str, Any])
     baseline = (runs / "latest" / "baseline").resolve()
     assert load_manifest(baseline).status == "interrupted"
     assert_nothing_left(baseline)
+
+    spec = RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=str(SCRIPT), argv=("--hang-rank", "1")),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=StepPlan(warmup_steps=2, timed_steps=20, profiled_steps=0),
+        profile=False,
+    )
+    # The same hang was just reached in `reached_hang_s`, through the perfdoctor command
+    # (which this launch does without): twice that is ample for the agent and both ranks to
+    # import torch and reach it again at the machine's present load (sized from a session
+    # minutes earlier it was not, under a load that rose in between), and the test waits no
+    # longer than that.
+    timeout_s = max(5.0, 2.0 * reached_hang_s)
+    manifest = launch(spec, timeout_s=timeout_s, echo_output=False, nproc_per_node=2)
+    assert manifest.status == "timeout" and manifest.exit_code == 124
+    assert "hangs" in (Path(spec.run_dir) / "stdout.log").read_text()  # it met a real hang
+    rank1 = read(rank_dir(Path(spec.run_dir), 1) / "observations.json")
+    # Rank 1 ended on the SIGTERM and wrote its record then: stopped within the grace
+    # period, not killed when the grace ran out.
+    assert rank1["signal"] == "SIGTERM"
+    assert_nothing_left(Path(spec.run_dir))
 
 
 def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> None:
