@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from perfdoctor.collect.comm_watch import CommWatch
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from perfdoctor.collect.comm_watch import COLLECTIVES, CommWatch
 
 
 class Clock:
@@ -39,55 +45,56 @@ def test_an_interval_across_the_step_end_counts_in_both_steps() -> None:
     assert watch.step_ms(1.0, 2.0) == 200.0
 
 
-DDP_CHECK = """
-import json, sys, time
-import torch, torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from perfdoctor.collect.comm_watch import CommWatch
+@pytest.fixture
+def torch_put_back() -> Iterator[Any]:
+    """torch with CommWatch's wrappers taken off again afterwards: the check runs in this
+    process (torch is imported here already by the other collect tests; a child would import
+    it again), and the tests after it must meet torch.distributed as torch made it."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
-watch = CommWatch(torch)
-watch.install(lambda: False)
-store = dist.HashStore()
-dist.init_process_group("gloo", rank=0, world_size=1, store=store)
-out = {}
-for mode in ("default", "user", "builtin"):
-    model = DDP(nn.Linear(4, 4))
-    if mode == "user":
-        model.register_comm_hook(None, default_hooks.allreduce_hook)
-    if mode == "builtin":
-        model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
-    watch.step_ms(0.0, time.perf_counter())  # forget what came before
-    t0 = time.perf_counter()
-    for _ in range(2):
-        model(torch.randn(2, 4)).sum().backward()
-    out[mode] = watch.step_ms(t0, time.perf_counter())
-t0 = time.perf_counter()
-dist.all_reduce(torch.ones(1))
-out["all_reduce"] = watch.step_ms(t0, time.perf_counter())
-out["info"] = watch.info()
-dist.destroy_process_group()
-print(json.dumps(out))
-"""
+    collectives = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    ddp_names = ("__init__", "register_comm_hook", "_register_builtin_comm_hook")
+    ddp_own = {name: vars(DistributedDataParallel)[name] for name in ddp_names}
+    try:
+        yield torch
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for name, original in collectives.items():
+            setattr(dist, name, original)
+        for name, original in ddp_own.items():
+            setattr(DistributedDataParallel, name, original)
 
 
-def test_ddp_buckets_and_collectives_are_timed_in_a_real_process_group() -> None:
+def test_ddp_buckets_and_collectives_are_timed_in_a_real_process_group(torch_put_back: Any) -> None:
     """DDP's default all-reduce and a script's own hook are timed; a built-in (C++) hook
     is kept as registered and untimed; a dist.all_reduce call is timed."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    torch = torch_put_back
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run(
-        [sys.executable, "-c", DDP_CHECK], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    watch = CommWatch(torch)
+    watch.install(lambda: False)
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    out = {}
+    for mode in ("default", "user", "builtin"):
+        model = DDP(nn.Linear(4, 4))
+        if mode == "user":
+            model.register_comm_hook(None, default_hooks.allreduce_hook)
+        if mode == "builtin":
+            model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+        watch.step_ms(0.0, time.perf_counter())  # forget what came before
+        t0 = time.perf_counter()
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+        out[mode] = watch.step_ms(t0, time.perf_counter())
+    t0 = time.perf_counter()
+    dist.all_reduce(torch.ones(1))
+    out["all_reduce"] = watch.step_ms(t0, time.perf_counter())
     assert out["default"] > 0 and out["user"] > 0 and out["all_reduce"] > 0
     assert out["builtin"] == 0.0
-    assert out["info"] == {"timed": True, "ddp_models": 3, "untimed_ddp_hooks": 1}
+    assert watch.info() == {"timed": True, "ddp_models": 3, "untimed_ddp_hooks": 1}
