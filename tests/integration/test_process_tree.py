@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -255,12 +255,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_two_nodes_on_one_machine_end_in_node_0s_report(tmp_path: Path) -> None:
+def test_two_nodes_end_in_node_0s_report(tmp_path: Path, two_hosts: TwoHosts) -> None:
     """Two `perfdoctor profile --nnodes 2` processes, as on two machines (own --out each):
-    node 1's rank reaches node 0's report through torch.distributed's store."""
-    endpoint = f"127.0.0.1:{free_port()}"
+    node 1's rank reaches node 0's report through torch.distributed's store, over a real
+    address where network namespaces can be made (two_hosts)."""
+    endpoint, prefix = two_hosts
     script = str(SCRIPTS / "ddp_train.py")
-    run_two_nodes(tmp_path, script, endpoint)
+    run_two_nodes(tmp_path, script, endpoint, prefix)
     node0 = (tmp_path / "node0" / "latest").resolve()
     node1 = (tmp_path / "node1" / "latest").resolve()
     for session in (node0, node1):
@@ -295,60 +296,62 @@ def _netns(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
 
 
+# Where node 1 reaches node 0 (the rendezvous endpoint), and what runs node K's command there.
+TwoHosts = tuple[str, Callable[[int], list[str]]]
+
+
 @pytest.fixture
-def two_hosts() -> Any:
-    """Two network namespaces joined by a veth pair: node 1 reaches node 0 at 10.213.0.1,
-    not over loopback. Skips where namespaces cannot be made (not root, no iproute2)."""
+def two_hosts() -> Iterator[TwoHosts]:
+    """Two network namespaces joined by a veth pair, node 1 reaching node 0 at 10.213.0.1,
+    not over loopback, where they can be made (root, iproute2); else both nodes on this
+    machine's loopback."""
+    made = _netns_pair(f"{os.getpid() % 100000}")
+    if made is None:
+        yield f"127.0.0.1:{free_port()}", lambda node: []
+        return
+    names, veths = made
+    try:
+        yield (
+            "10.213.0.1:29533",
+            lambda node: [
+                *("ip", "netns", "exec", names[node]),
+                *("env", f"GLOO_SOCKET_IFNAME={veths[node]}"),
+            ],
+        )
+    finally:
+        _netns_delete(names)
+
+
+def _netns_pair(tag: str) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """Two namespaces pd0-/pd1-<tag> joined by veths pdv0-/pdv1-<tag>; None where not made."""
     if shutil.which("ip") is None or os.geteuid() != 0:
-        pytest.skip("network namespaces need iproute2 and root")
-    tag = f"{os.getpid() % 100000}"
+        return None
     names = (f"pd0-{tag}", f"pd1-{tag}")
     veths = (f"pdv0-{tag}", f"pdv1-{tag}")
     if _netns("netns", "add", names[0]).returncode != 0:
-        pytest.skip("cannot create a network namespace here")
-    try:
-        steps = [
-            ("netns", "add", names[1]),
-            ("link", "add", veths[0], "type", "veth", "peer", "name", veths[1]),
+        return None
+    steps = [
+        ("netns", "add", names[1]),
+        ("link", "add", veths[0], "type", "veth", "peer", "name", veths[1]),
+    ]
+    for k in (0, 1):
+        steps += [
+            ("link", "set", veths[k], "netns", names[k]),
+            ("-n", names[k], "addr", "add", f"10.213.0.{k + 1}/24", "dev", veths[k]),
+            ("-n", names[k], "link", "set", veths[k], "up"),
+            ("-n", names[k], "link", "set", "lo", "up"),
         ]
-        for k in (0, 1):
-            steps += [
-                ("link", "set", veths[k], "netns", names[k]),
-                ("-n", names[k], "addr", "add", f"10.213.0.{k + 1}/24", "dev", veths[k]),
-                ("-n", names[k], "link", "set", veths[k], "up"),
-                ("-n", names[k], "link", "set", "lo", "up"),
-            ]
-        for step in steps:
-            done = _netns(*step)
-            if done.returncode != 0:
-                pytest.skip(f"ip {' '.join(step)}: {done.stderr.strip()}")
-        yield names, veths
-    finally:
-        for name in names:
-            _netns("netns", "del", name)
+    for step in steps:
+        if _netns(*step).returncode != 0:
+            _netns("link", "del", veths[0])  # a pair not yet moved into the namespaces
+            _netns_delete(names)
+            return None
+    return names, veths
 
 
-def test_two_nodes_in_network_namespaces_reach_node_0_over_a_real_address(
-    tmp_path: Path, two_hosts: Any
-) -> None:
-    names, veths = two_hosts
-    endpoint = "10.213.0.1:29533"
-    script = str(SCRIPTS / "ddp_train.py")
-    run_two_nodes(
-        tmp_path,
-        script,
-        endpoint,
-        lambda node: [
-            *("ip", "netns", "exec", names[node]),
-            *("env", f"GLOO_SOCKET_IFNAME={veths[node]}"),
-        ],
-    )
-    node0 = (tmp_path / "node0" / "latest").resolve()
-    assert_nothing_left(node0)
-    assert_nothing_left((tmp_path / "node1" / "latest").resolve())
-    listed = processes(node0 / "baseline")
-    assert [(p["rank"], p["node_rank"]) for p in listed] == [(0, 0), (1, 1)]
-    assert len(load_steps(rank_dir(node0 / "baseline", 1))) == PLAN_TOTAL
+def _netns_delete(names: tuple[str, str]) -> None:
+    for name in names:
+        _netns("netns", "del", name)
 
 
 def test_ctrl_c_stops_the_spawn_workers_and_keeps_their_records(tmp_path: Path) -> None:
