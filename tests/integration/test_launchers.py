@@ -1,5 +1,5 @@
-"""Training started through other launchers and start methods: `accelerate launch` wrapping
-(2 gloo ranks on CPU) and Hogwild trainers under multiprocessing's forkserver."""
+"""Training started through other launchers: `accelerate launch` wrapping (2 gloo ranks on
+CPU). (Hogwild trainers under multiprocessing's forkserver: test_process_tree.py.)"""
 
 from __future__ import annotations
 
@@ -58,11 +58,3 @@ def test_a_wrapped_accelerate_launch_profiles_both_ranks(tmp_path: Path) -> None
     assert [r["rank"] for r in ranks] == [0, 1]
     assert all(r["comm_frac"] is not None and r["comm_frac"] > 0 for r in ranks)
     assert run["report"]["facts"]["world_size"] == 2
-
-
-def test_hogwild_trainers_under_the_forkserver_start_method(tmp_path: Path) -> None:
-    run = profile(tmp_path, str(SCRIPTS / "hogwild.py"), "--start-method", "forkserver")
-    listed = processes(run["baseline"])
-    assert [(p["rank"], p["steps"]) for p in listed] == [(None, 5), (None, 5)]
-    assert {p["kind"] for p in listed} <= {"multiprocessing-forkserver", "multiprocessing-fork"}
-    assert "main: trainers done [0, 0]" in (run["baseline"] / "stdout.log").read_text()

@@ -1,5 +1,8 @@
-"""Hogwild: 2 multiprocessing.Process trainers update one model in shared memory
-(start method spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild).
+"""Hogwild: multiprocessing.Process trainers update one model in shared memory (start method
+spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild).
+
+`--start-method` names one method (2 trainers started by it) or several, comma-separated
+(trainer K started by the K-th): one run then has a trainer of each way of starting.
 
 `--crash-trainer K` makes trainer K raise at step 3, `--hang-trainer K` makes it sleep there;
 main exits with the first failing trainer's exit code, as a careful launcher script does.
@@ -38,10 +41,15 @@ def main() -> None:
     p.add_argument("--crash-trainer", type=int, default=-1)
     p.add_argument("--hang-trainer", type=int, default=-1)
     args = p.parse_args()
-    mp.set_start_method(args.start_method, force=True)
+    methods = args.start_method.split(",")
+    if len(methods) == 1:
+        methods *= 2
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     model.share_memory()
-    procs = [mp.Process(target=train, args=(model, k, args)) for k in range(2)]
+    procs = [
+        mp.get_context(method).Process(target=train, args=(model, k, args))
+        for k, method in enumerate(methods)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:
