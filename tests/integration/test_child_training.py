@@ -16,6 +16,7 @@ import pytest
 from test_child_launch import (
     SCRIPTS,
     SMALL_PLAN,
+    ChildRun,
     bootstrap_command,
     child_env,
     run_child,
@@ -28,8 +29,31 @@ from perfdoctor.model import StepPlan
 pytestmark = pytest.mark.integration
 
 
-def test_gradient_accumulation_reports_micro_batches_per_step(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "train_loop.py", "--accum", "4", "--epochs", "5")
+@pytest.fixture(scope="module")
+def accumulation_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """Gradient accumulation over a DataLoader with two fork workers (which change nothing
+    in the steps): the accumulation test and the [fork] case of the workers test."""
+    return run_child(
+        tmp_path_factory.mktemp("accumulation"),
+        "train_loop.py",
+        *("--accum", "4", "--epochs", "5", "--workers", "2", "--mp-context", "fork"),
+    )
+
+
+@pytest.fixture(scope="module")
+def forever_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """A loop that never ends by itself inside `except Exception`, with anomaly mode and
+    zero_grad(set_to_none=False) left on and two spawn DataLoader workers: the stop, the
+    debug settings and the [spawn] case of the workers test read this one child."""
+    return run_child(
+        tmp_path_factory.mktemp("forever"),
+        "train_loop.py",
+        *("--forever", "--catch", "--debug-modes", "--workers", "2", "--mp-context", "spawn"),
+    )
+
+
+def test_gradient_accumulation_reports_micro_batches_per_step(accumulation_run: ChildRun) -> None:
+    run = accumulation_run
     assert run.returncode == 0, run.output
     assert [row["micro_batches"] for row in run.steps] == [4, 4, 4, 4]
     assert run.observations["step_detection"] == "optimizer"
@@ -70,13 +94,13 @@ def test_forward_only_script_is_measured_in_time_windows(tmp_path: Path) -> None
     assert all(row["micro_batches"] == 0 for row in steps)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    ("context", "run_name"), [("fork", "accumulation_run"), ("spawn", "forever_run")]
+)
 def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphans(
-    tmp_path: Path, context: str
+    request: pytest.FixtureRequest, context: str, run_name: str
 ) -> None:
-    run = run_child(
-        tmp_path, "train_loop.py", "--workers", "2", "--mp-context", context, "--epochs", "3"
-    )
+    run: ChildRun = request.getfixturevalue(run_name)
     assert run.returncode == 0, run.output
     assert run.observations["stopped_by_perfdoctor"] is True
     loader = run.observations["dataloaders"][0]
@@ -91,11 +115,11 @@ def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphan
 
 
 def test_a_script_that_would_run_forever_is_stopped_after_the_plan_through_except_exception(
-    tmp_path: Path,
+    forever_run: ChildRun,
 ) -> None:
-    """One child for both: the loop never ends by itself, and an `except Exception` around
-    it (which prints "caught") must neither swallow the stop nor see it."""
-    run = run_child(tmp_path, "train_loop.py", "--forever", "--catch")
+    """The loop never ends by itself, and an `except Exception` around it (which prints
+    "caught") must neither swallow the stop nor see it."""
+    run = forever_run
     assert run.returncode == 0, run.output
     assert "caught" not in run.stdout
     obs = run.observations
@@ -106,11 +130,20 @@ def test_a_script_that_would_run_forever_is_stopped_after_the_plan_through_excep
     assert obs["stopped_at"]["location"]["file"].endswith("train_loop.py")
 
 
+PROFILED_PLAN = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
+
+
+@pytest.fixture(scope="module")
+def profiled_amp_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """bf16 autocast with a GradScaler and a profiled window: the scaler changes neither the
+    steps nor the profiler, so the trace test and the unscaled-loss test read one child."""
+    return run_child(tmp_path_factory.mktemp("amp"), "amp_scaler.py", plan=PROFILED_PLAN)
+
+
 def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
-    tmp_path: Path,
+    profiled_amp_run: ChildRun,
 ) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
-    run = run_child(tmp_path, "train_loop.py", "--epochs", "3", "--print-loss", plan=plan)
+    plan, run = PROFILED_PLAN, profiled_amp_run
     assert run.returncode == 0, run.output
     # The profiler starts (kineto's WARMUP) in an untimed step of its own, not a timed one.
     assert [row["phase"] for row in run.steps] == [
@@ -138,8 +171,10 @@ def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
     assert captured == pytest.approx(printed[: len(captured)], rel=1e-6, abs=1e-8)
 
 
-def test_grad_scaler_loss_is_captured_unscaled_and_autocast_is_seen(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "amp_scaler.py")
+def test_grad_scaler_loss_is_captured_unscaled_and_autocast_is_seen(
+    profiled_amp_run: ChildRun,
+) -> None:
+    run = profiled_amp_run
     assert run.returncode == 0, run.output
     printed = [
         float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")
@@ -176,9 +211,20 @@ def test_evaluation_without_no_grad_is_counted_at_its_line(tmp_path: Path) -> No
     assert all(math.isfinite(row["loss"]) for row in run.steps)
 
 
-def test_a_users_own_profiler_makes_perfdoctor_back_off(tmp_path: Path) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
-    run = run_child(tmp_path, "user_profiler.py", plan=plan)
+@pytest.fixture(scope="module")
+def lstm_own_profiler_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """A time-major LSTM trained inside the script's own torch.profiler, under a plan that
+    asks for a profiled window: the batch-size test's [--lstm] case and the back-off test."""
+    return run_child(
+        tmp_path_factory.mktemp("lstm"),
+        "batch_shapes.py",
+        *("--lstm", "--own-profiler"),
+        plan=PROFILED_PLAN,
+    )
+
+
+def test_a_users_own_profiler_makes_perfdoctor_back_off(lstm_own_profiler_run: ChildRun) -> None:
+    run = lstm_own_profiler_run
     assert run.returncode == 0, run.output
     profiler = run.observations["profiler"]
     assert profiler["user_profiler"] is True
@@ -220,8 +266,8 @@ def _line_of(path: Path, marker: str) -> int:
     raise AssertionError(f"{marker!r} not in {path}")
 
 
-def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "train_loop.py", "--debug-modes", "--epochs", "2")
+def test_debug_settings_are_observed_with_the_lines_that_set_them(forever_run: ChildRun) -> None:
+    run = forever_run
     assert run.returncode == 0, run.output
     obs = run.observations
     assert obs["torch"]["anomaly_enabled"] is True
@@ -241,7 +287,9 @@ def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
     tmp_path: Path, own_hook: bool
 ) -> None:
     """torch.save(model) and copy.deepcopy(model) (EMA) after the roots are hooked; the
-    copies carry none of perfdoctor's hooks, and the script's own hook handle still works."""
+    copies carry none of perfdoctor's hooks, and the script's own hook handle still works.
+    (Two children: without a hook of the script's, perfdoctor's hooks live in a dict of its
+    own; with one, they join the script's dict and copy as inert hooks.)"""
     run = run_child(tmp_path, "save_and_copy.py", *(["--own-hook"] if own_hook else []))
     assert run.returncode == 0, run.output
     assert "step 3 saved and copied" in run.stdout
@@ -251,10 +299,15 @@ def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
 
 
 @pytest.mark.parametrize(("flag", "batch"), [("--slice", 10), ("--lstm", 20)])
-def test_the_batch_size_is_what_the_model_received(tmp_path: Path, flag: str, batch: int) -> None:
+def test_the_batch_size_is_what_the_model_received(
+    request: pytest.FixtureRequest, tmp_path: Path, flag: str, batch: int
+) -> None:
     """Not the DataLoader's batch_size (50, sliced by the script), nor a time-major
     sequence model's first dimension (35 time steps)."""
-    run = run_child(tmp_path, "batch_shapes.py", flag)
+    if flag == "--lstm":
+        run: ChildRun = request.getfixturevalue("lstm_own_profiler_run")
+    else:
+        run = run_child(tmp_path, "batch_shapes.py", flag)
     assert run.returncode == 0, run.output
     sizes = [row["batch_size"] for row in run.steps]
     # (A step that a repeated optimizer step opened saw no forward of its own: None.)

@@ -1,6 +1,8 @@
 """What the model receives is the batch: --slice feeds a DataLoader's 50-sample batches in
 slices of 10 (one optimizer step each); --lstm feeds a time-major LSTM language model
-(input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does)."""
+(input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does).
+
+--own-profiler runs the loop inside the script's own torch.profiler: perfdoctor backs off."""
 
 import sys
 
@@ -47,5 +49,13 @@ def lstm() -> None:
         opt.step()
 
 
-if __name__ == "__main__":
+def main() -> None:
     sliced() if "--slice" in sys.argv else lstm()
+
+
+if __name__ == "__main__":
+    if "--own-profiler" in sys.argv:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            main()
+    else:
+        main()
