@@ -12,8 +12,13 @@ parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--report", default=None)
 args = parser.parse_args()
 if args.report:
+    frame, frames_above = sys._getframe(), []
+    while frame.f_back is not None:
+        frame = frame.f_back
+        frames_above.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
     with open(args.report, "w") as fh:
-        json.dump({"argv": sys.argv, "name": __name__, "spec": __spec__.name}, fh)
+        report = {"argv": sys.argv, "name": __name__, "spec": __spec__.name}
+        json.dump({**report, "frames_above": frames_above}, fh)
 
 model = nn.Linear(4, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
