@@ -5,10 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -17,10 +13,7 @@ from test_child_launch import (
     SCRIPTS,
     SMALL_PLAN,
     ChildRun,
-    bootstrap_command,
-    child_env,
     run_child,
-    write_spec,
 )
 
 from perfdoctor import rundir
@@ -230,29 +223,6 @@ def test_a_users_own_profiler_makes_perfdoctor_back_off(lstm_own_profiler_run: C
     assert profiler["user_profiler"] is True
     assert profiler["started"] is False
     assert rundir.find_traces(run.run_dir) == []
-
-
-def test_sigterm_ends_the_run_with_its_artifacts_flushed(tmp_path: Path) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=10**6, profiled_steps=0)
-    spec_path = write_spec(tmp_path, "train_loop.py", "--forever", plan=plan)
-    proc = subprocess.Popen(
-        bootstrap_command(spec_path),
-        cwd=SCRIPTS,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    progress = spec_path.parent / rundir.PROGRESS_FILE
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (progress.is_file() and progress.stat().st_size):
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    run_dir = spec_path.parent
-    obs = rundir.read_json(run_dir / rundir.OBSERVATIONS_FILE)
-    assert obs["signal"] == "SIGTERM"
-    rows = list(rundir.read_jsonl(run_dir / rundir.STEPS_FILE))
-    assert rows and len(rows) == obs["steps_seen"]
 
 
 def printed_losses(stdout: str) -> list[float]:

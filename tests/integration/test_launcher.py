@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -62,6 +63,28 @@ workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)
 Path("workers.txt").write_text(" ".join(str(w.pid) for w in workers))
 print("workers started", flush=True)
 time.sleep(600)
+"""
+
+# Workers started, then training that never ends: a step every 50 ms (sleeping, so waiting
+# for the timeout costs no CPU), so the timeout lands in the middle of a training loop.
+TRAIN_FOREVER_WITH_WORKERS = """
+import subprocess, sys, time
+from pathlib import Path
+
+import torch
+
+workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+           for _ in range(2)]
+Path("workers.txt").write_text(" ".join(str(w.pid) for w in workers))
+print("workers started", flush=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+while True:
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.05)
 """
 
 
@@ -132,9 +155,13 @@ def test_completed_run_streams_progress_and_keeps_the_logs(
 def test_timeout_kills_the_child_and_its_workers(
     tmp_path: Path, seen_start_s: dict[str, float]
 ) -> None:
-    spec = make_spec(tmp_path, HANG_WITH_WORKERS)
+    """The timeout's SIGTERM ends the child in the middle of training: it flushes its record
+    (the steps it saw) and its workers are gone."""
+    plan = StepPlan(warmup_steps=1, timed_steps=10**6, profiled_steps=0)
+    spec = replace(make_spec(tmp_path, TRAIN_FOREVER_WITH_WORKERS), plan=plan)
     # A tiny completed run (start, import torch, 5 steps, flush) took `wall_s` here; this
-    # script reaches its hang sooner, so half as much again is ample at the present load.
+    # script reaches its first steps sooner, so half as much again is ample at the present
+    # load.
     timeout_s = max(4.0, 1.5 * seen_start_s.get("wall_s", 10.0))
     manifest = launch(spec, timeout_s=timeout_s, echo_output=False)
 
@@ -145,6 +172,9 @@ def test_timeout_kills_the_child_and_its_workers(
     # period, not killed when it ran out.
     observations = json.loads((Path(spec.run_dir) / "observations.json").read_text())
     assert observations["signal"] == "SIGTERM"
+    assert observations["exit_code"] == 128 + signal.SIGTERM  # the child's own exit status
+    rows = list(read_jsonl(Path(spec.run_dir) / "steps.jsonl"))
+    assert rows and len(rows) == observations["steps_seen"]
     workers = [int(pid) for pid in (tmp_path / "workers.txt").read_text().split()]
     assert len(workers) == 2
     assert all(ended(pid) for pid in workers)
