@@ -168,16 +168,35 @@ def test_script_sees_argv_file_path_and_cwd_as_plain_python_gives_them(
     assert seen["name"] == "__main__"
 
 
-def test_sys_exit_code_is_the_childs_exit_code(tmp_path: Path) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=100, profiled_steps=0)
-    run = run_child(tmp_path, "train_loop.py", "--exit-code", "3", plan=plan)
+_SLICED_RUN: list[ChildRun] = []  # filled once per session
+
+
+def sliced_run_that_exits_3(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """batch_shapes.py --slice for one epoch (50 steps), then sys.exit(3), under a plan it
+    never completes: one child for the exit-code test here and the [--slice] case of
+    test_child_training's batch-size test (the exit changes no step)."""
+    if not _SLICED_RUN:
+        plan = StepPlan(warmup_steps=1, timed_steps=100, profiled_steps=0)
+        run = run_child(
+            tmp_path_factory.mktemp("sliced"),
+            "batch_shapes.py",
+            *("--slice", "--epochs", "1", "--exit-code", "3"),
+            plan=plan,
+        )
+        _SLICED_RUN.append(run)
+    return _SLICED_RUN[0]
+
+
+def test_sys_exit_code_is_the_childs_exit_code(tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = sliced_run_that_exits_3(tmp_path_factory)
     assert run.returncode == 3, run.output
     obs = run.observations
     assert obs["exit_code"] == 3
     assert obs["script_exit_code"] == 3
     assert obs["plan_complete"] is False
     assert obs["stopped_by_perfdoctor"] is False
-    assert len(run.steps) == 16  # 64 samples / batch 4: the script finished on its own
+    # 500 samples in batches of 50, each fed in slices of 10: the script finished on its own.
+    assert len(run.steps) == 50
 
 
 def test_crash_at_step_n_keeps_n_steps_the_error_and_the_scripts_traceback(

@@ -14,6 +14,7 @@ from test_child_launch import (
     SMALL_PLAN,
     ChildRun,
     run_child,
+    sliced_run_that_exits_3,
 )
 
 from perfdoctor import rundir
@@ -36,12 +37,13 @@ def accumulation_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
 @pytest.fixture(scope="module")
 def forever_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
     """A loop that never ends by itself inside `except Exception`, with anomaly mode and
-    zero_grad(set_to_none=False) left on and two spawn DataLoader workers: the stop, the
-    debug settings and the [spawn] case of the workers test read this one child."""
+    zero_grad(set_to_none=False) left on and a spawn DataLoader worker (one: each imports
+    torch anew): the stop, the debug settings and the [spawn] case of the workers test read
+    this one child."""
     return run_child(
         tmp_path_factory.mktemp("forever"),
         "train_loop.py",
-        *("--forever", "--catch", "--debug-modes", "--workers", "2", "--mp-context", "spawn"),
+        *("--forever", "--catch", "--debug-modes", "--workers", "1", "--mp-context", "spawn"),
     )
 
 
@@ -88,16 +90,17 @@ def test_forward_only_script_is_measured_in_time_windows(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    ("context", "run_name"), [("fork", "accumulation_run"), ("spawn", "forever_run")]
+    ("context", "workers", "run_name"),
+    [("fork", 2, "accumulation_run"), ("spawn", 1, "forever_run")],
 )
 def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphans(
-    request: pytest.FixtureRequest, context: str, run_name: str
+    request: pytest.FixtureRequest, context: str, workers: int, run_name: str
 ) -> None:
     run: ChildRun = request.getfixturevalue(run_name)
     assert run.returncode == 0, run.output
     assert run.observations["stopped_by_perfdoctor"] is True
     loader = run.observations["dataloaders"][0]
-    assert (loader["num_workers"], loader["dataset_class"]) == (2, "RandomPairs")
+    assert (loader["num_workers"], loader["dataset_class"]) == (workers, "RandomPairs")
     assert loader["multiprocessing_context"] == context
     assert len(run.steps) == SMALL_PLAN.total_steps
     spec_path = str(run.run_dir / rundir.SPEC_FILE)
@@ -267,15 +270,19 @@ def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(tmp_path: Path) 
 
 @pytest.mark.parametrize(("flag", "batch"), [("--slice", 10), ("--lstm", 20)])
 def test_the_batch_size_is_what_the_model_received(
-    request: pytest.FixtureRequest, tmp_path: Path, flag: str, batch: int
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    flag: str,
+    batch: int,
 ) -> None:
     """Not the DataLoader's batch_size (50, sliced by the script), nor a time-major
     sequence model's first dimension (35 time steps)."""
     if flag == "--lstm":
         run: ChildRun = request.getfixturevalue("lstm_own_profiler_run")
+        assert run.returncode == 0, run.output
     else:
-        run = run_child(tmp_path, "batch_shapes.py", flag)
-    assert run.returncode == 0, run.output
+        run = sliced_run_that_exits_3(tmp_path_factory)
+        assert run.returncode == 3, run.output  # the script's own sys.exit(3), after training
     sizes = [row["batch_size"] for row in run.steps]
     # (A step that a repeated optimizer step opened saw no forward of its own: None.)
     assert {size for size in sizes if size is not None} == {batch}

@@ -2,7 +2,8 @@
 slices of 10 (one optimizer step each); --lstm feeds a time-major LSTM language model
 (input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does).
 
---own-profiler runs the loop inside the script's own torch.profiler: perfdoctor backs off."""
+--own-profiler runs the loop inside the script's own torch.profiler: perfdoctor backs off.
+--epochs N: --slice's epochs (5); --exit-code N: sys.exit(N) once training is done."""
 
 import sys
 
@@ -16,7 +17,8 @@ def sliced() -> None:
     loader = DataLoader(data, batch_size=50)
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(5):
+    epochs = int(sys.argv[sys.argv.index("--epochs") + 1]) if "--epochs" in sys.argv else 5
+    for _ in range(epochs):
         for x, y in loader:
             for i in range(0, len(x), 10):
                 loss = nn.functional.mse_loss(model(x[i : i + 10]), y[i : i + 10])
@@ -51,6 +53,8 @@ def lstm() -> None:
 
 def main() -> None:
     sliced() if "--slice" in sys.argv else lstm()
+    if "--exit-code" in sys.argv:
+        sys.exit(int(sys.argv[sys.argv.index("--exit-code") + 1]))
 
 
 if __name__ == "__main__":
