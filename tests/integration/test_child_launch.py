@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_launcher import TINY_PLAN, completed_module_run
 
 from perfdoctor import rundir
 from perfdoctor.collect import bootstrap
@@ -138,12 +139,15 @@ def script_probe(tmp_path_factory: pytest.TempPathFactory) -> Probe:
 
 @pytest.fixture(scope="module")
 def module_probe(tmp_path_factory: pytest.TempPathFactory) -> Probe:
-    tmp_path = tmp_path_factory.mktemp("module")
-    report = tmp_path / "report.json"
-    run = run_child(
-        tmp_path, "pkg_demo.train", "--steps", "1000", "--report", str(report), kind="module"
+    """test_launcher's completed run: `python -m pkg_demo.train` through launch()."""
+    completed = completed_module_run(tmp_path_factory)
+    run = ChildRun(
+        completed.manifest.exit_code,
+        (completed.run_dir / rundir.STDOUT_FILE).read_text(),
+        (completed.run_dir / rundir.STDERR_FILE).read_text(),
+        completed.run_dir,
     )
-    return Probe(run, report)
+    return Probe(run, completed.report)
 
 
 def test_script_sees_argv_file_path_and_cwd_as_plain_python_gives_them(
@@ -260,7 +264,7 @@ def test_module_form_runs_like_python_dash_m_and_stops_after_the_plan(
     obs = run.observations
     assert obs["stopped_by_perfdoctor"] is True
     assert obs["plan_complete"] is True
-    assert len(run.steps) == SMALL_PLAN.total_steps
+    assert len(run.steps) == TINY_PLAN.total_steps
 
 
 def test_unknown_module_is_a_launch_error_with_exit_66(tmp_path: Path) -> None:

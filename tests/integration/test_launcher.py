@@ -9,6 +9,8 @@ are tiny and the step plans small.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -25,34 +27,13 @@ import pytest
 from perfdoctor.collect.launcher import Progress, launch
 from perfdoctor.collect.target import validate_target
 from perfdoctor.errors import TargetInvalid, TargetNotFound
-from perfdoctor.model import RunSpec, StepPlan, Target
+from perfdoctor.model import RunManifest, RunSpec, StepPlan, Target
 from perfdoctor.rundir import load_manifest, read_jsonl, to_jsonable
 
 pytestmark = pytest.mark.integration
 
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TINY_PLAN = StepPlan(warmup_steps=2, timed_steps=3, profiled_steps=0)
-
-TRAIN = """
-import os
-import sys
-import torch
-
-print("hello from stdout", os.environ.get("PERFDOCTOR_TEST_ENV"))
-print("USDT:2026-01-01 00:00:00 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start",
-      file=sys.stderr)
-print("[W1122 05:37:49.91 CPUAllocator.cpp:245] Memory block of unknown size was allocated "
-      "before the profiling started, profiler results will not include the deallocation event",
-      file=sys.stderr)
-print("[W1122 05:37:50.00 user.cpp:1] a warning of the script's own", file=sys.stderr)
-print("hello from stderr", file=sys.stderr)
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range({steps}):
-    loss = model(torch.randn(8, 4)).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-"""
 
 HANG_WITH_WORKERS = """
 import subprocess, sys, time
@@ -109,21 +90,54 @@ def ended(pid: int) -> bool:
         return True
 
 
-@pytest.fixture(scope="module")
-def seen_start_s() -> dict[str, float]:
-    """How long a tiny completed run took here, filled in by the test that runs one: the
-    timeout test sizes its timeout from it (run alone, it falls back to a generous one)."""
-    return {}
+@dataclass
+class CompletedRun:
+    """`python -m pkg_demo.train` run through launch() to the end of its plan."""
+
+    manifest: RunManifest
+    run_dir: Path
+    progress: list[Progress]
+    terminal_out: str  # what launch() echoed
+    terminal_err: str
+    report: Path  # what the script wrote of its argv, name, spec and frames
+
+
+_COMPLETED_RUN: list[CompletedRun] = []  # filled once per session
+
+
+def completed_module_run(tmp_path_factory: pytest.TempPathFactory) -> CompletedRun:
+    """One child for the completed-run and timeout tests here and the module-form and frame
+    tests in test_child_launch.py. Whichever test asks first runs it, so what launch()
+    echoes is captured here rather than by that test's capfd."""
+    if not _COMPLETED_RUN:
+        tmp_path = tmp_path_factory.mktemp("completed")
+        report = tmp_path / "report.json"
+        argv = ("--steps", "1000", "--report", str(report))
+        spec = RunSpec(
+            label="baseline",
+            target=Target(kind="module", name="pkg_demo.train", argv=argv),
+            cwd=str(SCRIPTS),
+            run_dir=str(tmp_path / "run" / "baseline"),
+            plan=TINY_PLAN,
+            profile=False,
+            env={"PERFDOCTOR_TEST_ENV": "from-spec"},
+        )
+        seen: list[Progress] = []
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            manifest = launch(spec, timeout_s=120, on_progress=seen.append)
+        run = CompletedRun(
+            manifest, Path(spec.run_dir), seen, out.getvalue(), err.getvalue(), report
+        )
+        _COMPLETED_RUN.append(run)
+    return _COMPLETED_RUN[0]
 
 
 def test_completed_run_streams_progress_and_keeps_the_logs(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], seen_start_s: dict[str, float]
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    spec = make_spec(tmp_path, TRAIN.format(steps=1000), env={"PERFDOCTOR_TEST_ENV": "from-spec"})
-    seen: list[Progress] = []
-    manifest = launch(spec, timeout_s=120, on_progress=seen.append)
-    run_dir = Path(spec.run_dir)
-    seen_start_s["wall_s"] = manifest.wall_s
+    completed = completed_module_run(tmp_path_factory)
+    manifest, run_dir, seen = completed.manifest, completed.run_dir, completed.progress
 
     assert manifest.status == "completed", manifest
     assert manifest.exit_code == 0
@@ -139,12 +153,12 @@ def test_completed_run_streams_progress_and_keeps_the_logs(
     assert "hello from stdout from-spec" in (run_dir / "stdout.log").read_text()
     stderr_log = (run_dir / "stderr.log").read_text()
     assert "hello from stderr" in stderr_log and "USDT:" in stderr_log
-    terminal = capfd.readouterr()
-    assert "hello from stdout" in terminal.out
-    assert "hello from stderr" in terminal.err and "USDT:" not in terminal.err
+    terminal_out, terminal_err = completed.terminal_out, completed.terminal_err
+    assert "hello from stdout" in terminal_out
+    assert "hello from stderr" in terminal_err and "USDT:" not in terminal_err
     assert "before the profiling started" in stderr_log
-    assert "before the profiling started" not in terminal.err
-    assert "a warning of the script's own" in terminal.err
+    assert "before the profiling started" not in terminal_err
+    assert "a warning of the script's own" in terminal_err
 
     assert {"spec", "stdout", "stderr", "samples", "steps"} <= set(manifest.artifacts)
     samples = list(read_jsonl(run_dir / "samples.jsonl"))
@@ -153,7 +167,7 @@ def test_completed_run_streams_progress_and_keeps_the_logs(
 
 
 def test_timeout_kills_the_child_and_its_workers(
-    tmp_path: Path, seen_start_s: dict[str, float]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The timeout's SIGTERM ends the child in the middle of training: it flushes its record
     (the steps it saw) and its workers are gone."""
@@ -162,7 +176,7 @@ def test_timeout_kills_the_child_and_its_workers(
     # A tiny completed run (start, import torch, 5 steps, flush) took `wall_s` here; this
     # script reaches its first steps sooner, so half as much again is ample at the present
     # load.
-    timeout_s = max(4.0, 1.5 * seen_start_s.get("wall_s", 10.0))
+    timeout_s = max(4.0, 1.5 * completed_module_run(tmp_path_factory).manifest.wall_s)
     manifest = launch(spec, timeout_s=timeout_s, echo_output=False)
 
     assert manifest.status == "timeout", manifest
