@@ -46,7 +46,7 @@ print("workers started", flush=True)
 time.sleep(600)
 """
 
-# Workers started, then training that never ends: a step every 50 ms (sleeping, so waiting
+# Workers started, then training that never ends: a step every 250 ms (sleeping, so waiting
 # for the timeout costs no CPU), so the timeout lands in the middle of a training loop.
 TRAIN_FOREVER_WITH_WORKERS = """
 import subprocess, sys, time
@@ -65,7 +65,7 @@ while True:
     opt.zero_grad()
     loss.backward()
     opt.step()
-    time.sleep(0.05)
+    time.sleep(0.25)
 """
 
 
