@@ -5,10 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -16,10 +12,9 @@ import pytest
 from test_child_launch import (
     SCRIPTS,
     SMALL_PLAN,
-    bootstrap_command,
-    child_env,
+    ChildRun,
     run_child,
-    write_spec,
+    sliced_run_that_exits_3,
 )
 
 from perfdoctor import rundir
@@ -28,8 +23,32 @@ from perfdoctor.model import StepPlan
 pytestmark = pytest.mark.integration
 
 
-def test_gradient_accumulation_reports_micro_batches_per_step(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "train_loop.py", "--accum", "4", "--epochs", "5")
+@pytest.fixture(scope="module")
+def accumulation_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """Gradient accumulation over a DataLoader with two fork workers (which change nothing
+    in the steps): the accumulation test and the [fork] case of the workers test."""
+    return run_child(
+        tmp_path_factory.mktemp("accumulation"),
+        "train_loop.py",
+        *("--accum", "4", "--epochs", "5", "--workers", "2", "--mp-context", "fork"),
+    )
+
+
+@pytest.fixture(scope="module")
+def forever_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """A loop that never ends by itself inside `except Exception`, with anomaly mode and
+    zero_grad(set_to_none=False) left on and a spawn DataLoader worker (one: each imports
+    torch anew): the stop, the debug settings and the [spawn] case of the workers test read
+    this one child."""
+    return run_child(
+        tmp_path_factory.mktemp("forever"),
+        "train_loop.py",
+        *("--forever", "--catch", "--debug-modes", "--workers", "1", "--mp-context", "spawn"),
+    )
+
+
+def test_gradient_accumulation_reports_micro_batches_per_step(accumulation_run: ChildRun) -> None:
+    run = accumulation_run
     assert run.returncode == 0, run.output
     assert [row["micro_batches"] for row in run.steps] == [4, 4, 4, 4]
     assert run.observations["step_detection"] == "optimizer"
@@ -70,17 +89,18 @@ def test_forward_only_script_is_measured_in_time_windows(tmp_path: Path) -> None
     assert all(row["micro_batches"] == 0 for row in steps)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    ("context", "workers", "run_name"),
+    [("fork", 2, "accumulation_run"), ("spawn", 1, "forever_run")],
+)
 def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphans(
-    tmp_path: Path, context: str
+    request: pytest.FixtureRequest, context: str, workers: int, run_name: str
 ) -> None:
-    run = run_child(
-        tmp_path, "train_loop.py", "--workers", "2", "--mp-context", context, "--epochs", "3"
-    )
+    run: ChildRun = request.getfixturevalue(run_name)
     assert run.returncode == 0, run.output
     assert run.observations["stopped_by_perfdoctor"] is True
     loader = run.observations["dataloaders"][0]
-    assert (loader["num_workers"], loader["dataset_class"]) == (2, "RandomPairs")
+    assert (loader["num_workers"], loader["dataset_class"]) == (workers, "RandomPairs")
     assert loader["multiprocessing_context"] == context
     assert len(run.steps) == SMALL_PLAN.total_steps
     spec_path = str(run.run_dir / rundir.SPEC_FILE)
@@ -91,11 +111,11 @@ def test_dataloader_workers_with_a_dataset_class_from_the_script_leave_no_orphan
 
 
 def test_a_script_that_would_run_forever_is_stopped_after_the_plan_through_except_exception(
-    tmp_path: Path,
+    forever_run: ChildRun,
 ) -> None:
-    """One child for both: the loop never ends by itself, and an `except Exception` around
-    it (which prints "caught") must neither swallow the stop nor see it."""
-    run = run_child(tmp_path, "train_loop.py", "--forever", "--catch")
+    """The loop never ends by itself, and an `except Exception` around it (which prints
+    "caught") must neither swallow the stop nor see it."""
+    run = forever_run
     assert run.returncode == 0, run.output
     assert "caught" not in run.stdout
     obs = run.observations
@@ -106,11 +126,20 @@ def test_a_script_that_would_run_forever_is_stopped_after_the_plan_through_excep
     assert obs["stopped_at"]["location"]["file"].endswith("train_loop.py")
 
 
+PROFILED_PLAN = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
+
+
+@pytest.fixture(scope="module")
+def profiled_amp_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """bf16 autocast with a GradScaler and a profiled window: the scaler changes neither the
+    steps nor the profiler, so the trace test and the unscaled-loss test read one child."""
+    return run_child(tmp_path_factory.mktemp("amp"), "amp_scaler.py", plan=PROFILED_PLAN)
+
+
 def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
-    tmp_path: Path,
+    profiled_amp_run: ChildRun,
 ) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
-    run = run_child(tmp_path, "train_loop.py", "--epochs", "3", "--print-loss", plan=plan)
+    plan, run = PROFILED_PLAN, profiled_amp_run
     assert run.returncode == 0, run.output
     # The profiler starts (kineto's WARMUP) in an untimed step of its own, not a timed one.
     assert [row["phase"] for row in run.steps] == [
@@ -138,8 +167,10 @@ def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
     assert captured == pytest.approx(printed[: len(captured)], rel=1e-6, abs=1e-8)
 
 
-def test_grad_scaler_loss_is_captured_unscaled_and_autocast_is_seen(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "amp_scaler.py")
+def test_grad_scaler_loss_is_captured_unscaled_and_autocast_is_seen(
+    profiled_amp_run: ChildRun,
+) -> None:
+    run = profiled_amp_run
     assert run.returncode == 0, run.output
     printed = [
         float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")
@@ -176,37 +207,25 @@ def test_evaluation_without_no_grad_is_counted_at_its_line(tmp_path: Path) -> No
     assert all(math.isfinite(row["loss"]) for row in run.steps)
 
 
-def test_a_users_own_profiler_makes_perfdoctor_back_off(tmp_path: Path) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=2)
-    run = run_child(tmp_path, "user_profiler.py", plan=plan)
+@pytest.fixture(scope="module")
+def lstm_own_profiler_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """A time-major LSTM trained inside the script's own torch.profiler, under a plan that
+    asks for a profiled window: the batch-size test's [--lstm] case and the back-off test."""
+    return run_child(
+        tmp_path_factory.mktemp("lstm"),
+        "batch_shapes.py",
+        *("--lstm", "--own-profiler"),
+        plan=PROFILED_PLAN,
+    )
+
+
+def test_a_users_own_profiler_makes_perfdoctor_back_off(lstm_own_profiler_run: ChildRun) -> None:
+    run = lstm_own_profiler_run
     assert run.returncode == 0, run.output
     profiler = run.observations["profiler"]
     assert profiler["user_profiler"] is True
     assert profiler["started"] is False
     assert rundir.find_traces(run.run_dir) == []
-
-
-def test_sigterm_ends_the_run_with_its_artifacts_flushed(tmp_path: Path) -> None:
-    plan = StepPlan(warmup_steps=1, timed_steps=10**6, profiled_steps=0)
-    spec_path = write_spec(tmp_path, "train_loop.py", "--forever", plan=plan)
-    proc = subprocess.Popen(
-        bootstrap_command(spec_path),
-        cwd=SCRIPTS,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    progress = spec_path.parent / rundir.PROGRESS_FILE
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (progress.is_file() and progress.stat().st_size):
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    run_dir = spec_path.parent
-    obs = rundir.read_json(run_dir / rundir.OBSERVATIONS_FILE)
-    assert obs["signal"] == "SIGTERM"
-    rows = list(rundir.read_jsonl(run_dir / rundir.STEPS_FILE))
-    assert rows and len(rows) == obs["steps_seen"]
 
 
 def printed_losses(stdout: str) -> list[float]:
@@ -220,8 +239,8 @@ def _line_of(path: Path, marker: str) -> int:
     raise AssertionError(f"{marker!r} not in {path}")
 
 
-def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "train_loop.py", "--debug-modes", "--epochs", "2")
+def test_debug_settings_are_observed_with_the_lines_that_set_them(forever_run: ChildRun) -> None:
+    run = forever_run
     assert run.returncode == 0, run.output
     obs = run.observations
     assert obs["torch"]["anomaly_enabled"] is True
@@ -236,13 +255,12 @@ def test_debug_settings_are_observed_with_the_lines_that_set_them(tmp_path: Path
     ]
 
 
-@pytest.mark.parametrize("own_hook", [False, True])
-def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
-    tmp_path: Path, own_hook: bool
-) -> None:
+def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(tmp_path: Path) -> None:
     """torch.save(model) and copy.deepcopy(model) (EMA) after the roots are hooked; the
-    copies carry none of perfdoctor's hooks, and the script's own hook handle still works."""
-    run = run_child(tmp_path, "save_and_copy.py", *(["--own-hook"] if own_hook else []))
+    copies carry none of perfdoctor's hooks, and the script's own hook handle still works.
+    One child, two models: one without a hook of the script's (its copies carry no forward
+    hook at all), one with a hook the script removes through its handle."""
+    run = run_child(tmp_path, "save_and_copy.py")
     assert run.returncode == 0, run.output
     assert "step 3 saved and copied" in run.stdout
     assert run.observations["forwards"]["hooks"] == "per-root"
@@ -251,11 +269,20 @@ def test_the_whole_model_saves_and_deep_copies_under_perfdoctor(
 
 
 @pytest.mark.parametrize(("flag", "batch"), [("--slice", 10), ("--lstm", 20)])
-def test_the_batch_size_is_what_the_model_received(tmp_path: Path, flag: str, batch: int) -> None:
+def test_the_batch_size_is_what_the_model_received(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    flag: str,
+    batch: int,
+) -> None:
     """Not the DataLoader's batch_size (50, sliced by the script), nor a time-major
     sequence model's first dimension (35 time steps)."""
-    run = run_child(tmp_path, "batch_shapes.py", flag)
-    assert run.returncode == 0, run.output
+    if flag == "--lstm":
+        run: ChildRun = request.getfixturevalue("lstm_own_profiler_run")
+        assert run.returncode == 0, run.output
+    else:
+        run = sliced_run_that_exits_3(tmp_path_factory)
+        assert run.returncode == 3, run.output  # the script's own sys.exit(3), after training
     sizes = [row["batch_size"] for row in run.steps]
     # (A step that a repeated optimizer step opened saw no forward of its own: None.)
     assert {size for size in sizes if size is not None} == {batch}

@@ -1,6 +1,9 @@
 """What the model receives is the batch: --slice feeds a DataLoader's 50-sample batches in
 slices of 10 (one optimizer step each); --lstm feeds a time-major LSTM language model
-(input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does)."""
+(input (35, 20): 35 time steps of 20 sequences, as PyTorch's word_language_model does).
+
+--own-profiler runs the loop inside the script's own torch.profiler: perfdoctor backs off.
+--epochs N: --slice's epochs (5); --exit-code N: sys.exit(N) once training is done."""
 
 import sys
 
@@ -14,7 +17,8 @@ def sliced() -> None:
     loader = DataLoader(data, batch_size=50)
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(5):
+    epochs = int(sys.argv[sys.argv.index("--epochs") + 1]) if "--epochs" in sys.argv else 5
+    for _ in range(epochs):
         for x, y in loader:
             for i in range(0, len(x), 10):
                 loss = nn.functional.mse_loss(model(x[i : i + 10]), y[i : i + 10])
@@ -47,5 +51,15 @@ def lstm() -> None:
         opt.step()
 
 
-if __name__ == "__main__":
+def main() -> None:
     sliced() if "--slice" in sys.argv else lstm()
+    if "--exit-code" in sys.argv:
+        sys.exit(int(sys.argv[sys.argv.index("--exit-code") + 1]))
+
+
+if __name__ == "__main__":
+    if "--own-profiler" in sys.argv:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            main()
+    else:
+        main()
