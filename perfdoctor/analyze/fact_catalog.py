@@ -160,6 +160,9 @@ FACTS: dict[str, FactDoc] = {
     "straggler_excess_frac": _f(
         "frac", "steps", "straggler_excess_ms / the ranks' median step: what every rank waits"
     ),
+    "rank_timed_steps_min": _f(
+        "count", "steps", "the fewest timed steps any rank recorded (a crash can leave one)"
+    ),
     "comm_peer_wait_ms_p50": _f(
         "ms",
         "steps",

@@ -481,6 +481,9 @@ def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
         fastest_rank_own_ms_p50=fast["own"],
         straggler_excess_ms=excess,
         straggler_excess_frac=excess / typical if typical > 0 else None,
+        rank_timed_steps_min=min(
+            len(steps) for steps in (record.timed_steps, *(r.timed_steps for r in record.ranks))
+        ),
         straggler_data_wait_ms_p50=slow["data_wait"],
         fastest_rank_data_wait_ms_p50=fast["data_wait"],
         straggler_forward_ms_p50=slow["forward"],

@@ -241,6 +241,9 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
         return None
     if excess < t["min_excess_ms"]:
         return None  # tiny steps: a fraction of a millisecond is one process's scheduling
+    steps = num(facts, "rank_timed_steps_min")
+    if steps is not None and steps < t["min_timed_steps"]:
+        return None  # a rank that crashed after a step or two: one slow step is no pattern
     world = num(facts, "world_size")
     if world is not None and world <= 1:
         return None  # no process group (Hogwild trainers): nobody waits for anybody
@@ -370,10 +373,12 @@ RULES = (
             "comm_peer_wait_ms_p50",
             "world_size",
             "straggler_node_rank",
+            "rank_timed_steps_min",
         ),
         thresholds={
             "excess_frac": 0.10,
             "min_excess_ms": 1.0,
+            "min_timed_steps": 3.0,
             "data_share_of_excess": 0.5,
             "slow_node_forward_ratio": 1.25,
         },
@@ -385,7 +390,9 @@ RULES = (
             "straggler split); a slower node when the same forward takes >= 1.25x as long "
             "there (a choice here, above the few-percent run-to-run spread of a CPU forward); "
             "at least 1 ms per step: below that, a balanced 2-rank gloo run on a shared 2-core "
-            "machine read 0.4 ms (11% of a 3.5 ms step), one process's scheduling, not work"
+            "machine read 0.4 ms (11% of a 3.5 ms step), one process's scheduling, not work; "
+            "at least 3 timed steps on every rank (a choice here: a 2-rank run whose rank 1 "
+            "crashed after one timed step fired on that one step's 12.5 ms of data wait)"
         ),
         description=(
             "A rank whose host time per step outside forward and backward (data, optimizer, "

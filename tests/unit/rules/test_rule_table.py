@@ -452,6 +452,19 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {**STRAGGLER, "straggler_excess_frac": 0.11, "straggler_excess_ms": 0.4},
         None,
     ),
+    # ... and at least 3 timed steps on every rank: a rank that crashed after one is no pattern
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "rank_timed_steps_min": 1},
+        None,
+    ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "rank_timed_steps_min": 3},
+        "critical",
+    ),
     # model structure / health
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 3}, "info"),
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 0}, None),
