@@ -30,8 +30,9 @@ OPTIMIZER_FIXES = {"fused-optimizer"}
 
 
 NO_APPLY = ("--no-apply",)
-# One A/B round of the workers applier alone: enough to see whether it took effect.
-WORKERS_ONLY = ("--only", "dataloader-workers", "--repeat", "1")
+# One A/B round of the workers applier alone: enough to see whether it took effect. No
+# extra rounds (--max-rounds 1): a noisy verdict would otherwise add up to five more.
+WORKERS_ONLY = ("--only", "dataloader-workers", "--repeat", "1", "--max-rounds", "1")
 
 
 def profile(
@@ -114,15 +115,28 @@ def test_lbfgs_closure_steps_and_phases(tmp_path: Path) -> None:
     assert_no_false_optimizer_finding(report)
 
 
-def test_lightning_automatic_optimization_is_timed_right_to_the_phase(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def lightning_stopped(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, Path, dict[str, Any]]:
+    """One Lightning session under the default early stop, read by the two tests below: its
+    working directory, session directory and report."""
     pytest.importorskip("lightning")
+    cwd = tmp_path_factory.mktemp("lightning")
     # One intra-op thread: on a loaded 2-core machine, two threads meeting at a barrier
     # make every small op cost a scheduler slice, and the SGD update alone can then really
     # take a quarter of the step (a true finding). One thread keeps the update's true share
     # small, so a single-tensor-optimizer finding could only come from miscounted phases.
     session, report = profile(
-        tmp_path, "lightning_closure.py", "--root", str(tmp_path), env={"OMP_NUM_THREADS": "1"}
+        cwd, "lightning_closure.py", "--root", str(cwd), env={"OMP_NUM_THREADS": "1"}
     )
+    return cwd, session, report
+
+
+def test_lightning_automatic_optimization_is_timed_right_to_the_phase(
+    lightning_stopped: tuple[Path, Path, dict[str, Any]],
+) -> None:
+    _, session, report = lightning_stopped
     rows = timed_steps(session)
     assert len(rows) == TIMED
     assert report["baseline"]["step_detection"] == "optimizer"
@@ -132,22 +146,24 @@ def test_lightning_automatic_optimization_is_timed_right_to_the_phase(tmp_path: 
     assert_no_false_optimizer_finding(report)
 
 
-def test_lightning_stopped_early_says_where_and_leaves_its_own_logs(tmp_path: Path) -> None:
+def test_lightning_stopped_early_says_where_and_leaves_its_own_logs(
+    lightning_stopped: tuple[Path, Path, dict[str, Any]],
+) -> None:
     """The default early stop: Lightning's end of training does not run, and the report
     says where perfdoctor stopped the script."""
-    pytest.importorskip("lightning")
-    session, report = profile(tmp_path, "lightning_run_to_end.py", timed=4)
-    assert not (tmp_path / "ended.json").exists()
+    cwd, session, report = lightning_stopped
+    assert not (cwd / "ended.json").exists()
     end = report["script_end"]
     assert end["stopped_by_perfdoctor"] is True
-    assert end["step"] == 2 + 4  # warm-up + timed: the step that would have begun next
+    assert end["step"] == 2 + TIMED  # warm-up + timed: the step that would have begun next
     # The stop came through the user's `trainer.fit(...)` line.
     assert end["location"].endswith(" in <module>")
-    assert "lightning_run_to_end.py:" in end["location"]
+    assert "lightning_closure.py:" in end["location"]
     markdown = (session / "report.md").read_text()
-    assert "stopped by perfdoctor at step 6" in markdown
+    assert f"stopped by perfdoctor at step {2 + TIMED}" in markdown
     assert "--run-to-end" in markdown
     assert report["removed_outputs"] == []  # the only run is the user's own
+    assert sorted(p.name for p in (cwd / "lightning_logs").iterdir()) == ["version_0"]
 
 
 def test_lightning_run_to_end_finishes_and_removes_the_reruns_logs(tmp_path: Path) -> None:
@@ -156,9 +172,12 @@ def test_lightning_run_to_end_finishes_and_removes_the_reruns_logs(tmp_path: Pat
     pytest.importorskip("lightning")
     _, report = profile(
         tmp_path,
-        "lightning_run_to_end.py",
+        "lightning_closure.py",
+        "--epochs",
+        "1",  # 8 steps: the 6 of the plan and 2 more, run to the end
         options=("--no-apply", "--run-to-end", "--repeat", "2"),
         timed=4,
+        env={"OMP_NUM_THREADS": "1"},
     )
     ended = json.loads((tmp_path / "ended.json").read_text())
     assert ended == {"on_train_end": True, "status": "finished"}
@@ -193,9 +212,10 @@ def test_hf_trainer_accumulation_input_bound_and_workers(tmp_path: Path) -> None
 
 def test_accelerate_accumulation_input_bound_and_workers(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
-    session, report = profile(tmp_path, "accelerate_loop.py", options=WORKERS_ONLY)
+    timed = 4
+    session, report = profile(tmp_path, "accelerate_loop.py", options=WORKERS_ONLY, timed=timed)
     rows = timed_steps(session)
-    assert len(rows) == TIMED
+    assert len(rows) == timed
     assert report["baseline"]["micro_batches_per_step"] == 2  # accumulate(), 2 steps
     assert_phases_within_the_step(rows)
     found = {f["rule_id"] for f in report["findings"]}

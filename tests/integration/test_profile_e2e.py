@@ -113,6 +113,8 @@ def cnn(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 @pytest.fixture(scope="module")
 def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
+    # One A/B round and no extra ones (a noisy verdict would add up to five more); no
+    # profiler window: the debug findings' lines come from the probes, not from a trace.
     return profile_sample(
         tmp_path_factory.mktemp("debug"),
         "tabular_mlp_debug.py",
@@ -120,6 +122,10 @@ def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
         "anomaly-off",
         "--repeat",
         "1",
+        "--max-rounds",
+        "1",
+        "--profile-steps",
+        "0",
     )
 
 

@@ -1,8 +1,16 @@
 """The CI regression gate end to end: `perfdoctor profile --repeat N --no-apply` records
-repeated runs per side, and `perfdoctor compare --fail-if-slower` reads them."""
+repeated runs per side, and `perfdoctor compare --fail-if-slower` reads them.
+
+One real session is recorded; the slower side is a copy of it whose recorded step times are
+made three times longer (a 15 ms sleep per step made 45 ms, as a slower build would). That
+profile measures a real script's step time is every A/B test's; here the gate's reading of
+repeated runs and its exit codes are what is tested.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +48,17 @@ def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
     return out / rundir.LATEST_LINK
 
 
+def slowed_copy(session: Path, dest: Path, factor: float) -> Path:
+    """A copy of a recorded session whose every run's steps took `factor` times as long."""
+    shutil.copytree(session.resolve(), dest, symlinks=True)
+    for steps in dest.rglob(rundir.STEPS_FILE):
+        rows = [json.loads(line) for line in steps.read_text().splitlines() if line.strip()]
+        for row in rows:
+            row["wall_ms"] *= factor
+        steps.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return dest
+
+
 def test_repeated_no_apply_sessions_gate_a_planted_slowdown_and_a_speed_up(tmp_path: Path) -> None:
     a = record(tmp_path, "a", 15)
     baseline = a.resolve() / rundir.BASELINE_LABEL
@@ -47,10 +66,10 @@ def test_repeated_no_apply_sessions_gate_a_planted_slowdown_and_a_speed_up(tmp_p
     # Only the run of each side (baseline/) ran under --no-apply: no variant directories.
     assert sorted(p.name for p in a.resolve().iterdir() if p.is_dir()) == ["baseline"]
 
-    # Two sessions, not three: the gate's exit-0 path on real sessions is the speed-up
-    # below; A/A over repeated sessions with a launch-to-launch spread measured on this
-    # script's kind of run is tests/unit/test_regression_gate.py's.
-    slow = record(tmp_path, "slow", 45)
+    # The exit-0 path on repeated sessions is the speed-up below; A/A over repeated sessions
+    # with a launch-to-launch spread measured on this script's kind of run is
+    # tests/unit/test_regression_gate.py's.
+    slow = slowed_copy(a, tmp_path / "slow", 3.0)
     gate = perfdoctor("compare", str(a), str(slow), "--fail-if-slower", "25", cwd=tmp_path)
     assert gate.returncode == EXIT_REGRESSION, gate.stdout + gate.stderr
     assert "FAILED: step time regression" in gate.stdout
