@@ -90,7 +90,9 @@ def run_two_nodes(
             )
         )
     logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
-    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(logs)[-6000:]
+    # Each node's own tail: one joined tail kept only node 0's when a rank of it crashed.
+    tails = [f"--- node {node} ---\n{log[-4000:]}" for node, log in zip((1, 0), logs, strict=True)]
+    assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(tails)
 
 
 def processes(run_dir: Path) -> list[dict[str, Any]]:
