@@ -130,7 +130,9 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
     share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
     return Finding(
         rule_id=GPU_UNDERUTILIZED,
-        severity="critical" if busy < t["critical_busy_frac"] else "warning",
+        # A tail the trace cannot explain is a caveat on the profiled span, not a measured
+        # loss: at most a warning, however idle it leaves the GPU.
+        severity="critical" if busy < t["critical_busy_frac"] and cause.fixable else "warning",
         title=f"GPU busy only {pct(busy)} of the step; biggest cause: {cause.name}",
         explanation=(
             f"Kernels and copies keep the GPU busy {pct(busy)} of each step, so it idles "
