@@ -459,7 +459,7 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
             more_handles, more_names = ax2.get_legend_handles_labels()
             handles, names = handles + more_handles, names + more_names
         if len(handles) > 1:
-            ax.legend(handles, names, loc="lower right", fontsize=8, frameon=False)
+            ax.legend(handles, names, loc="best", fontsize=8, frameon=False)
 
     return Chart("utilization", title, _render(draw))
 
