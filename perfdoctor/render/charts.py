@@ -328,6 +328,10 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.set_ylabel("step time (ms)")
         ax.set_ylim(bottom=0)
+        if warmup_end is not None:  # headroom: the label sat on the warm-up steps' line
+            tallest = max((y for _, _, ys in lines for y in ys if _finite(y)), default=0.0)
+            if tallest > 0:
+                ax.set_ylim(top=tallest * 1.15)
         _legend(ax, len(lines))
 
     return Chart("step_time", title, _render(draw))
