@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 
 PLAN = StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=0)
 
-DEBUG_SCRIPT = textwrap.dedent(
+# Left over from debugging (anomaly mode, a loader in the main process) and a planted fp16
+# overflow: one script serves both children below, the baseline and the variant.
+SCRIPT = textwrap.dedent(
     """
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -25,19 +27,6 @@ DEBUG_SCRIPT = textwrap.dedent(
     torch.autograd.set_detect_anomaly(True)  # left over from debugging
     data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
     loader = DataLoader(data, batch_size=16)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    if __name__ == "__main__":
-        for x, y in loader:
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-    """
-)
-
-OVERFLOW_SCRIPT = textwrap.dedent(
-    """
-    import torch
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -49,10 +38,11 @@ OVERFLOW_SCRIPT = textwrap.dedent(
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=1e-12)
-    for _ in range(100):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(torch.randn(4, 8)), torch.zeros(4, 1)).backward()
-        opt.step()
+    if __name__ == "__main__":
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
     """
 )
 
@@ -88,14 +78,22 @@ SIZING_REASON = "data 51 ms/batch vs 4.1 ms compute; 3 workers + 1 thread on 4 c
 
 
 @pytest.fixture(scope="module")
-def debug_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One child for the two tests below: three appliers at once, with the worker count that
-    pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py). (The default
-    count without the parent's sizing: test_appliers_data.py, in-process.)"""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two children for the tests below: the baseline, and a variant with four appliers at
+    once and the worker count that pipeline._Runner passes for a dataloader-workers run
+    (optimize/sizing.py). (The default count without the parent's sizing:
+    test_appliers_data.py, in-process.)"""
+    tmp = tmp_path_factory.mktemp("child")
     sizing = WorkerSizing(3, 1, SIZING_REASON)
     env = dict(sizing_env(("dataloader-workers",), {"dataloader-workers": sizing}))
-    optimizations = ("anomaly-off", "dataloader-workers", "tf32")
-    return run(tmp_path_factory.mktemp("debug"), DEBUG_SCRIPT, "both", optimizations, env=env)
+    optimizations = ("anomaly-off", "dataloader-workers", "tf32", "amp-fp16")
+    baseline = run(tmp, SCRIPT, "baseline")
+    return baseline, run(tmp, SCRIPT, "variant", optimizations, env=env)
+
+
+@pytest.fixture(scope="module")
+def debug_run(runs: tuple[Path, Path]) -> Path:
+    return runs[1]
 
 
 def test_workers_and_anomaly_off_applied_and_verified_in_a_child(debug_run: Path) -> None:
@@ -119,13 +117,10 @@ def test_child_uses_the_worker_count_sized_by_the_parent(debug_run: Path) -> Non
     assert "(3 workers); torch.get_num_threads() reads 1" in workers.detail
 
 
-def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(tmp_path):
-    baseline, variant = load_run_samples(
-        [
-            run(tmp_path, OVERFLOW_SCRIPT, "baseline"),
-            run(tmp_path, OVERFLOW_SCRIPT, "amp-fp16", ("amp-fp16",)),
-        ]
-    )
+def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(
+    runs: tuple[Path, Path],
+) -> None:
+    baseline, variant = load_run_samples(list(runs))
     rows = {a.id: a for a in variant.applied}
     assert rows["amp-fp16"].applied and rows["amp-fp16"].verified, rows
     result = compare_variant([baseline], [variant], ["amp-fp16"])

@@ -1,4 +1,10 @@
-"""Errors a user can cause: one clear line, a documented exit code, no perfdoctor traceback."""
+"""Errors a user can cause: one clear line, a documented exit code, no perfdoctor traceback.
+
+Errors found before any child starts run in this process (typer's CliRunner, stdout and
+stderr apart): a `python -m perfdoctor` process costs a second of imports each. Real
+processes remain for one such error (the exit code and stderr of the process itself) and for
+the paths that start a child (a script that never trains, a module not found).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -24,6 +31,19 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_here(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> CompletedProcess[str]:
+    """The same command in this process, in `cwd`; its result reads like a process's."""
+    from typer.testing import CliRunner
+
+    from perfdoctor.cli import app
+
+    monkeypatch.chdir(cwd)
+    got = CliRunner().invoke(app, list(args))
+    if got.exception is not None and not isinstance(got.exception, SystemExit):
+        raise got.exception
+    return CompletedProcess(args, got.exit_code, got.stdout, got.stderr)
+
+
 def assert_one_clear_line(proc: subprocess.CompletedProcess[str], code: int, words: str) -> None:
     assert proc.returncode == code, proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
@@ -37,27 +57,27 @@ def test_missing_script(tmp_path: Path) -> None:
     assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "nope.py")
 
 
-def test_directory_instead_of_script(tmp_path: Path) -> None:
+def test_directory_instead_of_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "pkg").mkdir()
-    proc = run_cli("profile", "pkg", cwd=tmp_path)
+    proc = run_here("profile", "pkg", cwd=tmp_path, monkeypatch=monkeypatch)
     assert_one_clear_line(proc, errors.EXIT_TARGET_NOT_FOUND, "directory")
 
 
-def test_non_python_file(tmp_path: Path) -> None:
+def test_non_python_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
-    proc = run_cli("profile", "data.csv", cwd=tmp_path)
+    proc = run_here("profile", "data.csv", cwd=tmp_path, monkeypatch=monkeypatch)
     assert_one_clear_line(proc, errors.EXIT_TARGET_INVALID, "data.csv")
 
 
-def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+def test_syntax_error_names_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "bad.py").write_text("import os\n\ndef f(:\n    pass\n")
-    proc = run_cli("profile", "bad.py", cwd=tmp_path)
+    proc = run_here("profile", "bad.py", cwd=tmp_path, monkeypatch=monkeypatch)
     assert_one_clear_line(proc, errors.EXIT_TARGET_INVALID, "bad.py:3")
 
 
-def test_not_a_run_dir(tmp_path: Path) -> None:
+def test_not_a_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "empty").mkdir()
-    proc = run_cli("report", "empty", cwd=tmp_path)
+    proc = run_here("report", "empty", cwd=tmp_path, monkeypatch=monkeypatch)
     assert_one_clear_line(proc, errors.EXIT_BAD_RUN_DIR, "not a perfdoctor run directory")
 
 

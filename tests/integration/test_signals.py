@@ -134,17 +134,18 @@ def _steps_in(run_dir: Path) -> int:
     return path.read_text().count("\n") if path.is_file() else 0
 
 
-def _report_json(cwd: Path, session: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "report", str(session), "-f", "json"],
-        cwd=cwd,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def _report_json(session: Path) -> dict:
+    """`perfdoctor report SESSION -f json`, offline, in this process (typer's CliRunner): a
+    `python -m perfdoctor` process would cost a second of imports."""
+    from typer.testing import CliRunner
+
+    from perfdoctor.cli import app
+
+    got = CliRunner().invoke(app, ["report", str(session), "-f", "json"])
+    if got.exception is not None and not isinstance(got.exception, SystemExit):
+        raise got.exception
+    assert got.exit_code == 0, got.stderr
+    return json.loads(got.stdout)
 
 
 def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
@@ -172,7 +173,7 @@ def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
     assert "stopped by SIGTERM during baseline" in markdown
 
     # Re-rendered offline, it still reads as stopped, never as a completed clean run.
-    again = _report_json(tmp_path, session)
+    again = _report_json(session)
     assert again["status"] == "interrupted"
     assert again["exit_code"] == EXIT_SIGTERM
     assert "No bottleneck rule fired on this run." not in markdown
@@ -204,7 +205,7 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
     )
     stopped = json.loads((variant / "manifest.json").read_text())
     assert stopped["status"] == "interrupted" and stopped["exit_code"] == EXIT_SIGTERM
-    report = _report_json(tmp_path, session)
+    report = _report_json(session)
     assert report["status"] == "interrupted"
     assert report["exit_code"] == EXIT_SIGTERM
     assert any("during anomaly-off" in w and "partial" in w for w in report["warnings"])
