@@ -183,11 +183,23 @@ class CommWatch:
         def timed(state: Any, bucket: Any) -> Any:
             t0 = watch._clock()
             future = hook(state, bucket)
+
+            def record_then_pass_on(done: Any) -> Any:
+                try:
+                    return done.value()
+                finally:
+                    watch._add(t0)
+
             try:
-                future.add_done_callback(lambda _fut: watch._add(t0))
+                # A chained future, not a done-callback: DDP waits on what the hook returns,
+                # so the timer (Python, on a gloo thread) ends before backward does. A
+                # done-callback ran after the waiter was released and could still hold a
+                # Python thread state on that gloo thread while the script went on into the
+                # next step, where the profiler's stack tracer starts and walks every thread.
+                return future.then(record_then_pass_on)
             except Exception:
                 watch._add(t0)
-            return future
+                return future
 
         return timed
 
