@@ -192,10 +192,11 @@ class CommWatch:
 
             try:
                 # A chained future, not a done-callback: DDP waits on what the hook returns,
-                # so the timer (Python, on a gloo thread) ends before backward does. A
-                # done-callback ran after the waiter was released and could still hold a
-                # Python thread state on that gloo thread while the script went on into the
-                # next step, where the profiler's stack tracer starts and walks every thread.
+                # so the timer (Python, run on a gloo thread) is over before backward returns.
+                # A done-callback runs after the waiter is released, into the next step, where
+                # the profiler window may open. torch's profiler with Python stacks can crash
+                # (SIGSEGV) when a gloo thread runs Python as it starts; this narrows that,
+                # it cannot close it: torch's own future callbacks still take the GIL there.
                 return future.then(record_then_pass_on)
             except Exception:
                 watch._add(t0)
