@@ -183,11 +183,24 @@ class CommWatch:
         def timed(state: Any, bucket: Any) -> Any:
             t0 = watch._clock()
             future = hook(state, bucket)
+
+            def record_then_pass_on(done: Any) -> Any:
+                try:
+                    return done.value()
+                finally:
+                    watch._add(t0)
+
             try:
-                future.add_done_callback(lambda _fut: watch._add(t0))
+                # A chained future, not a done-callback: DDP waits on what the hook returns,
+                # so the timer (Python, run on a gloo thread) is over before backward returns.
+                # A done-callback runs after the waiter is released, into the next step, where
+                # the profiler window may open. torch's profiler with Python stacks can crash
+                # (SIGSEGV) when a gloo thread runs Python as it starts; this narrows that,
+                # it cannot close it: torch's own future callbacks still take the GIL there.
+                return future.then(record_then_pass_on)
             except Exception:
                 watch._add(t0)
-            return future
+                return future
 
         return timed
 

@@ -98,3 +98,36 @@ def test_ddp_buckets_and_collectives_are_timed_in_a_real_process_group(torch_put
     assert out["default"] > 0 and out["user"] > 0 and out["all_reduce"] > 0
     assert out["builtin"] == 0.0
     assert watch.info() == {"timed": True, "ddp_models": 3, "untimed_ddp_hooks": 1}
+
+
+def test_the_future_ddp_waits_on_completes_only_after_the_timer_ran() -> None:
+    """The timed hook's future is done only once its interval is recorded: DDP's wait for it
+    must not release the script while perfdoctor's Python still runs on the thread that
+    completed the all-reduce (a gloo thread, where a profiler starting meanwhile crashed)."""
+    import threading
+
+    import torch
+
+    in_timer, let_go = threading.Event(), threading.Event()
+    calls = []
+
+    def clock() -> float:
+        calls.append(None)
+        if len(calls) == 2:  # the completion's reading, taken on the completing thread
+            in_timer.set()
+            let_go.wait(timeout=30)
+        return float(len(calls))
+
+    watch = CommWatch(torch, clock=clock)
+    inner: Any = torch.futures.Future()
+    returned = watch._timed_hook(lambda _state, _bucket: inner)(None, None)
+    completer = threading.Thread(target=inner.set_result, args=(torch.ones(2),))
+    completer.start()
+    try:
+        assert in_timer.wait(timeout=30)
+        assert not returned.done()  # the timer is still running: no waiter may go on yet
+    finally:
+        let_go.set()
+        completer.join(timeout=30)
+    assert torch.equal(returned.wait(), torch.ones(2))
+    assert watch._intervals == [(1.0, 2.0)]
