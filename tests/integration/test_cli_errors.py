@@ -15,6 +15,7 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
+from cli_in_process import run_in_process
 
 from perfdoctor import errors
 
@@ -32,16 +33,9 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def run_here(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> CompletedProcess[str]:
-    """The same command in this process, in `cwd`; its result reads like a process's."""
-    from typer.testing import CliRunner
-
-    from perfdoctor.cli import app
-
+    """The same command in this process, in `cwd`."""
     monkeypatch.chdir(cwd)
-    got = CliRunner().invoke(app, list(args))
-    if got.exception is not None and not isinstance(got.exception, SystemExit):
-        raise got.exception
-    return CompletedProcess(args, got.exit_code, got.stdout, got.stderr)
+    return run_in_process(*args)
 
 
 def assert_one_clear_line(proc: subprocess.CompletedProcess[str], code: int, words: str) -> None:

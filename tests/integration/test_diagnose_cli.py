@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("PERFDOCTOR_GPU_CORPUS") or REPO.parent / "shared" / "gpu-corpus")
@@ -53,15 +54,8 @@ def diagnose(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def diagnose_here(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The same command in this process; its result reads like a process's."""
-    from typer.testing import CliRunner
-
-    from perfdoctor.cli import app
-
-    got = CliRunner(env=ENV).invoke(app, ["diagnose", *map(str, args)])
-    if got.exception is not None and not isinstance(got.exception, SystemExit):
-        raise got.exception
-    return subprocess.CompletedProcess(args, got.exit_code, got.stdout, got.stderr)
+    """The same command in this process."""
+    return run_in_process("diagnose", *args, env=ENV)
 
 
 def _listing(root: Path) -> list[tuple[str, int, int]]:

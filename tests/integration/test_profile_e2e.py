@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import report_json
 
 from perfdoctor.render.json_report import report_from_dict, report_to_dict
 
@@ -171,16 +172,7 @@ def assert_reports_rebuild(profiled: Profiled) -> None:
     session = profiled.session
     assert (session / "report.md").stat().st_size > 0
     assert (session / "report.html").stat().st_size > 0
-    # Rebuilt offline in this process (typer's CliRunner): a process costs a second of imports.
-    from typer.testing import CliRunner
-
-    from perfdoctor.cli import app
-
-    rebuilt = CliRunner().invoke(app, ["report", str(session), "-f", "json"])
-    if rebuilt.exception is not None and not isinstance(rebuilt.exception, SystemExit):
-        raise rebuilt.exception
-    assert rebuilt.exit_code == 0, rebuilt.stderr
-    again = json.loads(rebuilt.stdout)
+    again = report_json(session)  # rebuilt offline, in this process
     original = dict(profiled.report)
     for key in VOLATILE:
         original.pop(key, None)

@@ -70,6 +70,18 @@ def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict
     }
 
 
+def baseline_spec(tmp_path: Path, *script_args: str, timed: int) -> RunSpec:
+    """A baseline run of the DDP script for `launch()` in this process: no profiler window."""
+    return RunSpec(
+        label="baseline",
+        target=Target(kind="script", name=str(SCRIPT), argv=script_args),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "run" / "baseline"),
+        plan=StepPlan(warmup_steps=2, timed_steps=timed, profiled_steps=0),
+        profile=False,
+    )
+
+
 def rule_ids(report: dict[str, Any]) -> list[str]:
     return [f["rule_id"] for f in report["findings"]]
 
@@ -192,14 +204,7 @@ def test_a_crashing_rank_stops_the_other_and_fails_the_run(tmp_path: Path) -> No
 def test_plan_ending_inside_ddp_forward_on_every_rank_does_not_hang(tmp_path: Path) -> None:
     """No optimizer: steps are backward calls, and the plan ends at the next iteration's
     first root forward, inside DDP's forward, on both ranks: no rank is left in a collective."""
-    spec = RunSpec(
-        label="baseline",
-        target=Target(kind="script", name=str(SCRIPT), argv=("--manual-sgd",)),
-        cwd=str(tmp_path),
-        run_dir=str(tmp_path / "run" / "baseline"),
-        plan=StepPlan(warmup_steps=2, timed_steps=4, profiled_steps=0),
-        profile=False,
-    )
+    spec = baseline_spec(tmp_path, "--manual-sgd", timed=4)
     manifest = launch(spec, timeout_s=60, echo_output=False, nproc_per_node=2)
     assert manifest.status == "completed", manifest
     rank1 = rank_dir(Path(spec.run_dir), 1)
@@ -239,14 +244,7 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
     assert load_manifest(baseline).status == "interrupted"
     assert_nothing_left(baseline)
 
-    spec = RunSpec(
-        label="baseline",
-        target=Target(kind="script", name=str(SCRIPT), argv=("--hang-rank", "1")),
-        cwd=str(tmp_path),
-        run_dir=str(tmp_path / "run" / "baseline"),
-        plan=StepPlan(warmup_steps=2, timed_steps=20, profiled_steps=0),
-        profile=False,
-    )
+    spec = baseline_spec(tmp_path, "--hang-rank", "1", timed=20)
     # The same hang was just reached in `reached_hang_s`, through the perfdoctor command
     # (which this launch does without): twice that is ample for the agent and both ranks to
     # import torch and reach it again at the machine's present load (sized from a session
@@ -267,14 +265,7 @@ def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> Non
     """Both ranks record that the script never joined a process group, and the analysis
     `perfdoctor profile` runs on the session warns about it. The run is launched and analysed
     in this process: the command's own path for --nproc-per-node is the module session's."""
-    spec = RunSpec(
-        label="baseline",
-        target=Target(kind="script", name=str(SCRIPT), argv=("--no-init",)),
-        cwd=str(tmp_path),
-        run_dir=str(tmp_path / "run" / "baseline"),
-        plan=StepPlan(warmup_steps=2, timed_steps=6, profiled_steps=0),
-        profile=False,
-    )
+    spec = baseline_spec(tmp_path, "--no-init", timed=6)
     manifest = launch(spec, timeout_s=WAIT_S, echo_output=False, nproc_per_node=2)
     assert manifest.status == "completed" and manifest.exit_code == 0, manifest
     report = analyze_session(Path(spec.run_dir).parent)

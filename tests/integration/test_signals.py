@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_in_process import report_json
 
 pytestmark = pytest.mark.integration
 
@@ -134,20 +135,6 @@ def _steps_in(run_dir: Path) -> int:
     return path.read_text().count("\n") if path.is_file() else 0
 
 
-def _report_json(session: Path) -> dict:
-    """`perfdoctor report SESSION -f json`, offline, in this process (typer's CliRunner): a
-    `python -m perfdoctor` process would cost a second of imports."""
-    from typer.testing import CliRunner
-
-    from perfdoctor.cli import app
-
-    got = CliRunner().invoke(app, ["report", str(session), "-f", "json"])
-    if got.exception is not None and not isinstance(got.exception, SystemExit):
-        raise got.exception
-    assert got.exit_code == 0, got.stderr
-    return json.loads(got.stdout)
-
-
 def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
     tmp_path: Path,
 ) -> None:
@@ -173,7 +160,7 @@ def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
     assert "stopped by SIGTERM during baseline" in markdown
 
     # Re-rendered offline, it still reads as stopped, never as a completed clean run.
-    again = _report_json(session)
+    again = report_json(session)
     assert again["status"] == "interrupted"
     assert again["exit_code"] == EXIT_SIGTERM
     assert "No bottleneck rule fired on this run." not in markdown
@@ -205,7 +192,7 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
     )
     stopped = json.loads((variant / "manifest.json").read_text())
     assert stopped["status"] == "interrupted" and stopped["exit_code"] == EXIT_SIGTERM
-    report = _report_json(session)
+    report = report_json(session)
     assert report["status"] == "interrupted"
     assert report["exit_code"] == EXIT_SIGTERM
     assert any("during anomaly-off" in w and "partial" in w for w in report["warnings"])
