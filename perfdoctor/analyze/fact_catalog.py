@@ -316,7 +316,10 @@ FACTS: dict[str, FactDoc] = {
         "count", "samples", "cores busy outside the run (machine minus child and its workers)"
     ),
     "child_cpu_busy_cores": _f(
-        "count", "samples", "cores the training process kept busy on average (its CPU %/100)"
+        "count",
+        "samples",
+        "cores the run's processes kept busy on average: the process tree perfdoctor "
+        "started (the training process or a launcher, its workers, every rank), CPU %/100",
     ),
 }
 
