@@ -268,20 +268,20 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     fastest = num(facts, "fastest_rank")
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     against = f"rank {fastest:.0f}" if fastest is not None else "the others"
+    fallback = text(facts, "straggler_own_basis") == "outside_forward_backward"
+    own_work = (
+        "own work is the wall time outside forward and backward: no collective time was recorded"
+        if fallback
+        else "own work is the step less the time in collectives"
+    )
     compared = (
-        f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest)"
+        f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest; {own_work})"
         if own is not None and fast_own is not None
-        else ""
+        else f" ({own_work})"
     )
     cause, fixes = _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
-    fallback = text(facts, "straggler_own_basis") == "outside_forward_backward"
-    own_work = (
-        "outside forward and backward (no collective time was recorded)"
-        if fallback
-        else "of own work (its step less its time in collectives)"
-    )
     return Finding(
         rule_id=RANK_STRAGGLER,
         severity=severity_for_gain(frac, floor="warning"),
@@ -289,8 +289,8 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
         "for it",
         explanation=(
             "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
-            f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
-            f"than the other ranks {own_work}{compared}: {pct(frac)} of "
+            f"at the pace of the slowest. Rank {rank:.0f} does {excess:.1f} ms more own work "
+            f"per step than the other ranks{compared}: {pct(frac)} of "
             f"the step, which the others spend waiting in the all-reduce (time in the "
             f"collective that is no transfer).{cause}"
         ),

@@ -648,7 +648,7 @@ def test_the_straggler_evidence_says_what_a_straggler_is() -> None:
     finding = _finding("rank-straggler", "cpu", **{**STRAGGLER, "straggler_excess_frac": 0.5})
     named = next(e for e in finding.evidence if e.name == "straggler_rank")
     assert "the one with the most own work per step" in named.note
-    assert "its step less its time in collectives" in finding.explanation
+    assert "own work is the step less the time in collectives" in finding.explanation
     old = {
         **STRAGGLER,
         "straggler_excess_frac": 0.5,
