@@ -246,11 +246,12 @@ def rank_rows(report: Report) -> list[list[str]]:
     """One row per rank (per training process of a run) of a multi-rank report
     (RANK_COLUMNS), the straggler (analyze/straggler.py, the rank-straggler rule's) marked."""
     slow = _straggler(report.ranks)
+    mark = " (straggler)" if _straggler_found(report) else " (most own work)"
     rows = []
     for r in report.ranks:
         label = fmt.MISSING if r.rank is None else str(r.rank)
         if slow is not None and r is slow:
-            label += " (straggler)"
+            label += mark
         worker = r.worker + (f" ({r.windows} windows)" if r.windows > 1 else "")
         rows.append(
             [
@@ -314,6 +315,12 @@ def _straggler(ranks: tuple[RankSummary, ...]) -> RankSummary | None:
     return picked[0] if picked is not None else None
 
 
+def _straggler_found(report: Report) -> bool:
+    """Whether the rank-straggler finding fired: below its threshold the rank with the most
+    own work is marked, not called a straggler."""
+    return any(f.rule_id == "rank-straggler" for f in report.findings)
+
+
 def _own_work_words(report: Report) -> str:
     if report.facts.get("straggler_own_basis") == "outside_forward_backward":
         return "its wall time outside forward and backward"
@@ -345,9 +352,15 @@ def rank_spread_text(report: Report) -> str:
     if median is None or slow.own_ms_p50 is None:
         return text
     excess = slow.own_ms_p50 - median
+    who = (
+        "Straggler (the rank the others wait for: the most own work per step, "
+        f"{_own_work_words(report)})"
+        if _straggler_found(report)
+        else f"Most own work per step ({_own_work_words(report)}; too little more than the "
+        "others' for the rank-straggler finding)"
+    )
     text += (
-        f" Straggler (the rank the others wait for: the most own work per step, "
-        f"{_own_work_words(report)}): {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} "
+        f" {who}: {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} "
         f"against {fmt.ms(median)} on the median other rank ({fmt.ms(excess)} more per step"
     )
     if slow.step_ms_p50:

@@ -105,6 +105,22 @@ def test_without_collective_time_both_judge_outside_forward_and_backward(
     assert "outside forward and backward: no collective time was recorded" in finding.explanation
 
 
+def test_ranks_in_balance_mark_the_most_own_work_without_calling_it_a_straggler(
+    tmp_path: Path,
+) -> None:
+    # Own work 56 ms and 58 ms: 2% of the step, under the rule's 10%.
+    lead = steps(forward=10.0, backward=70.0, comm=45.0)
+    other = steps(forward=10.0, backward=70.0, comm=43.0)
+    report = analyze_session(two_ranks(tmp_path, lead, other))
+    assert report.facts.get("straggler_rank") == 1
+    assert "rank-straggler" not in [f.rule_id for f in report.findings]
+    assert [row[0] for row in rank_rows(report)] == ["0", "1 (most own work)"]
+    assert "Straggler" not in rank_spread_text(report)
+    assert "Most own work per step (its step less its time in collectives;" in (
+        rank_spread_text(report)
+    )
+
+
 def test_the_straggler_is_the_first_of_equals_and_needs_two_ranks() -> None:
     assert straggler_and_fastest([(0, 5.0), (1, 9.0), (2, 9.0), (3, 1.0)]) == (1, 3)
     assert straggler_and_fastest([(0, 5.0), (1, None)]) is None
