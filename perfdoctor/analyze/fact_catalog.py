@@ -139,23 +139,31 @@ FACTS: dict[str, FactDoc] = {
     "dist_backend": _f("name", "obs", "torch.distributed backend (nccl, gloo)"),
     "world_size": _f("count", "obs", "torch.distributed world size"),
     # ---- multi-rank runs (--nproc-per-node N > 1; None with one rank) ----------------------
-    # A rank's "own" host time is its step's wall time outside forward and backward: DDP's
-    # collectives wait in those two (the buffer broadcast in forward, the gradient all-reduce
-    # in backward), so the rest (data, optimizer, the script's own code) is each rank's own
-    # work, and the rank with the most of it is the one the others wait for.
+    # A rank's "own" work per step is its step less its time with a collective in flight
+    # (analyze/straggler.py): the other ranks wait for the one with the most of it, so that
+    # one is the straggler, in these facts and in the ranks table alike. Runs recorded
+    # before steps.jsonl comm_ms: the step's wall time outside forward and backward.
     "ranks_launched": _f("count", "manifest", "processes perfdoctor started per run (1 or N)"),
     "rank_step_ms_p50_spread_frac": _f(
         "frac", "steps", "(slowest - fastest) / fastest median timed step over the ranks"
     ),
-    "straggler_rank": _f("index", "steps", "the rank with the most own host time per step"),
+    "straggler_rank": _f("index", "steps", "the rank with the most own work per step"),
     "straggler_node_rank": _f("index", "obs", "the straggler's node, when ranks span nodes"),
-    "fastest_rank": _f("index", "steps", "the rank with the least own host time per step"),
-    "straggler_own_ms_p50": _f(
-        "ms", "steps", "median own host time per step (outside forward and backward), straggler"
+    "fastest_rank": _f("index", "steps", "the rank with the least own work per step"),
+    "straggler_own_basis": _f(
+        "name",
+        "steps",
+        "step_less_comm (own work = the step less its collective time) or, for runs without "
+        "comm_ms, outside_forward_backward",
     ),
+    "straggler_own_ms_p50": _f("ms", "steps", "median own work per step, straggler"),
     "fastest_rank_own_ms_p50": _f("ms", "steps", "the same on the fastest rank"),
+    "straggler_code_ms_p50": _f(
+        "ms", "steps", "median host time outside data, forward and backward, straggler"
+    ),
+    "fastest_rank_code_ms_p50": _f("ms", "steps", "the same on the fastest rank"),
     "straggler_excess_ms": _f(
-        "ms", "steps", "straggler's own host time per step minus the other ranks' median"
+        "ms", "steps", "straggler's own work per step minus the other ranks' median"
     ),
     "straggler_excess_frac": _f(
         "frac", "steps", "straggler_excess_ms / the ranks' median step: what every rank waits"
@@ -308,7 +316,10 @@ FACTS: dict[str, FactDoc] = {
         "count", "samples", "cores busy outside the run (machine minus child and its workers)"
     ),
     "child_cpu_busy_cores": _f(
-        "count", "samples", "cores the training process kept busy on average (its CPU %/100)"
+        "count",
+        "samples",
+        "cores the run's processes kept busy on average: the process tree perfdoctor "
+        "started (the training process or a launcher, its workers, every rank), CPU %/100",
     ),
 }
 

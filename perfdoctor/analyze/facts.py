@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze import rank_table, run_stats
+from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
@@ -325,16 +325,17 @@ def _median_of(steps: Sequence[StepRecord], value: Any) -> float | None:
     return float(np.median(found)) if found else None
 
 
-def _own_ms(s: StepRecord) -> float:
-    """A rank's host time outside forward and backward: its own work, no collective in it."""
-    return max(0.0, s.wall_ms - (s.forward_ms or 0.0) - (s.backward_ms or 0.0))
+def _code_ms(s: StepRecord) -> float:
+    """A step's host time outside data, forward and backward: optimizer, the script's code."""
+    return max(0.0, straggler.outside_forward_backward_ms(s) - (s.data_wait_ms or 0.0))
 
 
-def _rank_timing(steps: Sequence[StepRecord]) -> dict[str, float | None]:
-    """Medians over one rank's timed steps; `own` = host wall time outside fwd and bwd."""
+def _rank_timing(steps: Sequence[StepRecord], with_comm: bool) -> dict[str, float | None]:
+    """Medians over one rank's timed steps; `own` is its own work (analyze/straggler.py)."""
     return {
         "step": _median_of(steps, lambda s: s.step_ms),
-        "own": _median_of(steps, _own_ms),
+        "own": straggler.own_work_ms_p50(steps, with_comm),
+        "code": _median_of(steps, _code_ms),
         "data_wait": _median_of(steps, lambda s: s.data_wait_ms),
         "forward": _median_of(steps, lambda s: s.forward_ms),
         "backward": _median_of(steps, lambda s: s.backward_ms),
@@ -361,12 +362,13 @@ def _peer_wait_ms(
     did the most: per step, the largest own time over the ranks less rank 0's own. The
     collective's host time holds this wait plus the transfer itself; a rank slower in its
     forward or backward compute is not seen here (its wait hides in the same phases)."""
-    own_by_rank = [{s.index: _own_ms(s) for s in steps} for steps in others]
+    own = straggler.outside_forward_backward_ms
+    own_by_rank = [{s.index: own(s) for s in steps} for steps in others]
     waits = []
     for s in lead:
-        peers = [own[s.index] for own in own_by_rank if s.index in own]
+        peers = [by_index[s.index] for by_index in own_by_rank if s.index in by_index]
         if peers:
-            waits.append(max(0.0, max(peers) - _own_ms(s)))
+            waits.append(max(0.0, max(peers) - own(s)))
     return float(np.median(waits)) if waits else None
 
 
@@ -455,30 +457,36 @@ def _comm_wait_facts(record: RunRecord) -> dict[str, Scalar]:
 def _rank_facts(record: RunRecord) -> dict[str, Scalar]:
     """Multi-rank facts (fact_catalog's "multi-rank runs"): who the others wait for."""
     out: dict[str, Scalar] = {"ranks_launched": record.ranks_launched}
-    per_rank = {0: _rank_timing(record.timed_steps)}
-    per_rank.update({r.rank: _rank_timing(r.timed_steps) for r in record.ranks})
+    with_comm = straggler.comm_recorded(
+        [record.timed_steps, *(r.timed_steps for r in record.ranks)]
+    )
+    per_rank = {0: _rank_timing(record.timed_steps, with_comm)}
+    per_rank.update({r.rank: _rank_timing(r.timed_steps, with_comm) for r in record.ranks})
     timed = {k: v for k, v in per_rank.items() if v["step"] is not None and v["own"] is not None}
-    if len(timed) < 2:
+    picked = straggler.straggler_and_fastest((k, timed[k]["own"]) for k in sorted(timed))
+    if picked is None:
         return out
     out.update(_comm_wait_facts(record))
     steps = [v["step"] for v in timed.values() if v["step"] is not None]
-    straggler = max(timed, key=lambda k: (timed[k]["own"] or 0.0, -k))
-    fastest = min(timed, key=lambda k: (timed[k]["own"] or 0.0, k))
-    others = [v["own"] for k, v in timed.items() if k != straggler and v["own"] is not None]
-    slow, fast = timed[straggler], timed[fastest]
+    slowest, fastest = picked
+    others = [v["own"] for k, v in timed.items() if k != slowest and v["own"] is not None]
+    slow, fast = timed[slowest], timed[fastest]
     nodes = _rank_nodes(record)
-    if len(set(nodes.values())) > 1 and straggler in nodes:
-        out["straggler_node_rank"] = nodes[straggler]
+    if len(set(nodes.values())) > 1 and slowest in nodes:
+        out["straggler_node_rank"] = nodes[slowest]
     excess = max(0.0, (slow["own"] or 0.0) - float(np.median(others)))
     typical = float(np.median(steps))
     out.update(
         rank_step_ms_p50_spread_frac=(max(steps) - min(steps)) / min(steps)
         if min(steps) > 0
         else None,
-        straggler_rank=straggler,
+        straggler_rank=slowest,
         fastest_rank=fastest,
+        straggler_own_basis="step_less_comm" if with_comm else "outside_forward_backward",
         straggler_own_ms_p50=slow["own"],
         fastest_rank_own_ms_p50=fast["own"],
+        straggler_code_ms_p50=slow["code"],
+        fastest_rank_code_ms_p50=fast["code"],
         straggler_excess_ms=excess,
         straggler_excess_frac=excess / typical if typical > 0 else None,
         rank_timed_steps_min=min(
@@ -578,18 +586,21 @@ def _trace_rank_facts(summaries: Sequence[Any]) -> dict[str, Scalar]:
     if len(timed) < 2:
         return {}
     steps = [s.step_ms_p50 for s in timed.values()]
-    straggler = max(timed, key=lambda k: (timed[k].own_ms_p50, -k))
-    fastest = min(timed, key=lambda k: (timed[k].own_ms_p50, k))
-    others = [s.own_ms_p50 for k, s in timed.items() if k != straggler]
-    slow, fast = timed[straggler], timed[fastest]
+    picked = straggler.straggler_and_fastest((k, timed[k].own_ms_p50) for k in sorted(timed))
+    if picked is None:
+        return {}
+    slowest, fastest = picked
+    others = [s.own_ms_p50 for k, s in timed.items() if k != slowest]
+    slow, fast = timed[slowest], timed[fastest]
     excess = max(0.0, slow.own_ms_p50 - float(np.median(others)))
     typical = float(np.median(steps))
     return {
         "rank_step_ms_p50_spread_frac": (max(steps) - min(steps)) / min(steps)
         if min(steps) > 0
         else None,
-        "straggler_rank": straggler,
+        "straggler_rank": slowest,
         "fastest_rank": fastest,
+        "straggler_own_basis": "step_less_comm",
         "straggler_own_ms_p50": slow.own_ms_p50,
         "fastest_rank_own_ms_p50": fast.own_ms_p50,
         "straggler_excess_ms": excess,

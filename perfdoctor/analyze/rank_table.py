@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from perfdoctor.analyze import straggler
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import median_or_none
 from perfdoctor.model import RankSummary, StepRecord
@@ -52,14 +53,18 @@ def _worker(info: ProcessInfo | None, several_nodes: bool) -> str:
 
 
 def _row(
-    rank: int, directory: str, steps: Sequence[StepRecord], info: ProcessInfo | None, nodes: bool
+    rank: int,
+    directory: str,
+    steps: Sequence[StepRecord],
+    info: ProcessInfo | None,
+    nodes: bool,
+    with_comm: bool,
 ) -> RankSummary:
     timed = [s for s in steps if s.phase == "timed"]
     step_p50 = median_or_none([s.step_ms for s in timed])
     waits = [s.data_wait_ms for s in timed if s.data_wait_ms is not None]
     total = sum(s.step_ms for s in timed)
     comm = comm_frac(timed)
-    own = [s.step_ms - (s.comm_ms or 0.0) for s in timed]
     return RankSummary(
         # A process without a process group (a Hogwild trainer) has no rank to show.
         rank=info.rank if info is not None else rank,
@@ -70,7 +75,7 @@ def _row(
         data_wait_ms_p50=median_or_none(waits),
         data_wait_frac=sum(waits) / total if waits and total > 0 else None,
         comm_frac=comm,
-        own_ms_p50=max(0.0, median_or_none(own) or 0.0) if own else None,
+        own_ms_p50=straggler.own_work_ms_p50(timed, with_comm),
     )
 
 
@@ -80,7 +85,10 @@ def rank_summaries(record: RunRecord) -> tuple[RankSummary, ...]:
         return ()
     infos = [record.observed.process, *(r.observed.process for r in record.ranks)]
     nodes = len({i.node_rank for i in infos if i is not None} - {None}) > 1
-    rows = [_row(0, str(record.dir), record.steps, infos[0], nodes)]
+    with_comm = straggler.comm_recorded(
+        [record.timed_steps, *(r.timed_steps for r in record.ranks)]
+    )
+    rows = [_row(0, str(record.dir), record.steps, infos[0], nodes, with_comm)]
     for rank, info in zip(record.ranks, infos[1:], strict=True):
-        rows.append(_row(rank.rank, str(rank.dir), rank.steps, info, nodes))
+        rows.append(_row(rank.rank, str(rank.dir), rank.steps, info, nodes, with_comm))
     return tuple(rows)

@@ -36,6 +36,8 @@ class SamplesSummary:
     gpu_mem_used_bytes_max: int | None
     cpu_util_mean_frac: float | None
     cpu_busy_cores: float | None
+    # Cores the run's own processes kept busy: the child and every process under it (workers,
+    # ranks, a launcher agent), and the other ranks where the rows list them apart.
     child_cpu_cores: float | None
     rss_bytes_max: int | None
     # Cores kept busy by processes outside the run (the machine's busy cores minus the child
@@ -115,7 +117,7 @@ def summarize_samples(
     core_sums = [float(sum(c)) / 100.0 for c in per_core if c]
     core_means = [float(np.mean(c)) / 100.0 for c in per_core if c]
     rss = _finite(cpu, "rss_bytes")
-    child = _finite(cpu, "child_cpu_percent")
+    ours = [x for x in (_run_percent(r) for r in cpu) if x is not None and math.isfinite(x)]
     others = [_other_cores(r) for r in cpu]
     others_known = [x for x in others if x is not None]
     return SamplesSummary(
@@ -133,7 +135,7 @@ def summarize_samples(
         gpu_mem_used_bytes_max=int(max(mem_used)) if mem_used else None,
         cpu_util_mean_frac=_mean(core_means),
         cpu_busy_cores=_mean(core_sums),
-        child_cpu_cores=_percent_frac(child),
+        child_cpu_cores=_percent_frac(ours),
         rss_bytes_max=int(max(rss)) if rss else None,
         other_busy_cores=_mean(others_known),
         cpu_cores=max((len(c) for c in per_core), default=0) or None,
@@ -141,15 +143,25 @@ def summarize_samples(
     )
 
 
+def _run_percent(row: CpuSample) -> float | None:
+    """CPU percent of the whole process tree perfdoctor started, in one CPU row: the child
+    and its descendants (DataLoader workers; under torchrun the child is the launcher agent
+    and the ranks are its descendants) and the other ranks of a run that lists them apart
+    (`ranks_cpu_percent`). None without a reading of the child."""
+    if row.child_cpu_percent is None:
+        return None
+    ours = float(row.child_cpu_percent)
+    for value in (row.workers_cpu_percent, row.ranks_cpu_percent):
+        ours += float(value) if value is not None else 0.0
+    return ours
+
+
 def _other_cores(row: CpuSample) -> float | None:
     """Cores busy outside the run in one CPU row (clipped at 0: the child's and the machine's
     counters are read a moment apart, so their difference can dip below zero)."""
-    cores, child = row.cpu_percent, row.child_cpu_percent
-    if not cores or child is None:
+    cores, ours = row.cpu_percent, _run_percent(row)
+    if not cores or ours is None:
         return None
-    ours = float(child)
-    for value in (row.workers_cpu_percent, row.ranks_cpu_percent):  # workers; other ranks
-        ours += float(value) if value is not None else 0.0
     busy = float(sum(x for x in cores if isinstance(x, (int, float))))
     return max(0.0, busy - ours) / 100.0
 

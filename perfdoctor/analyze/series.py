@@ -45,9 +45,12 @@ def _sample_series(rows: Sequence[SampleRow]) -> dict[str, list[Any]]:
             cores = row.cpu_percent
             if cores:
                 slot["cpu_util"] = float(np.mean(finite_numbers(cores))) / 100.0
-                # The run's own share (training process and its workers) of all cores: on a
-                # shared machine the machine-wide line says more about the neighbours.
-                own = finite_numbers([row.child_cpu_percent, row.workers_cpu_percent])
+                # The run's own share (training process, its workers, the other ranks) of all
+                # cores: on a shared machine the machine-wide line says more about the
+                # neighbours.
+                own = finite_numbers(
+                    [row.child_cpu_percent, row.workers_cpu_percent, row.ranks_cpu_percent]
+                )
                 if own:
                     slot["run_cpu_util"] = min(1.0, sum(own) / 100.0 / len(cores))
             if isinstance(row.rss_bytes, int):

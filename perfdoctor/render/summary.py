@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from perfdoctor.analyze import straggler
 from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
 from perfdoctor.model import (
     Finding,
@@ -243,13 +244,14 @@ RANK_COLUMNS = ("rank", "worker", "steps", "step p50", "own p50", "data p50", "G
 
 def rank_rows(report: Report) -> list[list[str]]:
     """One row per rank (per training process of a run) of a multi-rank report
-    (RANK_COLUMNS), straggler marked."""
+    (RANK_COLUMNS), the straggler (analyze/straggler.py, the rank-straggler rule's) marked."""
     slow = _straggler(report.ranks)
+    mark = " (straggler)" if _straggler_found(report) else " (most own work)"
     rows = []
     for r in report.ranks:
         label = fmt.MISSING if r.rank is None else str(r.rank)
         if slow is not None and r is slow:
-            label += " (slowest)"
+            label += mark
         worker = r.worker + (f" ({r.windows} windows)" if r.windows > 1 else "")
         rows.append(
             [
@@ -270,8 +272,9 @@ RANK_NOTE = (
     "Medians over the profiled steps of each rank's trace. data: time in the DataLoader per "
     "step; comm: communication share of the step; own: the step less the "
     "time in communication (GPU collective kernels where the trace has them, else the host's "
-    "collective calls): ranks in lockstep share the step time, and the slowest rank is the one "
-    "with the most own work, while the others wait in their collectives."
+    "collective calls): ranks in lockstep share the step time, and the straggler, the rank "
+    "the others wait for in their collectives, is the one with the most own work (the "
+    "rank-straggler finding judges by the same figure)."
 )
 
 
@@ -280,22 +283,48 @@ RANK_NOTE_RUN = (
     "DataLoader per step; comm: share of the step with a torch.distributed collective in "
     "flight (the script's collectives and DDP's gradient all-reduce; on CUDA the host's part "
     "only); own: the step less that time: ranks in lockstep share the step time, and the "
-    "slowest rank is the one with the most own work, while the others wait in their "
-    "collectives. The Baseline step figures are the job's: each step counted at its slowest "
-    "rank; the findings' comm_frac comes from the profiled steps' trace."
+    "straggler, the rank the others wait for in their collectives, is the one with the most "
+    "own work (the rank-straggler finding judges by the same figure). The Baseline step "
+    "figures are the job's: each step counted at its slowest rank; the findings' comm_frac "
+    "comes from the profiled steps' trace."
+)
+
+# Runs recorded before steps.jsonl had comm_ms: analyze/straggler.py's fallback.
+RANK_NOTE_NO_COMM = (
+    " No process recorded its collective time: own is the step's wall time outside forward "
+    "and backward, where DDP's collectives run."
 )
 
 
 def rank_note(report: Report) -> str:
     """What the ranks table's figures are: from traces, or from a run's timed steps."""
-    return RANK_NOTE if is_trace(report) else RANK_NOTE_RUN
+    if is_trace(report):
+        return RANK_NOTE
+    fallback = report.facts.get("straggler_own_basis") == "outside_forward_backward"
+    return RANK_NOTE_RUN + (RANK_NOTE_NO_COMM if fallback else "")
 
 
 def _straggler(ranks: tuple[RankSummary, ...]) -> RankSummary | None:
-    timed = [r for r in ranks if r.own_ms_p50 is not None]
-    if len(timed) < 2:
-        return None
-    return max(timed, key=lambda r: r.own_ms_p50 or 0.0)
+    """The rank the others wait for, by analyze/straggler.py: the one the facts (and so the
+    rank-straggler rule) name, from the same per-rank own work."""
+    # In rank order, as the facts break ties: the lowest rank among equals.
+    ordered = sorted(
+        enumerate(ranks), key=lambda ir: ir[1].rank if ir[1].rank is not None else ir[0]
+    )
+    picked = straggler.straggler_and_fastest((r, r.own_ms_p50) for _, r in ordered)
+    return picked[0] if picked is not None else None
+
+
+def _straggler_found(report: Report) -> bool:
+    """Whether the rank-straggler finding fired: below its threshold the rank with the most
+    own work is marked, not called a straggler."""
+    return any(f.rule_id == "rank-straggler" for f in report.findings)
+
+
+def _own_work_words(report: Report) -> str:
+    if report.facts.get("straggler_own_basis") == "outside_forward_backward":
+        return "its wall time outside forward and backward"
+    return "its step less its time in collectives"
 
 
 def _name(r: RankSummary) -> str:
@@ -323,9 +352,16 @@ def rank_spread_text(report: Report) -> str:
     if median is None or slow.own_ms_p50 is None:
         return text
     excess = slow.own_ms_p50 - median
+    who = (
+        "Straggler (the rank the others wait for: the most own work per step, "
+        f"{_own_work_words(report)})"
+        if _straggler_found(report)
+        else f"Most own work per step ({_own_work_words(report)}; too little more than the "
+        "others' for the rank-straggler finding)"
+    )
     text += (
-        f" Slowest: {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} against "
-        f"{fmt.ms(median)} on the median other rank ({fmt.ms(excess)} more per step"
+        f" {who}: {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} "
+        f"against {fmt.ms(median)} on the median other rank ({fmt.ms(excess)} more per step"
     )
     if slow.step_ms_p50:
         text += f", {fmt.percent(excess / slow.step_ms_p50)} of its step"

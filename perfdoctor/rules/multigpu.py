@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from perfdoctor.analyze.straggler import DEFINITION as STRAGGLER_DEFINITION
+from perfdoctor.analyze.straggler import FALLBACK_DEFINITION as STRAGGLER_FALLBACK
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_gain, text
 
@@ -185,15 +187,15 @@ def _straggler_cause(
     facts: Facts, t: Mapping[str, float], rank: float, excess: float
 ) -> tuple[str, tuple[str, ...]]:
     """What differs on the slow rank, from its phase medians against the fastest rank's:
-    its data path, its own code (host time outside data, forward and backward), or the
-    node under it (the same forward takes longer there). The sentence and its fixes."""
+    its data path, its forward (the same model and batch taking longer: the node under
+    it), or its own code (host time outside data, forward and backward). The sentence and
+    its fixes."""
     data, fast_data = (
         num(facts, "straggler_data_wait_ms_p50"),
         num(facts, "fastest_rank_data_wait_ms_p50"),
     )
-    own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     data_excess = _minus(data, fast_data)
-    code, fast_code = _minus(own, data), _minus(fast_own, fast_data)
+    code, fast_code = num(facts, "straggler_code_ms_p50"), num(facts, "fastest_rank_code_ms_p50")
     fwd, fast_fwd = (
         num(facts, "straggler_forward_ms_p50"),
         num(facts, "fastest_rank_forward_ms_p50"),
@@ -218,6 +220,22 @@ def _straggler_cause(
             "DataLoader workers or cheaper samples, and check that the DistributedSampler "
             "shards cost the same." + node_text,
             ("dataloader-workers", "faster-data-pipeline"),
+        )
+    forward_excess = _minus(fwd, fast_fwd)
+    if (
+        slower_compute
+        and forward_excess is not None
+        and forward_excess >= t["forward_share_of_excess"] * excess
+    ):
+        # Its forward is most of the excess: no code of the script's own to move, the machine
+        # (or a bigger share of the input) is what differs.
+        return (
+            f" What differs on rank {rank:.0f} is its compute: its forward takes {fwd:.1f} ms "
+            f"against {fast_fwd:.1f} ms on the fastest rank for the same model and batch size, "
+            f"which points at the machine under it{on_node}: check that device's clocks and "
+            "temperature, other jobs sharing it, and its CPU threads; or at a bigger share of "
+            "the input there (longer sequences, an uneven sampler).",
+            (),
         )
     measured = (
         f" ({code:.1f} ms per step outside data, forward and backward against {fast_code:.1f} ms)"
@@ -250,10 +268,16 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     fastest = num(facts, "fastest_rank")
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     against = f"rank {fastest:.0f}" if fastest is not None else "the others"
+    fallback = text(facts, "straggler_own_basis") == "outside_forward_backward"
+    own_work = (
+        "own work is the wall time outside forward and backward: no collective time was recorded"
+        if fallback
+        else "own work is the step less the time in collectives"
+    )
     compared = (
-        f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest)"
+        f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest; {own_work})"
         if own is not None and fast_own is not None
-        else ""
+        else f" ({own_work})"
     )
     cause, fixes = _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
@@ -265,21 +289,27 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
         "for it",
         explanation=(
             "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
-            f"at the pace of the slowest. Rank {rank:.0f} spends {excess:.1f} ms more per step "
-            f"than the other ranks outside forward and backward{compared}: {pct(frac)} of "
+            f"at the pace of the slowest. Rank {rank:.0f} does {excess:.1f} ms more own work "
+            f"per step than the other ranks{compared}: {pct(frac)} of "
             f"the step, which the others spend waiting in the all-reduce (time in the "
             f"collective that is no transfer).{cause}"
         ),
         evidence=(
             ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
             ev("straggler_excess_ms", excess),
+            ev(
+                "straggler_rank",
+                int(rank),
+                note=STRAGGLER_DEFINITION + ("; " + STRAGGLER_FALLBACK if fallback else ""),
+            ),
             *seen(
                 facts,
-                "straggler_rank",
                 "straggler_node_rank",
                 "fastest_rank",
                 "straggler_own_ms_p50",
                 "fastest_rank_own_ms_p50",
+                "straggler_code_ms_p50",
+                "fastest_rank_code_ms_p50",
                 "straggler_data_wait_ms_p50",
                 "fastest_rank_data_wait_ms_p50",
                 "straggler_forward_ms_p50",
@@ -362,8 +392,11 @@ RULES = (
         needs=("straggler_excess_frac", "straggler_rank", "straggler_excess_ms"),
         uses=(
             "fastest_rank",
+            "straggler_own_basis",
             "straggler_own_ms_p50",
             "fastest_rank_own_ms_p50",
+            "straggler_code_ms_p50",
+            "fastest_rank_code_ms_p50",
             "straggler_data_wait_ms_p50",
             "fastest_rank_data_wait_ms_p50",
             "straggler_forward_ms_p50",
@@ -380,6 +413,7 @@ RULES = (
             "min_excess_ms": 1.0,
             "min_timed_steps": 3.0,
             "data_share_of_excess": 0.5,
+            "forward_share_of_excess": 0.5,
             "slow_node_forward_ratio": 1.25,
         },
         source=(
@@ -388,15 +422,17 @@ RULES = (
             "critical from 20% by the shared gain ladder; data-bound when the data wait "
             "explains at least half of the excess (a majority, as TraceML's input vs compute "
             "straggler split); a slower node when the same forward takes >= 1.25x as long "
-            "there (a choice here, above the few-percent run-to-run spread of a CPU forward); "
+            "there (a choice here, above the few-percent run-to-run spread of a CPU forward), "
+            "named as the cause when that forward explains at least half of the excess (the "
+            "same majority); "
             "at least 1 ms per step: below that, a balanced 2-rank gloo run on a shared 2-core "
             "machine read 0.4 ms (11% of a 3.5 ms step), one process's scheduling, not work; "
             "at least 3 timed steps on every rank (a choice here: a 2-rank run whose rank 1 "
             "crashed after one timed step fired on that one step's 12.5 ms of data wait)"
         ),
         description=(
-            "A rank whose host time per step outside forward and backward (data, optimizer, "
-            "its own code) exceeds the other ranks' median: multi-rank runs only."
+            "A rank whose own work per step (its step less its time in collectives, where "
+            "the others wait for it) exceeds the other ranks' median: multi-rank runs only."
         ),
         check=check_rank_straggler,
         selects_optimizations=True,

@@ -76,8 +76,9 @@ def test_multi_rank_report_has_the_rank_view(tmp_path: Path) -> None:
     assert [r.worker for r in report.ranks] == ["node0_11", "node1_12"]
     assert "rank-straggler" in [f.rule_id for f in report.findings]
     text = _terminal(report)
-    assert "Ranks" in text and "1 (slowest)" in text
-    assert "Slowest: rank 1" in text
+    assert "Ranks" in text and "1 (straggler)" in text
+    assert "collectives): rank 1" in " ".join(text.split())  # the straggler, as the rule's
+    assert report.facts["straggler_rank"] == 1
     assert "## Ranks" in render_markdown(report)
     assert "<h2>Ranks</h2>" in render_html(report)
     assert report_from_dict(report_to_dict(report)) == report

@@ -67,3 +67,40 @@ def test_cpu_only_samples_have_no_gpu_values() -> None:
     s = summarize_samples(typed(rows), None, 0)
     assert s.gpu_util_mean_frac is None and s.energy_j_per_step is None
     assert s.cpu_samples == 5  # no window: every sample
+
+
+# Recorded under `perfdoctor profile --nproc-per-node 2` (ddp_train.py, a 2-core machine):
+# the child is torchrun's launcher agent, idle, and the two ranks are its descendants.
+TORCHRUN_ROWS = [
+    {"kind": "cpu", "t": 1.7196, "cpu_percent": [100.0, 100.0], "rss_bytes": 234172416,
+     "child_cpu_percent": 0.0, "workers": 2, "workers_rss_bytes": 82223104,
+     "workers_cpu_percent": 140.2},
+    {"kind": "cpu", "t": 1.8195, "cpu_percent": [100.0, 100.0], "rss_bytes": 234172416,
+     "child_cpu_percent": 0.0, "workers": 2, "workers_rss_bytes": 180301824,
+     "workers_cpu_percent": 120.2},
+    {"kind": "cpu", "t": 1.9197, "cpu_percent": [100.0, 100.0], "rss_bytes": 234172416,
+     "child_cpu_percent": 0.0, "workers": 2, "workers_rss_bytes": 218836992,
+     "workers_cpu_percent": 139.6},
+    {"kind": "cpu", "t": 2.0195, "cpu_percent": [100.0, 100.0], "rss_bytes": 234172416,
+     "child_cpu_percent": 0.0, "workers": 2, "workers_rss_bytes": 285995008,
+     "workers_cpu_percent": 80.2},
+]  # fmt: skip
+
+
+def test_the_run_cores_count_every_process_perfdoctor_started() -> None:
+    """Under torchrun the launcher agent (the child) idles while its ranks train: the run's
+    cores are the whole tree's, as the cores left to other processes already were."""
+    s = summarize_samples(typed(TORCHRUN_ROWS), None, 0)
+    ranks = (140.2 + 120.2 + 139.6 + 80.2) / 4 / 100.0
+    assert s.child_cpu_cores == pytest.approx(ranks)  # was 0.0: the agent alone
+    assert s.other_busy_cores == pytest.approx(2.0 - ranks)
+    assert s.child_cpu_cores + s.other_busy_cores == pytest.approx(s.cpu_busy_cores)
+
+
+def test_the_run_cores_count_other_ranks_listed_apart() -> None:
+    # Ranks started beside the child (their pids given to the sampler as peers).
+    row = {"kind": "cpu", "t": 1.0, "cpu_percent": [100.0, 100.0], "child_cpu_percent": 90.0,
+           "workers_cpu_percent": 10.0, "ranks": 1, "ranks_cpu_percent": 80.0}  # fmt: skip
+    s = summarize_samples(typed([row]), None, 0)
+    assert s.child_cpu_cores == pytest.approx(1.8)
+    assert s.other_busy_cores == pytest.approx(0.2)

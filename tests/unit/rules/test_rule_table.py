@@ -612,6 +612,8 @@ def test_a_straggler_slow_in_its_own_code_gets_a_fix_naming_it() -> None:
         "fastest_rank_data_wait_ms_p50": 0.2,
         "straggler_forward_ms_p50": 1.0,
         "fastest_rank_forward_ms_p50": 1.0,
+        "straggler_code_ms_p50": 20.8,
+        "fastest_rank_code_ms_p50": 0.8,
     }
     finding = _finding("rank-straggler", "cpu", **own_code)
     assert finding.optimizations == ("balance-rank-work",)
@@ -621,6 +623,40 @@ def test_a_straggler_slow_in_its_own_code_gets_a_fix_naming_it() -> None:
     slow_node = {**own_code, "straggler_forward_ms_p50": 2.0, "straggler_node_rank": 1}
     finding = _finding("rank-straggler", "cpu", **slow_node)
     assert "machine under it (node 1)" in finding.explanation
+    assert finding.optimizations == ("balance-rank-work",)  # 1 ms of the 20 is the forward
+
+
+def test_a_straggler_slow_in_its_forward_names_the_machine_not_its_code() -> None:
+    slow_forward = {
+        **STRAGGLER,
+        "straggler_excess_ms": 20.0,
+        "straggler_excess_frac": 0.6,
+        "straggler_data_wait_ms_p50": 0.2,
+        "straggler_forward_ms_p50": 19.0,
+        "fastest_rank_forward_ms_p50": 1.0,
+        "straggler_node_rank": 1,
+    }
+    finding = _finding("rank-straggler", "cpu", **slow_forward)
+    assert "What differs on rank 1 is its compute: its forward takes 19.0 ms" in (
+        finding.explanation
+    )
+    assert "machine under it (node 1)" in finding.explanation
+    assert finding.optimizations == ()
+
+
+def test_the_straggler_evidence_says_what_a_straggler_is() -> None:
+    finding = _finding("rank-straggler", "cpu", **{**STRAGGLER, "straggler_excess_frac": 0.5})
+    named = next(e for e in finding.evidence if e.name == "straggler_rank")
+    assert "the one with the most own work per step" in named.note
+    assert "own work is the step less the time in collectives" in finding.explanation
+    old = {
+        **STRAGGLER,
+        "straggler_excess_frac": 0.5,
+        "straggler_own_basis": "outside_forward_backward",
+    }
+    finding = _finding("rank-straggler", "cpu", **old)
+    named = next(e for e in finding.evidence if e.name == "straggler_rank")
+    assert "no collective time recorded" in named.note
 
 
 def test_a_straggler_slow_in_its_data_keeps_the_data_fixes() -> None:
