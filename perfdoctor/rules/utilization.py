@@ -7,9 +7,9 @@ engine merges both into one headline: one root cause, one finding.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
@@ -29,9 +29,90 @@ class _Cause:
     optimizations: tuple[str, ...]
     advice: str
     fixable: bool = True  # False: the trace shows the idle time, not a cause to remove
+    # Why no gain is promised although the cause is measured ("" when its share is the gain).
+    no_gain: str = ""
+    evidence: tuple[Evidence, ...] = ()
 
 
-def _causes(facts: Facts) -> list[_Cause]:
+@dataclass(frozen=True)
+class _LaunchCap:
+    """The most of the window that launching can take on the host: launches x the cost of
+    one, and how that cost was found."""
+
+    frac: float
+    launches: float
+    launch_us: float
+    measured: bool
+    window_ms: float
+
+    def note(self) -> str:
+        how = (
+            "the trace's mean kernel launch call (calls over 50 µs left out)"
+            if self.measured
+            else "the trace times no launch call: a typical launch's cost (launch_us)"
+        )
+        host_ms = self.launches * self.launch_us / 1000.0
+        return (
+            f"{self.launches:.0f} kernel/memcpy launches x {self.launch_us:.1f} µs ({how}) "
+            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window"
+        )
+
+
+def _launch_cap(facts: Facts, t: Mapping[str, float]) -> _LaunchCap | None:
+    """None when the window or its launch count is not known (then nothing is capped)."""
+    launches = num(facts, "gpu_window_launch_count")
+    window_ms = num(facts, "gpu_window_ms")
+    if launches is None or not window_ms:
+        return None
+    measured = num(facts, "launch_call_us_mean")
+    launch_us = measured if measured is not None else t["launch_us"]
+    frac = launches * launch_us / (window_ms * 1000.0)
+    return _LaunchCap(frac, launches, launch_us, measured is not None, window_ms)
+
+
+def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) -> list[_Cause]:
+    """The host-busy idle time, split into what launching can account for (what fusion and
+    CUDA graphs remove: the gain) and the host's other work between launches, for which the
+    trace names no fix."""
+    launch = _Cause(
+        "kernel launch overhead",
+        host_busy,
+        LAUNCH_BOUND,
+        ("compile-cudagraphs", "compile", "larger-batch"),
+        "launch less often (torch.compile, CUDA graphs, a larger batch)",
+    )
+    cap = _launch_cap(facts, t)
+    if cap is None or cap.frac >= host_busy:
+        return [launch]
+    bound = ev(
+        "launch_overhead_frac_max",
+        cap.frac,
+        note=f"{cap.note()}; of {pct(host_busy)} idle with the host busy",
+    )
+    other = host_busy - cap.frac
+    return [
+        replace(launch, share=cap.frac, evidence=(bound,)),
+        _Cause(
+            "host work between launches that is not launch overhead",
+            other,
+            "",
+            (),
+            f"the host was busy {pct(other)} of the window beyond what its "
+            f"{cap.launches:.0f} launches cost: set-up work (the first iterations' cuDNN "
+            "autotuning, lazy module loading, allocation), data preparation or Python that "
+            "launches nothing; look at the host's longest ops in the trace, and profile steps "
+            "after warm-up",
+            no_gain=(
+                "not estimated: the host's work between launches is not launch overhead, so "
+                "torch.compile / CUDA graphs promise nothing for it; launches account for at "
+                f"most {pct(cap.frac)} ({cap.note()})"
+            ),
+            evidence=(ev("gpu_idle_host_busy_frac", host_busy), bound),
+        ),
+    ]
+
+
+def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
     data_wait = num(facts, "data_wait_frac")
     host_wait = num(facts, "gpu_idle_host_wait_frac")
     sync_ms = num(facts, "host_sync_ms_per_step")
@@ -49,15 +130,10 @@ def _causes(facts: Facts) -> list[_Cause]:
         )
     host_busy = num(facts, "gpu_idle_host_busy_frac")
     if host_wait is not None:
-        causes.append(
-            _Cause(
-                "kernel launch / Python overhead",
-                host_busy if host_busy is not None else max(0.0, host_wait - (data_wait or 0.0)),
-                LAUNCH_BOUND,
-                ("compile-cudagraphs", "compile", "larger-batch"),
-                "launch less often (torch.compile, CUDA graphs, a larger batch)",
-            )
+        busy_share = (
+            host_busy if host_busy is not None else max(0.0, host_wait - (data_wait or 0.0))
         )
+        causes.extend(_host_busy_causes(facts, t, busy_share))
     dependency = num(facts, "gpu_idle_dependency_wait_frac")
     if dependency is not None:
         causes.append(
@@ -91,18 +167,21 @@ def _causes(facts: Facts) -> list[_Cause]:
                 "remove the per-step syncs",
             )
         )
-    tail = num(facts, "gpu_idle_host_unrecorded_frac")
-    if tail is not None:
+    unrecorded = num(facts, "gpu_idle_host_unrecorded_frac")
+    if unrecorded is not None:
         causes.append(
             _Cause(
-                "the trace's tail: nothing launched or recorded after the last GPU op",
-                tail,
+                "host time the trace does not record (the trace's tail, or gaps in it with "
+                "nothing launched or recorded)",
+                unrecorded,
                 "",
                 (),
-                "from the launching thread's last recorded event to the end of the step the "
+                "after the launching thread's last recorded event, and in stretches of 100 µs "
+                "or more with no CPU op, runtime call or Python frame on any host thread, the "
                 "trace shows no host work and no launch, so it names nothing to fix: the step's "
-                "span outlasts its work (the profiler kept recording), or the host ran code the "
-                "profiler does not see; profile steps that do the training work",
+                "span outlasts its work (the profiler kept recording), the trace was filtered, "
+                "or the host ran code the profiler does not see; profile steps that do the "
+                "training work",
                 fixable=False,
             )
         )
@@ -114,7 +193,7 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
     if busy is None or busy >= t["busy_frac"]:
         return None
     idle = 1.0 - busy
-    known = [c for c in _causes(facts) if c.share is not None and c.share >= t["cause_frac"]]
+    known = [c for c in _causes(facts, t) if c.share is not None and c.share >= t["cause_frac"]]
     cause = max(known, key=lambda c: c.share or 0.0, default=None)
     if cause is None:
         mem = num(facts, "peak_allocated_frac")
@@ -126,7 +205,8 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
             ("larger-batch",),
             "give each kernel more work (a larger batch)",
         )
-    gain = None if cause.share is None or not cause.fixable else min(cause.share, idle)
+    promised = cause.share is not None and cause.fixable and not cause.no_gain
+    gain = min(cause.share or 0.0, idle) if promised else None
     share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
     return Finding(
         rule_id=GPU_UNDERUTILIZED,
@@ -150,20 +230,29 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
                 "peak_allocated_frac",
                 *(() if cause.fixable else ("gpu_idle_host_unrecorded_frac",)),
             ),
+            *cause.evidence,
         ),
         optimizations=cause.optimizations,
         gain=GainEstimate(
             step_time_frac=gain,
             method=(
-                "share of the step lost to the biggest cause, at most the GPU's idle share"
+                _gain_method(cause)
                 if gain is not None
                 else "not estimated: the trace records no cause for this idle time"
                 if not cause.fixable
-                else "not estimated: depends on how kernels scale with batch"
+                else cause.no_gain or "not estimated: depends on how kernels scale with batch"
             ),
         ),
         related=(cause.rule_id,) if cause.rule_id else (),
     )
+
+
+def _gain_method(cause: _Cause) -> str:
+    method = "share of the step lost to the biggest cause, at most the GPU's idle share"
+    capped = [e for e in cause.evidence if e.name == "launch_overhead_frac_max"]
+    if capped:
+        method += f", at most what launches cost the host: {capped[0].note}"
+    return method
 
 
 def _top_kernels_text(facts: Facts, count: int = 3) -> str:
@@ -265,6 +354,9 @@ RULES = (
             "gpu_idle_host_busy_frac",
             "gpu_idle_host_sync_frac",
             "gpu_idle_host_unrecorded_frac",
+            "gpu_window_launch_count",
+            "gpu_window_ms",
+            "launch_call_us_mean",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",
@@ -275,11 +367,15 @@ RULES = (
             "critical_busy_frac": 0.3,
             "cause_frac": 0.05,
             "small_batch_mem_frac": 0.25,
+            # The host's cost of one launch when the trace measures none (launch_call_us_mean).
+            "launch_us": 20.0,
         },
         source=(
             "< 50%: torch-tb-profiler profiler/data.py rule 5 and nsys gpu_time_util "
             "(DEFAULT_THRESHOLD = 50); < 30% critical: TraceML system/policy.py 'low' band; "
-            "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message"
+            "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message; "
+            "20 µs a launch: the top of HTA's 'launch time on the CPU side is usually 5-20 µs' "
+            "(get_cuda_kernel_launch_stats docs), the top because it bounds the gain"
         ),
         description=(
             "Union of kernel and copy time over the step span; names the biggest of input "
