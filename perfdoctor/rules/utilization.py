@@ -13,6 +13,12 @@ from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
+from perfdoctor.rules.launch_cost import (
+    CAP_EVIDENCE,
+    LAUNCH_US_SOURCE,
+    TYPICAL_LAUNCH_US,
+    launch_cap,
+)
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
 from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
 from perfdoctor.rules.sync import HOST_SYNCS
@@ -34,42 +40,6 @@ class _Cause:
     evidence: tuple[Evidence, ...] = ()
 
 
-@dataclass(frozen=True)
-class _LaunchCap:
-    """The most of the window that launching can take on the host: launches x the cost of
-    one, and how that cost was found."""
-
-    frac: float
-    launches: float
-    launch_us: float
-    measured: bool
-    window_ms: float
-
-    def note(self) -> str:
-        how = (
-            "the trace's mean kernel launch call (calls over 50 µs left out)"
-            if self.measured
-            else "the trace times no launch call: a typical launch's cost (launch_us)"
-        )
-        host_ms = self.launches * self.launch_us / 1000.0
-        return (
-            f"{self.launches:.0f} kernel/memcpy launches x {self.launch_us:.1f} µs ({how}) "
-            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window"
-        )
-
-
-def _launch_cap(facts: Facts, t: Mapping[str, float]) -> _LaunchCap | None:
-    """None when the window or its launch count is not known (then nothing is capped)."""
-    launches = num(facts, "gpu_window_launch_count")
-    window_ms = num(facts, "gpu_window_ms")
-    if launches is None or not window_ms:
-        return None
-    measured = num(facts, "launch_call_us_mean")
-    launch_us = measured if measured is not None else t["launch_us"]
-    frac = launches * launch_us / (window_ms * 1000.0)
-    return _LaunchCap(frac, launches, launch_us, measured is not None, window_ms)
-
-
 def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) -> list[_Cause]:
     """The host-busy idle time, split into what launching can account for (what fusion and
     CUDA graphs remove: the gain) and the host's other work between launches, for which the
@@ -81,14 +51,10 @@ def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) ->
         ("compile-cudagraphs", "compile", "larger-batch"),
         "launch less often (torch.compile, CUDA graphs, a larger batch)",
     )
-    cap = _launch_cap(facts, t)
+    cap = launch_cap(facts, t["launch_us"])
     if cap is None or cap.frac >= host_busy:
         return [launch]
-    bound = ev(
-        "launch_overhead_frac_max",
-        cap.frac,
-        note=f"{cap.note()}; of {pct(host_busy)} idle with the host busy",
-    )
+    bound = cap.evidence(host_busy)
     other = host_busy - cap.frac
     return [
         replace(launch, share=cap.frac, evidence=(bound,)),
@@ -99,9 +65,10 @@ def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) ->
             (),
             f"the host was busy {pct(other)} of the window beyond what its "
             f"{cap.launches:.0f} launches cost: set-up work (the first iterations' cuDNN "
-            "autotuning, lazy module loading, allocation), data preparation or Python that "
-            "launches nothing; look at the host's longest ops in the trace, and profile steps "
-            "after warm-up",
+            "autotuning, lazy module loading, allocation), data preparation, or Python and op "
+            "dispatch between launches; torch.compile removes the part that is the model's "
+            "own Python, which the trace cannot tell apart: look at the host's longest ops "
+            "in the window, and profile steps after warm-up",
             no_gain=(
                 "not estimated: the host's work between launches is not launch overhead, so "
                 "torch.compile / CUDA graphs promise nothing for it; launches account for at "
@@ -249,7 +216,7 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
 
 def _gain_method(cause: _Cause) -> str:
     method = "share of the step lost to the biggest cause, at most the GPU's idle share"
-    capped = [e for e in cause.evidence if e.name == "launch_overhead_frac_max"]
+    capped = [e for e in cause.evidence if e.name == CAP_EVIDENCE]
     if capped:
         method += f", at most what launches cost the host: {capped[0].note}"
     return method
@@ -368,14 +335,13 @@ RULES = (
             "cause_frac": 0.05,
             "small_batch_mem_frac": 0.25,
             # The host's cost of one launch when the trace measures none (launch_call_us_mean).
-            "launch_us": 20.0,
+            "launch_us": TYPICAL_LAUNCH_US,
         },
         source=(
             "< 50%: torch-tb-profiler profiler/data.py rule 5 and nsys gpu_time_util "
             "(DEFAULT_THRESHOLD = 50); < 30% critical: TraceML system/policy.py 'low' band; "
             "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message; "
-            "20 µs a launch: the top of HTA's 'launch time on the CPU side is usually 5-20 µs' "
-            "(get_cuda_kernel_launch_stats docs), the top because it bounds the gain"
+            + LAUNCH_US_SOURCE
         ),
         description=(
             "Union of kernel and copy time over the step span; names the biggest of input "
