@@ -39,7 +39,7 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     capped = cap is not None and cap.frac < launch_wait
     if cap is not None and capped:
         launch_wait = cap.frac
-        note += f"; launches account for at most {pct(cap.frac)}"
+        note += f"; launch overhead is at most {pct(cap.frac)}"
     if launch_wait < t["host_wait_frac"]:
         return None
     kernels = num(facts, "kernels_per_step")
@@ -72,7 +72,7 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         gain=GainEstimate(
             step_time_frac=launch_wait,
             method="host-wait idle share of the step, assuming graphs/fusion remove it"
-            + (f", at most what launches cost the host: {cap.note()}" if cap and capped else ""),
+            + (f", at most what launches cost the host ({cap.short()})" if cap and capped else ""),
         ),
     )
 

@@ -18,7 +18,8 @@ LAUNCH_US_SOURCE = (
     "20 µs a launch when the trace times none: the top of HTA's 'launch time on the CPU side "
     "is usually 5-20 µs' (get_cuda_kernel_launch_stats docs), the top because it bounds a gain"
 )
-CAP_EVIDENCE = "launch_overhead_frac_max"
+# The evidence that carries the cap: the launch count, with the product in its note.
+CAP_EVIDENCE = "gpu_window_launch_count"
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,29 @@ class LaunchCap:
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} kernel/memcpy launches x {self.launch_us:.1f} µs ({how}) "
-            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window"
+            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window: launch overhead is at "
+            f"most {_share(self.frac)} of it"
+        )
+
+    def short(self) -> str:
+        """The product alone, for a gain's method (the evidence says how it was found)."""
+        host_ms = self.launches * self.launch_us / 1000.0
+        return (
+            f"{self.launches:.0f} launches x {self.launch_us:.1f} µs = {host_ms:,.2f} ms of "
+            f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
         )
 
     def evidence(self, host_busy: float) -> Evidence:
-        return ev(CAP_EVIDENCE, self.frac, note=f"{self.note()}; host busy {pct(host_busy)}")
+        return ev(
+            CAP_EVIDENCE,
+            self.launches,
+            note=f"{self.note()}, of {pct(host_busy)} idle with the host busy",
+        )
+
+
+def _share(frac: float) -> str:
+    """pct() with the digits a tiny share needs (0.0085%, not 0.0%)."""
+    return pct(frac) if frac >= 0.001 else f"{frac * 100:.2g}%"
 
 
 def launch_cap(facts: Facts, fallback_us: float) -> LaunchCap | None:

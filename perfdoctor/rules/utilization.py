@@ -14,7 +14,6 @@ from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.launch_cost import (
-    CAP_EVIDENCE,
     LAUNCH_US_SOURCE,
     TYPICAL_LAUNCH_US,
     launch_cap,
@@ -35,8 +34,10 @@ class _Cause:
     optimizations: tuple[str, ...]
     advice: str
     fixable: bool = True  # False: the trace shows the idle time, not a cause to remove
-    # Why no gain is promised although the cause is measured ("" when its share is the gain).
-    no_gain: str = ""
+    # What its optimizations can win back when that is less than its share (None: the share;
+    # no optimizations: nothing), and how that was found ("": the default wording).
+    gain_share: float | None = None
+    gain_method: str = ""
     evidence: tuple[Evidence, ...] = ()
 
 
@@ -44,37 +45,61 @@ def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) ->
     """The host-busy idle time, split into what launching can account for (what fusion and
     CUDA graphs remove: the gain) and the host's other work between launches, for which the
     trace names no fix."""
+    optimizations = ("compile-cudagraphs", "compile", "larger-batch")
     launch = _Cause(
         "kernel launch overhead",
         host_busy,
         LAUNCH_BOUND,
-        ("compile-cudagraphs", "compile", "larger-batch"),
+        optimizations,
         "launch less often (torch.compile, CUDA graphs, a larger batch)",
     )
     cap = launch_cap(facts, t["launch_us"])
     if cap is None or cap.frac >= host_busy:
         return [launch]
-    bound = cap.evidence(host_busy)
+    evidence = (
+        ev("gpu_idle_host_busy_frac", host_busy),
+        *seen(facts, "launch_call_us_mean"),
+        cap.evidence(host_busy),
+    )
+    capped = f"at most what launches cost the host ({cap.short()})"
     other = host_busy - cap.frac
+    # The launches' part, however small beside the rest, is still what compile and graphs
+    # win back: promised where it is worth naming, with the rest left out of the gain.
+    worth = cap.frac >= t["cause_frac"]
     return [
-        replace(launch, share=cap.frac, evidence=(bound,)),
+        replace(
+            launch,
+            share=cap.frac,
+            gain_method=f"the launch overhead's share of the step, {capped}",
+            evidence=evidence,
+        ),
         _Cause(
             "host work between launches that is not launch overhead",
             other,
-            "",
-            (),
+            LAUNCH_BOUND if worth else "",
+            optimizations if worth else (),
             f"the host was busy {pct(other)} of the window beyond what its "
             f"{cap.launches:.0f} launches cost: set-up work (the first iterations' cuDNN "
             "autotuning, lazy module loading, allocation), data preparation, or Python and op "
             "dispatch between launches; torch.compile removes the part that is the model's "
             "own Python, which the trace cannot tell apart: look at the host's longest ops "
-            "in the window, and profile steps after warm-up",
-            no_gain=(
-                "not estimated: the host's work between launches is not launch overhead, so "
-                "torch.compile / CUDA graphs promise nothing for it; launches account for at "
-                f"most {pct(cap.frac)} ({cap.note()})"
+            "in the window, and profile steps after warm-up"
+            + (
+                f"; launching less often (torch.compile, CUDA graphs) wins back the "
+                f"{pct(cap.frac)} the launches cost"
+                if worth
+                else ""
             ),
-            evidence=(ev("gpu_idle_host_busy_frac", host_busy), bound),
+            gain_share=cap.frac,
+            gain_method=(
+                f"only the launch overhead in it, {capped}; none for the host's other work "
+                "between launches, which is not launch overhead"
+                if worth
+                else "not estimated: the host's work between launches is not launch "
+                f"overhead, so torch.compile / CUDA graphs promise nothing for it; launches "
+                f"cost the host {cap.short()}"
+            ),
+            evidence=evidence,
         ),
     ]
 
@@ -172,8 +197,10 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
             ("larger-batch",),
             "give each kernel more work (a larger batch)",
         )
-    promised = cause.share is not None and cause.fixable and not cause.no_gain
-    gain = min(cause.share or 0.0, idle) if promised else None
+    promised = cause.gain_share if cause.gain_share is not None else cause.share
+    if not cause.fixable or not cause.optimizations:
+        promised = None
+    gain = None if promised is None else min(promised, idle)
     share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
     return Finding(
         rule_id=GPU_UNDERUTILIZED,
@@ -202,24 +229,17 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
         optimizations=cause.optimizations,
         gain=GainEstimate(
             step_time_frac=gain,
-            method=(
-                _gain_method(cause)
+            method=cause.gain_method
+            or (
+                "share of the step lost to the biggest cause, at most the GPU's idle share"
                 if gain is not None
                 else "not estimated: the trace records no cause for this idle time"
                 if not cause.fixable
-                else cause.no_gain or "not estimated: depends on how kernels scale with batch"
+                else "not estimated: depends on how kernels scale with batch"
             ),
         ),
         related=(cause.rule_id,) if cause.rule_id else (),
     )
-
-
-def _gain_method(cause: _Cause) -> str:
-    method = "share of the step lost to the biggest cause, at most the GPU's idle share"
-    capped = [e for e in cause.evidence if e.name == CAP_EVIDENCE]
-    if capped:
-        method += f", at most what launches cost the host: {capped[0].note}"
-    return method
 
 
 def _top_kernels_text(facts: Facts, count: int = 3) -> str:
