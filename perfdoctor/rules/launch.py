@@ -143,7 +143,7 @@ RULES = (
             "Idle GPU time where the next kernel's launch started after the previous kernel "
             "ended, while the launching thread was neither in the DataLoader nor returning "
             "from a host sync (from the trace; without it: minus data waits), with short "
-            "kernels."
+            "kernels; at most what the window's launches cost the host."
         ),
         check=check_launch_bound,
         device="cuda",

@@ -365,7 +365,9 @@ RULES = (
         ),
         description=(
             "Union of kernel and copy time over the step span; names the biggest of input "
-            "waits, host launch waits, syncs, or a small batch."
+            "waits, launch overhead (at most the window's launches x the host's cost of one), "
+            "the host's other work between launches, syncs, dependencies, unrecorded host "
+            "time, or a small batch."
         ),
         check=check_gpu_underutilized,
         selects_optimizations=True,
