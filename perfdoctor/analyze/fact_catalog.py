@@ -252,8 +252,10 @@ FACTS: dict[str, FactDoc] = {
     "gpu_idle_host_unrecorded_frac": _gpu(
         "frac",
         "trace",
-        "host wait after the last GPU op once the launching thread recorded nothing more: "
-        "the trace's tail, with no cause in the trace",
+        "host wait with nothing recorded on the host, so no cause in the trace: after the last "
+        "GPU op once the launching thread recorded nothing more (the trace's tail), and before "
+        "an op, stretches of 100 µs or more with no CPU op, runtime call, Python frame or "
+        "DataLoader span on any host thread",
     ),
     "gpu_idle_launch_gap_frac": _gpu(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"
@@ -270,6 +272,16 @@ FACTS: dict[str, FactDoc] = {
         "frac", "trace", "share of communication time overlapped by compute kernels"
     ),
     "gpu_tail_ms": _gpu("ms", "trace", "GPU work running after the host's last profiled step"),
+    "gpu_window_ms": _gpu("ms", "trace", "length of the GPU window the *_frac GPU facts divide by"),
+    "gpu_window_launch_count": _gpu(
+        "count", "trace", "kernels and memcpys on the device in the GPU window: launches"
+    ),
+    "launch_call_us_mean": _gpu(
+        "us",
+        "trace",
+        "mean cudaLaunchKernel / cuLaunchKernel (hip*LaunchKernel) call, calls over 50 µs left "
+        "out (HTA's runtime outliers: lazy loading, a full queue): the host's cost of a launch",
+    ),
     "kernels_per_step": _gpu("count", "trace", "GPU kernels launched per step"),
     "kernel_us_p50": _gpu("us", "trace", "median kernel duration"),
     "kernel_launches_per_step": _f(

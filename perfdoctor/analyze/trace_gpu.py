@@ -26,7 +26,9 @@ The idle split, for each gap in the union of the device's ops (no stream busy):
   ends the gap; the rest is the host's other work (HTA has no sync share: its "host wait"
   covers the lot). After the last op, the time from the launching thread's last recorded
   event to the end of the steps is the trace's tail: the host recorded no work, launched
-  nothing, and nothing in the trace says why (HTA's window ends at the last kernel);
+  nothing, and nothing in the trace says why (HTA's window ends at the last kernel). Before
+  an op, the same holds for a stretch of at least HOST_QUIET_MIN_US in which no host thread
+  records a CPU op, a runtime call, a Python frame or a DataLoader span: unrecorded too;
 * launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
   per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
   remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
@@ -74,6 +76,23 @@ from perfdoctor.analyze.trace_index import (
 # GPU's own dispatch: 1-5 µs between back-to-back kernels on A100/H100 (CUDA graphs cut it to
 # about 1 µs); a longer wait for queued work is a dependency, not launch overhead.
 LAUNCH_GAP_MAX_US = 10.0
+# A host-wait stretch this long in which no host thread records anything (no CPU op, no
+# runtime call, no Python frame, no DataLoader span) is not the Python between two ops that
+# fusion removes (tens of µs) but host time the trace does not show: 100 µs is where HTA's
+# get_cuda_kernel_launch_stats calls a launch delay an outlier (launch_delay_cutoff=100).
+HOST_QUIET_MIN_US = 100.0
+# The host's cost of one kernel launch is the mean duration of the trace's kernel launch
+# calls, leaving out the calls that blocked longer than HTA's runtime outlier cut-off
+# (get_cuda_kernel_launch_stats runtime_cutoff=50 µs): lazy module loading, a full launch
+# queue, first-call set-up, none of which fusion or CUDA graphs remove.
+LAUNCH_CALL_OUTLIER_US = 50.0
+_KERNEL_LAUNCH_CALLS = (
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+)
 TOP_KERNELS = 10
 
 
@@ -106,8 +125,10 @@ class GpuSummary:
     idle_host_data_frac: float | None
     idle_host_sync_frac: float | None
     idle_host_busy_frac: float | None
-    # Part of the host wait too: after the last op, the launching thread recorded no more
-    # work until the steps ended (a trace that keeps recording after the work): no cause.
+    # Part of the host wait too, with no cause in the trace: after the last op, the
+    # launching thread recorded no more work until the steps ended (a trace that keeps
+    # recording after the work), and before an op, stretches of at least HOST_QUIET_MIN_US
+    # in which no host thread recorded anything.
     idle_host_unrecorded_frac: float | None
     idle_launch_gap_frac: float | None
     idle_dependency_wait_frac: float | None
@@ -120,6 +141,10 @@ class GpuSummary:
     kernel_us_p50: float | None
     kernel_count: int  # kernels launched in the profiled steps (the window's kernels)
     launch_count: int | None  # launch calls issued in the profiled steps
+    # Mean duration of the trace's kernel launch calls (cudaLaunchKernel, cuLaunchKernel,
+    # hip*LaunchKernel) up to LAUNCH_CALL_OUTLIER_US: the host's cost of one launch; None
+    # when the trace has none.
+    launch_call_us_mean: float | None
     memcpy_count: int
     memset_count: int
     unlaunched_count: int  # ops on the device with no launch record in the trace
@@ -196,7 +221,9 @@ def summarize_gpu(
     window = hi - lo
     us, ue = intervals.clip(*intervals.union(starts, ends), np.array([lo]), np.array([hi]))
     busy = intervals.total(us, ue)
-    idle = _idle_split(us, ue, starts, launch_ts, issued_ts, _HostActivity.of(ev, launch), lo, hi)
+    idle = _idle_split(
+        us, ue, starts, launch_ts, issued_ts, _HostActivity.of(ev, launch, lo, hi), lo, hi
+    )
 
     names = gpu.name[rows]
     kind = gpu.col("kind")[rows]
@@ -246,6 +273,7 @@ def summarize_gpu(
         kernel_us_p50=float(np.median(durs[kernels])) if kernels.any() else None,
         kernel_count=int(kernels.sum()),
         launch_count=None if launches is None else int(launches),
+        launch_call_us_mean=_launch_call_us_mean(ev),
         memcpy_count=int(((kind == GPU_KIND_MEMCPY) & selected).sum()),
         memset_count=int(((kind == GPU_KIND_MEMSET) & selected).sum()),
         unlaunched_count=int((~has_launch).sum()),
@@ -328,6 +356,16 @@ def _launch_calls(ev: TraceEvents, steps: Steps) -> float | None:
     return float(steps.contains(rt.ts[calls]).sum())
 
 
+def _launch_call_us_mean(ev: TraceEvents) -> float | None:
+    rt = ev.runtime
+    if len(rt) == 0:
+        return None
+    calls = rows_named(rt, ev.code_mask(lambda n: n.startswith(_KERNEL_LAUNCH_CALLS)))
+    durs = rt.dur[calls]
+    durs = durs[durs <= LAUNCH_CALL_OUTLIER_US]
+    return float(durs.mean()) if durs.size else None
+
+
 def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
     """Copy time, bytes and count by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
     gpu = ev.gpu
@@ -362,7 +400,8 @@ def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
 class _HostActivity:
     """What the host threads that launch GPU work were doing: per launch row, its thread;
     per thread, the DataLoader spans (a union), its sync calls (end times, sorted, and the
-    running total of their durations) and the end of its last recorded event."""
+    running total of their durations) and the end of its last recorded event; over all
+    host threads, the long stretches in which none of them recorded anything."""
 
     launch_thread: np.ndarray  # per GPU row of the device: the launching thread, -1 if none
     data: dict[int, tuple[np.ndarray, np.ndarray]]
@@ -372,9 +411,12 @@ class _HostActivity:
     # The same over the threads that run the ProfilerStep spans (the training loop's), which
     # may launch nothing after an autograd thread launched the step's last kernel.
     step_last_end: float
+    # Stretches of at least HOST_QUIET_MIN_US with no CPU op, runtime call, Python frame or
+    # DataLoader span on any host thread (sorted, disjoint; unbounded at either end).
+    quiet: tuple[np.ndarray, np.ndarray]  # inside the GPU window only
 
     @classmethod
-    def of(cls, ev: TraceEvents, launch: np.ndarray) -> _HostActivity:
+    def of(cls, ev: TraceEvents, launch: np.ndarray, lo: float, hi: float) -> _HostActivity:
         rt = ev.runtime
         thread = np.full(launch.size, -1, dtype=np.int64)
         if len(rt) and (launch >= 0).any():
@@ -390,7 +432,26 @@ class _HostActivity:
         last_end, step_threads = _last_host_event(ev)
         any_last_end = max(last_end.values(), default=-np.inf)
         step_last_end = max((last_end.get(t, -np.inf) for t in step_threads), default=-np.inf)
-        return cls(thread, data, syncs, last_end, any_last_end, step_last_end)
+        quiet = _quiet_stretches(ev, data, lo, hi)
+        return cls(thread, data, syncs, last_end, any_last_end, step_last_end, quiet)
+
+    def quiet_time(self, since: np.ndarray, until: np.ndarray) -> np.ndarray:
+        """Per [since, until], the time inside the long stretches with nothing recorded."""
+        qs, qe = self.quiet
+        if qs.size == 0:
+            return np.zeros(since.size)
+        # Quiet time up to t: the whole stretches that end before t, and the part of the one
+        # t falls in. Stretches are disjoint and sorted, so one cumulative sum serves all.
+        lengths = qe - qs
+        before = np.r_[0.0, np.cumsum(lengths)]
+
+        def upto(t: np.ndarray) -> np.ndarray:
+            i = np.asarray(np.searchsorted(qs, t, side="right"))
+            last = np.maximum(i - 1, 0)
+            inside = np.clip(t - qs[last], 0.0, lengths[last])
+            return np.where(i > 0, before[last] + inside, 0.0)
+
+        return np.clip(upto(until) - upto(since), 0.0, None)
 
     def quiet_from(self, op: np.ndarray) -> np.ndarray:
         """When the host stopped recording work: the last event of the thread that
@@ -431,6 +492,28 @@ class _HostActivity:
         return data, np.where(data, 0.0, blocked)
 
 
+def _quiet_stretches(
+    ev: TraceEvents, data: dict[int, tuple[np.ndarray, np.ndarray]], lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The complement, on every host thread at once, of what the host recorded doing: CPU
+    ops (not the ProfilerStep spans, which last the step whatever the host did), runtime and
+    driver calls, Python frames and DataLoader spans; other user annotations mark a region of
+    code, not work done in it. Only stretches of at least HOST_QUIET_MIN_US are kept (judged
+    by their whole length), clipped to the window [lo, hi]."""
+    is_step = ev.code_mask(lambda n: STEP_NAME.match(n) is not None)
+    starts = [ev.cpu_ops.ts[~is_step[ev.cpu_ops.name]], ev.runtime.ts, ev.python.ts]
+    ends = [ev.cpu_ops.end[~is_step[ev.cpu_ops.name]], ev.runtime.end, ev.python.end]
+    for data_starts, data_ends in data.values():
+        starts.append(data_starts)
+        ends.append(data_ends)
+    hs, he = intervals.union(np.concatenate(starts), np.concatenate(ends))
+    qs, qe = np.r_[-np.inf, he], np.r_[hs, np.inf]
+    keep = qe - qs >= HOST_QUIET_MIN_US
+    qs, qe = np.clip(qs[keep], lo, hi), np.clip(qe[keep], lo, hi)
+    inside = qe > qs
+    return qs[inside], qe[inside]
+
+
 def _last_host_event(ev: TraceEvents) -> tuple[dict[int, float], set[int]]:
     """Per host thread, the end of its last recorded event (ops, runtime calls, Python
     frames, annotations), leaving out the ProfilerStep spans, which last as long as the step
@@ -468,7 +551,9 @@ def _idle_split(
     may start at the same time on different streams: the earliest launched of them decides).
     The gap after the last op, up to the end of the steps, ends with no op: nothing was
     queued, so it is host wait, judged by what the last op's launching thread did, as far as
-    the trace recorded it: from that thread's last event on, it is the unrecorded tail.
+    the trace recorded it: from that thread's last event on, it is the unrecorded tail. In
+    the other host-wait gaps, the time in long stretches with nothing recorded on any host
+    thread is unrecorded too.
     """
     if us.size == 0:
         return _Idle(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -512,9 +597,18 @@ def _idle_split(
         unrecorded[trailing] = np.clip(
             gap_end[trailing] - np.maximum(gap_start[trailing], quiet), 0.0, gaps[trailing]
         )
+    # Before an op, the same holds inside the long stretches in which no host thread recorded
+    # anything: the host's time there is not shown, so no cause is either.
+    before_op = waited & ~trailing
+    unrecorded[before_op] = np.minimum(
+        host.quiet_time(gap_start[before_op], (gap_start + host_time)[before_op]),
+        host_time[before_op],
+    )
     recorded = host_time - unrecorded
     rows = np.flatnonzero(waited)
-    host_end = gap_start + recorded
+    # The tail's recorded part is its start, up to the host's last event; before an op the
+    # host wait lasts to the launch, whatever the trace missed inside it.
+    host_end = gap_start + np.where(trailing, recorded, host_time)
     data, blocked = host.classify(op[rows], gap_start[rows], np.minimum(launched, host_end)[rows])
     # A sync hides at most the lead the host lost while blocked in it, and the issuing of the
     # op that ends the gap (its launch call and dispatch) which follows any sync; the host's

@@ -25,8 +25,8 @@ _TIMELINE = (
     ("gpu_idle_host_sync_frac", "idle: after a sync", "blocked in a sync that drained the queue"),
     (
         "gpu_idle_host_unrecorded_frac",
-        "idle: trace tail",
-        "after the last op; no host work recorded",
+        "idle: host unrecorded",
+        "nothing queued; no host work recorded (trace tail, gaps)",
     ),
     ("gpu_idle_launch_gap_frac", "idle: launch gaps", "dispatch gaps before queued kernels"),
     ("gpu_idle_dependency_wait_frac", "idle: dependencies", "queued work waiting (events, peers)"),

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen, severity_for_gain
+from perfdoctor.rules.launch_cost import LAUNCH_US_SOURCE, TYPICAL_LAUNCH_US, launch_cap
 
 LAUNCH_BOUND = "launch-bound"
 TINY_KERNELS = "tiny-kernels"
@@ -32,6 +33,13 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         data_wait = num(facts, "data_wait_frac") or 0.0
         launch_wait = max(0.0, host_wait - data_wait)
         note = f"{pct(launch_wait)} after subtracting data_wait_frac"
+    # Of that host time, launching is at most launches x the cost of one: the rest is host
+    # work that fusion and CUDA graphs do not remove (gpu-underutilized names it).
+    cap = launch_cap(facts, t["launch_us"])
+    capped = cap is not None and cap.frac < launch_wait
+    if cap is not None and capped:
+        launch_wait = cap.frac
+        note += f"; launch overhead is at most {pct(cap.frac)}"
     if launch_wait < t["host_wait_frac"]:
         return None
     kernels = num(facts, "kernels_per_step")
@@ -59,10 +67,12 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "gpu_busy_frac",
                 "cpu_op_count_per_step",
             ),
+            *((cap.evidence(measured),) if cap is not None and capped else ()),
         ),
         gain=GainEstimate(
             step_time_frac=launch_wait,
-            method="host-wait idle share of the step, assuming graphs/fusion remove it",
+            method="host-wait idle share of the step, assuming graphs/fusion remove it"
+            + (f", at most what launches cost the host ({cap.short()})" if cap and capped else ""),
         ),
     )
 
@@ -114,18 +124,26 @@ RULES = (
             "kernels_per_step",
             "gpu_busy_frac",
             "cpu_op_count_per_step",
+            "gpu_window_launch_count",
+            "gpu_window_ms",
+            "launch_call_us_mean",
         ),
-        thresholds={"host_wait_frac": 0.15, "max_kernel_us_p50": 50.0},
+        thresholds={
+            "host_wait_frac": 0.15,
+            "max_kernel_us_p50": 50.0,
+            "launch_us": TYPICAL_LAUNCH_US,
+        },
         source=(
             "host wait: HTA get_idle_time_breakdown (hta/analyzers/breakdown_analysis.py, "
             "'host wait' idle); 15%: TF-xprof op_stats_to_overview_page.cc kernel-launch "
-            "'high' >= 15%; 50 µs: HTA get_cuda_kernel_launch_stats runtime_cutoff=50"
+            "'high' >= 15%; 50 µs: HTA get_cuda_kernel_launch_stats runtime_cutoff=50; "
+            + LAUNCH_US_SOURCE
         ),
         description=(
             "Idle GPU time where the next kernel's launch started after the previous kernel "
             "ended, while the launching thread was neither in the DataLoader nor returning "
             "from a host sync (from the trace; without it: minus data waits), with short "
-            "kernels."
+            "kernels; at most what the window's launches cost the host."
         ),
         check=check_launch_bound,
         device="cuda",

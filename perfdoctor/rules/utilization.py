@@ -7,12 +7,17 @@ engine merges both into one headline: one root cause, one finding.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
+from perfdoctor.rules.launch_cost import (
+    LAUNCH_US_SOURCE,
+    TYPICAL_LAUNCH_US,
+    launch_cap,
+)
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
 from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
 from perfdoctor.rules.sync import HOST_SYNCS
@@ -29,9 +34,77 @@ class _Cause:
     optimizations: tuple[str, ...]
     advice: str
     fixable: bool = True  # False: the trace shows the idle time, not a cause to remove
+    # What its optimizations can win back when that is less than its share (None: the share;
+    # no optimizations: nothing), and how that was found ("": the default wording).
+    gain_share: float | None = None
+    gain_method: str = ""
+    evidence: tuple[Evidence, ...] = ()
 
 
-def _causes(facts: Facts) -> list[_Cause]:
+def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) -> list[_Cause]:
+    """The host-busy idle time, split into what launching can account for (what fusion and
+    CUDA graphs remove: the gain) and the host's other work between launches, for which the
+    trace names no fix."""
+    optimizations = ("compile-cudagraphs", "compile", "larger-batch")
+    launch = _Cause(
+        "kernel launch overhead",
+        host_busy,
+        LAUNCH_BOUND,
+        optimizations,
+        "launch less often (torch.compile, CUDA graphs, a larger batch)",
+    )
+    cap = launch_cap(facts, t["launch_us"])
+    if cap is None or cap.frac >= host_busy:
+        return [launch]
+    evidence = (
+        ev("gpu_idle_host_busy_frac", host_busy),
+        *seen(facts, "launch_call_us_mean"),
+        cap.evidence(host_busy),
+    )
+    capped = f"at most what launches cost the host ({cap.short()})"
+    other = host_busy - cap.frac
+    # The launches' part, however small beside the rest, is still what compile and graphs
+    # win back: promised where it is worth naming, with the rest left out of the gain.
+    worth = cap.frac >= t["cause_frac"]
+    return [
+        replace(
+            launch,
+            share=cap.frac,
+            gain_method=f"the launch overhead's share of the step, {capped}",
+            evidence=evidence,
+        ),
+        _Cause(
+            "host work between launches that is not launch overhead",
+            other,
+            LAUNCH_BOUND if worth else "",
+            optimizations if worth else (),
+            f"the host was busy {pct(other)} of the window beyond what its "
+            f"{cap.launches:.0f} launches cost: set-up work (the first iterations' cuDNN "
+            "autotuning, lazy module loading, allocation), data preparation, or Python and op "
+            "dispatch between launches; torch.compile removes the part that is the model's "
+            "own Python, which the trace cannot tell apart: look at the host's longest ops "
+            "in the window, and profile steps after warm-up"
+            + (
+                f"; launching less often (torch.compile, CUDA graphs) wins back the "
+                f"{pct(cap.frac)} the launches cost"
+                if worth
+                else ""
+            ),
+            gain_share=cap.frac,
+            gain_method=(
+                f"only the launch overhead in it, {capped}; none for the host's other work "
+                "between launches, which is not launch overhead"
+                if worth
+                else "not estimated: the host's work between launches is not launch "
+                f"overhead, so torch.compile / CUDA graphs promise nothing for it; launches "
+                f"cost the host {cap.short()}"
+            ),
+            evidence=evidence,
+        ),
+    ]
+
+
+def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
     data_wait = num(facts, "data_wait_frac")
     host_wait = num(facts, "gpu_idle_host_wait_frac")
     sync_ms = num(facts, "host_sync_ms_per_step")
@@ -49,15 +122,10 @@ def _causes(facts: Facts) -> list[_Cause]:
         )
     host_busy = num(facts, "gpu_idle_host_busy_frac")
     if host_wait is not None:
-        causes.append(
-            _Cause(
-                "kernel launch / Python overhead",
-                host_busy if host_busy is not None else max(0.0, host_wait - (data_wait or 0.0)),
-                LAUNCH_BOUND,
-                ("compile-cudagraphs", "compile", "larger-batch"),
-                "launch less often (torch.compile, CUDA graphs, a larger batch)",
-            )
+        busy_share = (
+            host_busy if host_busy is not None else max(0.0, host_wait - (data_wait or 0.0))
         )
+        causes.extend(_host_busy_causes(facts, t, busy_share))
     dependency = num(facts, "gpu_idle_dependency_wait_frac")
     if dependency is not None:
         causes.append(
@@ -91,18 +159,21 @@ def _causes(facts: Facts) -> list[_Cause]:
                 "remove the per-step syncs",
             )
         )
-    tail = num(facts, "gpu_idle_host_unrecorded_frac")
-    if tail is not None:
+    unrecorded = num(facts, "gpu_idle_host_unrecorded_frac")
+    if unrecorded is not None:
         causes.append(
             _Cause(
-                "the trace's tail: nothing launched or recorded after the last GPU op",
-                tail,
+                "host time the trace does not record (the trace's tail, or gaps in it with "
+                "nothing launched or recorded)",
+                unrecorded,
                 "",
                 (),
-                "from the launching thread's last recorded event to the end of the step the "
+                "after the launching thread's last recorded event, and in stretches of 100 µs "
+                "or more with no CPU op, runtime call or Python frame on any host thread, the "
                 "trace shows no host work and no launch, so it names nothing to fix: the step's "
-                "span outlasts its work (the profiler kept recording), or the host ran code the "
-                "profiler does not see; profile steps that do the training work",
+                "span outlasts its work (the profiler kept recording), the trace was filtered, "
+                "or the host ran code the profiler does not see; profile steps that do the "
+                "training work",
                 fixable=False,
             )
         )
@@ -114,7 +185,7 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
     if busy is None or busy >= t["busy_frac"]:
         return None
     idle = 1.0 - busy
-    known = [c for c in _causes(facts) if c.share is not None and c.share >= t["cause_frac"]]
+    known = [c for c in _causes(facts, t) if c.share is not None and c.share >= t["cause_frac"]]
     cause = max(known, key=lambda c: c.share or 0.0, default=None)
     if cause is None:
         mem = num(facts, "peak_allocated_frac")
@@ -126,7 +197,10 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
             ("larger-batch",),
             "give each kernel more work (a larger batch)",
         )
-    gain = None if cause.share is None or not cause.fixable else min(cause.share, idle)
+    promised = cause.gain_share if cause.gain_share is not None else cause.share
+    if not cause.fixable or not cause.optimizations:
+        promised = None
+    gain = None if promised is None else min(promised, idle)
     share_text = f" ({pct(cause.share)} of the step)" if cause.share is not None else ""
     return Finding(
         rule_id=GPU_UNDERUTILIZED,
@@ -150,11 +224,13 @@ def check_gpu_underutilized(facts: Facts, t: Mapping[str, float]) -> Finding | N
                 "peak_allocated_frac",
                 *(() if cause.fixable else ("gpu_idle_host_unrecorded_frac",)),
             ),
+            *cause.evidence,
         ),
         optimizations=cause.optimizations,
         gain=GainEstimate(
             step_time_frac=gain,
-            method=(
+            method=cause.gain_method
+            or (
                 "share of the step lost to the biggest cause, at most the GPU's idle share"
                 if gain is not None
                 else "not estimated: the trace records no cause for this idle time"
@@ -265,6 +341,9 @@ RULES = (
             "gpu_idle_host_busy_frac",
             "gpu_idle_host_sync_frac",
             "gpu_idle_host_unrecorded_frac",
+            "gpu_window_launch_count",
+            "gpu_window_ms",
+            "launch_call_us_mean",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",
@@ -275,15 +354,20 @@ RULES = (
             "critical_busy_frac": 0.3,
             "cause_frac": 0.05,
             "small_batch_mem_frac": 0.25,
+            # The host's cost of one launch when the trace measures none (launch_call_us_mean).
+            "launch_us": TYPICAL_LAUNCH_US,
         },
         source=(
             "< 50%: torch-tb-profiler profiler/data.py rule 5 and nsys gpu_time_util "
             "(DEFAULT_THRESHOLD = 50); < 30% critical: TraceML system/policy.py 'low' band; "
-            "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message"
+            "naming the biggest non-GPU category: DLProf 'The GPU is underutilized' message; "
+            + LAUNCH_US_SOURCE
         ),
         description=(
             "Union of kernel and copy time over the step span; names the biggest of input "
-            "waits, host launch waits, syncs, or a small batch."
+            "waits, launch overhead (at most the window's launches x the host's cost of one), "
+            "the host's other work between launches, syncs, dependencies, unrecorded host "
+            "time, or a small batch."
         ),
         check=check_gpu_underutilized,
         selects_optimizations=True,

@@ -4,6 +4,11 @@ hta_triton_example: one ProfilerStep of 13.3 s in which the host compiles, launc
 1.8 µs Triton kernel, syncs for 17 µs and then records nothing more while the step span
 runs on. The sync explains 17 µs of that idle time, not the 13.3 s after it, and the
 diagnosis must not promise that removing syncs (or anything else) wins it back.
+
+hta_critical_path_alexnet: a 12.9 s window (no ProfilerStep: first to last GPU op) with 79
+kernels and 16 copies; the GPU is busy 0.5% and the host busy nearly all the rest, in
+cuDNN/cuBLAS set-up (one aten::conv2d lasts 10.8 s). Its 95 launches cost the host about
+1 ms: compile or CUDA graphs can win back at most that, not 99% of the step.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from perfdoctor.diagnose_traces import diagnose_traces
 from .gpu_corpus import corpus_dir
 
 TRITON = "hta_triton_example_triton_example.json.gz"
+ALEXNET = "hta_critical_path_alexnet_benchmark_result_2869224_1695835535_trace.json.gz"
 
 
 def _trace(name: str) -> Path:
@@ -47,3 +53,24 @@ def test_the_triton_trace_blames_no_fix_for_its_idle_tail(tmp_path: Path) -> Non
     assert "tail" in idle.title
     assert idle.optimizations == ()
     assert idle.gain is None or idle.gain.step_time_frac is None
+
+
+def test_alexnet_promises_no_more_than_its_launches_cost(tmp_path: Path) -> None:
+    g = load_trace(_trace(ALEXNET)).gpu
+    assert g is not None
+    assert g.window_us > 12e6 and g.kernel_count + g.memcpy_count == 95
+    assert g.launch_call_us_mean is not None and 5 < g.launch_call_us_mean < 20
+    assert g.idle_host_busy_frac is not None and g.idle_host_busy_frac > 0.95
+    (done,) = diagnose_traces([_trace(ALEXNET)], tmp_path)
+    assert done.report is not None
+    findings = done.report.findings
+    (idle,) = [f for f in findings if "gpu-underutilized" in (f.rule_id, *f.related)]
+    assert "host work between launches" in idle.title
+    assert idle.gain is not None and idle.gain.step_time_frac is None
+    (cap,) = [e for e in idle.evidence if e.name == "gpu_window_launch_count"]
+    assert cap.value == 95 and "95 kernel/memcpy launches" in cap.note
+    assert idle.gain.method.endswith("95 launches x 11.6 µs = 1.10 ms of 12,920 ms, 0.0085%")
+    # No finding promises compile / CUDA graphs more than what the launches cost.
+    for f in findings:
+        if {"compile", "compile-cudagraphs"} & set(f.optimizations) and f.gain is not None:
+            assert (f.gain.step_time_frac or 0.0) <= 0.001

@@ -8,7 +8,8 @@ One 1000 µs step; device 0, compute on stream 7, NCCL on stream 20:
     k3   600-700  launched at 40   gap 500-600 (100 µs, queued long before): dependency wait
     k4   800-900  launched at 795  gap 700-800 (launched after the gap began): host wait
 
-Launch calls last 4 µs; an op counts as queued once its call returned. The window is the
+Launch calls last 4 µs; an op counts as queued once its call returned. The host runs one
+op (aten::linear) from 0 to 800, inside which it launches. The window is the
 step, 0-1000 µs (the GPU runs inside it); busy 100-200, 205-500, 600-700, 800-900 = 595 µs.
 Before k1 (0-100): nothing queued until 14, then k1 waits 86 µs to start: 14 host wait,
 86 dependency wait. After k4 (900-1000): nothing queued while the host runs an op on the CPU
@@ -23,7 +24,11 @@ from pathlib import Path
 import pytest
 
 from perfdoctor.analyze.trace import load_trace
-from perfdoctor.analyze.trace_gpu import LAUNCH_GAP_MAX_US
+from perfdoctor.analyze.trace_gpu import (
+    HOST_QUIET_MIN_US,
+    LAUNCH_CALL_OUTLIER_US,
+    LAUNCH_GAP_MAX_US,
+)
 
 KERNELS = [  # name, stream, start, dur, launch ts
     ("k1_gemm", 7, 100, 100, 10),
@@ -45,6 +50,15 @@ def _trace(tmp_path: Path, *, host_tail: bool = True) -> Path:
             "tid": 1,
             "ts": 0,
             "dur": 1000,
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::linear",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 800,
         },
     ]
     if host_tail:
@@ -273,3 +287,52 @@ def test_the_tail_is_host_busy_while_the_step_thread_records_work(tmp_path: Path
     assert g is not None
     assert g.idle_host_unrecorded_frac == 0
     assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def _host_op_until(path: Path, end: float) -> Path:
+    """The fixture with the host's op (aten::linear) ending at `end` instead of 800, and k4
+    launched from an op of its own (aten::add, 795-810)."""
+    data = json.loads(path.read_text())
+    op = next(e for e in data["traceEvents"] if e.get("name") == "aten::linear")
+    op["dur"] = end
+    data["traceEvents"].append({**op, "name": "aten::add", "ts": 795, "dur": 15})
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_long_mid_trace_stretch_with_nothing_recorded_is_unrecorded(tmp_path: Path) -> None:
+    """The host's op ends at 500 and nothing is recorded until k4's launch call at 795: of
+    the 700-800 host-wait gap, 700-795 shows no host work at all (a stretch of 295 µs, over
+    HOST_QUIET_MIN_US): unrecorded, not host busy. The 500-600 gap is queued work (k3):
+    a dependency wait, whatever the host did."""
+    assert HOST_QUIET_MIN_US < 295
+    g = load_trace(_host_op_until(_trace(tmp_path), 500)).gpu
+    assert g is not None
+    assert g.idle_host_unrecorded_frac == pytest.approx(95 / 1000)
+    assert g.idle_host_busy_frac == pytest.approx((14 + 5 + 100) / 1000)
+    assert g.idle_host_wait_frac == pytest.approx((14 + 100 + 100) / 1000)
+    assert g.idle_dependency_wait_frac == pytest.approx((86 + 100) / 1000)
+
+
+def test_a_short_quiet_stretch_between_ops_stays_host_busy(tmp_path: Path) -> None:
+    """Nothing recorded from 720 to the launch at 795: 75 µs, the Python between two ops
+    that fusion removes, shorter than HOST_QUIET_MIN_US: host busy."""
+    assert HOST_QUIET_MIN_US > 75
+    g = load_trace(_host_op_until(_trace(tmp_path), 720)).gpu
+    assert g is not None
+    assert g.idle_host_unrecorded_frac == 0
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def test_launch_call_cost_is_the_mean_launch_call_without_outliers(tmp_path: Path) -> None:
+    """The five 4 µs cudaLaunchKernel calls; a 5 ms one (lazy module loading) is not the cost
+    of a launch and stays out of the mean."""
+    g = load_trace(_trace(tmp_path)).gpu
+    assert g is not None
+    assert g.launch_call_us_mean == pytest.approx(4.0)
+    slow = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+    path = _with(_trace(tmp_path), {**slow, "ts": 950, "dur": 5000, "args": {"correlation": 77}})
+    g = load_trace(path).gpu
+    assert g is not None
+    assert LAUNCH_CALL_OUTLIER_US < 5000
+    assert g.launch_call_us_mean == pytest.approx(4.0)
