@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from perfdoctor.collect.thread_state import keep_this_threads_state
+
 log = logging.getLogger(__name__)
 
 COLLECTIVES = (
@@ -119,8 +121,12 @@ class CommWatch:
         return collective
 
     def _when_done(self, work: Any, t0: float) -> None:
+        def done(_fut: Any) -> None:
+            keep_this_threads_state()  # run on a gloo thread: see collect/thread_state.py
+            self._add(t0)
+
         try:
-            work.get_future().add_done_callback(lambda _fut: self._add(t0))
+            work.get_future().add_done_callback(done)
         except Exception:  # a Work without a future (some backends): the launch only
             self._add(t0)
 
@@ -185,6 +191,7 @@ class CommWatch:
             future = hook(state, bucket)
 
             def record_then_pass_on(done: Any) -> Any:
+                keep_this_threads_state()  # run on a gloo thread: see collect/thread_state.py
                 try:
                     return done.value()
                 finally:
@@ -193,10 +200,10 @@ class CommWatch:
             try:
                 # A chained future, not a done-callback: DDP waits on what the hook returns,
                 # so the timer (Python, run on a gloo thread) is over before backward returns.
-                # A done-callback runs after the waiter is released, into the next step, where
-                # the profiler window may open. torch's profiler with Python stacks can crash
-                # (SIGSEGV) when a gloo thread runs Python as it starts; this narrows that,
-                # it cannot close it: torch's own future callbacks still take the GIL there.
+                # A done-callback would run after the waiter is released, into the next step.
+                # The gloo thread's Python state is kept alive by the timer's first call
+                # (collect/thread_state.py): torch's profiler with Python stacks crashes on
+                # one freed between its start and its stop.
                 return future.then(record_then_pass_on)
             except Exception:
                 watch._add(t0)
