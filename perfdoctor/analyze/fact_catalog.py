@@ -282,6 +282,12 @@ FACTS: dict[str, FactDoc] = {
         "mean cudaLaunchKernel / cuLaunchKernel (hip*LaunchKernel) call, calls over 50 µs left "
         "out (HTA's runtime outliers: lazy loading, a full queue): the host's cost of a launch",
     ),
+    "launch_ops_host_frac": _gpu(
+        "frac",
+        "trace",
+        "GPU window the host spends in the ops that launch GPU work (the outermost CPU op around "
+        "each launch, copy or memset call, union over threads): what CUDA graphs remove at most",
+    ),
     "kernels_per_step": _gpu("count", "trace", "GPU kernels launched per step"),
     "kernel_us_p50": _gpu("us", "trace", "median kernel duration"),
     "kernel_launches_per_step": _f(

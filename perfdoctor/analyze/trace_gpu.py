@@ -52,12 +52,14 @@ from perfdoctor.analyze import intervals
 from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
 from perfdoctor.analyze.kernels import (
     is_comm_kernel,
+    is_copy_call,
     is_launch_call,
     is_sync_call,
     is_tensor_core_kernel,
     is_triton_kernel,
 )
 from perfdoctor.analyze.trace_events import (
+    ANNOTATION_PREFIXES,
     GPU_KIND_KERNEL,
     GPU_KIND_MEMCPY,
     GPU_KIND_MEMSET,
@@ -145,6 +147,11 @@ class GpuSummary:
     # hip*LaunchKernel) up to LAUNCH_CALL_OUTLIER_US: the host's cost of one launch; None
     # when the trace has none.
     launch_call_us_mean: float | None
+    # The union, over the host threads, of the outermost CPU ops that issue GPU work (a
+    # launch, copy or memset call inside them), clipped to the window: the host path of each
+    # launch (Python's op, its dispatch and own CPU work, the runtime call), what CUDA graphs
+    # remove at most. None when no such call runs inside a CPU op.
+    launch_ops_host_frac: float | None
     memcpy_count: int
     memset_count: int
     unlaunched_count: int  # ops on the device with no launch record in the trace
@@ -249,6 +256,7 @@ def summarize_gpu(
     triton = (ev.code_mask(is_triton_kernel)[names] | driver_launch) & kernels
     copies = _copies(ev, rows, (kind == GPU_KIND_MEMCPY) & selected)
     launches = _launch_calls(ev, steps)
+    launching = _launching_ops_time(ev, lo, hi)
     return GpuSummary(
         device=int(busiest),
         window_us=window,
@@ -274,6 +282,7 @@ def summarize_gpu(
         kernel_count=int(kernels.sum()),
         launch_count=None if launches is None else int(launches),
         launch_call_us_mean=_launch_call_us_mean(ev),
+        launch_ops_host_frac=None if launching is None else frac(launching),
         memcpy_count=int(((kind == GPU_KIND_MEMCPY) & selected).sum()),
         memset_count=int(((kind == GPU_KIND_MEMSET) & selected).sum()),
         unlaunched_count=int((~has_launch).sum()),
@@ -364,6 +373,76 @@ def _launch_call_us_mean(ev: TraceEvents) -> float | None:
     durs = rt.dur[calls]
     durs = durs[durs <= LAUNCH_CALL_OUTLIER_US]
     return float(durs.mean()) if durs.size else None
+
+
+def _launching_ops_time(ev: TraceEvents, lo: float, hi: float) -> float | None:
+    """The host time of the ops that issue GPU work inside the window [lo, hi]: per host
+    thread, the outermost CPU ops (not the ProfilerStep or other record_function spans a
+    writer filed as ops) that contain a launch, copy or memset call, less the runtime and
+    driver calls inside them that CUDA graphs do not remove (syncs, and calls over
+    LAUNCH_CALL_OUTLIER_US: allocations, frees, module loading, cuDNN set-up, blocking
+    copies); their union over all threads (two threads launching at once is one stretch of
+    wall time), clipped to the window. A call outside any op counts its own duration. None
+    when no call is inside an op: the trace then says nothing of the host path of a launch.
+
+    One sort of the ops and of the calls, then per thread a running maximum, a binary search
+    and one sweep: O(n log n) in the trace's events."""
+    rt, ops = ev.runtime, ev.cpu_ops
+    if len(rt) == 0 or len(ops) == 0:
+        return None
+    issuing = ev.code_mask(lambda n: is_launch_call(n) or is_copy_call(n))[rt.name]
+    calls = np.flatnonzero(issuing)
+    if calls.size == 0:
+        return None
+    waits = (rt.dur > LAUNCH_CALL_OUTLIER_US) | ev.code_mask(is_sync_call)[rt.name]
+    cuts = _grouped(rt.tid[waits], rt.ts[waits], rt.end[waits])
+    is_span = ev.code_mask(
+        lambda n: STEP_NAME.match(n) is not None or n.startswith(ANNOTATION_PREFIXES)
+    )
+    op_rows = np.flatnonzero(~is_span[ops.name])
+    by_thread = _grouped(ops.tid[op_rows], ops.ts[op_rows], ops.end[op_rows])
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    contained = 0
+    for tid, (call_ts, call_end) in _grouped(rt.tid[calls], rt.ts[calls], rt.end[calls]).items():
+        inside = np.zeros(call_ts.size, dtype=bool)
+        host_s, host_e = np.empty(0), np.empty(0)
+        if tid in by_thread:
+            op_ts, op_end = by_thread[tid]
+            # Sorted by start, the longer first on a tie: an op is outermost when it starts
+            # at or after the end of every op before it; the ops up to the next outermost one
+            # nest inside it (one that overhangs its end, through rounding, extends it).
+            reach = np.maximum.accumulate(op_end)
+            outer = np.flatnonzero(np.r_[True, op_ts[1:] >= reach[:-1]])
+            outer_ts, outer_end = op_ts[outer], np.maximum.reduceat(op_end, outer)
+            pos = np.asarray(np.searchsorted(outer_ts, call_ts, side="right")) - 1
+            inside = (pos >= 0) & (call_ts < outer_end[np.maximum(pos, 0)])
+            used = np.unique(pos[inside])
+            host_s, host_e = outer_ts[used], outer_end[used]
+            contained += int(inside.sum())
+        host_s, host_e = np.r_[host_s, call_ts[~inside]], np.r_[host_e, call_end[~inside]]
+        cut_s, cut_e = cuts.get(tid, (np.empty(0), np.empty(0)))
+        host_s, host_e = intervals.subtract(host_s, host_e, cut_s, cut_e)
+        starts.append(host_s)
+        ends.append(host_e)
+    if not contained:
+        return None
+    us, ue = intervals.union(np.concatenate(starts), np.concatenate(ends))
+    return intervals.total(*intervals.clip(us, ue, np.array([lo]), np.array([hi])))
+
+
+def _grouped(
+    tids: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per thread, (starts, ends) sorted by start, the longer span first on a tie."""
+    order = np.lexsort((-end, ts, tids))
+    tids, ts, end = tids[order], ts[order], end[order]
+    uniq, first = np.unique(tids, return_index=True)
+    bounds = np.r_[first, tids.size]
+    return {
+        int(t): (ts[bounds[i] : bounds[i + 1]], end[bounds[i] : bounds[i + 1]])
+        for i, t in enumerate(uniq.tolist())
+    }
 
 
 def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
