@@ -255,7 +255,7 @@ FACTS: dict[str, FactDoc] = {
         "host wait with nothing recorded on the host, so no cause in the trace: after the last "
         "GPU op once the launching thread recorded nothing more (the trace's tail), and before "
         "an op, stretches of 100 µs or more with no CPU op, runtime call, Python frame or "
-        "DataLoader span on any host thread",
+        "user annotation on any host thread",
     ),
     "gpu_idle_launch_gap_frac": _gpu(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"

@@ -28,7 +28,8 @@ The idle split, for each gap in the union of the device's ops (no stream busy):
   event to the end of the steps is the trace's tail: the host recorded no work, launched
   nothing, and nothing in the trace says why (HTA's window ends at the last kernel). Before
   an op, the same holds for a stretch of at least HOST_QUIET_MIN_US in which no host thread
-  records a CPU op, a runtime call, a Python frame or a DataLoader span: unrecorded too;
+  records a CPU op, a runtime call, a Python frame or a user annotation (a record_function
+  range, a DataLoader span; not a ProfilerStep): unrecorded too;
 * launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
   per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
   remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
@@ -79,7 +80,7 @@ from perfdoctor.analyze.trace_index import (
 # about 1 µs); a longer wait for queued work is a dependency, not launch overhead.
 LAUNCH_GAP_MAX_US = 10.0
 # A host-wait stretch this long in which no host thread records anything (no CPU op, no
-# runtime call, no Python frame, no DataLoader span) is not the Python between two ops that
+# runtime call, no Python frame, no user annotation) is not the Python between two ops that
 # fusion removes (tens of µs) but host time the trace does not show: 100 µs is where HTA's
 # get_cuda_kernel_launch_stats calls a launch delay an outlier (launch_delay_cutoff=100).
 HOST_QUIET_MIN_US = 100.0
@@ -491,7 +492,7 @@ class _HostActivity:
     # may launch nothing after an autograd thread launched the step's last kernel.
     step_last_end: float
     # Stretches of at least HOST_QUIET_MIN_US with no CPU op, runtime call, Python frame or
-    # DataLoader span on any host thread (sorted, disjoint; unbounded at either end).
+    # user annotation on any host thread (sorted, disjoint; unbounded at either end).
     quiet: tuple[np.ndarray, np.ndarray]  # inside the GPU window only
 
     @classmethod
@@ -511,7 +512,7 @@ class _HostActivity:
         last_end, step_threads = _last_host_event(ev)
         any_last_end = max(last_end.values(), default=-np.inf)
         step_last_end = max((last_end.get(t, -np.inf) for t in step_threads), default=-np.inf)
-        quiet = _quiet_stretches(ev, data, lo, hi)
+        quiet = _quiet_stretches(ev, lo, hi)
         return cls(thread, data, syncs, last_end, any_last_end, step_last_end, quiet)
 
     def quiet_time(self, since: np.ndarray, until: np.ndarray) -> np.ndarray:
@@ -571,20 +572,17 @@ class _HostActivity:
         return data, np.where(data, 0.0, blocked)
 
 
-def _quiet_stretches(
-    ev: TraceEvents, data: dict[int, tuple[np.ndarray, np.ndarray]], lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray]:
+def _quiet_stretches(ev: TraceEvents, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """The complement, on every host thread at once, of what the host recorded doing: CPU
-    ops (not the ProfilerStep spans, which last the step whatever the host did), runtime and
-    driver calls, Python frames and DataLoader spans; other user annotations mark a region of
-    code, not work done in it. Only stretches of at least HOST_QUIET_MIN_US are kept (judged
-    by their whole length), clipped to the window [lo, hi]."""
+    ops and user annotations (record_function ranges, "## backward ##", DataLoader spans;
+    not the ProfilerStep spans, which last the step whatever the host did in it), runtime
+    and driver calls, Python frames: what the trace's tail counts as recorded host work too
+    (_last_host_event). Only stretches of at least HOST_QUIET_MIN_US are kept (judged by
+    their whole length), clipped to the window [lo, hi]."""
     is_step = ev.code_mask(lambda n: STEP_NAME.match(n) is not None)
-    starts = [ev.cpu_ops.ts[~is_step[ev.cpu_ops.name]], ev.runtime.ts, ev.python.ts]
-    ends = [ev.cpu_ops.end[~is_step[ev.cpu_ops.name]], ev.runtime.end, ev.python.end]
-    for data_starts, data_ends in data.values():
-        starts.append(data_starts)
-        ends.append(data_ends)
+    spans = (ev.cpu_ops, ev.annotations)
+    starts = [t.ts[~is_step[t.name]] for t in spans] + [ev.runtime.ts, ev.python.ts]
+    ends = [t.end[~is_step[t.name]] for t in spans] + [ev.runtime.end, ev.python.end]
     hs, he = intervals.union(np.concatenate(starts), np.concatenate(ends))
     qs, qe = np.r_[-np.inf, he], np.r_[hs, np.inf]
     keep = qe - qs >= HOST_QUIET_MIN_US
