@@ -379,12 +379,13 @@ def _launch_call_us_mean(ev: TraceEvents) -> float | None:
 def _launching_ops_time(ev: TraceEvents, lo: float, hi: float) -> float | None:
     """The host time of the ops that issue GPU work inside the window [lo, hi]: per host
     thread, the outermost CPU ops (not the ProfilerStep or other record_function spans a
-    writer filed as ops) that contain a launch, copy or memset call, less the runtime and
-    driver calls inside them that CUDA graphs do not remove (syncs, and calls over
-    LAUNCH_CALL_OUTLIER_US: allocations, frees, module loading, cuDNN set-up, blocking
-    copies); their union over all threads (two threads launching at once is one stretch of
-    wall time), clipped to the window. A call outside any op counts its own duration. None
-    when no call is inside an op: the trace then says nothing of the host path of a launch.
+    writer filed as ops) that contain a launch, copy or memset call, less what inside them
+    CUDA graphs do not remove: syncs, runtime and driver calls over LAUNCH_CALL_OUTLIER_US
+    (allocations, frees, module loading, cuDNN set-up, blocking copies) and nested ops over
+    it that launch nothing (a first allocation, CPU-side set-up); their union over all
+    threads (two threads launching at once is one stretch of wall time), clipped to the
+    window. A call outside any op counts its own duration. None when no call is inside an
+    op: the trace then says nothing of the host path of a launch.
 
     One sort of the ops and of the calls, then per thread a running maximum, a binary search
     and one sweep: O(n log n) in the trace's events."""
@@ -408,6 +409,7 @@ def _launching_ops_time(ev: TraceEvents, lo: float, hi: float) -> float | None:
     for tid, (call_ts, call_end) in _grouped(rt.tid[calls], rt.ts[calls], rt.end[calls]).items():
         inside = np.zeros(call_ts.size, dtype=bool)
         host_s, host_e = np.empty(0), np.empty(0)
+        cut_s, cut_e = cuts.get(tid, (np.empty(0), np.empty(0)))
         if tid in by_thread:
             op_ts, op_end = by_thread[tid]
             # Sorted by start, the longer first on a tie: an op is outermost when it starts
@@ -421,8 +423,13 @@ def _launching_ops_time(ev: TraceEvents, lo: float, hi: float) -> float | None:
             used = np.unique(pos[inside])
             host_s, host_e = outer_ts[used], outer_end[used]
             contained += int(inside.sum())
+            # A nested op over LAUNCH_CALL_OUTLIER_US with no launch inside it (a first
+            # allocation, CPU-side set-up) is not the host path of a launch either.
+            launches_in = np.searchsorted(call_ts, op_end) - np.searchsorted(call_ts, op_ts)
+            idle = (launches_in == 0) & (op_end - op_ts > LAUNCH_CALL_OUTLIER_US)
+            cut_s = np.r_[cut_s, op_ts[idle]]
+            cut_e = np.r_[cut_e, op_end[idle]]
         host_s, host_e = np.r_[host_s, call_ts[~inside]], np.r_[host_e, call_end[~inside]]
-        cut_s, cut_e = cuts.get(tid, (np.empty(0), np.empty(0)))
         host_s, host_e = intervals.subtract(host_s, host_e, cut_s, cut_e)
         starts.append(host_s)
         ends.append(host_e)
