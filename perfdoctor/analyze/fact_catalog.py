@@ -255,7 +255,7 @@ FACTS: dict[str, FactDoc] = {
         "host wait with nothing recorded on the host, so no cause in the trace: after the last "
         "GPU op once the launching thread recorded nothing more (the trace's tail), and before "
         "an op, stretches of 100 µs or more with no CPU op, runtime call, Python frame or "
-        "DataLoader span on any host thread",
+        "user annotation on any host thread",
     ),
     "gpu_idle_launch_gap_frac": _gpu(
         "frac", "trace", "GPU window idle in short gaps before queued ops (dispatch latency)"
@@ -281,6 +281,12 @@ FACTS: dict[str, FactDoc] = {
         "trace",
         "mean cudaLaunchKernel / cuLaunchKernel (hip*LaunchKernel) call, calls over 50 µs left "
         "out (HTA's runtime outliers: lazy loading, a full queue): the host's cost of a launch",
+    ),
+    "launch_ops_host_frac": _gpu(
+        "frac",
+        "trace",
+        "GPU window the host spends in the ops that launch GPU work (the outermost CPU op around "
+        "each launch, copy or memset call, union over threads): what CUDA graphs remove at most",
     ),
     "kernels_per_step": _gpu("count", "trace", "GPU kernels launched per step"),
     "kernel_us_p50": _gpu("us", "trace", "median kernel duration"),

@@ -804,6 +804,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
             "gpu_window_ms": g.window_us / 1000.0,
             "gpu_window_launch_count": g.kernel_count + g.memcpy_count,
             "launch_call_us_mean": g.launch_call_us_mean,
+            "launch_ops_host_frac": g.launch_ops_host_frac,
             "kernels_per_step": g.kernels_per_step,
             "kernel_launches_per_step": g.kernel_launches_per_step,
             "kernel_us_p50": g.kernel_us_p50,

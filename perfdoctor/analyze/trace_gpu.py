@@ -28,7 +28,8 @@ The idle split, for each gap in the union of the device's ops (no stream busy):
   event to the end of the steps is the trace's tail: the host recorded no work, launched
   nothing, and nothing in the trace says why (HTA's window ends at the last kernel). Before
   an op, the same holds for a stretch of at least HOST_QUIET_MIN_US in which no host thread
-  records a CPU op, a runtime call, a Python frame or a DataLoader span: unrecorded too;
+  records a CPU op, a runtime call, a Python frame or a user annotation (a record_function
+  range, a DataLoader span; not a ProfilerStep): unrecorded too;
 * launch gap: the op was already queued and the gap is at most LAUNCH_GAP_MAX_US: the
   per-kernel dispatch latency between back-to-back kernels, what fusion and CUDA graphs
   remove (HTA's "kernel wait", which uses a far smaller 30 ns cut-off);
@@ -52,12 +53,14 @@ from perfdoctor.analyze import intervals
 from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
 from perfdoctor.analyze.kernels import (
     is_comm_kernel,
+    is_copy_call,
     is_launch_call,
     is_sync_call,
     is_tensor_core_kernel,
     is_triton_kernel,
 )
 from perfdoctor.analyze.trace_events import (
+    ANNOTATION_PREFIXES,
     GPU_KIND_KERNEL,
     GPU_KIND_MEMCPY,
     GPU_KIND_MEMSET,
@@ -77,7 +80,7 @@ from perfdoctor.analyze.trace_index import (
 # about 1 µs); a longer wait for queued work is a dependency, not launch overhead.
 LAUNCH_GAP_MAX_US = 10.0
 # A host-wait stretch this long in which no host thread records anything (no CPU op, no
-# runtime call, no Python frame, no DataLoader span) is not the Python between two ops that
+# runtime call, no Python frame, no user annotation) is not the Python between two ops that
 # fusion removes (tens of µs) but host time the trace does not show: 100 µs is where HTA's
 # get_cuda_kernel_launch_stats calls a launch delay an outlier (launch_delay_cutoff=100).
 HOST_QUIET_MIN_US = 100.0
@@ -145,6 +148,11 @@ class GpuSummary:
     # hip*LaunchKernel) up to LAUNCH_CALL_OUTLIER_US: the host's cost of one launch; None
     # when the trace has none.
     launch_call_us_mean: float | None
+    # The union, over the host threads, of the outermost CPU ops that issue GPU work (a
+    # launch, copy or memset call inside them), clipped to the window: the host path of each
+    # launch (Python's op, its dispatch and own CPU work, the runtime call), what CUDA graphs
+    # remove at most. None when no such call runs inside a CPU op.
+    launch_ops_host_frac: float | None
     memcpy_count: int
     memset_count: int
     unlaunched_count: int  # ops on the device with no launch record in the trace
@@ -249,6 +257,7 @@ def summarize_gpu(
     triton = (ev.code_mask(is_triton_kernel)[names] | driver_launch) & kernels
     copies = _copies(ev, rows, (kind == GPU_KIND_MEMCPY) & selected)
     launches = _launch_calls(ev, steps)
+    launching = _launching_ops_time(ev, lo, hi)
     return GpuSummary(
         device=int(busiest),
         window_us=window,
@@ -274,6 +283,7 @@ def summarize_gpu(
         kernel_count=int(kernels.sum()),
         launch_count=None if launches is None else int(launches),
         launch_call_us_mean=_launch_call_us_mean(ev),
+        launch_ops_host_frac=None if launching is None else frac(launching),
         memcpy_count=int(((kind == GPU_KIND_MEMCPY) & selected).sum()),
         memset_count=int(((kind == GPU_KIND_MEMSET) & selected).sum()),
         unlaunched_count=int((~has_launch).sum()),
@@ -366,6 +376,83 @@ def _launch_call_us_mean(ev: TraceEvents) -> float | None:
     return float(durs.mean()) if durs.size else None
 
 
+def _launching_ops_time(ev: TraceEvents, lo: float, hi: float) -> float | None:
+    """The host time of the ops that issue GPU work inside the window [lo, hi]: per host
+    thread, the outermost CPU ops (not the ProfilerStep or other record_function spans a
+    writer filed as ops) that contain a launch, copy or memset call, less what inside them
+    CUDA graphs do not remove: syncs, runtime and driver calls over LAUNCH_CALL_OUTLIER_US
+    (allocations, frees, module loading, cuDNN set-up, blocking copies) and nested ops over
+    it that launch nothing (a first allocation, CPU-side set-up); their union over all
+    threads (two threads launching at once is one stretch of wall time), clipped to the
+    window. A call outside any op counts its own duration. None when no call is inside an
+    op: the trace then says nothing of the host path of a launch.
+
+    One sort of the ops and of the calls, then per thread a running maximum, a binary search
+    and one sweep: O(n log n) in the trace's events."""
+    rt, ops = ev.runtime, ev.cpu_ops
+    if len(rt) == 0 or len(ops) == 0:
+        return None
+    issuing = ev.code_mask(lambda n: is_launch_call(n) or is_copy_call(n))[rt.name]
+    calls = np.flatnonzero(issuing)
+    if calls.size == 0:
+        return None
+    waits = (rt.dur > LAUNCH_CALL_OUTLIER_US) | ev.code_mask(is_sync_call)[rt.name]
+    cuts = _grouped(rt.tid[waits], rt.ts[waits], rt.end[waits])
+    is_span = ev.code_mask(
+        lambda n: STEP_NAME.match(n) is not None or n.startswith(ANNOTATION_PREFIXES)
+    )
+    op_rows = np.flatnonzero(~is_span[ops.name])
+    by_thread = _grouped(ops.tid[op_rows], ops.ts[op_rows], ops.end[op_rows])
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    contained = 0
+    for tid, (call_ts, call_end) in _grouped(rt.tid[calls], rt.ts[calls], rt.end[calls]).items():
+        inside = np.zeros(call_ts.size, dtype=bool)
+        host_s, host_e = np.empty(0), np.empty(0)
+        cut_s, cut_e = cuts.get(tid, (np.empty(0), np.empty(0)))
+        if tid in by_thread:
+            op_ts, op_end = by_thread[tid]
+            # Sorted by start, the longer first on a tie: an op is outermost when it starts
+            # at or after the end of every op before it; the ops up to the next outermost one
+            # nest inside it (one that overhangs its end, through rounding, extends it).
+            reach = np.maximum.accumulate(op_end)
+            outer = np.flatnonzero(np.r_[True, op_ts[1:] >= reach[:-1]])
+            outer_ts, outer_end = op_ts[outer], np.maximum.reduceat(op_end, outer)
+            pos = np.asarray(np.searchsorted(outer_ts, call_ts, side="right")) - 1
+            inside = (pos >= 0) & (call_ts < outer_end[np.maximum(pos, 0)])
+            used = np.unique(pos[inside])
+            host_s, host_e = outer_ts[used], outer_end[used]
+            contained += int(inside.sum())
+            # A nested op over LAUNCH_CALL_OUTLIER_US with no launch inside it (a first
+            # allocation, CPU-side set-up) is not the host path of a launch either.
+            launches_in = np.searchsorted(call_ts, op_end) - np.searchsorted(call_ts, op_ts)
+            idle = (launches_in == 0) & (op_end - op_ts > LAUNCH_CALL_OUTLIER_US)
+            cut_s = np.r_[cut_s, op_ts[idle]]
+            cut_e = np.r_[cut_e, op_end[idle]]
+        host_s, host_e = np.r_[host_s, call_ts[~inside]], np.r_[host_e, call_end[~inside]]
+        host_s, host_e = intervals.subtract(host_s, host_e, cut_s, cut_e)
+        starts.append(host_s)
+        ends.append(host_e)
+    if not contained:
+        return None
+    us, ue = intervals.union(np.concatenate(starts), np.concatenate(ends))
+    return intervals.total(*intervals.clip(us, ue, np.array([lo]), np.array([hi])))
+
+
+def _grouped(
+    tids: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per thread, (starts, ends) sorted by start, the longer span first on a tie."""
+    order = np.lexsort((-end, ts, tids))
+    tids, ts, end = tids[order], ts[order], end[order]
+    uniq, first = np.unique(tids, return_index=True)
+    bounds = np.r_[first, tids.size]
+    return {
+        int(t): (ts[bounds[i] : bounds[i + 1]], end[bounds[i] : bounds[i + 1]])
+        for i, t in enumerate(uniq.tolist())
+    }
+
+
 def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
     """Copy time, bytes and count by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
     gpu = ev.gpu
@@ -412,7 +499,7 @@ class _HostActivity:
     # may launch nothing after an autograd thread launched the step's last kernel.
     step_last_end: float
     # Stretches of at least HOST_QUIET_MIN_US with no CPU op, runtime call, Python frame or
-    # DataLoader span on any host thread (sorted, disjoint; unbounded at either end).
+    # user annotation on any host thread (sorted, disjoint; unbounded at either end).
     quiet: tuple[np.ndarray, np.ndarray]  # inside the GPU window only
 
     @classmethod
@@ -432,7 +519,7 @@ class _HostActivity:
         last_end, step_threads = _last_host_event(ev)
         any_last_end = max(last_end.values(), default=-np.inf)
         step_last_end = max((last_end.get(t, -np.inf) for t in step_threads), default=-np.inf)
-        quiet = _quiet_stretches(ev, data, lo, hi)
+        quiet = _quiet_stretches(ev, lo, hi)
         return cls(thread, data, syncs, last_end, any_last_end, step_last_end, quiet)
 
     def quiet_time(self, since: np.ndarray, until: np.ndarray) -> np.ndarray:
@@ -492,20 +579,17 @@ class _HostActivity:
         return data, np.where(data, 0.0, blocked)
 
 
-def _quiet_stretches(
-    ev: TraceEvents, data: dict[int, tuple[np.ndarray, np.ndarray]], lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray]:
+def _quiet_stretches(ev: TraceEvents, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """The complement, on every host thread at once, of what the host recorded doing: CPU
-    ops (not the ProfilerStep spans, which last the step whatever the host did), runtime and
-    driver calls, Python frames and DataLoader spans; other user annotations mark a region of
-    code, not work done in it. Only stretches of at least HOST_QUIET_MIN_US are kept (judged
-    by their whole length), clipped to the window [lo, hi]."""
+    ops and user annotations (record_function ranges, "## backward ##", DataLoader spans;
+    not the ProfilerStep spans, which last the step whatever the host did in it), runtime
+    and driver calls, Python frames: what the trace's tail counts as recorded host work too
+    (_last_host_event). Only stretches of at least HOST_QUIET_MIN_US are kept (judged by
+    their whole length), clipped to the window [lo, hi]."""
     is_step = ev.code_mask(lambda n: STEP_NAME.match(n) is not None)
-    starts = [ev.cpu_ops.ts[~is_step[ev.cpu_ops.name]], ev.runtime.ts, ev.python.ts]
-    ends = [ev.cpu_ops.end[~is_step[ev.cpu_ops.name]], ev.runtime.end, ev.python.end]
-    for data_starts, data_ends in data.values():
-        starts.append(data_starts)
-        ends.append(data_ends)
+    spans = (ev.cpu_ops, ev.annotations)
+    starts = [t.ts[~is_step[t.name]] for t in spans] + [ev.runtime.ts, ev.python.ts]
+    ends = [t.end[~is_step[t.name]] for t in spans] + [ev.runtime.end, ev.python.end]
     hs, he = intervals.union(np.concatenate(starts), np.concatenate(ends))
     qs, qe = np.r_[-np.inf, he], np.r_[hs, np.inf]
     keep = qe - qs >= HOST_QUIET_MIN_US

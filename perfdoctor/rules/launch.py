@@ -33,8 +33,9 @@ def check_launch_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         data_wait = num(facts, "data_wait_frac") or 0.0
         launch_wait = max(0.0, host_wait - data_wait)
         note = f"{pct(launch_wait)} after subtracting data_wait_frac"
-    # Of that host time, launching is at most launches x the cost of one: the rest is host
-    # work that fusion and CUDA graphs do not remove (gpu-underutilized names it).
+    # Of that host time, launching is at most the host time of the ops that launch GPU work
+    # (or launches x the cost of one): the rest is host work that fusion and CUDA graphs do
+    # not remove (gpu-underutilized names it).
     cap = launch_cap(facts, t["launch_us"])
     capped = cap is not None and cap.frac < launch_wait
     if cap is not None and capped:
@@ -127,6 +128,7 @@ RULES = (
             "gpu_window_launch_count",
             "gpu_window_ms",
             "launch_call_us_mean",
+            "launch_ops_host_frac",
         ),
         thresholds={
             "host_wait_frac": 0.15,
@@ -143,7 +145,8 @@ RULES = (
             "Idle GPU time where the next kernel's launch started after the previous kernel "
             "ended, while the launching thread was neither in the DataLoader nor returning "
             "from a host sync (from the trace; without it: minus data waits), with short "
-            "kernels; at most what the window's launches cost the host."
+            "kernels; at most the host time of the ops that launch GPU work (what CUDA graphs "
+            "remove at most; without CPU ops, the window's launches x the cost of one)."
         ),
         check=check_launch_bound,
         device="cuda",

@@ -1,6 +1,9 @@
 """What kernel launches can cost the host in the GPU window: the most of the host-busy idle
-time that fusion and CUDA graphs can win back. The rest of the host's time between launches
-(set-up, data preparation, Python that launches nothing) is not launch overhead.
+time that fusion and CUDA graphs can win back. CUDA graphs remove the whole host path of each
+launch (Python's op, its dispatch and own CPU work, the runtime call), so the cap is the host
+time of the ops that launch GPU work (launch_ops_host_frac); when the trace has no CPU op
+around its launches, launches x the cost of one call. The rest of the host's time between
+launches (set-up, data preparation, Python that launches nothing) is not launch overhead.
 """
 
 from __future__ import annotations
@@ -18,21 +21,33 @@ LAUNCH_US_SOURCE = (
     "20 µs a launch when the trace times none: the top of HTA's 'launch time on the CPU side "
     "is usually 5-20 µs' (get_cuda_kernel_launch_stats docs), the top because it bounds a gain"
 )
-# The evidence that carries the cap: the launch count, with the product in its note.
+# The evidence that carries the cap: the launching ops' host time share, or, when the trace
+# has none, the launch count with the product in its note.
+OPS_CAP_EVIDENCE = "launch_ops_host_frac"
 CAP_EVIDENCE = "gpu_window_launch_count"
+OPS_CAP_WHAT = "host time of the ops that launch GPU work: what CUDA graphs remove at most"
 
 
 @dataclass(frozen=True)
 class LaunchCap:
-    """launches x the cost of one, as a share of the GPU window, and how that was found."""
+    """The host time of the launching ops (`from_ops`), or launches x the cost of one, as a
+    share of the GPU window, and how that was found."""
 
     frac: float
     launches: float
     launch_us: float
     measured: bool
     window_ms: float
+    from_ops: bool = False
 
     def note(self) -> str:
+        if self.from_ops:
+            host_ms = self.frac * self.window_ms
+            return (
+                f"{OPS_CAP_WHAT} ({self.launches:.0f} kernel/memcpy launches; syncs and calls "
+                f"over 50 µs left out) = {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms "
+                f"window: launch overhead is at most {_share(self.frac)} of it"
+            )
         how = (
             "the trace's mean kernel launch call, calls over 50 µs left out"
             if self.measured
@@ -47,6 +62,11 @@ class LaunchCap:
 
     def short(self) -> str:
         """The product alone, for a gain's method (the evidence says how it was found)."""
+        if self.from_ops:
+            return (
+                f"the launching ops' host time, {self.frac * self.window_ms:,.2f} ms of "
+                f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
+            )
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} launches x {self.launch_us:.1f} µs = {host_ms:,.2f} ms of "
@@ -54,6 +74,12 @@ class LaunchCap:
         )
 
     def evidence(self, host_busy: float) -> Evidence:
+        if self.from_ops:
+            return ev(
+                OPS_CAP_EVIDENCE,
+                self.frac,
+                note=f"{self.note()}, of {pct(host_busy)} idle with the host busy",
+            )
         return ev(
             CAP_EVIDENCE,
             self.launches,
@@ -72,6 +98,12 @@ def launch_cap(facts: Facts, fallback_us: float) -> LaunchCap | None:
     window_ms = num(facts, "gpu_window_ms")
     if launches is None or not window_ms:
         return None
+    ops = num(facts, OPS_CAP_EVIDENCE)
+    if ops is not None:
+        measured_ops = num(facts, "launch_call_us_mean")
+        return LaunchCap(
+            ops, launches, measured_ops or 0.0, measured_ops is not None, window_ms, True
+        )
     measured = num(facts, "launch_call_us_mean")
     launch_us = measured if measured is not None else fallback_us
     frac = launches * launch_us / (window_ms * 1000.0)

@@ -344,6 +344,7 @@ RULES = (
             "gpu_window_launch_count",
             "gpu_window_ms",
             "launch_call_us_mean",
+            "launch_ops_host_frac",
             "host_sync_ms_per_step",
             "step_ms_p50",
             "peak_allocated_frac",
@@ -365,7 +366,9 @@ RULES = (
         ),
         description=(
             "Union of kernel and copy time over the step span; names the biggest of input "
-            "waits, launch overhead (at most the window's launches x the host's cost of one), "
+            "waits, launch overhead (at most the host time of the ops that launch GPU work: "
+            "what CUDA graphs remove at most; without CPU ops, the window's launches x the "
+            "host's cost of one), "
             "the host's other work between launches, syncs, dependencies, unrecorded host "
             "time, or a small batch."
         ),

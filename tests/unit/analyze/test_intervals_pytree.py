@@ -72,3 +72,11 @@ def test_nearest_flagged_ancestor() -> None:
 def test_nearest_flagged_survives_a_cyclic_parent_chain() -> None:
     parent = np.array([1, 0])
     assert nearest_flagged(parent, np.array([False, False])).tolist() == [-1, -1]
+
+
+def test_subtract_keeps_the_time_outside_the_cut_intervals() -> None:
+    # [0, 10) and [20, 30) less [2, 4), [3, 5) (overlapping cuts), [10, 25) and [28, 30).
+    s, e = intervals.subtract(arr(0, 20), arr(10, 30), arr(2, 3, 10, 28), arr(4, 5, 25, 30))
+    assert s.tolist() == [0, 5, 25] and e.tolist() == [2, 10, 28]
+    s, e = intervals.subtract(arr(0), arr(10), arr(), arr())
+    assert s.tolist() == [0] and e.tolist() == [10]

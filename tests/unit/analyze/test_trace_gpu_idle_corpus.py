@@ -7,8 +7,10 @@ diagnosis must not promise that removing syncs (or anything else) wins it back.
 
 hta_critical_path_alexnet: a 12.9 s window (no ProfilerStep: first to last GPU op) with 79
 kernels and 16 copies; the GPU is busy 0.5% and the host busy nearly all the rest, in
-cuDNN/cuBLAS set-up (one aten::conv2d lasts 10.8 s). Its 95 launches cost the host about
-1 ms: compile or CUDA graphs can win back at most that, not 99% of the step.
+cuDNN/cuBLAS set-up (one aten::conv2d lasts 10.8 s, 6.5 s of it in cudaFree). The ops that
+launch its 95 kernels and copies hold the host about 4% of the window once the runtime calls
+CUDA graphs do not remove (frees, allocations, syncs, a 3 s lazy-loading launch) are left out:
+compile or CUDA graphs can win back at most that, not 99% of the step.
 """
 
 from __future__ import annotations
@@ -67,10 +69,33 @@ def test_alexnet_promises_no_more_than_its_launches_cost(tmp_path: Path) -> None
     (idle,) = [f for f in findings if "gpu-underutilized" in (f.rule_id, *f.related)]
     assert "host work between launches" in idle.title
     assert idle.gain is not None and idle.gain.step_time_frac is None
-    (cap,) = [e for e in idle.evidence if e.name == "gpu_window_launch_count"]
-    assert cap.value == 95 and "95 kernel/memcpy launches" in cap.note
-    assert idle.gain.method.endswith("95 launches x 11.6 µs = 1.10 ms of 12,920 ms, 0.0085%")
-    # No finding promises compile / CUDA graphs more than what the launches cost.
+    # The launching ops' host time, without the cudaFree / cudaMalloc / stream creation and
+    # the one 3 s lazy-loading launch inside them (calls over 50 µs): about 4%, under the 5%
+    # a cause must reach to be named as one.
+    (cap,) = [e for e in idle.evidence if e.name == "launch_ops_host_frac"]
+    assert isinstance(cap.value, float) and cap.value < 0.05
+    assert "95 kernel/memcpy launches" in cap.note and "CUDA graphs remove" in cap.note
+    # No finding promises compile / CUDA graphs anything.
     for f in findings:
         if {"compile", "compile-cudagraphs"} & set(f.optimizations) and f.gain is not None:
-            assert (f.gain.step_time_frac or 0.0) <= 0.001
+            assert (f.gain.step_time_frac or 0.0) == 0.0
+
+
+DF_INDEX = "hta_df_index_resolver_df_index_resolver.json.gz"
+
+
+def test_eager_mode_launch_bound_trace_is_launch_bound(tmp_path: Path) -> None:
+    """hta_df_index_resolver: 21,410 launches in a 1,738 ms window, the GPU busy 58% and idle
+    with the host busy 39%: about 80 µs of host time per launch, classic eager-mode launch
+    overhead. The ops that launch hold the host for most of the window, far more than the
+    runtime calls alone (21,410 x 8 µs = 10%), so the host-busy share is not capped."""
+    g = load_trace(_trace(DF_INDEX)).gpu
+    assert g is not None
+    assert g.idle_host_busy_frac is not None and g.idle_host_busy_frac > 0.3
+    assert g.launch_ops_host_frac is not None
+    assert g.launch_ops_host_frac > g.idle_host_busy_frac
+    (done,) = diagnose_traces([_trace(DF_INDEX)], tmp_path)
+    assert done.report is not None
+    (launch,) = [f for f in done.report.findings if "launch-bound" in (f.rule_id, *f.related)]
+    assert launch.gain is not None
+    assert launch.gain.step_time_frac == pytest.approx(g.idle_host_busy_frac, abs=0.01)

@@ -336,3 +336,58 @@ def test_launch_call_cost_is_the_mean_launch_call_without_outliers(tmp_path: Pat
     assert g is not None
     assert LAUNCH_CALL_OUTLIER_US < 5000
     assert g.launch_call_us_mean == pytest.approx(4.0)
+
+
+def test_an_annotation_in_a_mid_trace_stretch_is_recorded_host_work(tmp_path: Path) -> None:
+    """The stretch of the test above (nothing recorded 500-795) is covered by a
+    record_function range (user annotation, 490-800): the host recorded work there, as the
+    trace's tail counts it, so the 700-800 gap is host busy, not unrecorded."""
+    path = _with(
+        _host_op_until(_trace(tmp_path), 500),
+        {"ph": "X", "cat": "user_annotation", "name": "## backward ##", "pid": 1, "tid": 1}
+        | {"ts": 490, "dur": 310},
+    )
+    g = load_trace(path).gpu
+    assert g is not None
+    assert g.idle_host_unrecorded_frac == 0
+    assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def _op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def test_launching_ops_host_time_is_the_union_of_the_outermost_ops(tmp_path: Path) -> None:
+    """The fixture's aten::linear (0-800) holds k1-k4's launches; k5 is launched at 950 from
+    aten::mul (940-970) nested in aten::add_ (905-1000): the outermost ops that launch are
+    0-800 and 905-1000, each counted once whatever nests in it. An op that launches nothing
+    (aten::view on thread 2, 820-900) and the ProfilerStep span do not count. Inside
+    aten::linear, a 30 µs sync (100-130), a 60 µs cudaMalloc (300-360) and a 70 µs nested op
+    that launches nothing (500-570: set-up) are left out: CUDA graphs remove none of them; a
+    20 µs runtime call and a 2 µs nested op stay. The window is the step, 0-1000."""
+    rt = {"ph": "X", "cat": "cuda_runtime", "pid": 1, "tid": 1}
+    path = _with(
+        _trace(tmp_path),
+        _op("aten::mul", 940, 30),
+        _op("aten::empty", 945, 2),
+        _op("aten::view", 820, 80, tid=2),
+        _op("aten::empty_strided", 500, 70),
+        {**rt, "name": "cudaLaunchKernel", "ts": 950, "dur": 4, "args": {"correlation": 50}},
+        {**rt, "name": "cudaStreamSynchronize", "ts": 100, "dur": 30, "args": {"correlation": 51}},
+        {**rt, "name": "cudaMalloc", "ts": 300, "dur": 60, "args": {"correlation": 52}},
+        {**rt, "name": "cudaGetDevice", "ts": 400, "dur": 20, "args": {"correlation": 53}},
+    )
+    g = load_trace(path).gpu
+    assert g is not None
+    assert 20 < LAUNCH_CALL_OUTLIER_US < 60
+    assert g.launch_ops_host_frac == pytest.approx((800 - 30 - 60 - 70 + 95) / 1000)
+
+
+def test_launches_outside_any_op_leave_the_launching_ops_time_unknown(tmp_path: Path) -> None:
+    """No CPU op around any launch: the trace says nothing of the host path of a launch."""
+    data = json.loads(_trace(tmp_path, host_tail=False).read_text())
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "cpu_op"]
+    path = tmp_path / "no_ops.json"
+    path.write_text(json.dumps(data))
+    g = load_trace(path).gpu
+    assert g is not None and g.launch_ops_host_frac is None

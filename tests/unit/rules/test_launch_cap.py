@@ -8,7 +8,7 @@ import pytest
 
 from perfdoctor.model import Finding, Scalar
 from perfdoctor.rules import evaluate
-from perfdoctor.rules.launch_cost import CAP_EVIDENCE, TYPICAL_LAUNCH_US
+from perfdoctor.rules.launch_cost import CAP_EVIDENCE, OPS_CAP_EVIDENCE, TYPICAL_LAUNCH_US
 
 from .factsets import make_facts
 
@@ -142,3 +142,30 @@ def test_host_work_that_dwarfs_its_launches_still_promises_the_launches_share() 
     assert idle.gain is not None
     assert idle.gain.step_time_frac == pytest.approx(3660 * 9.5 / 667e3, abs=1e-3)
     assert "none for the host's other work" in idle.gain.method
+
+
+def test_the_launching_ops_host_time_caps_the_gain_when_the_trace_has_it() -> None:
+    """hta_df_index_resolver: 21,410 launches x 8 µs are 9.8% of the 1,738 ms window, but the
+    ops that launch them hold the host 94% of it: CUDA graphs remove their whole host path,
+    so the 39% host busy is not capped and launch-bound promises it."""
+    facts = {
+        **ALEXNET,
+        "gpu_busy_frac": 0.576,
+        "gpu_idle_host_wait_frac": 0.41,
+        "gpu_idle_host_busy_frac": 0.39,
+        "gpu_window_ms": 1738.0,
+        "gpu_window_launch_count": 21410,
+        "launch_call_us_mean": 8.0,
+        "launch_ops_host_frac": 0.94,
+        "kernel_us_p50": 6.0,
+    }
+    launch = _finding(facts, "launch-bound")
+    assert launch.gain is not None and launch.gain.step_time_frac == pytest.approx(0.39)
+    assert OPS_CAP_EVIDENCE not in {e.name for e in launch.evidence}
+    # Where the launching ops hold the host less than it is busy, they are the cap.
+    capped = _finding({**facts, "launch_ops_host_frac": 0.2}, "launch-bound")
+    assert capped.gain is not None and capped.gain.step_time_frac == pytest.approx(0.2)
+    value, note = _evidence(capped, OPS_CAP_EVIDENCE)
+    assert value == pytest.approx(0.2)
+    assert "what CUDA graphs remove at most" in note and "347.60 ms" in note
+    assert "launching ops' host time" in capped.gain.method
