@@ -5,6 +5,7 @@ with a result that reads like a finished process's: for commands that start no c
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -32,3 +33,23 @@ def report_json(session: Path) -> dict[str, Any]:
     got = run_in_process("report", session, "-f", "json")
     assert got.returncode == 0, got.stderr
     return json.loads(got.stdout)
+
+
+def profile_in_process(
+    *args: str | Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> CompletedProcess[str]:
+    """`perfdoctor profile ...` with its parent in the test's process, in `cwd`: the script
+    still runs in real child processes, as always. For tests of what a session records and
+    reports; exit codes of the entry point, signals to perfdoctor and its own start-up stay
+    with real `python -m perfdoctor` processes. Saves the parent's interpreter and imports,
+    about a second of CPU a session (matplotlib's import alone is half of it).
+
+    No test timeout wraps this: give `--timeout` so a hanging script is stopped by
+    perfdoctor itself."""
+    assert "--timeout" in [str(a) for a in args], "profile_in_process needs --timeout"
+    before = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return run_in_process("profile", *args, env=env)
+    finally:
+        os.chdir(before)

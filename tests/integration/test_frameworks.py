@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import profile_in_process
 
 from perfdoctor import rundir
 
@@ -44,18 +43,12 @@ def profile(
     env: dict[str, str] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "runs"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "perfdoctor", "profile", *options, "--quiet",
-            "--steps", str(timed), "--warmup", "2", "--profile-steps", "0",
-            "--out", str(out), str(SCRIPTS / script), *args,
-        ],
+    proc = profile_in_process(
+        *options, "--quiet", "--timeout", "600",
+        "--steps", str(timed), "--warmup", "2", "--profile-steps", "0",
+        "--out", out, SCRIPTS / script, *args,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={"HF_HUB_OFFLINE": "1", **(env or {})},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     session = (out / rundir.LATEST_LINK).resolve()

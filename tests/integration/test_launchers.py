@@ -4,14 +4,12 @@ CPU). (Hogwild trainers under multiprocessing's forkserver: test_process_tree.py
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import profile_in_process
 from test_process_tree import assert_nothing_left, processes
 
 pytestmark = pytest.mark.integration
@@ -23,15 +21,11 @@ WAIT_S = 180
 
 def profile(tmp: Path, *target: str) -> dict[str, Any]:
     runs = tmp / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN, *target],
+    proc = profile_in_process(
+        "--out", runs, "--timeout", str(WAIT_S), *PLAN, *target,
         cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+        env={"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
     session = (runs / "latest").resolve()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_nothing_left(session)

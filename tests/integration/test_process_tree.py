@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_in_process import profile_in_process
 
 from perfdoctor.rundir import load_manifest, load_steps, rank_dir
 
@@ -31,15 +32,10 @@ WAIT_S = 180
 
 def profile(tmp: Path, script: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
     runs = tmp / "runs"
-    command = [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN]
-    proc = subprocess.run(
-        [*command, *options, str(SCRIPTS / script), *args],
+    proc = profile_in_process(
+        "--out", runs, "--timeout", str(WAIT_S), *PLAN, *options, SCRIPTS / script, *args,
         cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    )  # fmt: skip
     session = (runs / "latest").resolve()
     log = proc.stdout[-4000:] + proc.stderr[-4000:]
     assert (session / "report.json").is_file(), log
@@ -202,13 +198,8 @@ def test_a_wrapped_command_keeps_a_failing_ranks_exit_code_and_error(tmp_path: P
 
 def profile_command(tmp: Path, *command: str) -> dict[str, Any]:
     runs = tmp / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "profile", "--out", str(runs), *PLAN, "--", *command],
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
+    proc = profile_in_process(
+        "--out", runs, "--timeout", str(WAIT_S), *PLAN, "--", *command, cwd=tmp
     )
     session = (runs / "latest").resolve()
     log = proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_in_process import report_json
+from cli_in_process import profile_in_process, report_json
 
 from perfdoctor.render.json_report import report_from_dict, report_to_dict
 
@@ -79,21 +79,12 @@ def profile_sample(
     tmp: Path, script: str, *options: str, env: dict[str, str] | None = None
 ) -> Profiled:
     runs = tmp / "runs"
-    proc = perfdoctor(
-        "profile",
-        "--out",
-        str(runs),
-        *PLAN,
-        *options,
-        str(SAMPLES / script),
-        "--device",
-        "cpu",
-        "--max-steps",
-        "1000",
-        *SCRIPT_ARGS[script],
+    proc = profile_in_process(
+        "--out", runs, "--timeout", "240", *PLAN, *options,
+        SAMPLES / script, "--device", "cpu", "--max-steps", "1000", *SCRIPT_ARGS[script],
         cwd=tmp,
         env=env,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return Profiled(proc, runs)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_in_process import profile_in_process
 from test_process_tree import assert_nothing_left
 
 from perfdoctor.collect.launcher import launch
@@ -36,27 +37,11 @@ WAIT_S = 120  # far above a 2-rank session here (about 5 s): a hang fails the te
 
 def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict[str, Any]:
     runs = tmp / "runs"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "perfdoctor",
-            "profile",
-            "--out",
-            str(runs),
-            "--nproc-per-node",
-            "2",
-            *PLAN,
-            *options,
-            str(SCRIPT),
-            *script_args,
-        ],
+    proc = profile_in_process(
+        "--out", runs, "--nproc-per-node", "2", "--timeout", str(WAIT_S), *PLAN, *options,
+        SCRIPT, *script_args,
         cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    )  # fmt: skip
     session = (runs / "latest").resolve()
     log = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (session / "report.json").is_file(), log
