@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import profile_in_process
 
 from perfdoctor import rundir
 from perfdoctor.errors import EXIT_REGRESSION
@@ -38,10 +39,10 @@ def perfdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
     out = tmp_path / name
-    proc = perfdoctor(
-        "profile", "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "2",
-        "--profile-steps", "0", "--quiet", "--out", str(out),
-        str(SCRIPT), "--sleep-ms", str(sleep_ms),
+    proc = profile_in_process(
+        "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "2",
+        "--profile-steps", "0", "--quiet", "--timeout", "300", "--out", out,
+        SCRIPT, "--sleep-ms", str(sleep_ms),
         cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
