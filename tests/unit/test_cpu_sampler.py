@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from perfdoctor.collect.cpu_sampler import CpuSampler
+from perfdoctor.collect.cpu_sampler import TREE_LOOKUP_PERIOD_S, CpuSampler
 from perfdoctor.collect.sampling import SamplingThread
 from perfdoctor.rundir import read_jsonl
 
@@ -56,6 +56,33 @@ def test_descendants_are_counted_as_workers() -> None:
             worker.stdout.close()
     after = sampler.sample()[0]
     assert after["workers"] == row["workers"] - 1
+
+
+def test_descendants_are_looked_up_once_a_period_and_known_ones_read_every_tick() -> None:
+    """A lookup of the tree reads every process on the machine, so it runs once per
+    TREE_LOOKUP_PERIOD_S: a worker started in between is counted from the next lookup, one
+    that ended drops out at the next tick."""
+    now = [0.0]
+    sampler = CpuSampler(os.getpid(), clock=lambda: now[0])
+    sampler.start()
+    before = sampler.sample()[0]["workers"]  # the first tick looks the tree up
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+        now[0] = TREE_LOOKUP_PERIOD_S / 2
+        assert sampler.sample()[0]["workers"] == before  # the known processes only
+        now[0] = TREE_LOOKUP_PERIOD_S
+        assert sampler.sample()[0]["workers"] == before + 1
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    now[0] = TREE_LOOKUP_PERIOD_S * 1.5  # no lookup due
+    assert sampler.sample()[0]["workers"] == before
 
 
 def test_child_that_ended_leaves_machine_wide_rows() -> None:
