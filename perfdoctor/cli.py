@@ -426,12 +426,16 @@ def tensorboard(
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
         )
-    process, url = start_tensorboard(logdir, port=port)
-    console.print(f"TensorBoard on {url}  (logdir {logdir}; Ctrl-C stops it)", markup=False)
+    process = None
     try:
+        # Started inside the try: a SIGTERM that lands while the URL is printed (a slow
+        # console under load) must stop the server too, not only one in the wait below.
+        process, url = start_tensorboard(logdir, port=port)
+        console.print(f"TensorBoard on {url}  (logdir {logdir}; Ctrl-C stops it)", markup=False)
         while process.poll() is None:
             time.sleep(0.5)
     finally:
         # Ctrl-C, SIGTERM or SIGHUP (cli_guard.stop_signals_as_interrupts): never leave the
-        # server running behind us.
-        stop_tensorboard(process)
+        # server running behind us. A stop during start_tensorboard is handled there.
+        if process is not None:
+            stop_tensorboard(process)
