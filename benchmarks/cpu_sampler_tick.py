@@ -13,6 +13,8 @@ import resource
 import subprocess
 import sys
 
+from _common import machine_line
+
 from perfdoctor.collect.cpu_sampler import CpuSampler
 
 TICKS = 100
@@ -43,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--extra", type=int, default=1000)
     args = parser.parse_args()
+    print(machine_line())
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     extra: list[subprocess.Popen[bytes]] = []
     try:

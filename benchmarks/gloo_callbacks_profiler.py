@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+from _common import machine_line
+
 RANK_MAIN = "rank"
 
 
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--cycles", type=int, default=1000)
     args = parser.parse_args()
+    print(machine_line(), flush=True)
     totals = {False: 0, True: 0}
     for pair in range(args.pairs):
         row = []

@@ -119,12 +119,7 @@ def test_idle_split_tells_launch_gaps_from_dependency_and_host_waits(tmp_path: P
 def test_a_late_launch_that_then_waits_is_host_wait_then_dependency(tmp_path: Path) -> None:
     """k4's launch returned at 754, 54 µs into the gap, yet it starts at 800: 54 µs of host
     wait, then 46 µs queued behind something else."""
-    path = _trace(tmp_path)
-    data = json.loads(path.read_text())
-    launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
-    launch["ts"] = 750
-    path.write_text(json.dumps(data))
-    g = load_trace(path).gpu
+    g = load_trace(_with_k4_launch(_trace(tmp_path), ts=750)).gpu
     assert g is not None
     assert g.idle_host_wait_frac == pytest.approx((14 + 54 + 100) / 1000)
     assert g.idle_dependency_wait_frac == pytest.approx((86 + 100 + 46) / 1000)
@@ -278,15 +273,19 @@ def test_the_tail_with_no_host_work_recorded_is_its_own_share(tmp_path: Path) ->
 def test_the_tail_is_host_busy_while_the_step_thread_records_work(tmp_path: Path) -> None:
     """k4 launched from another thread (the autograd engine's): that thread then records
     nothing, but the thread running the step does (905-1000): the host is busy, no tail."""
-    path = _trace(tmp_path)
-    data = json.loads(path.read_text())
-    launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
-    launch["tid"] = 2
-    path.write_text(json.dumps(data))
-    g = load_trace(path).gpu
+    g = load_trace(_with_k4_launch(_trace(tmp_path), tid=2)).gpu
     assert g is not None
     assert g.idle_host_unrecorded_frac == 0
     assert g.idle_host_busy_frac == pytest.approx((14 + 100 + 100) / 1000)
+
+
+def _with_k4_launch(path: Path, **fields: float) -> Path:
+    """The trace with k4's launch call (correlation 5) changed: its start, its thread."""
+    data = json.loads(path.read_text())
+    launch = next(e for e in data["traceEvents"] if e.get("args", {}).get("correlation") == 5)
+    launch.update(fields)
+    path.write_text(json.dumps(data))
+    return path
 
 
 def _host_op_until(path: Path, end: float) -> Path:
