@@ -1,6 +1,21 @@
 """What every runtime applier shares: the result it reports, the patches it must undo, and the
 moments of the run it can act at.
 
+In-process A/B (optimize/inprocess.py, collect/ab_switch.py): an applier whose fix can be
+turned on and off between steps sets `switchable = True` and implements `switch(on)`. One
+child run then carries the baseline arm and the variant arm(s); the controller calls
+`switch()` at step boundaries only, never inside a step. The contract:
+
+* after `install()` the fix is on, as in a run that applies it for good;
+* `switch(False)` gives the script back exactly its own behaviour (the settings it chose,
+  its own calls passed through); `switch(True)` takes effect from the next step on;
+* `switch()` may come before the fix could take effect (before the roots are known): the
+  applier keeps the latest state and honours it when it acts;
+* `verify()` is asked while the fix is on (the controller runs it in the on-blocks), so it
+  checks the effect on what the script really uses, as in a re-run;
+* switching must be cheap next to a step (a flag, a pointer swap): its first cost after a
+  switch (a compile, cuDNN's autotuning) is what the settling steps are for.
+
 An applier runs in the child. `install()` is called before the user's script starts, so
 constructors (DataLoader, optimizers, DDP) can be patched; model transforms wait for
 `on_roots_known` (the first optimizer step), so they take effect from iteration 2. Each
@@ -171,6 +186,9 @@ class Applier:
 
     id: ClassVar[str]
     needs_roots: ClassVar[bool] = False  # acts on the root models: nothing happens without
+    # Can be switched on and off between steps (see the module docstring): measured in one
+    # process against the baseline instead of by separate re-runs.
+    switchable: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.applied: bool | None = None  # None: not decided yet
@@ -188,6 +206,10 @@ class Applier:
     def verify(self, final: bool) -> tuple[bool, str] | None:
         """Did it take effect? (ok, one-line evidence); None: nothing to say at this point."""
         return None
+
+    def switch(self, on: bool) -> None:
+        """Between steps: the fix on, or the script's own behaviour back (switchable only)."""
+        raise NotImplementedError(f"{self.id} cannot be switched between steps")
 
     # ------------------------------------------------------------------ outcomes
 

@@ -23,13 +23,18 @@ from perfdoctor.collect.appliers.base import Applier, ApplyContext, usable_cores
 
 
 class CpuThreads(Applier):
+    """Switchable (in-process A/B): off, the script's own thread count is back (the last
+    one it asked for, else the count at start-up); on, the target is held again."""
+
     id = "cpu-threads"
+    switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
         self.target = usable_cores()
         self.script_requests: list[int] = []
+        self.active = True
         before = torch.get_num_threads()
-        original = torch.set_num_threads
+        original = self._set = torch.set_num_threads
         applier = self
 
         def set_num_threads(n: int) -> None:
@@ -38,7 +43,7 @@ class CpuThreads(Applier):
                 original(n)
                 return
             applier.script_requests.append(int(n))
-            original(applier.target)
+            original(applier.target if applier.active else int(n))
 
         ctx.patcher.patch(torch, "set_num_threads", set_num_threads)
         original(self.target)
@@ -54,7 +59,8 @@ class CpuThreads(Applier):
             )
             usable = usable_cores()
             self.target = max(1, usable - workers)
-            original(self.target)
+            if self.active:
+                original(self.target)
             if workers:
                 self.mark_applied(
                     f"intra-op threads held at {self.target} ({usable} usable cores minus "
@@ -65,6 +71,14 @@ class CpuThreads(Applier):
                 self.refuse(f"nothing to change: the script already runs {before} threads")
 
         ctx.when_roots_known(self, at_first_step)
+
+    def script_threads(self) -> int:
+        """What the unmodified script would run with now."""
+        return self.script_requests[-1] if self.script_requests else self.before
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        self._set(self.target if on else self.script_threads())
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         threads = torch.get_num_threads()

@@ -35,52 +35,83 @@ log = logging.getLogger(__name__)
 
 
 class AnomalyOff(Applier):
+    """Anomaly detection off. The script's own calls are recorded as its wish (the mode it
+    set, and what a `with` block restores on exit); while the fix is on the mode stays off,
+    while it is switched off (in-process A/B) the script's wish is the mode."""
+
     id = "anomaly-off"
+    switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
         self.suppressed = 0
+        self.active = True
+        # The mode the script asked for, as (enabled, check_nan): what it runs with when off.
+        self.wish = (torch.is_anomaly_enabled(), _check_nan_enabled())
         applier = self
 
         class set_detect_anomaly:
-            """No-op stand-in: usable as a call or a context manager, like the original."""
+            """Stand-in usable as a call or a context manager, like the original."""
 
-            def __init__(self, mode: bool = True, *args: Any, **kwargs: Any) -> None:
-                if mode:
+            def __init__(self, mode: bool = True, check_nan: bool = True) -> None:
+                self.prev = applier.wish
+                if mode and applier.active:
                     applier.suppressed += 1
+                applier._want((bool(mode), bool(check_nan)))
 
             def __enter__(self) -> None:
                 return None
 
             def __exit__(self, *exc: object) -> None:
-                return None
+                applier._want(self.prev)
 
         class detect_anomaly:
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                applier.suppressed += 1
+            def __init__(self, check_nan: bool = True) -> None:
+                self.check_nan = bool(check_nan)
+                self.prev = applier.wish
 
             def __enter__(self) -> None:
-                return None
+                self.prev = applier.wish
+                if applier.active:
+                    applier.suppressed += 1
+                applier._want((True, self.check_nan))
 
             def __exit__(self, *exc: object) -> None:
-                return None
+                applier._want(self.prev)
 
         for owner in (torch.autograd, anomaly_mode):
             ctx.patcher.patch(owner, "set_detect_anomaly", set_detect_anomaly)
             ctx.patcher.patch(owner, "detect_anomaly", detect_anomaly)
-        was_on = torch.is_anomaly_enabled()
-        torch.set_anomaly_enabled(False)
+        was_on = self.wish[0]
+        self._apply()
         self.mark_applied(
             "autograd anomaly detection forced off"
             + (" (it was on before the script)" if was_on else "")
         )
         # A script could still flip the C switch directly: switch it off again at each check.
-        ctx.when_roots_known(self, lambda roots, optimizers: torch.set_anomaly_enabled(False))
+        ctx.when_roots_known(self, lambda roots, optimizers: self._apply())
+
+    def _want(self, wish: tuple[bool, bool]) -> None:
+        self.wish = wish
+        self._apply()
+
+    def _apply(self) -> None:
+        enabled, check_nan = (False, True) if self.active else self.wish
+        torch.set_anomaly_enabled(enabled, check_nan)
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        self._apply()
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         enabled = torch.is_anomaly_enabled()
         return not enabled, (
             f"anomaly mode reads {enabled}; {self.suppressed} enable call(s) of the script ignored"
         )
+
+
+def _check_nan_enabled() -> bool:
+    reader = getattr(torch, "is_anomaly_check_nan_enabled", None)
+    return bool(reader()) if reader is not None else True
 
 
 # --------------------------------------------------------------------------- profilers / nvtx
