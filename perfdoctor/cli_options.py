@@ -62,6 +62,8 @@ class ProfileArgs:
     repeat_given: bool = False  # --repeat on the command line (not its default)
     max_rounds: int = 6
     round_budget: float | None = None
+    in_process: bool = True
+    ab_budget: float = 60.0
     run_to_end: bool = False
     out: Path = Path("perfdoctor-runs")
     as_json: bool = False
@@ -107,6 +109,8 @@ class ProfileArgs:
             math.isfinite(self.round_budget) and self.round_budget >= 0
         ):
             raise UsageError("--round-budget cannot be negative")
+        if not (math.isfinite(self.ab_budget) and self.ab_budget > 0):
+            raise UsageError("--ab-budget must be a number of seconds above 0")
         split_ids(self.only, "--only")
         split_ids(self.skip, "--skip")
         self._check_nodes()
@@ -183,6 +187,8 @@ class ProfileArgs:
             run_to_end=self.run_to_end,
             max_rounds=self.max_rounds,
             round_budget_s=self.round_budget,
+            in_process=self.in_process,
+            ab_budget_s=self.ab_budget,
         )
 
 
@@ -246,6 +252,21 @@ def profile_options(
             help="Time the extra rounds may take (default: twice the --repeat rounds').",
         ),
     ] = None,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process/--re-runs",
+            help="Measure fixes that can switch between steps in one process (else re-runs).",
+        ),
+    ] = True,
+    ab_budget: Annotated[
+        float,
+        typer.Option(
+            "--ab-budget",
+            metavar="SECONDS",
+            help="Measurement time of one in-process A/B run (default 60).",
+        ),
+    ] = 60.0,
     run_to_end: Annotated[
         bool,
         typer.Option(

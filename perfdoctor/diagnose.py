@@ -39,6 +39,9 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.optimize.estimate import adjacent_baselines
+from perfdoctor.optimize.inprocess import ABLog, load_ab_log
+from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
+from perfdoctor.optimize.inprocess_verdict import compare_in_process
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
@@ -57,7 +60,7 @@ from perfdoctor.rundir import (
     is_child_dir,
     repeat_dirs,
 )
-from perfdoctor.session import Session, load_session
+from perfdoctor.session import Session, VariantPlan, load_session
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,13 @@ def compare_variants(
         else baseline_samples(session_dir, session, with_trace=parse_traces)
     )
     results = []
+    ab_cache: dict[str, tuple[RunSample, ABLog | None]] = {}
     for variant in session.variants:
+        if variant.method == IN_PROCESS and variant.ab_run is not None:
+            results.append(
+                _in_process_result(session_dir, session, variant, samples_by_rel, ab_cache)
+            )
+            continue
         if not variant.runs:
             continue
         samples = load_run_samples(
@@ -212,6 +221,39 @@ def compare_variants(
             )
         )
     return results
+
+
+def _in_process_result(
+    session_dir: Path,
+    session: Session,
+    variant: VariantPlan,
+    baseline: dict[str, RunSample],
+    cache: dict[str, tuple[RunSample, ABLog | None]],
+) -> VariantResult:
+    """A fix measured in one process: its A/B child's comparison, numerics from its seeded
+    run (a peel comparison's: the stack's, which holds the same fixes)."""
+    assert variant.ab_run is not None
+    if variant.ab_run not in cache:
+        ab_dir = session_dir / variant.ab_run
+        sample = load_run_samples([ab_dir], with_trace=False)[0]
+        cache[variant.ab_run] = (sample, load_ab_log(ab_dir))
+    ab_sample, ab_log = cache[variant.ab_run]
+    numerics_runs = load_run_samples((session_dir / rel for rel in variant.runs), with_trace=False)
+    note = None
+    if variant.peel_of is not None:
+        note = "checked with the whole stack's seeded run"
+    elif not variant.runs:
+        note = "not checked: only a fix that is faster gets its seeded run"
+    # The seeded baseline run(s) hold the reference losses (the profiled run first).
+    return compare_in_process(
+        list(baseline.values()),
+        ab_sample,
+        ab_log,
+        numerics_runs,
+        variant.optimizations,
+        label=variant.label,
+        numerics_note=note,
+    )
 
 
 def accepted_optimizations(session_dir: Path) -> list[str]:

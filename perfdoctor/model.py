@@ -61,6 +61,40 @@ class Target:
     argv: tuple[str, ...] = ()
 
 
+# --------------------------------------------------------------------------- in-process A/B
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: a label and the optimization ids switched on while it runs."""
+
+    label: str
+    optimizations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A test arm measured against a reference arm (indices into ABDesign.arms)."""
+
+    label: str  # the variant's label in the session ("anomaly-off", "stacked", ...)
+    reference: int
+    test: int
+
+
+@dataclass(frozen=True)
+class ABDesign:
+    """What the parent asks of one in-process A/B child run (RunSpec.ab); the statistics
+    and the stopping rule are optimize/inprocess.py's."""
+
+    arms: tuple[Arm, ...]
+    comparisons: tuple[Comparison, ...]
+    block_steps: int | None = None  # counted steps per block; None: sized from the warm-up
+    settle_steps: int = 1
+    budget_s: float = 60.0  # measurement time (first blocks of each arm not counted)
+    max_rounds: int = 200
+    seed: int = 0
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """The only input a child gets (serialized to spec.json)."""
@@ -81,6 +115,9 @@ class RunSpec:
     # False (the default): the script is stopped after the plan's last step. True
     # (--run-to-end): it runs to its own end, unobserved after the plan.
     run_to_end: bool = False
+    # In-process A/B (optimize/inprocess.py): after the warm-up, the arms are switched
+    # between steps in blocks until every comparison has ended; no profiler window.
+    ab: ABDesign | None = None
 
 
 # --------------------------------------------------------------------------- what a run saw
@@ -159,6 +196,8 @@ class StepRecord:
     # Host time with a torch.distributed collective in flight in this step (DDP's gradient
     # all-reduce included; collect/comm_watch.py); None in a process that ran none.
     comm_ms: float | None = None
+    # In-process A/B runs: the arm this step ran in (None in the warm-up and elsewhere).
+    arm: str | None = None
 
     @property
     def step_ms(self) -> float:
@@ -288,6 +327,17 @@ class VariantResult:
     # baseline runs it was paired with, pooled as this variant's own runs are, and how.
     baseline_step_ms_p50: float | None = None
     pooled: str = ""  # e.g. "median of 40 steps over 2 runs each side"
+    # How the speed was measured: "re-runs" (alternating child runs, estimate.py) or
+    # "in-process" (arms switched between steps in one child run, optimize/inprocess.py).
+    method: str = "re-runs"
+    interval: tuple[float, float] | None = None  # the speedup's interval, low and high
+    confidence: float | None = None  # the interval's confidence
+    pairs: int | None = None  # paired block medians (in-process) or paired runs
+    measure_s: float | None = None  # measurement time the speed verdict took
+    baseline_quartiles_ms: tuple[float, float, float] | None = None  # p25, p50, p75
+    quartiles_ms: tuple[float, float, float] | None = None
+    numerics: str = ""  # how the numerics were checked, against which tolerance
+    load: str | None = None  # what other processes took of the machine meanwhile
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,19 @@ from perfdoctor.errors import (
     interrupt_exit_code,
     interrupt_name,
 )
-from perfdoctor.model import Report, RunManifest, RunSpec, StepPlan, Target, VariantResult
+from perfdoctor.model import (
+    ABDesign,
+    Arm,
+    Comparison,
+    Report,
+    RunManifest,
+    RunSpec,
+    StepPlan,
+    Target,
+    VariantResult,
+)
 from perfdoctor.optimize.catalog import CATALOG
+from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.sequential import (
     DEFAULT_BUDGET_FACTOR,
     RoundsPolicy,
@@ -36,6 +47,7 @@ from perfdoctor.optimize.sequential import (
     undecided,
 )
 from perfdoctor.optimize.sizing import Sizing, sizing_env
+from perfdoctor.optimize.switchable import SWITCHABLE
 from perfdoctor.rundir import (
     BASELINE_LABEL,
     LATEST_LINK,
@@ -48,6 +60,9 @@ from perfdoctor.session import Session, VariantPlan, save_session
 log = logging.getLogger(__name__)
 
 STACKED_LABEL = "stacked"
+# The in-process A/B child runs: the single fixes, then the stack and its peels.
+AB_LABEL = "ab"
+AB_STACK_LABEL = "ab-stack"
 # Statuses after which the script's numbers cannot be trusted for A/B runs.
 FAILED_STATUSES = ("script_exited", "script_crashed", "timeout", "launch_failed", "interrupted")
 
@@ -78,6 +93,11 @@ class ProfileOptions:
     # take at most `round_budget_s` seconds (None: twice what the planned rounds took).
     max_rounds: int = 6
     round_budget_s: float | None = None
+    # In-process A/B (optimize/inprocess.py): fixes that can be switched between steps are
+    # measured in one child run against the baseline, for at most `ab_budget_s` seconds of
+    # measurement; False measures every fix by re-runs.
+    in_process: bool = True
+    ab_budget_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +116,10 @@ class RunAnnouncement:
     max_rounds: int | None = None
     # --run-to-end: the script goes on past the planned steps, which are all that is counted.
     run_to_end: bool = False
+    # An in-process A/B run: its steps are not planned ahead; it measures for at most this
+    # many seconds, and its arms.
+    ab_budget_s: float | None = None
+    ab_arms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,16 +212,46 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     _write_session_reports(session_dir)
     sink.note("trying: " + ", ".join(candidates))
     runner.sizings = _sizings(diagnosis, candidates, sink)
-    runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in candidates])
+    switched = in_process_candidates(candidates, options, diagnosis)
+    rerun = [c for c in candidates if c not in switched]
+    if switched:
+        sink.note(
+            "measured in one process, switched between steps: "
+            + ", ".join(switched)
+            + (f"; by re-runs: {', '.join(rerun)}" if rerun else "")
+        )
+        runner.run_in_process(switched)
+    if rerun:
+        runner.run_ab_rounds([VariantPlan(label=c, optimizations=(c,)) for c in rerun])
 
     accepted = diagnose.accepted_optimizations(runner.session_dir)
     if len(accepted) >= 2:
-        sink.note("stacking the accepted ones: " + ", ".join(accepted))
-        runner.run_ab_rounds(
-            [VariantPlan(label=STACKED_LABEL, optimizations=tuple(accepted), stacked=True)],
-            baseline_first=True,
-        )
+        if all(a in switched for a in accepted):
+            sink.note(
+                "stacking the accepted ones, and peeling each off the stack: " + ", ".join(accepted)
+            )
+            runner.run_in_process(accepted, stack=True)
+        else:
+            sink.note("stacking the accepted ones: " + ", ".join(accepted))
+            runner.run_ab_rounds(
+                [VariantPlan(label=STACKED_LABEL, optimizations=tuple(accepted), stacked=True)],
+                baseline_first=True,
+            )
     return _finish(runner, baseline)
+
+
+def in_process_candidates(
+    candidates: Sequence[str], options: ProfileOptions, diagnosis: diagnose.Diagnosis
+) -> list[str]:
+    """The candidates measured in one process: those whose applier can switch between
+    steps, in a session of one training process (the arms of several ranks would have to
+    switch and stop together; those, and launcher commands, are measured by re-runs)."""
+    if not options.in_process or options.nproc_per_node > 1 or options.nodes is not None:
+        return []
+    record = diagnosis.record
+    if options.target.kind == "command" or record.ranks_launched > 1 or record.ranks:
+        return []
+    return [c for c in candidates if c in SWITCHABLE]
 
 
 def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
@@ -314,14 +368,16 @@ class _Runner:
         repeat: int,
         planned_runs: int,
         extra_round: tuple[int, int] | None = None,
+        ab: ABDesign | None = None,
     ) -> RunManifest:
         """One child run. `extra_round`: (round, most rounds) when it belongs to an extra
-        A/B round, for the progress display."""
+        A/B round, for the progress display; `ab`: an in-process A/B run's design."""
         from perfdoctor.collect.launcher import launch
 
         run_dir = child_dir(self.session_dir, label, repeat)
         run_dir.mkdir(parents=True, exist_ok=True)
-        profiled = repeat == 1  # one trace per variant is enough; repeats only time
+        # One trace per variant is enough; repeats only time, and an A/B run switches arms.
+        profiled = repeat == 1 and ab is None
         plan = self.options.plan if profiled else replace(self.options.plan, profiled_steps=0)
         spec = RunSpec(
             label=label,
@@ -334,7 +390,8 @@ class _Runner:
             profile=profiled and plan.profiled_steps > 0,
             nvtx=self.options.nvtx,
             env={**_env_for(optimizations), **sizing_env(optimizations, self.sizings)},
-            run_to_end=self.options.run_to_end,
+            run_to_end=self.options.run_to_end and ab is None,
+            ab=ab,
         )
         # The session's first run is the user's own; what later runs add to the script's
         # log folders is perfdoctor's litter, removed after each (rerun_outputs.py).
@@ -351,6 +408,8 @@ class _Runner:
             extra_round=extra_round[0] if extra_round else None,
             max_rounds=extra_round[1] if extra_round else None,
             run_to_end=spec.run_to_end,
+            ab_budget_s=ab.budget_s if ab is not None else None,
+            ab_arms=tuple(a.label for a in ab.arms) if ab is not None else (),
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))
@@ -380,6 +439,76 @@ class _Runner:
             manifest = self.run(BASELINE_LABEL, (), repeat=repeat, planned_runs=total)
             if manifest.status in FAILED_STATUSES:
                 return
+
+    def run_in_process(self, ids: Sequence[str], *, stack: bool = False) -> None:
+        """One A/B child run switching the fixes between steps (optimize/inprocess.py), then
+        a seeded run of each fix that came out faster, for its numerics and its trace.
+
+        Singles: arms baseline and each fix, each fix against the baseline. `stack`: arms
+        baseline, all the fixes, and all but one for each fix; the stack against the
+        baseline, and the stack against the stack without each fix (what that fix still
+        buys on top of the others)."""
+        label = AB_STACK_LABEL if stack else AB_LABEL
+        ab_rel = str(child_dir(self.session_dir, label).relative_to(self.session_dir))
+        fixes = tuple(ids)
+        if stack:
+            arms = [Arm(BASELINE_LABEL), Arm(STACKED_LABEL, fixes)]
+            comparisons = [Comparison(STACKED_LABEL, 0, 1)]
+            variants = [
+                VariantPlan(
+                    label=STACKED_LABEL,
+                    optimizations=fixes,
+                    stacked=True,
+                    method=IN_PROCESS,
+                    ab_run=ab_rel,
+                )
+            ]
+            for fix in fixes:
+                rest = tuple(f for f in fixes if f != fix)
+                arms.append(Arm(f"{STACKED_LABEL}-without-{fix}", rest))
+                peel = f"{fix}-in-stack"
+                comparisons.append(Comparison(peel, len(arms) - 1, 1))
+                variants.append(
+                    VariantPlan(
+                        label=peel,
+                        optimizations=(fix,),
+                        stacked=True,
+                        method=IN_PROCESS,
+                        ab_run=ab_rel,
+                        peel_of=fix,
+                    )
+                )
+        else:
+            arms = [Arm(BASELINE_LABEL), *(Arm(f, (f,)) for f in fixes)]
+            comparisons = [Comparison(f, 0, k + 1) for k, f in enumerate(fixes)]
+            variants = [
+                VariantPlan(label=f, optimizations=(f,), method=IN_PROCESS, ab_run=ab_rel)
+                for f in fixes
+            ]
+        design = ABDesign(
+            arms=tuple(arms),
+            comparisons=tuple(comparisons),
+            budget_s=self.options.ab_budget_s,
+            seed=self.options.seed if self.options.seed is not None else 0,
+        )
+        for variant in variants:
+            self.session = self.session.with_variant(variant)
+        save_session(self.session_dir, self.session)
+        planned = self.started + 1 + len(fixes if not stack else (STACKED_LABEL,))
+        manifest = self.run(label, fixes, repeat=1, planned_runs=planned, ab=design)
+        if manifest.status in FAILED_STATUSES and manifest.steps_seen == 0:
+            return
+        results = self._verdicts()
+        faster = [
+            v
+            for v in variants
+            if v.peel_of is None
+            and (r := results.get(v.label)) is not None
+            and r.reason.startswith("faster")
+        ]
+        planned = self.started + len(faster)
+        for variant in faster:
+            self.run(variant.label, variant.optimizations, repeat=1, planned_runs=planned)
 
     def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
         """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even

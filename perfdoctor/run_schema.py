@@ -345,6 +345,7 @@ class ProgressRow(_Record):
     phase: str
     t: float  # when the step ended, seconds on the samples' clock
     wall_ms: float | None = None
+    note: str | None = None  # in-process A/B: pairs so far and each interval
 
 
 # --------------------------------------------------------------------------- samples.jsonl

@@ -62,6 +62,7 @@ SAMPLES_FILE = "samples.jsonl"
 STDOUT_FILE = "stdout.log"
 STDERR_FILE = "stderr.log"
 MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
+AB_FILE = "ab.json"  # in-process A/B: blocks and verdicts (collect/ab_switch.py)
 PROGRESS_FILE = "progress.jsonl"  # child -> parent live progress (one line per step)
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 REPEAT_PREFIX = "repeat-"

@@ -28,6 +28,13 @@ class VariantPlan:
     # follows from it), and why the rounds stopped.
     max_extra_looks: int = 0
     rounds_stop: str | None = None
+    # "in-process": the speed comes from comparison `label` of the A/B child run `ab_run`
+    # (relative to the session), and `runs` are the variant's seeded runs for numerics;
+    # "re-runs": `runs` alternate with the baseline's (optimize/estimate.py).
+    method: str = "re-runs"
+    ab_run: str | None = None
+    # A peel comparison (the stack against the stack without one fix): the fix it prices.
+    peel_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,9 @@ def load_session(session_dir: Path) -> Session:
                 runs=tuple(v.get("runs", ())),
                 max_extra_looks=int(v.get("max_extra_looks", 0)),
                 rounds_stop=v.get("rounds_stop"),
+                method=str(v.get("method", "re-runs")),
+                ab_run=v.get("ab_run"),
+                peel_of=v.get("peel_of"),
             )
             for v in data.get("variants", ())
         ),

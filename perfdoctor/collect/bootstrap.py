@@ -146,6 +146,7 @@ def main(argv: list[str]) -> int:
 
     probes = Probes(runtime, torch, user_code, origin)
     probes.install()
+    probes.attach_ab(applied)
     process_tree.follow_forks(runtime, probes, applied, torch)  # fork children: their own record
 
     outcome = Outcome()

@@ -46,6 +46,9 @@ class EffectivePlan:
     @classmethod
     def from_spec(cls, spec: Any) -> EffectivePlan:
         plan = spec.plan
+        if getattr(spec, "ab", None) is not None:
+            # In-process A/B: the controller ends the plan; this only bounds it.
+            return cls(max(plan.warmup_steps, 0), _ab_step_cap(spec.ab), 0)
         profiled = plan.profiled_steps if spec.profile else 0
         return cls(max(plan.warmup_steps, 0), max(plan.timed_steps, 0), max(profiled, 0))
 
@@ -86,6 +89,13 @@ class EffectivePlan:
             "profiled_steps": self.profiled,
             "total_steps": self.total,
         }
+
+
+def _ab_step_cap(design: Any) -> int:
+    from perfdoctor.optimize.inprocess import MAX_BLOCK_STEPS
+
+    block = (design.block_steps or MAX_BLOCK_STEPS) + design.settle_steps
+    return len(design.arms) * (design.max_rounds + 1) * block
 
 
 class Probes:
@@ -142,6 +152,8 @@ class Probes:
         self.location_counts: dict[str, Counter[tuple[str, int, str]]] = {}
         self._step_nvtx: Any = None
         self._rss_reader = RssReader()
+        # In-process A/B (collect/ab_switch.py): set by attach_ab when the spec asks for it.
+        self.ab: Any = None
         # set by probes_hooks: GradScaler.scale(loss) -> remember which loss was scaled
         self.remember_scaled_loss: Any = lambda outputs, scaled: None
 
@@ -157,7 +169,33 @@ class Probes:
 
     # ------------------------------------------------------------------ StepListener
 
+    def attach_ab(self, applied: Any) -> None:
+        """Switch the installed appliers between steps as the spec's A/B design asks."""
+        from perfdoctor.collect.ab_switch import ABController
+
+        design = self.runtime.spec.ab
+        if design is None:
+            return
+        appliers = list(applied.appliers) if applied is not None else []
+        if applied is not None:
+            applied.controlled = True  # the controller verifies, in the on-blocks
+        self.ab = ABController(
+            design,
+            appliers,
+            self.tracker.end_plan_after,
+            Path(self.runtime.spec.run_dir),
+            self.plan.warmup,
+            drain=self._drain_device,
+        )
+        self.runtime.on_finalize(self.ab.finish)
+
+    def _drain_device(self) -> None:
+        if self.cuda_used:
+            self.torch.cuda.synchronize()
+
     def step_started(self, index: int) -> None:
+        if self.ab is not None:
+            self.ab.step_started(index)
         phase = self.plan.phase(index)
         if not self.cuda_used and (phase == "warmup" or index % FLUSH_EVERY == 0):
             # Scripts move to CUDA before training; checking is ~3 us, so not every step.
@@ -209,8 +247,13 @@ class Probes:
         if phase == "timed" and self.profiler is not None:
             self.profiler.timed_step(step.wall_s)
         row = self._row(step, phase)
+        note = None
+        if self.ab is not None:
+            row["arm"] = self.ab.active_label()
+            self.ab.step_closed(step.index, step.wall_s)
+            note = self.ab.status_line() if self.ab.blocks else None
         self.step_log.add(row, step.losses)
-        self.step_log.progress(step.index, phase, row["wall_ms"], step.end)
+        self.step_log.progress(step.index, phase, row["wall_ms"], step.end, note=note)
         self.roots.grad_use.step_closed()
         if self.plan.is_phase_end(step.index) or (step.index + 1) % FLUSH_EVERY == 0:
             self.step_log.flush()

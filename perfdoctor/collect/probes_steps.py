@@ -306,6 +306,10 @@ class StepTracker:
         if self.mode is None and self._undecided_backwards > 0 and not self.stopped:
             self._fall_back_to_backward(self._clock(), "gradients cleared without optimizer.step")
 
+    def end_plan_after(self, steps: int) -> None:
+        """End the plan once `steps` steps have closed (in-process A/B decides as it goes)."""
+        self._plan_total = steps if self._plan_total is None else min(self._plan_total, steps)
+
     def finish(self) -> None:
         """The script ended (on its own, by crash or signal): keep the last step if whole."""
         if self.stopped or self._open is None:

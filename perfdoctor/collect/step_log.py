@@ -45,13 +45,19 @@ class StepLog:
         self._pending.append((row, losses))
         self.rows_added += 1
 
-    def progress(self, index: int, phase: str, wall_ms: float, now: float) -> None:
+    def progress(
+        self, index: int, phase: str, wall_ms: float, now: float, note: str | None = None
+    ) -> None:
         """One line per step; `now` is the perf_counter time the step ended."""
         try:
             if self._progress is None:
                 self._progress = self._progress_path.open("a")
             row = ProgressRow(
-                step=index, phase=phase, t=round(now - self._origin, 4), wall_ms=round(wall_ms, 4)
+                step=index,
+                phase=phase,
+                t=round(now - self._origin, 4),
+                wall_ms=round(wall_ms, 4),
+                note=note,
             )
             self._progress.write(encode_line(row).decode())
             if now - self._progress_flushed >= PROGRESS_FLUSH_S:

@@ -51,9 +51,12 @@ class AppliedSet:
         self.unknown = unknown
         self.patcher = patcher
         self._finalized = False
+        # In-process A/B: the controller (collect/ab_switch.py) verifies each applier in
+        # its on-blocks; at step 2 or at the end a fix may be switched off.
+        self.controlled = False
 
     def on_step_start(self, step_index: int) -> None:
-        if step_index == VERIFY_STEP:
+        if step_index == VERIFY_STEP and not self.controlled:
             for applier in self.appliers:
                 applier.run_verify(final=False)
 
@@ -61,6 +64,8 @@ class AppliedSet:
         if self._finalized:
             return
         self._finalized = True
+        if self.controlled:
+            return
         for applier in self.appliers:
             applier.run_verify(final=True)
 

@@ -1,0 +1,163 @@
+"""The verdict of a fix measured in one process (optimize/inprocess.py), from saved runs.
+
+Speed comes from the A/B child's paired block medians; whether the fix took effect from its
+appliers' checks in the A/B child's on-blocks and in the variant's own seeded run; numerics
+from that seeded run against the baseline's, with the tolerance `numerics.check_losses`
+derives (the catalog category, widened by the baseline's own run-to-run spread), because
+switching arms within one run mixes the two training trajectories and its losses can prove
+nothing.
+
+Verdicts, first match wins:
+    failed     the A/B child or the seeded run crashed, timed out, or recorded no step
+    rejected   an applier refused, could not be switched, or its check failed
+    rejected   NaN/inf loss, or the loss drifts beyond tolerance in the seeded run
+    accepted   the interval lies above 1x
+    rejected   below 1x ("slower"), within ±5% ("no gain"), or still straddling 1x when
+               the budget ran out ("cannot tell")
+
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
+from perfdoctor.model import VariantResult, Verdict
+from perfdoctor.optimize import numerics
+from perfdoctor.optimize.catalog import tolerance_for
+from perfdoctor.optimize.inprocess import (
+    NARROW,
+    ABLog,
+    PairedEstimate,
+    Quartiles,
+    arm_quartiles,
+    final_estimate,
+)
+from perfdoctor.optimize.verdicts import busy_machine_note, not_applied_reason
+
+METHOD = "in-process"
+NARROW_PCT = f"{math.expm1(NARROW):.0%}"
+
+
+def _quartiles(q: Quartiles | None) -> tuple[float, float, float] | None:
+    return (q.p25, q.p50, q.p75) if q is not None else None
+
+
+def describe(est: PairedEstimate, measure_s: float | None) -> str:
+    took = ""
+    if measure_s is not None:
+        took = f" in {measure_s:.0f}s" if measure_s >= 10 else f" in {measure_s:.1f}s"
+    return (
+        f"{est.speedup:.2f}x [{est.low:.2f}x, {est.high:.2f}x] "
+        f"({est.reference_ms:.3g} -> {est.test_ms:.3g} ms, {est.pairs} pairs{took}, "
+        "in one process)"
+    )
+
+
+def speed_verdict(
+    est: PairedEstimate | None, ended: str | None, measure_s: float | None
+) -> tuple[Verdict, str]:
+    if est is None:
+        why = f" ({ended})" if ended else ""
+        return "rejected", f"cannot tell: fewer than 3 paired blocks were measured{why}"
+    text = describe(est, measure_s)
+    if est.decision == "faster":
+        return "accepted", f"faster: {text}"
+    if est.decision == "slower":
+        return "rejected", f"slower: {text}"
+    if est.decision == "no-gain":
+        return "rejected", f"no gain beyond ±{NARROW_PCT}: {text}"
+    why = f"; stopped: {ended}" if ended and ended not in ("undecided",) else ""
+    return "rejected", f"cannot tell from noise: {text}{why}"
+
+
+def compare_in_process(
+    baseline_runs: Sequence[RunSample],
+    ab_run: RunSample,
+    ab: ABLog | None,
+    numerics_runs: Sequence[RunSample],
+    optimization_ids: Sequence[str],
+    *,
+    label: str,
+    numerics_note: str | None = None,
+) -> VariantResult:
+    """The verdict of comparison `label` of the A/B child. `numerics_runs`: the variant's
+    seeded run(s); empty where another comparison's run holds the check (`numerics_note`
+    says which: a peel comparison's fixes are checked by the stack's seeded run)."""
+    ids = tuple(optimization_ids)
+    comparison = ab.comparison(label) if ab is not None else None
+    end = ab.end_of(label) if ab is not None else None
+    rounds = end.rounds if end is not None else 0
+    est = (
+        final_estimate(ab.design, ab.blocks, comparison, rounds)
+        if ab is not None and comparison is not None
+        else None
+    )
+    ref_q = test_q = None
+    if ab is not None and comparison is not None:
+        ref_q = arm_quartiles(ab.blocks, comparison.reference, rounds)
+        test_q = arm_quartiles(ab.blocks, comparison.test, rounds)
+    load = busy_machine_note([ab_run])
+    if load is None and ab_run.other_busy_cores is not None:
+        of = f" of {ab_run.cpu_cores}" if ab_run.cpu_cores else ""
+        load = f"other processes kept {ab_run.other_busy_cores:.1f}{of} cores busy"
+    result = VariantResult(
+        label=label,
+        optimizations=ids,
+        step_ms_p50=est.test_ms if est else None,
+        step_ms_p90=None,
+        speedup=est.speedup if est else None,
+        speedup_noise=(est.speedup - est.low) if est else None,
+        peak_memory_bytes=None,
+        loss_delta=None,
+        verdict="failed",
+        reason="",
+        applied=next((r.applied for r in (ab_run, *numerics_runs) if r.applied), ()),
+        run_dirs=(ab_run.run_dir, *(r.run_dir for r in numerics_runs)),
+        baseline_step_ms_p50=est.reference_ms if est else None,
+        pooled=(f"geometric means of {est.pairs} paired block medians, one process" if est else ""),
+        method=METHOD,
+        interval=(est.low, est.high) if est else None,
+        confidence=est.confidence if est else None,
+        pairs=est.pairs if est else 0,
+        measure_s=ab.measure_s if ab is not None else None,
+        baseline_quartiles_ms=_quartiles(ref_q),
+        quartiles_ms=_quartiles(test_q),
+        load=load,
+    )
+    if ab is None or comparison is None:
+        reason = ab_run.failure_line() if not ab_run.usable else "the A/B run left no ab.json"
+        return replace(result, reason=reason)
+    broken = next((r for r in numerics_runs if not r.usable), None)
+    if broken is not None:
+        return replace(result, reason=f"seeded run: {broken.failure_line()}")
+    if end is not None and end.ended and end.ended.startswith(("not applied", "cannot switch")):
+        return replace(result, verdict="rejected", reason=end.ended)
+    if not ab_run.usable and est is None:
+        return replace(result, reason=ab_run.failure_line())
+    missing = not_applied_reason([r for r in (ab_run, *numerics_runs) if r.applied], ids)
+    if missing is not None:
+        return replace(result, verdict="rejected", reason=f"not applied: {missing}")
+
+    category = tolerance_for(ids)
+    if numerics_runs:
+        guard = numerics.check_losses(
+            [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
+            [r.losses for r in usable(numerics_runs) if r.losses],
+            category,
+        )
+        how = (
+            f"seeded run against the baseline's, tolerance {guard.tolerance:.0e}"
+            if guard.checked
+            else guard.reason
+        )
+        result = replace(result, loss_delta=guard.loss_delta, numerics=how)
+        if not guard.ok:
+            return replace(result, verdict="rejected", reason=guard.reason)
+    else:
+        result = replace(result, numerics=numerics_note or "not checked")
+    verdict, reason = speed_verdict(est, end.ended if end else None, ab.measure_s)
+    return replace(result, verdict=verdict, reason=reason)
