@@ -33,6 +33,7 @@ Pure: no torch. The child (collect/ab_switch.py) and the report use these same f
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -159,6 +160,7 @@ def paired_medians(blocks: Sequence[Block], comparison: Comparison) -> list[tupl
     return [(ref[r], test[r]) for r in sorted(ref) if r in test and ref[r] > 0 and test[r] > 0]
 
 
+@functools.lru_cache(maxsize=1024)
 def t_quantile(confidence: float, dof: int) -> float:
     """Two-sided Student-t quantile (the inverse by bisection on the regularized incomplete
     beta function): exact enough for intervals, and no scipy."""
