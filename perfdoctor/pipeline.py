@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,9 @@ STACKED_LABEL = "stacked"
 # The in-process A/B child runs: the single fixes, then the stack and its peels.
 AB_LABEL = "ab"
 AB_STACK_LABEL = "ab-stack"
+# An A/B run takes about this multiple of its measurement budget at most: the arms' first
+# blocks and the settling steps are not counted in the budget.
+AB_OVERHEAD = 1.3
 # Statuses after which the script's numbers cannot be trusted for A/B runs.
 FAILED_STATUSES = ("script_exited", "script_crashed", "timeout", "launch_failed", "interrupted")
 
@@ -120,6 +124,8 @@ class RunAnnouncement:
     # many seconds, and its arms.
     ab_budget_s: float | None = None
     ab_arms: tuple[str, ...] = ()
+    # The session's expected time left, from this run's start (None: not estimated yet).
+    session_left_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,7 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     runner.sizings = _sizings(diagnosis, candidates, sink)
     switched = in_process_candidates(candidates, options, diagnosis)
     rerun = [c for c in candidates if c not in switched]
+    runner.plan_eta(switched, rerun)
     if switched:
         sink.note(
             "measured in one process, switched between steps: "
@@ -358,6 +365,9 @@ class _Runner:
         # Sizings measured from the baseline, by optimization id (the catalog entry's sizing
         # hook), passed to the runs that apply that optimization.
         self.sizings: dict[str, Sizing] = {}
+        # When the session is expected to end (time.monotonic()), once the plan is known.
+        self.deadline: float | None = None
+        self.run_s: list[float] = []  # wall time of each run so far
         save_session(session_dir, session)
 
     def run(
@@ -410,6 +420,9 @@ class _Runner:
             run_to_end=spec.run_to_end,
             ab_budget_s=ab.budget_s if ab is not None else None,
             ab_arms=tuple(a.label for a in ab.arms) if ab is not None else (),
+            session_left_s=(
+                max(0.0, self.deadline - time.monotonic()) if self.deadline is not None else None
+            ),
         )
         self.sink.run_started(announcement)
         self.current_run = str(run_dir.relative_to(self.session_dir))
@@ -426,6 +439,8 @@ class _Runner:
             if before is not None:
                 self._remove_rerun_outputs(before)
         self.current_run = None
+        if ab is None:
+            self.run_s.append(manifest.wall_s)
         self.sink.run_finished(announcement, manifest)
         self.session = self.session.with_run(label, str(run_dir.relative_to(self.session_dir)))
         if label == BASELINE_LABEL:
@@ -439,6 +454,21 @@ class _Runner:
             manifest = self.run(BASELINE_LABEL, (), repeat=repeat, planned_runs=total)
             if manifest.status in FAILED_STATUSES:
                 return
+
+    def plan_eta(self, switched: Sequence[str], rerun: Sequence[str]) -> None:
+        """The session's expected end: an A/B run takes its budget, its arms' first blocks and
+        a start-up; each switchable fix a seeded run at most; each fix measured by re-runs
+        --repeat rounds and the baseline runs between them (extra rounds not counted)."""
+        run_s = statistics.median(self.run_s) if self.run_s else 10.0
+        left = 0.0
+        if switched:
+            left += self.options.ab_budget_s * AB_OVERHEAD + run_s
+            left += len(switched) * run_s
+        if rerun:
+            rounds = max(1, self.session.repeat)
+            left += (len(rerun) * rounds + rounds - 1) * run_s
+        self.deadline = time.monotonic() + left
+        self.sink.note(f"expected time left: up to about {left:.0f}s (extra rounds not counted)")
 
     def run_in_process(self, ids: Sequence[str], *, stack: bool = False) -> None:
         """One A/B child run switching the fixes between steps (optimize/inprocess.py), then

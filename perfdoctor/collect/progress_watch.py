@@ -22,6 +22,7 @@ class Progress:
     phase: str
     planned_steps: int
     elapsed_s: float
+    note: str | None = None  # in-process A/B: pairs so far and each interval
 
 
 class ProgressWatch:
@@ -77,5 +78,6 @@ class ProgressWatch:
                         phase=str(row.get("phase", "")),
                         planned_steps=self._spec.plan.total_steps,
                         elapsed_s=round(time.monotonic() - self.t0, 3),
+                        note=row.get("note") if isinstance(row.get("note"), str) else None,
                     )
                 )

@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
+from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, usable
 from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import tolerance_for
@@ -111,7 +111,8 @@ def compare_in_process(
         step_ms_p90=None,
         speedup=est.speedup if est else None,
         speedup_noise=(est.speedup - est.low) if est else None,
-        peak_memory_bytes=None,
+        # Peak memory and energy are the seeded run's: the switched run mixes the arms.
+        peak_memory_bytes=pool_figures(numerics_runs).peak_memory_bytes if numerics_runs else None,
         loss_delta=None,
         verdict="failed",
         reason="",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLocation
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, summary
+from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.charts import Chart, build_charts
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
@@ -409,8 +409,20 @@ def _variants(report: Report) -> str:
         + _table(header, rows, numeric=(2, 3, 4, 5, 6))
         + f'<p class="muted">{esc(summary.VARIANTS_NOTE)} Loss Δ is the relative drift of '
         "the loss against the baseline with the same seed.</p>"
+        + _measurement(report)
         + _applied_changes(report)
         + "</section>"
+    )
+
+
+def _measurement(report: Report) -> str:
+    rows = [[esc(c) for c in measurement.cells(r)] for r in measurement.measurement_rows(report)]
+    if not rows:
+        return ""
+    return (
+        "<h3>How each fix was measured</h3>"
+        + _table(list(measurement.HEADER), rows, numeric=(2, 3, 4, 5, 6, 7))
+        + f'<p class="muted">{esc(measurement.NOTE.capitalize())}</p>'
     )
 
 

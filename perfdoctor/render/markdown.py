@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, summary
+from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
@@ -294,6 +294,15 @@ def _variants(report: Report) -> list[str]:
     ]
     lines += _table(header, rows, "llrrrrrll")
     lines += ["", summary.VARIANTS_NOTE, ""]
+    measured = measurement.measurement_rows(report)
+    if measured:
+        lines += ["### How each fix was measured", ""]
+        lines += _table(
+            list(measurement.HEADER),
+            [[md_text(c) for c in measurement.cells(r)] for r in measured],
+            "llrrrrrrll",
+        )
+        lines += ["", measurement.NOTE.capitalize(), ""]
     changes = summary.applied_changes(report)
     if changes:
         lines += ["What the applied optimizations changed:", ""]

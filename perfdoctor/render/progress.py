@@ -31,7 +31,16 @@ def _run_name(run: RunAnnouncement) -> str:
         where = f"extra round {run.extra_round} of up to {run.max_rounds}: run {run.number}"
     else:
         where = f"run {run.number}/{run.planned_runs}"
+    if run.ab_budget_s is not None:
+        arms = ", ".join(run.ab_arms)
+        return f"{where} in-process A/B ({arms}; up to {run.ab_budget_s:g}s of measurement)"
     return f"{where} {run.label}{repeat}{profiled}"
+
+
+def _left(run: RunAnnouncement) -> str:
+    if run.session_left_s is None:
+        return ""
+    return f" · session ~{run.session_left_s:.0f}s left"
 
 
 def _steps(run: RunAnnouncement, manifest: RunManifest) -> str:
@@ -63,16 +72,19 @@ class LiveSink(ProgressSink):
         self.started_at = time.monotonic()
 
     def run_started(self, run: RunAnnouncement) -> None:
-        self.progress.reset(self.task, total=run.planned_steps, description=_run_name(run))
+        # An A/B run ends when its verdicts are in: its steps are not known ahead.
+        total = None if run.ab_budget_s is not None else run.planned_steps
+        self.progress.reset(self.task, total=total, description=_run_name(run) + _left(run))
 
     def step(self, progress: object) -> None:
         step = getattr(progress, "step", None)
         phase = getattr(progress, "phase", "")
+        note = getattr(progress, "note", None)
         if step is not None:
             self.progress.update(self.task, completed=step + 1)
-        if phase:
+        if phase or note:
             description = self.progress.tasks[0].description.split(" [")[0]
-            self.progress.update(self.task, description=f"{description} [{phase}]")
+            self.progress.update(self.task, description=f"{description} [{note or phase}]")
 
     def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
         self.console.print(f"  {_run_name(run)}: {_outcome(run, manifest)}", markup=False)
@@ -84,11 +96,23 @@ class LiveSink(ProgressSink):
 class PlainSink(ProgressSink):
     """One line per run, for logs and pipes."""
 
+    # An A/B run's state is printed at most this often (one line each), for logs.
+    NOTE_EVERY_S = 10.0
+
     def __init__(self, console: Console) -> None:
         self.console = console
+        self._noted_at = 0.0
 
     def run_started(self, run: RunAnnouncement) -> None:
-        self.console.print(f"perfdoctor: {_run_name(run)} ...", markup=False)
+        self.console.print(f"perfdoctor: {_run_name(run)}{_left(run)} ...", markup=False)
+        self._noted_at = time.monotonic()
+
+    def step(self, progress: object) -> None:
+        note = getattr(progress, "note", None)
+        now = time.monotonic()
+        if note and now - self._noted_at >= self.NOTE_EVERY_S:
+            self._noted_at = now
+            self.console.print(f"perfdoctor:   A/B so far: {note}", markup=False)
 
     def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
         self.console.print(f"perfdoctor: {_run_name(run)}: {_outcome(run, manifest)}", markup=False)

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, summary
+from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
 MAX_WIDTH = 100
@@ -358,7 +358,13 @@ def _variants_table(report: Report, with_applied: bool = True) -> Table | Text |
         line.append(" — " + fmt.one_line(row.reason))
         reasons.append(line)
     note = Text(fmt.one_line(summary.VARIANTS_NOTE), style="dim")
-    return Group(table, *reasons, note)
+    measured = [
+        Text("  " + fmt.one_line(measurement.line(r), 400), style="dim")
+        for r in measurement.measurement_rows(report)
+    ]
+    if measured:
+        measured.insert(0, Text("How each fix was measured", style="bold"))
+    return Group(table, *reasons, note, *measured)
 
 
 def _footer_lines(report: Report) -> list[Text]:

@@ -224,7 +224,20 @@ def test_debug_mlp_anomaly_off_variant_is_applied_verified_and_judged(
     assert variant["verdict"] in ("accepted", "rejected")
     assert variant["reason"].strip()
     assert variant["speedup"] is not None and variant["speedup"] > 0
-    assert (debug_mlp.session / "anomaly-off" / "manifest.json").is_file()
+    # Switchable: measured in one process, against the baseline arm of the same child run.
+    assert variant["method"] == "in-process"
+    assert (debug_mlp.session / "ab" / "manifest.json").is_file()
+    assert (debug_mlp.session / "ab" / "ab.json").is_file()
+    assert variant["pairs"] >= 3
+    low, high = variant["interval"]
+    assert low <= variant["speedup"] <= high
+    assert variant["baseline_step_ms_p50"] / variant["step_ms_p50"] == pytest.approx(
+        variant["speedup"]
+    )
+    if variant["reason"].startswith("faster"):
+        # A fix that is faster gets its seeded run: numerics against the seeded baseline.
+        assert (debug_mlp.session / "anomaly-off" / "manifest.json").is_file()
+        assert variant["numerics"].startswith("seeded run")
 
 
 # "The tuned sample gives no warning" is shown on its recorded run
