@@ -253,6 +253,7 @@ def _in_process_result(
         variant.optimizations,
         label=variant.label,
         numerics_note=note,
+        peel_of=variant.peel_of,
     )
 
 

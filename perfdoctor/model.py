@@ -338,6 +338,8 @@ class VariantResult:
     quartiles_ms: tuple[float, float, float] | None = None
     numerics: str = ""  # how the numerics were checked, against which tolerance
     load: str | None = None  # what other processes took of the machine meanwhile
+    # A peel comparison: the stack against the stack without this fix (not the baseline).
+    peel_of: str | None = None
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,12 @@ def compare_in_process(
     *,
     label: str,
     numerics_note: str | None = None,
+    peel_of: str | None = None,
 ) -> VariantResult:
     """The verdict of comparison `label` of the A/B child. `numerics_runs`: the variant's
     seeded run(s); empty where another comparison's run holds the check (`numerics_note`
-    says which: a peel comparison's fixes are checked by the stack's seeded run)."""
+    says which: a peel comparison's fixes are checked by the stack's seeded run).
+    `peel_of`: the comparison is the stack against the stack without this fix."""
     ids = tuple(optimization_ids)
     comparison = ab.comparison(label) if ab is not None else None
     end = ab.end_of(label) if ab is not None else None
@@ -128,6 +130,7 @@ def compare_in_process(
         baseline_quartiles_ms=_quartiles(ref_q),
         quartiles_ms=_quartiles(test_q),
         load=load,
+        peel_of=peel_of,
     )
     if ab is None or comparison is None:
         reason = ab_run.failure_line() if not ab_run.usable else "the A/B run left no ab.json"
@@ -161,4 +164,22 @@ def compare_in_process(
     else:
         result = replace(result, numerics=numerics_note or "not checked")
     verdict, reason = speed_verdict(est, end.ended if end else None, ab.measure_s)
+    if peel_of is not None:
+        reason = _peel_reason(peel_of, est, reason)
     return replace(result, verdict=verdict, reason=reason)
+
+
+def _peel_reason(fix: str, est: PairedEstimate | None, reason: str) -> str:
+    """A peel comparison prices `fix` on top of the rest of the stack: say what that means
+    for the stack (keep it, or drop it and why)."""
+    decision = est.decision if est is not None else "undecided"
+    if decision == "faster":
+        return f"keep {fix}: it still pays on top of the rest of the stack; {reason}"
+    if decision == "slower":
+        return f"drop {fix}: it hurts in combination with the rest of the stack; {reason}"
+    if decision == "no-gain":
+        return (
+            f"drop {fix}: it adds nothing on top of the rest of the stack (its gain overlaps "
+            f"with theirs); {reason}"
+        )
+    return f"cannot tell what {fix} adds on top of the rest of the stack; {reason}"

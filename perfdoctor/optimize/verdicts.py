@@ -220,7 +220,10 @@ def stack_candidates(results: Sequence[VariantResult]) -> list[str]:
     accepted = [
         r
         for r in results
-        if r.verdict == "accepted" and len(r.optimizations) == 1 and r.optimizations[0] in CATALOG
+        if r.verdict == "accepted"
+        and len(r.optimizations) == 1
+        and r.optimizations[0] in CATALOG
+        and r.peel_of is None
     ]
     accepted.sort(key=lambda r: -(r.speedup or 0.0))
     chosen: list[str] = []

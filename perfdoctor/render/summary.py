@@ -389,7 +389,11 @@ def lead_finding(report: Report) -> Finding:
     the largest measured speedup (a measured result outranks an estimate, and a fix that was
     tried and rejected must not headline over one that worked); else the top-ranked one."""
     accepted = sorted(
-        (v for v in report.variants if v.verdict == "accepted" and len(v.optimizations) == 1),
+        (
+            v
+            for v in report.variants
+            if v.verdict == "accepted" and len(v.optimizations) == 1 and v.peel_of is None
+        ),
         key=lambda v: v.speedup if v.speedup is not None else float("-inf"),
         reverse=True,
     )
@@ -478,7 +482,7 @@ def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation])
     if not report.variants:
         return _measured_overall(report)
     fix_ids = {r.optimization_id for r in recs} | set(top.optimizations)
-    relevant = [v for v in report.variants if fix_ids & set(v.optimizations)]
+    relevant = [v for v in report.variants if fix_ids & set(v.optimizations) and v.peel_of is None]
     if not relevant:
         return "No variant applied a fix for this finding; see the variants table."
     accepted = [v for v in relevant if v.verdict == "accepted"]
@@ -490,7 +494,7 @@ def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation])
 def _measured_overall(report: Report) -> str:
     if not report.variants:
         return "Not measured: no optimization was applied and re-measured in this run."
-    accepted = [v for v in report.variants if v.verdict == "accepted"]
+    accepted = [v for v in report.variants if v.verdict == "accepted" and v.peel_of is None]
     if not accepted:
         return f"{len(report.variants)} variant(s) measured, none accepted."
     best = max(accepted, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
