@@ -46,6 +46,19 @@ def _quartiles(q: Quartiles | None) -> tuple[float, float, float] | None:
     return (q.p25, q.p50, q.p75) if q is not None else None
 
 
+def _load(run: RunSample) -> str | None:
+    """The load the A/B run was measured at. Both arms ran under it, a few seconds apart, so
+    it does not bias the comparison; but a fix's gain can depend on it (threads on a busy
+    machine), so the figures are said to hold at this load."""
+    if run.other_busy_cores is None:
+        return None
+    of = f" of {run.cpu_cores}" if run.cpu_cores else ""
+    busy = busy_machine_note([run]) is not None
+    return f"other processes kept {run.other_busy_cores:.1f}{of} cores busy" + (
+        "; both arms ran under it, so the comparison holds at this load" if busy else ""
+    )
+
+
 def describe(est: PairedEstimate, measure_s: float | None) -> str:
     took = ""
     if measure_s is not None:
@@ -102,10 +115,7 @@ def compare_in_process(
     if ab is not None and comparison is not None:
         ref_q = arm_quartiles(ab.blocks, comparison.reference, rounds)
         test_q = arm_quartiles(ab.blocks, comparison.test, rounds)
-    load = busy_machine_note([ab_run])
-    if load is None and ab_run.other_busy_cores is not None:
-        of = f" of {ab_run.cpu_cores}" if ab_run.cpu_cores else ""
-        load = f"other processes kept {ab_run.other_busy_cores:.1f}{of} cores busy"
+    load = _load(ab_run)
     result = VariantResult(
         label=label,
         optimizations=ids,

@@ -1,0 +1,114 @@
+"""optimize/inprocess_verdict.py: a fix measured in one process, judged from saved runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from perfdoctor.analyze.run_stats import RunSample
+from perfdoctor.model import ABDesign, AppliedOptimization, Arm, Comparison
+from perfdoctor.optimize.inprocess import ABLog, Block, ComparisonEnd
+from perfdoctor.optimize.inprocess_verdict import compare_in_process
+
+FIX = "anomaly-off"
+ON = AppliedOptimization(id=FIX, applied=True, verified=True, detail="off")
+LOSSES = tuple(2.0 * math.exp(-0.05 * i) for i in range(25))
+
+
+def ab_log(ratio: float, rounds: int = 12, ended: str = "faster", *, jitter: float = 0.02) -> ABLog:
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm(FIX, (FIX,))), comparisons=(Comparison(FIX, 0, 1),)
+    )
+    blocks = []
+    for r in range(1, rounds + 1):
+        base = 10.0 * (1 + 0.3 * math.sin(r))  # load drifting between rounds
+        wobble = 1 + jitter * (-1) ** r
+        blocks.append(Block(r, 0, 0, (99.0, base, base, base), 1, arm_warmup=r == 1))
+        test = base / ratio * wobble
+        blocks.append(Block(r, 1, 0, (99.0, test, test, test), 1, arm_warmup=r == 1))
+    return ABLog(
+        design=design,
+        rounds=rounds,
+        measure_s=4.2,
+        comparisons=(ComparisonEnd(FIX, ended, rounds, 3),),
+        blocks=tuple(blocks),
+    )
+
+
+def sample(label: str, losses=LOSSES, applied=(ON,), status: str = "completed") -> RunSample:
+    return RunSample(
+        label=label,
+        step_ms=(10.0,) * 20,
+        losses=losses,
+        status=status,
+        applied=applied,
+        run_dir=f"/s/{label}",
+        other_busy_cores=0.9,
+        cpu_cores=2,
+    )
+
+
+BASELINE = [sample("baseline", applied=())]
+
+
+def judge(log: ABLog | None, numerics=None, **kw):
+    return compare_in_process(
+        BASELINE,
+        sample("ab"),
+        log,
+        numerics if numerics is not None else [sample(FIX)],
+        (FIX,),
+        label=FIX,
+        **kw,
+    )
+
+
+def test_a_clear_gain_is_accepted_with_one_statistic_and_its_two_step_times() -> None:
+    result = judge(ab_log(2.0))
+    assert result.verdict == "accepted" and result.reason.startswith("faster: ")
+    assert result.speedup == pytest.approx(2.0, rel=0.02)
+    assert result.method == "in-process"
+    assert result.baseline_step_ms_p50 / result.step_ms_p50 == pytest.approx(result.speedup)
+    low, high = result.interval
+    assert low > 1.0 and low < result.speedup < high
+    assert result.pairs == 11  # the first round is every arm's warm-up
+    assert result.quartiles_ms is not None and result.baseline_quartiles_ms is not None
+    assert result.numerics.startswith("seeded run against the baseline's, tolerance")
+    assert "0.9 of 2 cores" in (result.load or "")
+
+
+def test_a_slower_fix_and_a_no_gain_fix_are_rejected_with_their_reason() -> None:
+    assert judge(ab_log(0.5)).reason.startswith("slower: 0.50x")
+    same = judge(ab_log(1.0, jitter=0.001), numerics=[])
+    assert same.verdict == "rejected" and same.reason.startswith("no gain beyond ±5%")
+
+
+def test_numerics_from_the_seeded_run_reject_a_drifting_loss() -> None:
+    drifting = tuple(v * 1.5 for v in LOSSES)
+    result = judge(ab_log(2.0), numerics=[sample(FIX, losses=drifting)])
+    assert result.verdict == "rejected" and "loss" in result.reason
+
+
+def test_a_refused_applier_or_a_crashed_seeded_run() -> None:
+    refused = AppliedOptimization(id=FIX, applied=False, verified=False, detail="nothing to do")
+    result = judge(ab_log(2.0), numerics=[sample(FIX, applied=(refused,))])
+    assert result.verdict == "rejected" and result.reason.startswith("not applied")
+    crashed = judge(ab_log(2.0), numerics=[sample(FIX, status="script_crashed")])
+    assert crashed.verdict == "failed" and crashed.reason.startswith("seeded run")
+    assert judge(None).verdict == "failed"
+
+
+def test_a_comparison_the_child_ended_as_not_switchable() -> None:
+    log = ab_log(2.0, ended="cannot switch: anomaly-off")
+    assert judge(log).reason == "cannot switch: anomaly-off"
+
+
+def test_a_peel_comparison_says_keep_or_drop() -> None:
+    keep = judge(ab_log(1.5), numerics=[], peel_of=FIX, numerics_note="stack's run")
+    assert keep.reason.startswith(f"keep {FIX}") and keep.peel_of == FIX
+    assert keep.numerics == "stack's run"
+    drop = judge(ab_log(1.0, jitter=0.001), numerics=[], peel_of=FIX)
+    assert drop.reason.startswith(f"drop {FIX}: it adds nothing")
+    hurts = judge(ab_log(0.7), numerics=[], peel_of=FIX)
+    assert hurts.reason.startswith(f"drop {FIX}: it hurts in combination")
