@@ -1,0 +1,119 @@
+"""The pipeline's in-process A/B: which fixes it measures in one process, the design it asks
+the child for (singles; the stack and its peels), and the seeded runs it adds for the fixes
+that came out faster. Child runs and verdicts are faked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from perfdoctor import pipeline
+from perfdoctor.model import RunManifest, StepPlan, Target, VariantResult
+from perfdoctor.session import Session
+
+
+def result(label: str, reason: str) -> VariantResult:
+    return VariantResult(
+        label=label,
+        optimizations=(label,),
+        step_ms_p50=None,
+        step_ms_p90=None,
+        speedup=None,
+        speedup_noise=None,
+        peak_memory_bytes=None,
+        loss_delta=None,
+        verdict="accepted" if reason.startswith("faster") else "rejected",
+        reason=reason,
+    )
+
+
+def make_runner(tmp_path: Path, monkeypatch, reasons: dict[str, str]):
+    specs = []
+
+    def fake_launch(spec, **_kwargs):
+        specs.append(spec)
+        return RunManifest(
+            label=spec.label, status="completed", exit_code=0, wall_s=1.0, steps_seen=30,
+            step_detection="optimizer", plan_complete=True,
+        )  # fmt: skip
+
+    def fake_verdicts(_session_dir, **_kwargs):
+        return [result(v.label, reasons.get(v.label, "no gain")) for v in runner.session.variants]
+
+    monkeypatch.setattr("perfdoctor.collect.launcher.launch", fake_launch)
+    monkeypatch.setattr(pipeline.diagnose, "compare_variants", fake_verdicts)
+    target = Target(kind="script", name="train.py")
+    opts = pipeline.ProfileOptions(
+        target=target, cwd=tmp_path, runs_root=tmp_path / "runs", ab_budget_s=12.0, seed=3
+    )
+    session = Session(
+        target=target, cwd=str(tmp_path), plan=StepPlan(), seed=3, repeat=2, apply=True,
+        created_at="",
+    )  # fmt: skip
+    runner = pipeline._Runner(opts, tmp_path / "runs", session, pipeline.ProgressSink())
+    (tmp_path / "runs").mkdir(parents=True, exist_ok=True)
+    return runner, specs
+
+
+def test_singles_run_in_one_child_and_only_faster_fixes_get_a_seeded_run(
+    tmp_path, monkeypatch
+) -> None:
+    runner, specs = make_runner(tmp_path, monkeypatch, {"anomaly-off": "faster: 2x"})
+    runner.run_in_process(["anomaly-off", "cpu-threads"])
+    ab = specs[0]
+    assert ab.label == "ab" and ab.profile is False
+    assert ab.ab is not None and ab.ab.budget_s == 12.0 and ab.ab.seed == 3
+    assert [a.optimizations for a in ab.ab.arms] == [(), ("anomaly-off",), ("cpu-threads",)]
+    assert [(c.label, c.reference, c.test) for c in ab.ab.comparisons] == [
+        ("anomaly-off", 0, 1),
+        ("cpu-threads", 0, 2),
+    ]
+    assert set(ab.optimizations) == {"anomaly-off", "cpu-threads"}
+    # The seeded run: profiled, the standard plan, the fix alone.
+    assert [(s.label, s.optimizations, s.profile, s.ab) for s in specs[1:]] == [
+        ("anomaly-off", ("anomaly-off",), True, None)
+    ]
+    plans = {v.label: v for v in runner.session.variants}
+    assert plans["anomaly-off"].method == "in-process" and plans["anomaly-off"].ab_run == "ab"
+    assert plans["anomaly-off"].runs == ("anomaly-off",)
+    assert plans["cpu-threads"].runs == ()
+
+
+def test_the_stack_is_measured_with_each_fix_peeled_off(tmp_path, monkeypatch) -> None:
+    runner, specs = make_runner(tmp_path, monkeypatch, {"stacked": "faster: 2x"})
+    runner.run_in_process(["a", "b"], stack=True)
+    design = specs[0].ab
+    assert specs[0].label == "ab-stack"
+    assert [(a.label, a.optimizations) for a in design.arms] == [
+        ("baseline", ()),
+        ("stacked", ("a", "b")),
+        ("stacked-without-a", ("b",)),
+        ("stacked-without-b", ("a",)),
+    ]
+    # The stack against the baseline; the stack against the stack without each fix.
+    assert [(c.label, c.reference, c.test) for c in design.comparisons] == [
+        ("stacked", 0, 1),
+        ("a-in-stack", 2, 1),
+        ("b-in-stack", 3, 1),
+    ]
+    plans = {v.label: v for v in runner.session.variants}
+    assert plans["a-in-stack"].peel_of == "a" and plans["stacked"].peel_of is None
+    assert [s.label for s in specs[1:]] == ["stacked"]  # the stack's seeded run only
+
+
+def test_which_candidates_are_measured_in_one_process(tmp_path) -> None:
+    record = SimpleNamespace(ranks_launched=1, ranks=())
+    diagnosis = SimpleNamespace(record=record)
+    target = Target(kind="script", name="train.py")
+    options = pipeline.ProfileOptions(target=target, cwd=tmp_path, runs_root=tmp_path)
+    candidates = ["anomaly-off", "dataloader-workers", "cpu-threads"]
+    chosen = pipeline.in_process_candidates(candidates, options, diagnosis)  # type: ignore[arg-type]
+    assert chosen == ["anomaly-off", "cpu-threads"]
+    off = pipeline.ProfileOptions(target=target, cwd=tmp_path, runs_root=tmp_path, in_process=False)
+    assert pipeline.in_process_candidates(candidates, off, diagnosis) == []  # type: ignore[arg-type]
+    ranks = SimpleNamespace(record=SimpleNamespace(ranks_launched=2, ranks=()))
+    assert pipeline.in_process_candidates(candidates, options, ranks) == []  # type: ignore[arg-type]
+    command = pipeline.ProfileOptions(
+        target=Target(kind="command", name="torchrun"), cwd=tmp_path, runs_root=tmp_path
+    )
+    assert pipeline.in_process_candidates(candidates, command, diagnosis) == []  # type: ignore[arg-type]
