@@ -117,3 +117,18 @@ def test_which_candidates_are_measured_in_one_process(tmp_path) -> None:
         target=Target(kind="command", name="torchrun"), cwd=tmp_path, runs_root=tmp_path
     )
     assert pipeline.in_process_candidates(candidates, command, diagnosis) == []  # type: ignore[arg-type]
+
+
+def test_a_fix_that_changes_the_arithmetic_gets_the_baselines_spread_first(
+    tmp_path, monkeypatch
+) -> None:
+    runner, specs = make_runner(tmp_path, monkeypatch, {"cpu-threads": "faster: 1.5x"})
+    runner.baseline_repeats = 1
+    runner.session = runner.session.with_run("baseline", "baseline")
+    runner.run_in_process(["cpu-threads"])
+    # cpu-threads is judged at the "tf32" tolerance, widened by the baseline's own spread:
+    # a second seeded baseline run comes before the fix's seeded run.
+    assert [(s.label, s.run_dir.rsplit("runs/", 1)[1]) for s in specs[1:]] == [
+        ("baseline", "baseline/repeat-2"),
+        ("cpu-threads", "cpu-threads"),
+    ]
