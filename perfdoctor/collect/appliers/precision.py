@@ -34,7 +34,6 @@ from perfdoctor.collect.appliers.base import (
     called_from_perfdoctor,
     is_compiling,
 )
-from perfdoctor.collect.appliers.held import HeldSetting
 
 log = logging.getLogger(__name__)
 
@@ -411,81 +410,90 @@ class Tf32(Applier):
     fp32_precision API raises at read time, mechanics §3.c). Set at install, so iteration 1
     already benefits, and again after the script's own setup (first optimizer step), unless
     the script itself asked for a precision (set_float32_matmul_precision, or
-    torch.backends.cuda.matmul.allow_tf32 / fp32_precision): that choice stands.
+    torch.backends.cuda.matmul.allow_tf32 / fp32_precision): that choice stands, and the
+    precision goes back to what the script set.
 
     Switchable (in-process A/B): the script's later calls go through as before and are
     remembered; off, the precision is what the unmodified script would have set by then, on,
-    'high' again. A script that uses the new fp32_precision API cannot be read back through
-    the legacy one: the applier then refuses and leaves the precision to the script."""
+    'high' again. Since torch 2.9 the legacy reading raises once the global precision and
+    the cuBLAS flag disagree ('high', then allow_tf32 = False), so the script's precision is
+    not read back but replayed: its last set_float32_matmul_precision (else the precision at
+    start-up), then its allow_tf32 assignment after that, which is all the two legacy calls
+    leave behind. A script that uses the new fp32_precision API is not followed: the applier
+    refuses, at whatever step, and puts back the script's own settings."""
 
     id = "tf32"
     switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
         self.active = True
-        self.setting: HeldSetting[str] | None = None
         if not base.cuda_available():
             self.refuse("TF32 is a CUDA tensor-core mode; this run has no CUDA device")
             return
         self.user_choice: str | None = None
-        original = torch.set_float32_matmul_precision
-        self.setting = setting = HeldSetting(torch.get_float32_matmul_precision, original, "high")
+        self.startup_precision = torch.get_float32_matmul_precision()
+        self.script_precision: str | None = None  # its last set_float32_matmul_precision
+        self.script_allow_tf32: bool | None = None  # its allow_tf32 assignment after that
+        self.script_new_api: Any = None  # its matmul.fp32_precision, when it used that
+        self._set_precision = original = torch.set_float32_matmul_precision
         applier = self
 
         def set_precision(precision: str) -> None:
             original(precision)
             if not called_from_perfdoctor():
+                applier.script_precision, applier.script_allow_tf32 = precision, None
                 applier._script_chose(f"float32 matmul precision {precision!r}")
 
         ctx.patcher.patch(torch, "set_float32_matmul_precision", set_precision)
-        matmul_type = type(torch.backends.cuda.matmul)
-        original_setattr = matmul_type.__setattr__
+        self.matmul = torch.backends.cuda.matmul
+        self._matmul_setattr = original_setattr = type(self.matmul).__setattr__
 
         def matmul_setattr(matmul: Any, name: str, value: Any) -> None:
             original_setattr(matmul, name, value)
-            if name in ("allow_tf32", "fp32_precision") and not called_from_library():
-                applier._script_chose(f"torch.backends.cuda.matmul.{name} = {value!r}")
+            if name not in ("allow_tf32", "fp32_precision") or called_from_library():
+                return
+            if name == "allow_tf32":
+                applier.script_allow_tf32 = bool(value)
+            else:
+                applier.script_new_api = value
+            applier._script_chose(f"torch.backends.cuda.matmul.{name} = {value!r}")
 
-        ctx.patcher.patch(matmul_type, "__setattr__", matmul_setattr)
-        setting.hold()
+        ctx.patcher.patch(type(self.matmul), "__setattr__", matmul_setattr)
+        original("high")
         self.mark_applied("float32 matmul precision 'highest' -> 'high' (TF32)")
 
         def after_setup(roots: list[Any], optimizers: list[Any]) -> None:
             if self.user_choice is not None:
+                self._give_back()
                 self.refuse(f"the script sets {self.user_choice}")
             elif self.active:
-                self._apply()
+                original("high")
 
         ctx.when_roots_known(self, after_setup)
 
     def _script_chose(self, what: str) -> None:
         if self.user_choice is None:
             self.user_choice = what
-        if self.setting is None or self.applied is False:
-            return
-        try:
-            self.setting.script_changed()
-        except RuntimeError as exc:  # the legacy reading of a precision set the new way
-            self._give_up(what, exc)
+        if self.script_new_api is not None and self.applied is not False:
+            self._give_back()
+            self.refuse(f"the script sets {what}: the new precision API is not followed")
 
-    def _give_up(self, what: str, exc: Exception) -> None:
-        log.info("tf32: the legacy matmul precision cannot be read: %s", exc)
-        self.refuse(f"the script sets {what}, which the legacy precision API cannot read")
-
-    def _apply(self) -> None:
-        if self.setting is None or self.applied is False:
-            return  # refused: the precision is the script's
-        try:
-            if self.active:
-                self.setting.hold()
-            else:
-                self.setting.release()
-        except RuntimeError as exc:
-            self._give_up(self.user_choice or "the fp32_precision API", exc)
+    def _give_back(self) -> None:
+        """The precision the unmodified script would have now."""
+        self._set_precision(self.script_precision or self.startup_precision)
+        if self.script_allow_tf32 is not None:
+            self._matmul_setattr(self.matmul, "allow_tf32", self.script_allow_tf32)
+        if self.script_new_api is not None:
+            self._matmul_setattr(self.matmul, "fp32_precision", self.script_new_api)
 
     def switch(self, on: bool) -> None:
         self.active = on
-        self._apply()
+        if self.applied is False:
+            return  # refused: the precision is the script's
+        if on:
+            self._set_precision("high")
+        else:
+            self._give_back()
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         precision = torch.get_float32_matmul_precision()
