@@ -562,3 +562,20 @@ def test_fused_keeps_a_param_groups_own_choice(harness_factory):
     assert [group["fused"] for group in opt.param_groups] == [None, None]
     row = harness.results()["fused-optimizer"]
     assert row["applied"] is False and "param-group foreach=False" in row["detail"]
+
+
+def test_fp16_scales_the_loss_of_a_compiled_model(harness_factory, counted_compile):
+    """Compiled, the autocast wrapper runs only while traced (no call is counted): the loss
+    must still be scaled, since the GradScaler's step unscales the gradients regardless."""
+    data = learnable()
+    baseline = Harness(())
+    model = seeded(Mlp)
+    base_losses = baseline.train(model, sgd(model), data, steps=20)
+
+    harness = harness_factory("amp-fp16", "compile")
+    model = seeded(Mlp)
+    plan = [ON] * 3 + [(index // 3) % 2 == 0 for index in range(17)]
+    losses = harness.train(model, sgd(model), data, steps=20, positions=plan)
+    amp = harness.applier("amp-fp16")
+    assert amp.scaled_backwards == amp.scaled_steps == sum(plan[1:])
+    assert abs(losses[-1] - base_losses[-1]) / base_losses[-1] < 1e-2

@@ -23,7 +23,7 @@ from perfdoctor.collect.appliers.held import HeldSetting
 
 def _cudnn_flag(name: str) -> Any:
     """The ContextProp behind torch.backends.cudnn.<name>: the C flag's getter and setter."""
-    return type(torch.backends.cudnn).__dict__[name]
+    return vars(type(torch.backends.cudnn))[name]
 
 
 class _ScriptAssignment:
