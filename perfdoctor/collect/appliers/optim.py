@@ -8,9 +8,10 @@ a device with fused kernels. Numerics were identical to 5 decimals (mechanics §
 
 Fused switches between steps (in-process A/B), per optimizer it fused: every param group's
 `fused` (and the optimizer's defaults, for groups added later) goes between True and the
-constructor's default, the script's own (it chose no implementation, or nothing was fused),
-and `_step_supports_amp_scaling` with it (set by the fused constructor: a GradScaler then
-hands the scale to the optimizer instead of unscaling, which the non-fused step rejects).
+constructor's default for `fused`, which is the script's own since it chose no
+implementation; `_step_supports_amp_scaling` goes with it (set by the fused constructor: a
+GradScaler then hands the scale to the optimizer instead of unscaling, which the non-fused
+step rejects).
 The one state that differs between the implementations is Adam/AdamW/Adagrad's
 state['step']: fused keeps it as a float32 tensor on the parameter's device, the others
 (not capturable) as a CPU scalar, which on CUDA they would read with one sync per
@@ -125,7 +126,6 @@ def fused_refusal(cls_name: str, tensors: list[torch.Tensor]) -> str | None:
 
 class FusedOptimizer(Applier):
     id = "fused-optimizer"
-
     switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
