@@ -1,8 +1,23 @@
-"""The optimization ids whose applier can be switched on and off between steps
-(collect/appliers/base.py, `Applier.switchable`): measured in one process by in-process A/B
-(optimize/inprocess.py) instead of by re-runs. A test keeps this in step with the appliers.
-Pure: no torch."""
+"""The optimization ids whose runtime applier can switch between steps.
+
+Pure (no torch): the planner reads it to decide which variants are measured in-process
+against the baseline, in one child run. tests/unit/optimize/test_switchable.py keeps it
+equal to the appliers' own `switchable` flags.
+"""
 
 from __future__ import annotations
 
-SWITCHABLE: frozenset[str] = frozenset({"anomaly-off", "cpu-threads"})
+SWITCHABLE: frozenset[str] = frozenset(
+    {
+        "amp-bf16",
+        "amp-fp16",
+        "anomaly-off",
+        "compile",
+        "cpu-threads",
+        "cudnn-benchmark",
+        "cudnn-nondeterministic",
+        "fused-optimizer",
+        "tf32",
+    }
+)
+"""Ids whose applier can switch between steps (Applier.switchable, collect/appliers/base.py)."""

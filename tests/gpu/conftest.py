@@ -1,8 +1,9 @@
 """Everything under tests/gpu needs a live CUDA device: marked `gpu`, skipped without one.
 
-Run them on a CUDA machine with `python -m pytest tests/gpu -q` (or `-m gpu`). The tests
-drive perfdoctor through its command line in child processes, so this process only asks
-whether CUDA is there and never creates a CUDA context itself.
+Run them on a CUDA machine with `python -m pytest tests/gpu -q` (or `-m gpu`). Most tests
+drive perfdoctor through its command line in child processes; test_gpu_switches.py drives
+the appliers in this process (as tests/integration/test_appliers_cuda.py does), so only the
+worker that runs it creates a CUDA context. Collection only asks whether CUDA is there.
 """
 
 from __future__ import annotations

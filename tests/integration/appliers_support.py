@@ -3,6 +3,8 @@
 `Harness.train()` runs a tiny training loop and publishes what the probes would: the start of
 each step, the roots at the first optimizer step, and the end of the run. Every patch the
 appliers made is undone by `close()` (the fixture calls it), so tests stay independent.
+With `positions`, the appliers are switched on or off before each step, as the in-process
+A/B controller does at step boundaries.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from perfdoctor.collect import appliers
+from perfdoctor.collect.appliers.base import Applier
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.model import RunSpec, Target
 
@@ -46,10 +49,13 @@ class Harness:
         loss_fn: Callable[[Any, torch.Tensor], torch.Tensor] | None = None,
         before_step: Callable[[torch.nn.Module], None] | None = None,
         zero_grad: Callable[[], None] | None = None,
+        positions: Sequence[bool] | None = None,
     ) -> list[float]:
         loss_fn = loss_fn or (lambda out, y: torch.nn.functional.mse_loss(out, y))
         iterator = iter(batches)
         for index in range(steps):
+            if positions is not None:
+                self.switch(positions[index])
             self.runtime.publish_step_start(index, "warmup" if index < 1 else "timed")
             x, y = next(iterator)
             (zero_grad or optimizer.zero_grad)()
@@ -62,6 +68,16 @@ class Harness:
             if index == 0:
                 self.runtime.publish_roots([model], [optimizer])
         return self.losses
+
+    def applier(self, opt_id: str) -> Applier:
+        assert self.applied is not None
+        return next(a for a in self.applied.appliers if a.id == opt_id)
+
+    def switch(self, on: bool) -> None:
+        """Every installed applier on or off (between steps only)."""
+        assert self.applied is not None
+        for applier in self.applied.appliers:
+            applier.switch(on)
 
     def results(self) -> dict[str, dict[str, Any]]:
         assert self.applied is not None

@@ -170,6 +170,18 @@ class InertContext:
 
 
 class DebugModesOff(Applier):
+    """Not switchable between steps. The sync debug mode alone could be (hold 0 while on,
+    the script's last mode while off), but this id also covers the script's profilers, and
+    those cannot be switched honestly: a profiler object lives across many steps. One the
+    script builds while the fix is on is inert and cannot start recording later at the
+    point its schedule would be; a real one built while off keeps running into the on-steps.
+    Handing the script a real profiler and toggling its collection instead
+    (toggle_collection_dynamic) leaves the profiler itself enabled: its schedule still
+    steps, its on_trace_ready handler still exports traces, the Python stack tracer and the
+    allocator hooks of profile_memory stay in, and the legacy autograd profiler, emit_nvtx
+    and emit_itt have no toggle at all. The on-arm would not be "no profiler", and a real
+    profiler of the script's would also collide with perfdoctor's own profiler window."""
+
     id = "debug-modes-off"
 
     def install(self, ctx: ApplyContext) -> None:

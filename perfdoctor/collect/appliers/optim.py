@@ -5,6 +5,20 @@ attribute, so `from torch.optim import AdamW` aliases are covered; subclasses, b
 apex are left alone) to add fused=True only when the script chose no implementation itself
 (none of fused/foreach/differentiable/capturable) and every parameter is floating point on
 a device with fused kernels. Numerics were identical to 5 decimals (mechanics §3.f).
+
+Fused switches between steps (in-process A/B), per optimizer it fused: every param group's
+`fused` (and the optimizer's defaults, for groups added later) goes between True and the
+constructor's default for `fused`, which is the script's own since it chose no
+implementation; `_step_supports_amp_scaling` goes with it (set by the fused constructor: a
+GradScaler then hands the scale to the optimizer instead of unscaling, which the non-fused
+step rejects).
+The one state that differs between the implementations is Adam/AdamW/Adagrad's
+state['step']: fused keeps it as a float32 tensor on the parameter's device, the others
+(not capturable) as a CPU scalar, which on CUDA they would read with one sync per
+parameter. The switch moves it to the form the implementation expects (the count is exact
+in either); SGD keeps only momentum buffers, the same in both. So toggling is safe for the
+four classes fused at all; an optimizer whose groups carry an implementation choice of the
+script is never fused, so there is nothing to switch.
 """
 
 from __future__ import annotations
@@ -22,6 +36,7 @@ log = logging.getLogger(__name__)
 
 FUSED_CLASSES = ("Adam", "AdamW", "SGD", "Adagrad")
 _USER_CHOICES = ("fused", "foreach", "differentiable", "capturable")
+_AMP_SCALING = "_step_supports_amp_scaling"
 
 
 def _fused_devices() -> tuple[str, ...]:
@@ -61,6 +76,41 @@ def _tensors(params: list[Any]) -> list[torch.Tensor]:
     return found
 
 
+def _chosen(arguments: dict[str, Any]) -> list[str]:
+    """The implementation choices among a constructor's arguments or a param group's keys."""
+    return [
+        f"{k}={arguments[k]}"
+        for k in _USER_CHOICES
+        if arguments.get(k) not in (None, False)
+        or (k in ("fused", "foreach") and arguments.get(k) is False)
+    ]
+
+
+def _unfused_step_dtype() -> torch.dtype:
+    # What a non-fused, non-capturable optimizer creates (torch.optim.optimizer's
+    # _get_scalar_dtype): float64 only under a float64 default dtype.
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def _move_steps(optimizer: Any, fused: bool) -> None:
+    """state['step'] in the form the implementation about to run expects."""
+    for group in optimizer.param_groups:
+        if group.get("capturable"):
+            continue  # capturable keeps it on the device either way
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            step = state.get("step") if state else None
+            if not isinstance(step, torch.Tensor):
+                continue
+            device, dtype = (
+                (param.device, torch.float32)
+                if fused
+                else (torch.device("cpu"), _unfused_step_dtype())
+            )
+            if step.device != device or step.dtype != dtype:
+                state["step"] = step.to(device=device, dtype=dtype)
+
+
 def fused_refusal(cls_name: str, tensors: list[torch.Tensor]) -> str | None:
     if not tensors:
         return "no parameters"
@@ -76,9 +126,13 @@ def fused_refusal(cls_name: str, tensors: list[torch.Tensor]) -> str | None:
 
 class FusedOptimizer(Applier):
     id = "fused-optimizer"
+    switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
         self.fused: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The constructor's own default for `fused`, per optimizer: what switching off restores.
+        self.unfused: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self.active = True
         self.patched: list[str] = []
         for name in FUSED_CLASSES:
             cls = getattr(torch.optim, name, None)
@@ -106,18 +160,20 @@ class FusedOptimizer(Applier):
             except TypeError:
                 original(optimizer, *args, **kwargs)
                 return
-            chosen = [
-                f"{k}={bound.arguments[k]}"
-                for k in _USER_CHOICES
-                if bound.arguments.get(k) not in (None, False)
-                or (k in ("fused", "foreach") and bound.arguments.get(k) is False)
-            ]
+            chosen = _chosen(bound.arguments)
             if chosen:
                 applier.note(f"{cls.__name__}: kept the script's {', '.join(chosen)}")
                 original(optimizer, *args, **kwargs)
                 return
             params = _materialize(bound.arguments["params"])
             bound.arguments["params"] = params
+            group_chosen = [c for g in params if isinstance(g, dict) for c in _chosen(g)]
+            if group_chosen:
+                applier.note(
+                    f"{cls.__name__}: kept the script's param-group {', '.join(group_chosen)}"
+                )
+                original(*bound.args, **bound.kwargs)
+                return
             reason = fused_refusal(cls.__name__, _tensors(params))
             if reason is not None:
                 applier.note(f"{cls.__name__}: not fused: {reason}")
@@ -132,6 +188,9 @@ class FusedOptimizer(Applier):
                 original(*bound.args, **bound.kwargs)
                 return
             applier.fused.add(optimizer)
+            applier.unfused[optimizer] = signature.parameters["fused"].default
+            if not applier.active:  # switched off before the script built it
+                applier._set_fused(optimizer, False)
             change = f"{cls.__name__}(fused=True)"
             if applier.applied:
                 applier.note(change)
@@ -139,6 +198,22 @@ class FusedOptimizer(Applier):
                 applier.mark_applied(change)
 
         return init
+
+    def _set_fused(self, optimizer: Any, on: bool) -> None:
+        value = True if on else self.unfused.get(optimizer)
+        _move_steps(optimizer, fused=on)
+        optimizer.defaults["fused"] = value
+        for group in optimizer.param_groups:
+            group["fused"] = value
+        if on:
+            setattr(optimizer, _AMP_SCALING, True)
+        else:
+            vars(optimizer).pop(_AMP_SCALING, None)
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        for optimizer in list(self.fused):
+            self._set_fused(optimizer, on)
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         optimizers = list(self.fused)

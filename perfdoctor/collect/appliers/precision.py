@@ -7,6 +7,14 @@ Tensor.backward still records the unscaled loss), each optimizer's step becomes
 `scaler.step(opt)` with a lazy `scaler.update()`, and gradient clipping unscales first
 (mechanics §3.a: without that, clipping saw a grad norm of 2.75e5 instead of 1.85 and
 training was crippled).
+
+The autocast appliers switch between steps (in-process A/B). Off, the forward is the
+model's own (no autocast, outputs as the model gives them) and fp16's GradScaler is out of
+the way entirely: the loss is not scaled, clipping does not unscale, optimizer.step is the
+optimizer's own. The scaler's update() still pending from the last on-step runs at the
+switch, so the loss scale and its growth tracker stand where the on-steps left them, and
+the next on-block continues from there, as if the off-steps had not happened to the scaler;
+only on-steps count as scaled or skipped steps.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
     Applier,
     ApplyContext,
+    called_from_library,
     called_from_perfdoctor,
     is_compiling,
 )
@@ -78,8 +87,11 @@ class AutocastForward:
         self.calls = 0
         self.user_autocast_calls = 0
         self.traced = False  # traced into a torch.compile graph
+        self.active = True  # switched off (in-process A/B): the model's own forward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.active:  # a compiled model guards on it: one graph for each position
+            return self.original(*args, **kwargs)
         # Under torch.compile this body is traced: counting there would make Dynamo guard on
         # the counters and recompile every call; a plain store is replayed without a guard.
         compiling = is_compiling()
@@ -110,10 +122,12 @@ def _root_device_type(root: torch.nn.Module) -> str | None:
 
 class _AutocastApplier(Applier):
     needs_roots = True
+    switchable = True
     dtype: ClassVar[torch.dtype]
 
     def install(self, ctx: ApplyContext) -> None:
         self.ctx = ctx
+        self.active = True
         self.wrappers: list[AutocastForward] = []
         self.probed_dtypes: list[torch.dtype] = []
         self.user_scalers = 0
@@ -147,6 +161,7 @@ class _AutocastApplier(Applier):
             return
         for root in roots:
             wrapper = AutocastForward(root, device_type, self.dtype)
+            wrapper.active = self.active
             self.ctx.patcher.patch(root, "forward", wrapper)
             self.wrappers.append(wrapper)
             self._add_probe(root)
@@ -163,6 +178,11 @@ class _AutocastApplier(Applier):
 
     def after_wrap(self, device_type: str, optimizers: list[Any]) -> None:
         """fp16 adds its GradScaler here."""
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        for wrapper in self.wrappers:
+            wrapper.active = on
 
     def _add_probe(self, root: torch.nn.Module) -> None:
         """Record the dtype autocast gives the root's first Linear/Conv, once. A global hook,
@@ -237,6 +257,8 @@ class ScaledStep:
         if self.inside:
             self.reached = True
             return self.original(*args, **kwargs)
+        if not self.applier.active:  # switched off: the gradients were never scaled
+            return self.original(*args, **kwargs)
         if self.optimizer in self.applier.stepped_since_update:
             self.applier.flush_update()
         self.inside, self.reached = True, False
@@ -288,6 +310,12 @@ class AmpFp16(_AutocastApplier):
             self._update(self.scaler)
             self.stepped_since_update.clear()
 
+    def switch(self, on: bool) -> None:
+        # Between steps the last on-iteration is complete: its update() is due now, before
+        # the off-steps (which never touch the scaler) or the next on-block.
+        self.flush_update()
+        super().switch(on)
+
     def precondition(self, device_type: str, optimizers: list[Any]) -> str | None:
         if device_type == "cpu" and not hasattr(torch.amp, "GradScaler"):
             return "this torch has no CPU GradScaler"
@@ -318,7 +346,9 @@ class AmpFp16(_AutocastApplier):
                 and tensors.is_floating_point()
                 and not is_compiling()
                 and torch._C._current_graph_task_id() == -1  # not a nested backward
-                and any(w.calls for w in applier.wrappers)
+                and applier.active
+                # A compiled model runs the wrapper's body only when traced: still autocast.
+                and any(w.calls or w.traced for w in applier.wrappers)
             ):
                 applier.scaled_backwards += 1
                 applier.flush_update()
@@ -349,6 +379,8 @@ class AmpFp16(_AutocastApplier):
 
     def unscale_owners(self, parameters: list[torch.Tensor]) -> None:
         """Unscale the grads of every optimizer owning one of `parameters`, once per step."""
+        if not self.active:  # switched off: the gradients were never scaled
+            return
         wanted = {id(p) for p in parameters}
         for optimizer in self.scaled_optimizers:
             owned = any(id(p) in wanted for g in optimizer.param_groups for p in g["params"])
@@ -377,34 +409,91 @@ class Tf32(Applier):
     """TF32 for fp32 matmuls, through the legacy API only (mixing it with the new
     fp32_precision API raises at read time, mechanics §3.c). Set at install, so iteration 1
     already benefits, and again after the script's own setup (first optimizer step), unless
-    the script itself asked for a precision: that choice stands."""
+    the script itself asked for a precision (set_float32_matmul_precision, or
+    torch.backends.cuda.matmul.allow_tf32 / fp32_precision): that choice stands, and the
+    precision goes back to what the script set.
+
+    Switchable (in-process A/B): the script's later calls go through as before and are
+    remembered; off, the precision is what the unmodified script would have set by then, on,
+    'high' again. Since torch 2.9 the legacy reading raises once the global precision and
+    the cuBLAS flag disagree ('high', then allow_tf32 = False), so the script's precision is
+    not read back but replayed: its last set_float32_matmul_precision (else the precision at
+    start-up), then its allow_tf32 assignment after that, which is all the two legacy calls
+    leave behind. A script that uses the new fp32_precision API is not followed: the applier
+    refuses, at whatever step, and puts back the script's own settings."""
 
     id = "tf32"
+    switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
+        self.active = True
         if not base.cuda_available():
             self.refuse("TF32 is a CUDA tensor-core mode; this run has no CUDA device")
             return
         self.user_choice: str | None = None
-        original = torch.set_float32_matmul_precision
+        self.startup_precision = torch.get_float32_matmul_precision()
+        self.script_precision: str | None = None  # its last set_float32_matmul_precision
+        self.script_allow_tf32: bool | None = None  # its allow_tf32 assignment after that
+        self.script_new_api: Any = None  # its matmul.fp32_precision, when it used that
+        self._set_precision = original = torch.set_float32_matmul_precision
         applier = self
 
         def set_precision(precision: str) -> None:
-            if not called_from_perfdoctor():
-                applier.user_choice = precision
             original(precision)
+            if not called_from_perfdoctor():
+                applier.script_precision, applier.script_allow_tf32 = precision, None
+                applier._script_chose(f"float32 matmul precision {precision!r}")
 
         ctx.patcher.patch(torch, "set_float32_matmul_precision", set_precision)
+        self.matmul = torch.backends.cuda.matmul
+        self._matmul_setattr = original_setattr = type(self.matmul).__setattr__
+
+        def matmul_setattr(matmul: Any, name: str, value: Any) -> None:
+            original_setattr(matmul, name, value)
+            if name not in ("allow_tf32", "fp32_precision") or called_from_library():
+                return
+            if name == "allow_tf32":
+                applier.script_allow_tf32 = bool(value)
+            else:
+                applier.script_new_api = value
+            applier._script_chose(f"torch.backends.cuda.matmul.{name} = {value!r}")
+
+        ctx.patcher.patch(type(self.matmul), "__setattr__", matmul_setattr)
         original("high")
         self.mark_applied("float32 matmul precision 'highest' -> 'high' (TF32)")
 
         def after_setup(roots: list[Any], optimizers: list[Any]) -> None:
             if self.user_choice is not None:
-                self.refuse(f"the script sets float32 matmul precision {self.user_choice!r}")
-                return
-            original("high")
+                self._give_back()
+                self.refuse(f"the script sets {self.user_choice}")
+            elif self.active:
+                original("high")
 
         ctx.when_roots_known(self, after_setup)
+
+    def _script_chose(self, what: str) -> None:
+        if self.user_choice is None:
+            self.user_choice = what
+        if self.script_new_api is not None and self.applied is not False:
+            self._give_back()
+            self.refuse(f"the script sets {what}: the new precision API is not followed")
+
+    def _give_back(self) -> None:
+        """The precision the unmodified script would have now."""
+        self._set_precision(self.script_precision or self.startup_precision)
+        if self.script_allow_tf32 is not None:
+            self._matmul_setattr(self.matmul, "allow_tf32", self.script_allow_tf32)
+        if self.script_new_api is not None:
+            self._matmul_setattr(self.matmul, "fp32_precision", self.script_new_api)
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        if self.applied is False:
+            return  # refused: the precision is the script's
+        if on:
+            self._set_precision("high")
+        else:
+            self._give_back()
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         precision = torch.get_float32_matmul_precision()

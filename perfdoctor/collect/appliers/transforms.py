@@ -144,12 +144,21 @@ def _dynamo_counters() -> dict[str, int]:
 
 
 class Compile(Applier):
+    """Switchable (in-process A/B): nn.Module.__call__ runs `_compiled_call_impl` when the
+    module has one, else its eager `_call_impl`; both use the same parameters. Off, the
+    compiled callable is put aside (the eager forward runs, as in the script); on, the same
+    callable is put back, with its compiled code and guards: no recompile on switching back.
+    Compilation is lazy, so a switch that comes before the first call costs nothing."""
+
     id = "compile"
     needs_roots = True
+    switchable = True
     mode: ClassVar[str | None] = None
 
     def install(self, ctx: ApplyContext) -> None:
         self.ctx = ctx
+        self.active = True
+        self.compiled: list[tuple[nn.Module, Any]] = []  # (root, its compiled call)
         self.before: dict[str, int] = {}
         if not self.device_ok():
             return
@@ -170,8 +179,18 @@ class Compile(Applier):
                 root.compile(**options)
             else:  # torch without nn.Module.compile: what it does, by hand
                 root._compiled_call_impl = torch.compile(root._call_impl, **options)
+            self.compiled.append((root, root._compiled_call_impl))
+        self._place()
         mode = f" (mode={self.mode!r})" if self.mode else ""
         self.mark_applied(f"{_names(todo)} compiled in place{mode}")
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+        self._place()
+
+    def _place(self) -> None:
+        for root, compiled in self.compiled:
+            root._compiled_call_impl = compiled if self.active else None
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
         now = _dynamo_counters()
@@ -186,8 +205,21 @@ class Compile(Applier):
 
 
 class CompileCudagraphs(Compile):
+    """Not switchable. CUDA graph trees assume every step of the model runs through them:
+    each replay writes its outputs into the graph's private memory pool, reclaimed at the
+    next step (cudagraph_mark_step_begin), and the backward graph's outputs become p.grad.
+    Eager off-steps in between would keep tensors from that pool alive and in use (grads
+    that zero_grad(set_to_none=False) keeps and accumulates into, optimizer state and
+    outputs the script keeps), which the next replay overwrites or which force a
+    re-recording; and the pool stays reserved through the off-steps, so the baseline arm
+    would not have the script's own memory either. A re-run measures it honestly."""
+
     id = "compile-cudagraphs"
     mode = "reduce-overhead"
+    switchable = False
+
+    def switch(self, on: bool) -> None:
+        Applier.switch(self, on)  # refuses: see the class docstring
 
     def device_ok(self) -> bool:
         if not base.cuda_available():
