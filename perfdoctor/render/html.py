@@ -422,7 +422,7 @@ def _measurement(report: Report) -> str:
     return (
         "<h3>How each fix was measured</h3>"
         + _table(list(measurement.HEADER), rows, numeric=(2, 3, 4, 5, 6, 7))
-        + f'<p class="muted">{esc(measurement.NOTE.capitalize())}</p>'
+        + f'<p class="muted">{esc(measurement.NOTE)}</p>'
     )
 
 

@@ -302,7 +302,7 @@ def _variants(report: Report) -> list[str]:
             [[md_text(c) for c in measurement.cells(r)] for r in measured],
             "llrrrrrrll",
         )
-        lines += ["", measurement.NOTE.capitalize(), ""]
+        lines += ["", measurement.NOTE, ""]
     changes = summary.applied_changes(report)
     if changes:
         lines += ["What the applied optimizations changed:", ""]

@@ -24,7 +24,7 @@ class MeasurementRow:
 
 
 NOTE = (
-    "in one process: the fix switched on and off between steps in seeded random blocks of "
+    "In one process: the fix switched on and off between steps in seeded random blocks of "
     "one child run; the speedup is the trimmed mean of the paired block-median ratios, and "
     "the two step times beside it are the geometric means of the same block medians, so "
     "their ratio is the speedup. By re-runs: separate child runs alternating with the "
