@@ -152,7 +152,7 @@ def _measures_table(result: RunComparison) -> Table:
             _relative(a.step_ms_p90, b.step_ms_p90),
         ),
         (
-            "throughput",
+            "throughput, pooled",
             fmt.throughput(a.throughput_samples_s),
             fmt.throughput(b.throughput_samples_s),
             _relative(a.throughput_samples_s, b.throughput_samples_s),
