@@ -449,8 +449,12 @@ def judge(
     )
     result = replace(result, loss_tolerance=guard.derived if comparable else None)
     if comparable and not guard.ok:
-        # The guard rejected B, exactly as compare_variant says: keep its verdict and reason.
-        return Judgement(result, True, f"same workload; {guard.reason}", guard.loss_delta)
+        # The guard rejected B, with the tolerance of what B applied (compare_variant, given
+        # no ids, judged by the exact category): its reason names this one.
+        rejected = replace(
+            result, verdict="rejected", reason=guard.reason, loss_delta=guard.loss_delta
+        )
+        return Judgement(rejected, True, f"same workload; {guard.reason}", guard.loss_delta)
 
     if comparable:
         said = numerics.describe_tolerance(guard.derived) if guard.derived else ""

@@ -476,3 +476,4 @@ def test_compare_and_profile_judge_the_same_runs_with_one_stated_loss_tolerance(
     direct = compare_variant([sample_a], [run_sample_from_record(load_run(c))], ("amp-bf16",))
     assert rejected.verdict.verdict == direct.verdict == "rejected"
     assert said in direct.reason and said in rejected.numerics_note
+    assert rejected.verdict.reason == direct.reason
