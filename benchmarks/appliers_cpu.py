@@ -107,14 +107,15 @@ def main() -> None:
             if variant is None:
                 print(f"{opt_id:20s} no variant ran: {result.get('error', 'not a candidate')}")
                 continue
-            base_ms = (result.get("baseline") or {}).get("step_ms_p50")
+            # The paired medians the speedup is the ratio of (the profiled run's p50 is not).
+            base_ms = variant.get("baseline_step_ms_p50")
             speedup = variant.get("speedup")
             noise = variant.get("speedup_noise")
             band = f"{speedup:.2f}x ± {noise:.2f}" if speedup and noise is not None else "-"
             base = f"{base_ms:.1f}" if base_ms else "-"
             var = f"{variant['step_ms_p50']:.1f}" if variant.get("step_ms_p50") else "-"
             print(
-                f"{opt_id:20s} baseline p50 {base} ms -> {var} ms  speedup {band:16s} "
+                f"{opt_id:20s} paired medians {base} ms -> {var} ms  speedup {band:16s} "
                 f"{variant['verdict']}: {variant['reason']}  ({result['wall_s']:.0f} s)"
             )
 

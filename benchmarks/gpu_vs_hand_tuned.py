@@ -74,7 +74,10 @@ def session_part(name: str, model: dict[str, Any], repeat: int, workdir: Path) -
     if report is None:
         return {"error": "the session wrote no report"}
     base = report.get("baseline") or {}
-    out(f"  perfdoctor session ({wall:.0f} s): baseline p50 {base.get('step_ms_p50')} ms")
+    out(
+        f"  perfdoctor session ({wall:.0f} s): baseline p50 {base.get('step_ms_p50')} ms "
+        "(profiled run); variants: paired medians baseline -> variant"
+    )
     variants = []
     for v in report.get("variants") or []:
         variants.append({k: v.get(k) for k in (
@@ -82,7 +85,8 @@ def session_part(name: str, model: dict[str, Any], repeat: int, workdir: Path) -
             "peak_memory_bytes", "loss_delta", "verdict", "reason")})  # fmt: skip
         noise = v.get("speedup_noise") or 0
         speed = f"{v['speedup']:.2f}x ± {noise:.2f}" if v.get("speedup") else "-"
-        out(f"    {v['label']:24s} {v.get('step_ms_p50') or 0:8.2f} ms  {speed:16s} "
+        out(f"    {v['label']:24s} {v.get('baseline_step_ms_p50') or 0:8.2f} -> "
+            f"{v.get('step_ms_p50') or 0:8.2f} ms  {speed:16s} "
             f"{v['verdict']}: {v['reason']}")  # fmt: skip
     return {"baseline_step_ms_p50": base.get("step_ms_p50"), "variants": variants, "wall_s": wall}
 

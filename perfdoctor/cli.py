@@ -330,7 +330,10 @@ def compare(
         typer.Option(
             "--fail-if-slower",
             metavar="PCT",
-            help="Exit 70 when B's step time is more than PCT% above A's beyond the noise.",
+            help=(
+                "Exit 70 when B's step time is more than PCT% above A's beyond the noise, 71 "
+                "when the noise band straddles PCT% (record more runs per side)."
+            ),
         ),
     ] = None,
     fail_if_more_memory: Annotated[
@@ -338,15 +341,21 @@ def compare(
         typer.Option(
             "--fail-if-more-memory",
             metavar="PCT",
-            help="Exit 70 when B's peak memory is more than PCT% above A's beyond the noise.",
+            help=(
+                "Exit 70 when B's peak memory is more than PCT% above A's beyond the noise, "
+                "71 when the noise band straddles PCT%."
+            ),
         ),
     ] = None,
     strict: Annotated[
         bool,
-        typer.Option("--strict", help="With a --fail-if limit: 'cannot tell' fails too."),
+        typer.Option(
+            "--strict",
+            help="With a --fail-if limit: 'cannot tell' exits 70 as a regression, not 71.",
+        ),
     ] = False,
 ) -> None:
-    from perfdoctor.errors import EXIT_REGRESSION, NoTrainingSteps
+    from perfdoctor.errors import NoTrainingSteps
     from perfdoctor.optimize.compare_runs import compare_sides, load_side
     from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
     from perfdoctor.render.comparison_output import Compared
@@ -369,7 +378,8 @@ def compare(
         # Nothing was compared: a script or CI reading only the exit code must see it.
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
     if compared.gate is not None and not compared.gate.passed:
-        raise typer.Exit(EXIT_REGRESSION)
+        # 70: a regression (or unmeasured, or --strict and undecided); 71: undecided.
+        raise typer.Exit(compared.gate.exit_code)
 
 
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):

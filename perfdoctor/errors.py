@@ -15,7 +15,10 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
     68        not a perfdoctor run directory, or one of its artifacts is corrupt or untrusted
     69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`)
     70        `perfdoctor compare --fail-if-slower/--fail-if-more-memory`: B regressed beyond
-              the limit and the noise (or, with --strict, could not be told from noise)
+              the limit and the noise, or could not be measured (or, with --strict, could not
+              be told from noise)
+    71        `perfdoctor compare --fail-if-...`: undecided, the noise band straddles the limit;
+              record more runs per side (`perfdoctor profile --no-apply --repeat N`)
     124       the script ran past --timeout and was stopped (artifacts are kept)
     129       perfdoctor was stopped by SIGHUP (its terminal closed): as 130
     130       interrupted (Ctrl-C): the script's process tree is stopped, the manifest and a
@@ -34,6 +37,9 @@ EXIT_NO_TRAINING = 67
 EXIT_BAD_RUN_DIR = 68
 EXIT_MISSING_TOOL = 69
 EXIT_REGRESSION = 70
+# The gate could not tell B from A at its limit: neither passed nor failed, so a CI job can
+# neither merge on it silently nor read it as a regression (`|| [ $? -eq 71 ]` accepts it).
+EXIT_UNDECIDED = 71
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130  # SIGINT: 128 + 2
 

@@ -305,12 +305,27 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class LossTolerance:
+    """The loss tolerance a variant (or `perfdoctor compare`'s B) is judged with, and how it
+    was derived (optimize/numerics.py derive_tolerance): the catalog category of what changed,
+    widened to `spread_factor` x the baseline's own run-to-run loss spread when that is larger.
+    `profile` and `compare` derive and state it the same way (numerics.describe_tolerance)."""
+
+    value: float
+    category: str  # a catalog category ("exact", "tf32", ...), or "given" for an override
+    category_value: float
+    spread_factor: float
+    baseline_spread: float  # largest loss drift between two baseline runs (0 with one run)
+    baseline_runs: int  # baseline runs with losses that the spread was measured over
+
+
+@dataclass(frozen=True)
 class VariantResult:
     label: str
     optimizations: tuple[str, ...]
     step_ms_p50: float | None
     step_ms_p90: float | None
-    speedup: float | None  # baseline median / variant median; > 1 is faster
+    speedup: float | None  # baseline_step_ms_p50 / step_ms_p50 (paired medians); > 1 faster
     speedup_noise: float | None  # half-width of the noise band on `speedup`
     peak_memory_bytes: int | None
     loss_delta: float | None  # relative loss drift against the baseline
@@ -327,6 +342,13 @@ class VariantResult:
     # baseline runs it was paired with, pooled as this variant's own runs are, and how.
     baseline_step_ms_p50: float | None = None
     pooled: str = ""  # e.g. "median of 40 steps over 2 runs each side"
+    # step_ms_p50 and baseline_step_ms_p50 are the "paired medians": the geometric means of
+    # the median steps of the paired runs on each side (this many runs each side), so that
+    # speedup == baseline_step_ms_p50 / step_ms_p50 (optimize/estimate.py). The pooled
+    # median of every timed step of the variant's runs, a descriptive figure, is this:
+    pooled_step_ms_p50: float | None = None
+    paired_runs: int = 0
+    loss_tolerance: LossTolerance | None = None  # None: no loss judged (e.g. a failed run)
     # How the speed was measured: "re-runs" (alternating child runs, estimate.py) or
     # "in-process" (arms switched between steps in one child run, optimize/inprocess.py).
     method: str = "re-runs"

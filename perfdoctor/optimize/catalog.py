@@ -485,8 +485,14 @@ def unknown_ids(ids: Sequence[str]) -> list[str]:
 
 def tolerance_for(ids: Sequence[str]) -> float:
     """Loss tolerance of a set of optimizations applied together: the loosest one."""
-    known = [CATALOG[i].tolerance for i in ids if i in CATALOG]
-    return max(known, default=TOLERANCES["exact"])
+    return TOLERANCES[tolerance_category_for(ids)]
+
+
+def tolerance_category_for(ids: Sequence[str]) -> ToleranceCategory:
+    """The loss tolerance category of a set of optimizations applied together: the loosest
+    one ("exact" for none: a change perfdoctor did not make is held to summation order)."""
+    known = [CATALOG[i].numerics_tolerance for i in ids if i in CATALOG]
+    return max(known, key=TOLERANCES.__getitem__, default="exact")
 
 
 # Variables whose value is a comma-separated list of key:value options; merged, not replaced.

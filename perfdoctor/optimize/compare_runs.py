@@ -47,7 +47,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.optimize import numerics
-from perfdoctor.optimize.catalog import tolerance_for
+from perfdoctor.optimize.catalog import TOLERANCES, tolerance_category_for
 from perfdoctor.optimize.estimate import widened_estimate
 from perfdoctor.optimize.run_samples import run_sample_from_record
 from perfdoctor.optimize.verdicts import compare_variant, speed_verdict
@@ -369,6 +369,15 @@ def _losses_of_usable_runs(samples: Sequence[RunSample]) -> list[tuple[float | N
     return [s.losses for s in usable(samples) if s.losses]
 
 
+def changed_ids(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[str, ...]:
+    """The optimizations B's runs applied and A's did not (perfdoctor's own, at runtime)."""
+
+    def applied(samples: Sequence[RunSample]) -> set[str]:
+        return {item.id for s in samples for item in s.applied if item.applied}
+
+    return tuple(sorted(applied(b) - applied(a)))
+
+
 def informative_loss_delta(a: Sequence[RunSample], b: Sequence[RunSample]) -> float | None:
     """B's final-window loss relative to A's, step by step where both have a loss."""
     reference = numerics.reference_trajectory(_losses_of_ok_runs(a))
@@ -425,18 +434,32 @@ def judge(
         result,
         speedup=speed.speedup if speed else None,
         speedup_noise=speed.noise if speed else None,
+        step_ms_p50=speed.variant_ms if speed else None,
+        baseline_step_ms_p50=speed.baseline_ms if speed else None,
+        paired_runs=speed.pairs if speed else 0,
     )
-    category = tolerance if tolerance is not None else tolerance_for(())
+    # The tolerance `profile` gives the same two runs: the category of what B applied that A
+    # did not (a session's variant run against its baseline), else "exact".
+    category = "given" if tolerance is not None else tolerance_category_for(changed_ids(a, b))
     guard = numerics.check_losses(
-        _losses_of_ok_runs(judged_a), _losses_of_usable_runs(judged_b), category
+        _losses_of_ok_runs(judged_a),
+        _losses_of_usable_runs(judged_b),
+        tolerance if tolerance is not None else TOLERANCES[category],
+        category,
     )
+    result = replace(result, loss_tolerance=guard.derived if comparable else None)
     if comparable and not guard.ok:
-        # The guard rejected B, exactly as compare_variant says: keep its verdict and reason.
-        return Judgement(result, True, f"same workload; {guard.reason}", guard.loss_delta)
+        # The guard rejected B, with the tolerance of what B applied (compare_variant, given
+        # no ids, judged by the exact category): its reason names this one.
+        rejected = replace(
+            result, verdict="rejected", reason=guard.reason, loss_delta=guard.loss_delta
+        )
+        return Judgement(rejected, True, f"same workload; {guard.reason}", guard.loss_delta)
 
     if comparable:
+        said = numerics.describe_tolerance(guard.derived) if guard.derived else ""
         note = (
-            f"same script, arguments and seed: loss within tolerance {guard.tolerance:.0e}"
+            f"same script, arguments and seed: loss within {said}"
             if guard.checked
             else guard.reason
         )
@@ -509,8 +532,9 @@ def _notes(a: LoadedSide, b: LoadedSide, differences: Sequence[SetupDifference])
 def compare_runs(run_a: Path, run_b: Path, *, tolerance: float | None = None) -> RunComparison:
     """Judge run B against run A (each a session directory or a child run directory).
 
-    `tolerance` overrides the loss tolerance of the numerics guard (default: the catalog's
-    "exact" category, widened by A's own run-to-run spread)."""
+    `tolerance` overrides the loss tolerance category of the numerics guard (default: the
+    catalog category of what B applied that A did not, "exact" when nothing, widened by A's
+    own run-to-run spread exactly as `profile` widens it: numerics.loss_tolerance)."""
     return compare_sides(load_side(Path(run_a)), load_side(Path(run_b)), tolerance=tolerance)
 
 

@@ -3,7 +3,12 @@
 Baseline and variant runs alternate (A B A B ...), so run k of the variant is paired with run
 k of the baseline: a machine that drifts (thermal, a neighbour job) affects both members of a
 pair alike. Per pair, ratio_k = median(baseline steps) / median(variant steps); the speedup is
-the median of the pair ratios (in log space: the geometric mean of two pairs).
+the geometric mean of the pair ratios (the mean of their logs). It is therefore exactly the
+ratio of two step times that can be shown beside it: the geometric means of the paired run
+medians on each side (`baseline_ms`, `variant_ms`, "paired medians"), so a report that prints
+"1,794 -> 998 ms" next to the speedup prints 1.80x, never a figure from another pool. (A
+median of the pair ratios has no such pair of step times; and the run-level band of
+run_level.py is a t interval of this same mean.)
 
 Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
 replacement within each run, fixed seed, so the same runs always give the same verdict),
@@ -45,6 +50,11 @@ class SpeedEstimate:
     wall_clock_speedup: float | None = None  # the same pairs on wall_clock_step_ms
     ratio_spread: float = 0.0  # half-range of the log pair ratios (0 with one pair)
     statistic_gap: float = 0.0  # |log wall_clock_speedup - log speedup|
+    # The step times the speedup is the ratio of: the geometric means of the paired runs'
+    # median steps ("paired medians"); speedup == baseline_ms / variant_ms.
+    baseline_ms: float | None = None
+    variant_ms: float | None = None
+    pairs: int = 0
 
     @property
     def low(self) -> float:
@@ -92,6 +102,14 @@ def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> flo
     return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
 
 
+def paired_medians(pairs: Sequence[tuple[RunSample, RunSample]]) -> tuple[float, float]:
+    """The geometric means of the paired runs' median steps, baseline side and variant side:
+    the two step times whose ratio is the speedup (exp of the mean pair log ratio)."""
+    base = statistics.fmean(math.log(statistics.median(b.step_ms)) for b, _ in pairs)
+    var = statistics.fmean(math.log(statistics.median(v.step_ms)) for _, v in pairs)
+    return math.exp(base), math.exp(var)
+
+
 # A step above this percentile of its run counts at the percentile's value in the
 # wall-clock time per step: a one-off stall should not move it, periodic work must.
 WALL_CLOCK_CLIP_PERCENTILE = 95.0
@@ -119,7 +137,7 @@ def estimate_speedup(
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
-    the median of their log ratios (the geometric mean for two pairs), and the band is
+    the mean of their log ratios (the geometric mean of the pair ratios), and the band is
     speedup x exp(-w) .. speedup x exp(w) with w = bootstrap half-width + baseline spread
     + statistic gap.
 
@@ -143,13 +161,14 @@ def estimate_speedup(
     if not pairs:
         return None
     logs = [_log_ratio(b.step_ms, v.step_ms) for b, v in pairs]
-    center = statistics.median(logs)
+    baseline_ms, variant_ms = paired_medians(pairs)
+    center = math.log(baseline_ms / variant_ms)  # == mean(logs), up to rounding
 
     rng = random.Random(seed)
     boot: list[float] = []
     for _ in range(resamples):
         boot.append(
-            statistics.median(
+            statistics.fmean(
                 _log_ratio(
                     rng.choices(b.step_ms, k=len(b.step_ms)),
                     rng.choices(v.step_ms, k=len(v.step_ms)),
@@ -166,7 +185,7 @@ def estimate_speedup(
         confidence = run_level_confidence or confidence
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
-    wall_clock = statistics.median(
+    wall_clock = statistics.fmean(
         math.log(wall_clock_step_ms(b.step_ms) / wall_clock_step_ms(v.step_ms)) for b, v in pairs
     )
     gap = abs(wall_clock - center)
@@ -179,7 +198,7 @@ def estimate_speedup(
         spread = run_medians_spread(baseline_runs)
         run_to_run = max(spread, ratio_spread) if between_rounds else spread
         width = half_width + run_to_run + gap
-    speedup = math.exp(center)
+    speedup = baseline_ms / variant_ms  # exactly the ratio of the two shown step times
     return SpeedEstimate(
         speedup=speedup,
         noise=speedup - math.exp(center - width),
@@ -190,6 +209,9 @@ def estimate_speedup(
         wall_clock_speedup=math.exp(wall_clock),
         statistic_gap=gap,
         ratio_spread=ratio_spread,
+        baseline_ms=baseline_ms,
+        variant_ms=variant_ms,
+        pairs=len(pairs),
     )
 
 

@@ -10,7 +10,9 @@ when it drifts beyond a tolerance. Drift is measured two ways, because each miss
 
 The tolerance is the larger of the optimization's category (catalog.TOLERANCES) and a multiple
 of the baseline's own run-to-run spread, so a script that is not reproducible run to run
-(non-deterministic kernels, unseeded augmentation) does not fail every variant.
+(non-deterministic kernels, unseeded augmentation) does not fail every variant. Both
+`perfdoctor profile` (verdicts.py) and `perfdoctor compare` (compare_runs.py) derive it here,
+from the category of what changed between the two sides, and word it with describe_tolerance.
 
 Pure: no torch.
 """
@@ -23,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import TypeGuard
+
+from perfdoctor.model import LossTolerance
 
 LossSeries = Sequence[float | None]
 
@@ -57,6 +61,7 @@ class NumericsCheck:
     checked: bool  # False when no comparable losses were captured
     reason: str  # one line; "" when ok and checked
     tolerance: float
+    derived: LossTolerance | None = None  # how `tolerance` was derived
     loss_delta: float | None = None  # signed final-window relative difference
     max_drift: float | None = None
     drift_step: int | None = None
@@ -127,13 +132,55 @@ def derive_tolerance(category_tolerance: float, baseline_runs: Sequence[LossSeri
     return max(category_tolerance, SPREAD_FACTOR * baseline_spread(baseline_runs))
 
 
+def loss_tolerance(
+    category: str, category_value: float, baseline_runs: Sequence[LossSeries]
+) -> LossTolerance:
+    """derive_tolerance, with what it was derived from (for the reports to state)."""
+    spread = baseline_spread(baseline_runs)
+    return LossTolerance(
+        value=max(category_value, SPREAD_FACTOR * spread),
+        category=category,
+        category_value=category_value,
+        spread_factor=SPREAD_FACTOR,
+        baseline_spread=spread,
+        baseline_runs=len(baseline_runs),
+    )
+
+
+def describe_tolerance(tolerance: LossTolerance) -> str:
+    """The same words in `profile` and `compare`: the value, and the category and the spread
+    (with its factor) it is the larger of, e.g. "tolerance 1.0e-04 = max(exact category
+    1.0e-04, 2 x the baseline's run-to-run loss spread 3.0e-06 over 3 runs)"."""
+    category = (
+        f"given {tolerance.category_value:.1e}"
+        if tolerance.category == "given"
+        else f"{tolerance.category} category {tolerance.category_value:.1e}"
+    )
+    factor = f"{tolerance.spread_factor:g} x the baseline's run-to-run loss spread"
+    if tolerance.baseline_runs < 2:
+        runs = f"{tolerance.baseline_runs} baseline run" + (
+            "" if tolerance.baseline_runs == 1 else "s"
+        )
+        spread = f"{factor}: not measured, {runs}"
+    else:
+        spread = f"{factor} {tolerance.baseline_spread:.1e} over {tolerance.baseline_runs} runs"
+    return f"tolerance {tolerance.value:.1e} = max({category}, {spread})"
+
+
 def check_losses(
     baseline_runs: Sequence[LossSeries],
     variant_runs: Sequence[LossSeries],
     category_tolerance: float,
+    category: str | None = None,
 ) -> NumericsCheck:
-    """Judge every variant run against the per-step median of the baseline runs."""
-    tolerance = derive_tolerance(category_tolerance, baseline_runs)
+    """Judge every variant run against the per-step median of the baseline runs.
+    `category`: the catalog category `category_tolerance` is (named by its value when not
+    given, else "given")."""
+    derived = loss_tolerance(
+        category or _category_name(category_tolerance), category_tolerance, baseline_runs
+    )
+    tolerance = derived.value
+    said = describe_tolerance(derived)
     reference = reference_trajectory(baseline_runs)
     for series in variant_runs:
         bad = first_non_finite(series, reference)
@@ -143,6 +190,7 @@ def check_losses(
                 checked=True,
                 reason=f"loss is {_describe(series[bad])} at step {bad} (baseline finite)",
                 tolerance=tolerance,
+                derived=derived,
                 non_finite_step=bad,
             )
 
@@ -153,6 +201,7 @@ def check_losses(
             checked=False,
             reason="loss not captured: numerics not checked",
             tolerance=tolerance,
+            derived=derived,
         )
     worst = max(measured, key=lambda d: d.worst)
     if worst.max_ema > tolerance:
@@ -161,9 +210,10 @@ def check_losses(
             checked=True,
             reason=(
                 f"loss drifts {worst.max_ema:.1e} from the baseline at step {worst.max_ema_step} "
-                f"(tolerance {tolerance:.0e})"
+                f"({said})"
             ),
             tolerance=tolerance,
+            derived=derived,
             loss_delta=worst.final,
             max_drift=worst.max_ema,
             drift_step=worst.max_ema_step,
@@ -172,11 +222,9 @@ def check_losses(
         return NumericsCheck(
             ok=False,
             checked=True,
-            reason=(
-                f"final loss differs {worst.final:+.1e} from the baseline "
-                f"(tolerance {tolerance:.0e})"
-            ),
+            reason=(f"final loss differs {worst.final:+.1e} from the baseline ({said})"),
             tolerance=tolerance,
+            derived=derived,
             loss_delta=worst.final,
             max_drift=worst.max_ema,
             drift_step=worst.max_ema_step,
@@ -186,10 +234,17 @@ def check_losses(
         checked=True,
         reason="",
         tolerance=tolerance,
+        derived=derived,
         loss_delta=worst.final,
         max_drift=worst.max_ema,
         drift_step=worst.max_ema_step,
     )
+
+
+def _category_name(value: float) -> str:
+    from perfdoctor.optimize.catalog import TOLERANCES
+
+    return next((name for name, v in TOLERANCES.items() if v == value), "given")
 
 
 def _describe(value: float | None) -> str:

@@ -1,7 +1,11 @@
 """The CI regression gate of `perfdoctor compare A B --fail-if-slower PCT`.
 
-B fails the gate only when it is worse than A by more than PCT *beyond the noise*: a
-regression that cannot be told from noise is "cannot tell", which passes unless `--strict`.
+B fails the gate (exit 70) only when it is worse than A by more than PCT *beyond the
+noise*; it passes (exit 0) only when it is within PCT beyond the noise. A change that
+cannot be told from noise at the limit is "cannot tell": the gate is then undecided (exit 71,
+errors.EXIT_UNDECIDED) and asks for more runs per side, never a silent pass (a 2x slowdown
+of two single runs with noisy steps had a band of -10% .. +260% against a 10% limit, and
+passed). `--strict` makes an undecided gate fail as a regression does (exit 70).
 
 Step time. The change is B's median step over A's (through the same paired, bootstrapped
 speedup that `compare` reports, estimate.py), and its band is that speedup's band:
@@ -41,6 +45,7 @@ from typing import Literal, TypedDict
 from perfdoctor.analyze import run_stats
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
+from perfdoctor.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED
 from perfdoctor.optimize.compare_runs import load_side
 from perfdoctor.optimize.estimate import widened_estimate
 from perfdoctor.optimize.run_samples import run_sample_from_record
@@ -61,7 +66,7 @@ Outcome = Literal["pass", "regression", "cannot_tell", "unmeasured"]
 class GateLimits:
     slower_pct: float | None = None  # --fail-if-slower
     more_memory_pct: float | None = None  # --fail-if-more-memory
-    strict: bool = False  # "cannot tell" fails too
+    strict: bool = False  # "cannot tell" fails as a regression (70), not undecided (71)
 
     @property
     def any(self) -> bool:
@@ -91,13 +96,25 @@ class GateCheck:
         return self.outcome in ("regression", "unmeasured")
 
 
+GateOutcome = Literal["passed", "failed", "undecided"]
+
+
 @dataclass(frozen=True)
 class GateResult:
     checks: tuple[GateCheck, ...]
     strict: bool
-    passed: bool
+    passed: bool  # every check passed: exit 0
     summary: str  # one line: what decided the gate
     hint: str | None = None  # how to get a decided verdict, when one was "cannot tell"
+    # "failed": exit 70; "undecided": a check could not tell, none failed, not --strict:
+    # exit 71; "passed": exit 0.
+    outcome: GateOutcome = "passed"
+
+    @property
+    def exit_code(self) -> int:
+        return {"passed": EXIT_OK, "failed": EXIT_REGRESSION, "undecided": EXIT_UNDECIDED}[
+            self.outcome
+        ]
 
 
 def _outcome(low: float, high: float, limit: float) -> Outcome:
@@ -213,29 +230,49 @@ def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLi
         checks.append(check_peak_memory(a, b, limits.more_memory_pct))
     failing = [c for c in checks if c.failed or (limits.strict and c.outcome == "cannot_tell")]
     undecided = [c for c in checks if c.outcome == "cannot_tell"]
-    hint = None
-    if undecided:
-        hint = (
-            "record more runs per side (perfdoctor profile --repeat 5 --no-apply train.py) "
-            "to narrow the band"
-            if any(c.noise_assumed for c in undecided)
-            else "more runs per side narrow the band; a quieter machine does too"
-        )
+    hint = more_runs_hint(undecided) if undecided else None
+    outcome: GateOutcome
     if failing:
         first = failing[0]
         kind = "cannot tell (--strict)" if first.outcome == "cannot_tell" else first.outcome
         summary = f"FAILED: {METRIC_NAMES[first.metric]} {kind.replace('_', ' ')}"
+        outcome = "failed"
     elif undecided:
-        summary = f"passed: {METRIC_NAMES[undecided[0].metric]} cannot tell (not --strict)"
+        summary = (
+            f"UNDECIDED: {METRIC_NAMES[undecided[0].metric]} cannot tell: its band straddles "
+            f"the limit (exit {EXIT_UNDECIDED}: record more runs per side)"
+        )
+        outcome = "undecided"
     else:
         summary = "passed"
+        outcome = "passed"
     return GateResult(
         checks=tuple(checks),
         strict=limits.strict,
-        passed=not failing,
+        passed=outcome == "passed",
         summary=summary,
         hint=hint,
+        outcome=outcome,
     )
+
+
+# Runs per side the hint asks for at least: with 3 the run-to-run spread is measured, not
+# assumed, and a median of run medians is no longer one run's.
+MIN_SUGGESTED_REPEATS = 3
+
+
+def more_runs_hint(undecided: Sequence[GateCheck]) -> str:
+    """How to turn "cannot tell" into a verdict: more runs per side, with the command."""
+    runs = max(max(c.runs_a, c.runs_b) for c in undecided)
+    repeats = max(MIN_SUGGESTED_REPEATS, 2 * runs)
+    text = (
+        f"record {repeats} runs per side (now {undecided[0].runs_a} vs {undecided[0].runs_b}): "
+        f"perfdoctor profile --no-apply --repeat {repeats} train.py records {repeats} baseline "
+        "runs, for each of A and B, to narrow the band"
+    )
+    if not any(c.noise_assumed for c in undecided):
+        text += "; a quieter machine narrows it too"
+    return text
 
 
 _UNPROFILED_PHASES = ("warmup", "timed")

@@ -30,7 +30,7 @@ from perfdoctor.analyze.run_stats import (
 )
 from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
-from perfdoctor.optimize.catalog import CATALOG, tolerance_for
+from perfdoctor.optimize.catalog import CATALOG, tolerance_category_for, tolerance_for
 from perfdoctor.optimize.estimate import BOOTSTRAP_SEED, SpeedEstimate, estimate_speedup
 from perfdoctor.rules.measurement import busy_limit
 from perfdoctor.units import format_bytes
@@ -118,6 +118,7 @@ def compare_variant(
     ids = tuple(optimization_ids)
     name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
     category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
+    category = "given" if tolerance is not None else tolerance_category_for(ids)
     ok_runs = usable(variant_runs)
     applied = next((r.applied for r in variant_runs if r.applied), ())
     figures, base = pool_figures(variant_runs), pool_figures(baseline_runs)
@@ -125,7 +126,7 @@ def compare_variant(
     result = VariantResult(
         label=name,
         optimizations=ids,
-        step_ms_p50=figures.step_ms_p50,
+        step_ms_p50=None,  # the paired medians, once there are pairs (below)
         step_ms_p90=figures.step_ms_p90,
         speedup=None,
         speedup_noise=None,
@@ -137,8 +138,8 @@ def compare_variant(
         energy_j_per_step=figures.energy_j_per_step,
         applied=applied,
         run_dirs=tuple(r.run_dir for r in variant_runs),
-        baseline_step_ms_p50=base.step_ms_p50,
         pooled=f"{figures.pooled}; baseline {base.pooled}" if figures.steps and base.steps else "",
+        pooled_step_ms_p50=figures.step_ms_p50,
     )
 
     broken = next((r for r in variant_runs if not r.usable), None)
@@ -157,6 +158,10 @@ def compare_variant(
         result,
         speedup=speed.speedup if speed else None,
         speedup_noise=speed.noise if speed else None,
+        # The two step times the speedup is the ratio of (estimate.py's paired medians).
+        step_ms_p50=speed.variant_ms if speed else None,
+        baseline_step_ms_p50=speed.baseline_ms if speed else None,
+        paired_runs=speed.pairs if speed else 0,
     )
     missing = not_applied_reason(ok_runs, ids)
     if missing is not None:
@@ -166,7 +171,9 @@ def compare_variant(
         [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
         [r.losses for r in ok_runs if r.losses],
         category_tolerance,
+        category,
     )
+    result = replace(result, loss_tolerance=guard.derived)
     if not guard.ok:
         return replace(result, loss_delta=guard.loss_delta, verdict="rejected", reason=guard.reason)
 

@@ -300,6 +300,10 @@ def _first_run_note(count: int) -> str:
     return " (first run of each)" if count > 1 else ""
 
 
+def _on_cuda(report: Report) -> bool:
+    return report.device is not None and report.device.kind == "cuda"
+
+
 def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
     steps = _group(series, "steps")
     lines = []
@@ -326,7 +330,8 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
             ax.plot(xs, ys, lw=1.2, color=colors.get(label), label=_legend_label(label))
         ax.set_xlabel("step")
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
-        ax.set_ylabel("step time (ms)")
+        # On CUDA the step times are the GPU's clock (the tables' too), not the host's.
+        ax.set_ylabel("step time (ms, GPU clock)" if _on_cuda(report) else "step time (ms)")
         ax.set_ylim(bottom=0)
         if warmup_end is not None:  # headroom: the label sat on the warm-up steps' line
             tallest = max((y for _, _, ys in lines for y in ys if _finite(y)), default=0.0)
@@ -348,7 +353,10 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
         values = {str(k): float(v) for k, v in parts.items() if _finite(v)}
         if values:
             rows.append((label, values))
-    title = "Step breakdown per variant" + _first_run_note(len(rows))
+    # The phases are timed on the host: on CUDA a bar is the host's step, which can be far
+    # shorter than the GPU-clock step time of the tables; and a bar is one run's medians.
+    clock = ", host clock" if _on_cuda(report) else ""
+    title = "Step breakdown per variant" + clock + _first_run_note(len(rows))
     if not rows:
         return Chart("breakdown", title, None, "not measured: no per-phase timing was recorded")
     parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]
@@ -366,12 +374,16 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
                 positions, widths, left=left, color=color, label=_legend_label(part), height=0.6
             )
             left = [a + b for a, b in zip(left, widths, strict=True)]
+        # Each total says which run (and on CUDA which clock) it is: the Variants table's step
+        # times are the paired medians over every A/B run, a different figure.
+        source = [s for s in ("run 1" if len(rows) > 1 else "", "host" if clock else "") if s]
+        suffix = f" ({', '.join(source)})" if source else ""
         for pos, total in zip(positions, left, strict=True):
-            ax.text(total, pos, f" {fmt.ms(total)}", va="center", fontsize=8)
+            ax.text(total, pos, f" {fmt.ms(total)}{suffix}", va="center", fontsize=8)
         ax.set_yticks(positions, names)
         ax.invert_yaxis()
-        ax.set_xlabel("time per step (ms)")
-        ax.set_xlim(right=max(left) * 1.18 if max(left) > 0 else 1)
+        ax.set_xlabel("time per step (ms" + (", host clock)" if clock else ")"))
+        ax.set_xlim(right=max(left) * (1.35 if suffix else 1.18) if max(left) > 0 else 1)
         ax.grid(axis="y", visible=False)
         ax.legend(
             loc="upper center",

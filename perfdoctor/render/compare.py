@@ -19,18 +19,21 @@ from perfdoctor.model import Finding, Scalar
 from perfdoctor.optimize.sequential import undecided
 from perfdoctor.optimize.verdicts import WITHIN_NOISE
 from perfdoctor.render import format as fmt
+from perfdoctor.render.summary import paired_step_text
 
 if TYPE_CHECKING:
     from perfdoctor.optimize.compare_runs import FactChange, RunComparison, RunSide
     from perfdoctor.optimize.verdicts import VariantResult
 
 _VERDICT_STYLE = {"accepted": "bold green", "rejected": "yellow", "failed": "red"}
-# The speed statistic the Verdict (and the gate) report, named where it is printed: the
-# table's step time change is a different one (the pooled medians) and can differ a lot.
-PAIRED_STATISTIC = "median of the paired run ratios A/B (above 1x: B is faster)"
+# The speed statistic the Verdict (and the gate) report, named where it is printed. The
+# table's step time row shows the two step times it is the ratio of; the pooled p90 is a
+# descriptive figure of another pool, and says so.
+PAIRED_STATISTIC = "geometric mean of the paired run ratios A/B (above 1x: B is faster)"
 POOLED_NOTE = (
-    "step time change: B's median over A's, each pooled over all steps of all its runs; "
-    "the Verdict's speedup is the median of the paired run ratios"
+    "step time, paired medians: for each side the geometric mean of the median steps of the "
+    "runs paired in repeat order (A's run k with B's run k); A over B is the Verdict's "
+    "speedup. p90, pooled: over all steps of all of a side's runs"
 )
 _MAX_NAMES = 8  # facts measured on one side only, listed by name before "and N more"
 
@@ -103,12 +106,14 @@ def verdict_word(verdict: VariantResult) -> str:
 
 
 def speedup_text(verdict: VariantResult) -> str:
-    """The paired speedup, the same figure as B's step time change (the gate's), and which
-    statistic it is."""
+    """The paired speedup, the two step times it is the ratio of, the same figure as B's step
+    time change (the gate's), and which statistic it is."""
     text = fmt.speedup(verdict.speedup, verdict.speedup_noise)
     if verdict.speedup is None or not verdict.speedup > 0:
         return text
     step_change = fmt.signed_percent(1.0 / verdict.speedup - 1.0, 1)
+    if verdict.baseline_step_ms_p50 is not None and verdict.step_ms_p50 is not None:
+        text += f": {paired_step_text(verdict)} (paired medians)"
     return f"{text} = {step_change} step time · {PAIRED_STATISTIC}"
 
 
@@ -131,21 +136,23 @@ def _measures_table(result: RunComparison) -> Table:
     table.add_column("A", justify="right", overflow="fold")
     table.add_column("B", justify="right", overflow="fold")
     table.add_column("change", justify="right", no_wrap=True)
+    paired_a, paired_b = result.verdict.baseline_step_ms_p50, result.verdict.step_ms_p50
     rows: list[tuple[str, str, str, str]] = [
         (
-            "step time p50",
-            fmt.ms(a.step_ms_p50),
-            fmt.ms(b.step_ms_p50),
-            _relative(a.step_ms_p50, b.step_ms_p50),
+            # The Verdict's speedup is exactly A / B of this row.
+            "step time, paired medians",
+            fmt.ms(paired_a),
+            fmt.ms(paired_b),
+            _relative(paired_a, paired_b),
         ),
         (
-            "step time p90",
+            "step time p90, pooled",
             fmt.ms(a.step_ms_p90),
             fmt.ms(b.step_ms_p90),
             _relative(a.step_ms_p90, b.step_ms_p90),
         ),
         (
-            "throughput",
+            "throughput, pooled",
             fmt.throughput(a.throughput_samples_s),
             fmt.throughput(b.throughput_samples_s),
             _relative(a.throughput_samples_s, b.throughput_samples_s),

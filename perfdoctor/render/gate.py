@@ -36,7 +36,7 @@ def render_gate(result: GateResult, console: Console) -> None:
     console.print(Text("Regression gate" + (" (--strict)" if result.strict else ""), style="bold"))
     for check in result.checks:
         console.print(_check_line(check))
-    style = "bold green" if result.passed else "bold red"
+    style = {"passed": "bold green", "undecided": "bold yellow"}.get(result.outcome, "bold red")
     console.print(Text("  gate " + result.summary, style=style))
     if any(c.noise_assumed and c.metric == "step_time" for c in result.checks):
         console.print(

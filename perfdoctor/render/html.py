@@ -228,7 +228,7 @@ def _step(report: Report) -> str:
         return f"<section><h2>{esc(summary.step_title(report))}</h2>{figures}</section>"
     return (
         f'<section><h2>{esc(summary.step_title(report))}</h2><div class="grid2">'
-        f"<div>{figures}</div><div><h3>Where a step goes</h3>{breakdown}</div>"
+        f"<div>{figures}</div><div><h3>{esc(summary.breakdown_title(report))}</h3>{breakdown}</div>"
         "</div></section>"
     )
 
@@ -388,15 +388,16 @@ def _variants(report: Report) -> str:
             '<section><h2>Variants</h2><p class="muted">None measured: no runtime '
             "optimization was applied in this run.</p></section>"
         )
-    header = ["variant", "applied", "step p50", "step p90", "speedup ± noise", "peak memory"]
+    header = ["variant", "applied", summary.PAIRED_STEP_HEADER, "speedup ± noise"]
+    header += [summary.POOLED_P90_HEADER, "peak memory"]
     header += ["loss Δ", "verdict"]
     rows = [
         [
             f'<strong class="id">{esc(r.label)}</strong>',
             esc(r.applied),
             esc(r.step_p50),
-            esc(r.step_p90),
             esc(r.speedup),
+            esc(r.step_p90),
             esc(r.memory),
             esc(r.loss_delta),
             f'<span class="verdict {esc(r.verdict)}">{esc(r.verdict)}</span>'

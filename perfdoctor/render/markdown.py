@@ -115,7 +115,7 @@ def _step(report: Report) -> list[str]:
     if not summary.has_steps(report):
         return [*lines, ""]
     parts = summary.breakdown_rows(report.baseline.breakdown_ms)
-    lines += ["", "### Where a step goes", ""]
+    lines += ["", f"### {md_text(summary.breakdown_title(report))}", ""]
     if not parts:
         missing = summary.breakdown_missing(report)
         if not summary.is_trace(report):
@@ -276,15 +276,16 @@ def _variants(report: Report) -> list[str]:
     lines = ["## Variants", ""]
     if not report.variants:
         return [*lines, "None measured: no runtime optimization was applied in this run.", ""]
-    header = ["variant", "applied", "step p50", "step p90", "speedup", "peak memory", "loss Δ"]
+    header = ["variant", "applied", summary.PAIRED_STEP_HEADER, "speedup"]
+    header += [summary.POOLED_P90_HEADER, "peak memory", "loss Δ"]
     header += ["verdict", "reason"]
     rows = [
         [
             md_text(r.label),
             md_text(r.applied),
             md_text(r.step_p50),
-            md_text(r.step_p90),
             md_text(r.speedup),
+            md_text(r.step_p90),
             md_text(r.memory),
             md_text(r.loss_delta),
             f"**{md_text(r.verdict)}**",

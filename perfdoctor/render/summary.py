@@ -59,8 +59,8 @@ class Headline:
 class VariantRow:
     label: str
     applied: str
-    step_p50: str
-    step_p90: str
+    step_p50: str  # "baseline → variant" paired medians: their ratio is `speedup`
+    step_p90: str  # pooled over every timed step of the row's runs (descriptive)
     speedup: str
     memory: str
     loss_delta: str
@@ -459,7 +459,7 @@ def _nothing_applied(variant: VariantResult) -> bool:
     return bool(variant.applied) and not any(item.applied for item in variant.applied)
 
 
-def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
+def _variant_sentence(variant: VariantResult) -> str:
     if variant.verdict == "failed":
         return f"{variant.label}: failed ({variant.reason})."
     if _nothing_applied(variant):
@@ -468,14 +468,38 @@ def _variant_sentence(variant: VariantResult, baseline_ms: float | None) -> str:
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
-    # The baseline figure beside the variant's comes from the same pool and statistic: the
-    # baseline runs this variant was paired with, every timed step of each.
-    base = variant.baseline_step_ms_p50 if variant.baseline_step_ms_p50 is not None else baseline_ms
-    if base is not None and variant.step_ms_p50 is not None:
-        text += f", step {fmt.ms(base)} → {fmt.ms(variant.step_ms_p50)}"
-        if variant.pooled:
-            text += f" ({variant.pooled})"
-    return f"{text}, {variant.verdict} ({variant.reason})."
+    # The two step times the speedup is the ratio of (never a figure of another pool).
+    step = paired_step_text(variant)
+    if step != fmt.MISSING:
+        text += f", step {step} ({paired_text(variant)})"
+    return f"{text}, {variant.verdict} ({variant_reason(variant)})."
+
+
+def paired_step_text(variant: VariantResult) -> str:
+    """ "1,794 → 998 ms": the paired medians, baseline then variant, whose ratio is the
+    variant's speedup (optimize/estimate.py)."""
+    base, mine = variant.baseline_step_ms_p50, variant.step_ms_p50
+    if base is None or mine is None:
+        return fmt.MISSING
+    return f"{fmt.number(base)}→{fmt.ms(mine)}"
+
+
+def paired_text(variant: VariantResult) -> str:
+    """What the paired medians are, for the reader: how many runs each side."""
+    runs = variant.paired_runs
+    each = f"{runs} A/B run pair" + ("" if runs == 1 else "s") if runs else "the A/B run pairs"
+    return f"paired medians: geometric mean of the run medians over {each}"
+
+
+def variant_reason(variant: VariantResult) -> str:
+    """The verdict's reason, with the loss tolerance it was judged by, worded as `perfdoctor
+    compare` words it (optimize/numerics.py describe_tolerance)."""
+    from perfdoctor.optimize.numerics import describe_tolerance
+
+    tolerance = variant.loss_tolerance
+    if tolerance is None or "tolerance " in variant.reason:
+        return variant.reason
+    return f"{variant.reason}; loss within {describe_tolerance(tolerance)}"
 
 
 def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation]) -> str:
@@ -488,7 +512,7 @@ def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation])
     accepted = [v for v in relevant if v.verdict == "accepted"]
     pool = accepted or relevant
     best = max(pool, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
-    return _variant_sentence(best, report.baseline.step_ms_p50)
+    return _variant_sentence(best)
 
 
 def _measured_overall(report: Report) -> str:
@@ -498,7 +522,7 @@ def _measured_overall(report: Report) -> str:
     if not accepted:
         return f"{len(report.variants)} variant(s) measured, none accepted."
     best = max(accepted, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
-    return _variant_sentence(best, report.baseline.step_ms_p50)
+    return _variant_sentence(best)
 
 
 def step_rows(report: Report) -> list[tuple[str, str]]:
@@ -507,7 +531,11 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
     if is_trace(report):
         return _trace_step_rows(report)
     micro = base.micro_batches_per_step
+    # One baseline step time in the report: the profiled run's, the run every figure of this
+    # table, the breakdown and the findings come from. The variants are judged on their
+    # paired runs instead, and say so.
     rows = [
+        ("figures from", baseline_pool_text(report)),
         ("step time p50", fmt.ms(base.step_ms_p50)),
         ("step time p90", fmt.ms(base.step_ms_p90)),
         ("throughput", fmt.throughput(base.throughput_samples_s)),
@@ -518,13 +546,24 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("micro-batches per step", fmt.number(micro)),
         ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
     ]
-    if base.pooled_step_ms_p50 is not None and base.pooled:
-        # The figures above are the profiled run's; the variants are compared with this one.
-        rows.insert(
-            2,
-            ("step time p50, all runs", f"{fmt.ms(base.pooled_step_ms_p50)} ({base.pooled})"),
-        )
     return rows
+
+
+def breakdown_title(report: Report) -> str:
+    """The breakdown's phases are timed on the host: on CUDA its total is the host's step,
+    not the GPU-clock step time beside it, and the title says so."""
+    cuda = report.device is not None and report.device.kind == "cuda"
+    return "Where a step goes" + (" (host clock)" if cuda and not is_trace(report) else "")
+
+
+def baseline_pool_text(report: Report) -> str:
+    """Which run and which clock the Baseline figures come from."""
+    text = "the profiled baseline run"
+    if report.baseline.pooled:
+        text += " (the first of the baseline runs)"
+    if report.device is not None and report.device.kind == "cuda":
+        text += "; step times on the GPU's clock"
+    return text
 
 
 def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
@@ -573,20 +612,22 @@ def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, 
 def variant_rows(report: Report) -> list[VariantRow]:
     """The baseline first (the reference every speedup is relative to), then each variant."""
     base = report.baseline
-    # Variants' figures pool all their runs; so does the baseline row (all baseline runs).
-    p50 = base.pooled_step_ms_p50 if base.pooled_step_ms_p50 is not None else base.step_ms_p50
+    # The p90 column pools every run of a row, the baseline's too (all baseline runs). The
+    # paired column has no baseline figure of its own: each variant row shows the baseline
+    # runs it was paired with.
     p90 = base.pooled_step_ms_p90 if base.pooled_step_ms_p90 is not None else base.step_ms_p90
     rows = [
         VariantRow(
             label=BASELINE_LABEL,
             applied=fmt.MISSING,
-            step_p50=fmt.ms(p50),
+            step_p50=fmt.MISSING,
             step_p90=fmt.ms(p90),
-            speedup=fmt.speedup(1.0) if p50 is not None else fmt.MISSING,
+            speedup=fmt.speedup(1.0) if base.step_ms_p50 is not None else fmt.MISSING,
             memory=fmt.nbytes(base.peak_memory_bytes),
             loss_delta=fmt.MISSING,
             verdict="reference",
-            reason="the unmodified script" + (f"; {base.pooled}" if base.pooled else ""),
+            reason="the unmodified script: each variant row shows the baseline runs it was "
+            "paired with",
         )
     ]
     for v in report.variants:
@@ -594,7 +635,7 @@ def variant_rows(report: Report) -> list[VariantRow]:
             VariantRow(
                 label=v.label,
                 applied=fmt.applied(v.applied, v.optimizations, v.label),
-                step_p50=fmt.ms(v.step_ms_p50),
+                step_p50=paired_step_text(v),
                 step_p90=fmt.ms(v.step_ms_p90),
                 speedup=fmt.MISSING
                 if _nothing_applied(v)
@@ -603,17 +644,21 @@ def variant_rows(report: Report) -> list[VariantRow]:
                 loss_delta=fmt.signed_percent(v.loss_delta),
                 # "?": measured while other processes kept the machine busy (see reason).
                 verdict=f"{v.verdict}?" if v.low_confidence else v.verdict,
-                reason=v.reason,
+                reason=variant_reason(v),
             )
         )
     return rows
 
 
+# Column headers of the variants table, the same in every renderer.
+PAIRED_STEP_HEADER = "step, paired"
+POOLED_P90_HEADER = "p90, pooled"
 VARIANTS_NOTE = (
-    "Step p50/p90 pool every timed step of every run of a row (the baseline row: all baseline "
-    "runs). Speedup is the median over the A/B rounds of baseline run median / variant run "
-    "median, ± the noise band; the diagnosis's Measured line sets a variant's pooled step "
-    "median beside that of the baseline runs it was paired with."
+    "Step, paired: baseline → variant, each the geometric mean of the median steps of the "
+    "A/B runs paired with each other (paired medians): their ratio is the speedup, ± its "
+    "noise band. p90, pooled: the 90th percentile of every timed step of every run of a row "
+    "(the baseline row: all baseline runs), a descriptive figure. The diagnosis's Measured "
+    "line sets the same paired medians beside the speedup."
 )
 
 

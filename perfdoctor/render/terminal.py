@@ -83,7 +83,7 @@ def render_runs_overview(reports: list[Report], console: Console) -> None:
     table = Table(title="Runs diagnosed", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("run", overflow="fold", ratio=1, min_width=12)
     table.add_column("ranks", justify="right", no_wrap=True)
-    table.add_column("step p50", justify="right", no_wrap=True)
+    table.add_column(summary.PAIRED_STEP_HEADER, justify="right", no_wrap=True)
     table.add_column("first finding", overflow="fold", ratio=1)
     for report in reports:
         top = report.findings[0] if report.findings else None
@@ -141,12 +141,12 @@ def _headline_panel(report: Report) -> Panel:
     return Panel(Group(*parts), title="Diagnosis", title_align="left", box=box.ROUNDED)
 
 
-def _breakdown_table(parts: list[tuple[str, float, float]]) -> Table | Text:
+def _breakdown_table(
+    parts: list[tuple[str, float, float]], title: str = "Where a step goes"
+) -> Table | Text:
     if not parts:
         return Text("step breakdown: not measured", style="dim")
-    table = Table(
-        box=box.SIMPLE_HEAD, show_edge=False, title="Where a step goes", title_justify="left"
-    )
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, title=title, title_justify="left")
     # Beside a wide step table the bars give way, never the labels and figures ("optimiz…").
     times = [fmt.ms(value) for _, value, _ in parts]
     table.add_column("part", no_wrap=True, min_width=max(len(p) for p, _, _ in parts))
@@ -173,7 +173,9 @@ def _step_section(report: Report, side_by_side: bool) -> Table:
 
     if not summary.has_steps(report):
         return figures
-    breakdown = _breakdown_table(summary.breakdown_rows(report.baseline.breakdown_ms))
+    breakdown = _breakdown_table(
+        summary.breakdown_rows(report.baseline.breakdown_ms), summary.breakdown_title(report)
+    )
     outer = Table.grid(padding=(0, 3))
     if side_by_side:
         outer.add_column()
@@ -327,11 +329,13 @@ def _variants_table(report: Report, with_applied: bool = True) -> Table | Text |
         return Text(
             "Variants: none measured (no runtime optimization applied in this run).", style="dim"
         )
-    table = Table(title="Variants", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table = Table(
+        title="Variants", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+    )
     table.add_column("variant", overflow="fold", ratio=1, min_width=10)
     if with_applied:
         table.add_column("applied", overflow="fold", ratio=1, min_width=9)
-    table.add_column("step p50", justify="right", no_wrap=True)
+    table.add_column(summary.PAIRED_STEP_HEADER, justify="right", no_wrap=True)
     table.add_column("speedup", justify="right", no_wrap=True)
     table.add_column("memory", justify="right", no_wrap=True)
     table.add_column("loss Δ", justify="right", no_wrap=True)

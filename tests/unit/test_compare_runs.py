@@ -31,9 +31,11 @@ from perfdoctor.optimize.compare_runs import (
     finding_changes,
     side_run_dirs,
 )
+from perfdoctor.optimize.numerics import describe_tolerance
 from perfdoctor.optimize.run_samples import run_sample_from_record
 from perfdoctor.optimize.verdicts import compare_variant
 from perfdoctor.render.compare import render_comparison
+from perfdoctor.render.summary import variant_reason
 from perfdoctor.render.terminal import make_console
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -105,7 +107,9 @@ def test_twice_as_fast_same_workload_is_accepted_with_numerics_judged(tmp_path: 
     assert result.verdict.speedup == pytest.approx(2.0, rel=0.02)
     assert result.numerics_judged
     assert result.loss_delta == pytest.approx(0.0)
-    assert "loss within tolerance" in result.numerics_note
+    assert "loss within tolerance 1.0e-04 = max(exact category 1.0e-04, 2 x " in (
+        result.numerics_note
+    )
     assert result.a.step_ms_p50 == pytest.approx(10.0)
     assert result.b.step_ms_p50 == pytest.approx(5.0)
     assert result.differences == ()
@@ -427,3 +431,49 @@ def test_comparing_against_a_run_without_timed_steps_exits_non_zero(tmp_path: Pa
     assert proc.exit_code == 67, proc.stdout + proc.stderr
     assert "nothing to compare" in proc.stderr + proc.stdout
     assert "FAILED" in proc.stdout
+
+
+def _mark_applied(run: Path, opt_id: str) -> None:
+    manifest = rundir.read_json(run / rundir.MANIFEST_FILE)
+    manifest["applied"] = [{"id": opt_id, "applied": True, "verified": True, "detail": "on"}]
+    rundir.write_json(run / rundir.MANIFEST_FILE, manifest)
+
+
+def test_compare_and_profile_judge_the_same_runs_with_one_stated_loss_tolerance(
+    tmp_path: Path,
+) -> None:
+    """A session's amp-bf16 run against its baseline: `profile` accepted it (low-precision
+    tolerance), `compare` REJECTED it "(tolerance 1e-04)" (the exact category), and neither
+    said which. Both now derive one tolerance, the category of what B applied widened by A's
+    run-to-run spread, and state it in the same words."""
+    bf16 = tuple(x * (1 + 2e-3) for x in LOSSES)  # bf16-sized drift: above 1e-4, below 1e-2
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", timed_ms=scaled(0.5), losses=bf16)
+    _mark_applied(b, "amp-bf16")
+    sample_a = run_sample_from_record(load_run(a))
+    sample_b = run_sample_from_record(load_run(b))
+    profiled = compare_variant([sample_a], [sample_b], ("amp-bf16",))
+    compared = compare_runs(a, b)
+    assert profiled.verdict == compared.verdict.verdict == "accepted"
+    assert profiled.loss_tolerance is not None
+    assert compared.verdict.loss_tolerance == profiled.loss_tolerance
+    assert profiled.loss_tolerance.category == "low-precision"
+
+    said = describe_tolerance(profiled.loss_tolerance)
+    assert said.startswith("tolerance 1.0e-02 = max(low-precision category 1.0e-02, 2 x ")
+    assert f"loss within {said}" in compared.numerics_note
+    assert f"loss within {said}" in variant_reason(profiled)
+    out = io.StringIO()
+    render_comparison(compared, make_console(out))
+    flat = " ".join(out.getvalue().replace("│", " ").split())
+    assert " ".join(f"loss within {said}".split()) in flat
+
+    # A drift beyond the low-precision category is rejected by both, in the same words.
+    drifting = tuple(x * (1 + 5e-2) for x in LOSSES)
+    c = make_run(tmp_path / "c", timed_ms=scaled(0.5), losses=drifting)
+    _mark_applied(c, "amp-bf16")
+    rejected = compare_runs(a, c)
+    direct = compare_variant([sample_a], [run_sample_from_record(load_run(c))], ("amp-bf16",))
+    assert rejected.verdict.verdict == direct.verdict == "rejected"
+    assert said in direct.reason and said in rejected.numerics_note
+    assert rejected.verdict.reason == direct.reason

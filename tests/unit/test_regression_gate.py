@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from perfdoctor import rundir
 from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.cli import app
-from perfdoctor.errors import EXIT_REGRESSION
+from perfdoctor.errors import EXIT_REGRESSION, EXIT_UNDECIDED
 from perfdoctor.optimize.compare_runs import compare_runs
 from perfdoctor.optimize.regression_gate import (
     SINGLE_RUN_SPREAD_LOG,
@@ -26,6 +26,7 @@ from perfdoctor.optimize.regression_gate import (
     evaluate_gate,
     run_gate,
 )
+from perfdoctor.render import format as fmt
 from perfdoctor.render.compare import render_comparison
 from perfdoctor.render.terminal import make_console
 
@@ -104,26 +105,54 @@ def test_a_planted_30_percent_slowdown_fails_with_exit_70(tmp_path: Path) -> Non
     assert cli(str(a), str(b), "--fail-if-slower", "50").returncode == 0
 
 
-def test_a_noisy_pair_cannot_tell_and_passes_unless_strict(tmp_path: Path) -> None:
+def test_a_noisy_pair_cannot_tell_and_is_undecided_with_exit_71_unless_strict(
+    tmp_path: Path,
+) -> None:
     """B's two runs disagree by 40%: its median is about 10% slower, but its own spread puts
-    the band across the 5% limit."""
+    the band across the 5% limit. That must not pass silently: exit 71 asks for more runs;
+    --strict makes it a failure (70)."""
     a = session(tmp_path / "a", [RUN_1, RUN_2])
     b = session(tmp_path / "b", [scaled(RUN_1, 0.9), scaled(RUN_2, 1.35)])
     result = run_gate(a, b, GateLimits(slower_pct=5))
     (check,) = result.checks
     assert check.outcome == "cannot_tell"
     assert check.low_pct < 5 < check.high_pct
-    assert result.passed
-    assert result.summary == "passed: step time cannot tell (not --strict)"
-    assert result.hint and "more runs" in result.hint
+    assert not result.passed
+    assert result.outcome == "undecided" and result.exit_code == EXIT_UNDECIDED == 71
+    assert result.summary.startswith("UNDECIDED: step time cannot tell")
+    assert result.hint is not None
+    assert "perfdoctor profile --no-apply --repeat 4 train.py" in result.hint
+    assert "(now 2 vs 2)" in result.hint
 
     strict = run_gate(a, b, GateLimits(slower_pct=5, strict=True))
-    assert not strict.passed
+    assert not strict.passed and strict.exit_code == EXIT_REGRESSION
     assert strict.summary == "FAILED: step time cannot tell (--strict)"
 
-    assert cli(str(a), str(b), "--fail-if-slower", "5").returncode == 0
+    proc = cli(str(a), str(b), "--fail-if-slower", "5")
+    assert proc.returncode == EXIT_UNDECIDED, proc.stderr
+    assert "UNDECIDED" in proc.stdout and "--repeat 4" in " ".join(proc.stdout.split())
     proc = cli(str(a), str(b), "--fail-if-slower", "5", "--strict")
     assert proc.returncode == EXIT_REGRESSION, proc.stderr
+    gate = json.loads(cli(str(a), str(b), "--json", "--fail-if-slower", "5").stdout)["gate"]
+    assert gate["outcome"] == "undecided" and gate["passed"] is False
+
+
+def test_a_2x_slowdown_of_single_noisy_runs_never_passes_silently() -> None:
+    """A user's +80..100% slowdown of two single runs with noisy steps: the band (-10% ..
+    +260%) straddled the 10% limit and the gate exited 0 ("cannot tell" passed)."""
+    jitter = (0.75, 1.5, 0.9, 1.3, 0.8, 1.55, 1.0, 0.72)
+    a = [RunSample(label="a", step_ms=tuple(1000.0 * j for j in jitter))]
+    b = [RunSample(label="b", step_ms=tuple(2000.0 * j for j in reversed(jitter)))]
+    result = evaluate_gate(a, b, GateLimits(slower_pct=10))
+    (check,) = result.checks
+    assert check.change_pct is not None and check.change_pct > 50
+    assert check.outcome in ("regression", "cannot_tell")
+    assert not result.passed and result.exit_code in (EXIT_REGRESSION, EXIT_UNDECIDED)
+    # Whole band beyond the limit: a regression, exit 70.
+    c = [RunSample(label="c", step_ms=tuple(3000.0 for _ in jitter))]
+    steady = [RunSample(label="a", step_ms=tuple(1000.0 for _ in jitter))]
+    decided = evaluate_gate(steady, c, GateLimits(slower_pct=10))
+    assert decided.checks[0].outcome == "regression" and decided.exit_code == EXIT_REGRESSION
 
 
 def test_one_run_per_side_assumes_run_to_run_noise(tmp_path: Path) -> None:
@@ -240,8 +269,18 @@ def test_the_gate_and_the_verdict_show_one_step_time_estimate(tmp_path: Path) ->
 
     out = io.StringIO()
     render_comparison(compare_runs(a, b), make_console(out))
-    text = " ".join(out.getvalue().split())
+    text = " ".join(out.getvalue().replace("│", " ").split())
     assert f"Speedup {verdict.speedup:.2f}x ± " in text
-    assert f"= {step_change} step time · median of the paired run ratios" in text
-    assert "pooled over all steps of all its runs" in text
+    # The two step times the speedup is the ratio of, in the Verdict and in the table.
+    assert verdict.baseline_step_ms_p50 is not None and verdict.step_ms_p50 is not None
+    assert verdict.speedup == verdict.baseline_step_ms_p50 / verdict.step_ms_p50
+    pair = f"{fmt.number(verdict.baseline_step_ms_p50)}→{fmt.ms(verdict.step_ms_p50)}"
+    assert f": {pair} (paired medians) = {step_change} step time" in text
+    assert (
+        f"step time, paired medians {fmt.ms(verdict.baseline_step_ms_p50)} "
+        f"{fmt.ms(verdict.step_ms_p50)} {step_change}"
+    ) in text
+    assert "step time p50" not in text  # no second, pooled p50 beside the paired one
+    assert f"= {step_change} step time · geometric mean of the paired run ratios" in text
+    assert "p90, pooled: over all steps of all of a side's runs" in text
     assert "CANNOT TELL" in text and "REJECTED" not in text

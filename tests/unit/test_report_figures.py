@@ -13,6 +13,7 @@ from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.run_stats import breakdown_ms, pool_figures, timed_steps
 from perfdoctor.diagnose import analyze_session, write_reports
 from perfdoctor.model import StepPlan, Target
+from perfdoctor.optimize.estimate import paired_medians
 from perfdoctor.optimize.run_samples import load_run_samples
 from perfdoctor.optimize.verdicts import compare_variant
 from perfdoctor.render.json_report import report_from_dict
@@ -94,10 +95,15 @@ def test_baseline_and_variant_figures_use_the_same_definitions(
         pooled_base.step_ms_p90,
         pooled_base.pooled,
     )
-    # The variant: the same definitions over its own runs, beside the same baseline pool.
-    assert figures(variant) == figures(pooled_variant)
+    # The variant: the same definitions over its own runs (its pooled, descriptive figures)
+    # and, for the speedup, the paired medians of both sides, whose ratio it is.
+    pooled_names = ("pooled_step_ms_p50", "step_ms_p90", "throughput_samples_s")
+    assert tuple(getattr(variant, n) for n in pooled_names) == figures(pooled_variant)[:3]
+    assert variant.peak_memory_bytes == pooled_variant.peak_memory_bytes
     assert variant.energy_j_per_step == pooled_variant.energy_j_per_step
-    assert variant.baseline_step_ms_p50 == pooled_base.step_ms_p50
+    base_ms, variant_ms = paired_medians(list(zip(baseline_runs, variant_runs, strict=True)))
+    assert (variant.baseline_step_ms_p50, variant.step_ms_p50) == (base_ms, variant_ms)
+    assert variant.speedup == pytest.approx(base_ms / variant_ms, rel=1e-12)
 
     # The phase breakdown of each, and the facts the rules read, by the same medians.
     for label, rel in (("baseline", "baseline"), (VARIANT, VARIANT)):
@@ -108,4 +114,6 @@ def test_baseline_and_variant_figures_use_the_same_definitions(
     assert report.facts["throughput_samples_s"] == base.throughput_samples_s
 
     # Judging the baseline's profiled run as if it were a variant reproduces its figures.
-    assert figures(compare_variant(baseline_runs, baseline_runs[:1], ())) == figures(base)
+    itself = compare_variant(baseline_runs, baseline_runs[:1], ())
+    assert itself.step_ms_p50 == pytest.approx(base.step_ms_p50, rel=1e-12)
+    assert figures(itself)[1:] == figures(base)[1:]

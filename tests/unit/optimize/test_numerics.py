@@ -10,8 +10,10 @@ from perfdoctor.optimize.numerics import (
     baseline_spread,
     check_losses,
     derive_tolerance,
+    describe_tolerance,
     drift,
     first_non_finite,
+    loss_tolerance,
     reference_trajectory,
 )
 
@@ -57,7 +59,11 @@ def test_systematic_drift_is_rejected_with_where_it_peaked():
     check = check_losses([BASE], [drifting], 1e-2)
     assert not check.ok
     assert check.drift_step is not None and check.drift_step > 20
-    assert "drifts" in check.reason and "tolerance 1e-02" in check.reason
+    assert "drifts" in check.reason
+    # The tolerance is stated with what it was derived from, as `compare` states it.
+    assert "(tolerance 1.0e-02 = max(low-precision category 1.0e-02, 2 x the baseline's " in (
+        check.reason
+    )
 
 
 def test_final_window_offset_is_caught_even_when_late():
@@ -65,6 +71,20 @@ def test_final_window_offset_is_caught_even_when_late():
     measured = drift(late, BASE)
     assert measured.final == pytest.approx(0.05, rel=1e-6)
     assert not check_losses([BASE], [late], 1e-2).ok
+
+
+def test_the_derived_tolerance_names_its_category_factor_and_spread():
+    other_baseline = scaled(BASE, 1.01)
+    derived = loss_tolerance("exact", 1e-4, [BASE, other_baseline])
+    assert derived.value == derive_tolerance(1e-4, [BASE, other_baseline])
+    assert derived.category == "exact" and derived.spread_factor == 2.0
+    assert derived.baseline_runs == 2
+    assert describe_tolerance(derived) == (
+        f"tolerance {derived.value:.1e} = max(exact category 1.0e-04, 2 x the baseline's "
+        f"run-to-run loss spread {derived.baseline_spread:.1e} over 2 runs)"
+    )
+    check = check_losses([BASE, other_baseline], [BASE], 1e-2)
+    assert check.derived is not None and check.derived.category == "low-precision"
 
 
 def test_baseline_spread_widens_the_tolerance():

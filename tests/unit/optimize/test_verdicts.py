@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -48,7 +49,8 @@ def test_clearly_faster_variant_is_accepted_with_its_band():
     assert result.speedup == pytest.approx(100 / 70, rel=0.05)
     assert 0 < result.speedup_noise < 0.2
     assert result.reason.startswith("faster: 1.4")
-    assert result.throughput_samples_s == pytest.approx(32 * 1000 / result.step_ms_p50)
+    # Throughput is a pooled, descriptive figure: the pooled median step's.
+    assert result.throughput_samples_s == pytest.approx(32 * 1000 / result.pooled_step_ms_p50)
 
 
 def test_within_noise_is_rejected_with_the_numbers():
@@ -213,22 +215,52 @@ def test_adjacent_baselines_pair_each_variant_run_with_its_neighbour():
     ]
 
 
-def test_the_baseline_figure_of_a_variant_pools_its_paired_baseline_runs():
-    """Both sides of "step A -> B" are medians over every timed step of the runs compared,
-    and the result says so (issue 13: the first baseline run's figure beside a pooled one)."""
+def test_the_step_times_shown_are_the_ones_the_speedup_is_the_ratio_of():
+    """ "step A -> B" beside the speedup: A and B are the paired medians (the geometric means
+    of the paired runs' median steps), so A / B IS the speedup; the pooled medians (issue 13:
+    1,794 -> 998 ms printed beside 1.99x) are kept apart, as descriptive figures."""
     base = [run("baseline", 1400.0, seed=1), run("baseline", 2700.0, seed=2)]
     variant = [
         run("v", 1900.0, seed=3, ids=("compile",)),
         run("v", 1910.0, seed=4, ids=("compile",)),
     ]
     result = compare_variant(base, variant, ("compile",))
-    pooled = sorted(ms for r in base for ms in r.step_ms)
-    assert result.baseline_step_ms_p50 == pytest.approx((pooled[19] + pooled[20]) / 2)
+    assert result.baseline_step_ms_p50 is not None and result.step_ms_p50 is not None
+    assert result.speedup == result.baseline_step_ms_p50 / result.step_ms_p50
+    assert result.paired_runs == 2
+
+    def geomean(xs: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    assert result.baseline_step_ms_p50 == pytest.approx(
+        geomean([statistics.median(r.step_ms) for r in base])
+    )
+    assert result.step_ms_p50 == pytest.approx(
+        geomean([statistics.median(r.step_ms) for r in variant])
+    )
+    pooled = sorted(ms for r in variant for ms in r.step_ms)
+    assert result.pooled_step_ms_p50 == pytest.approx((pooled[19] + pooled[20]) / 2)
     assert result.pooled == (
         "median of 40 steps over 2 runs; baseline median of 40 steps over 2 runs"
     )
-    # Speedup > 1 only with a pooled baseline above the variant's figure.
-    assert (result.speedup or 0) > 1 and result.baseline_step_ms_p50 > result.step_ms_p50
+
+
+def test_the_speedup_is_the_geometric_mean_of_the_pair_ratios_with_three_pairs():
+    """With three pairs a median of the pair ratios is one pair's ratio, which no pair of
+    shown step times gives; the mean of the log ratios is exactly their ratio."""
+    base = [run("baseline", ms, seed=k) for k, ms in enumerate((100.0, 100.0, 100.0))]
+    variant = [
+        run("v", ms, seed=10 + k, ids=("compile",)) for k, ms in enumerate((50.0, 80.0, 90.0))
+    ]
+    result = compare_variant(base, variant, ("compile",))
+    ratios = [
+        statistics.median(b.step_ms) / statistics.median(v.step_ms)
+        for b, v in zip(base, variant, strict=True)
+    ]
+    mean_log = sum(math.log(r) for r in ratios) / 3
+    assert result.speedup == pytest.approx(math.exp(mean_log), rel=1e-12)
+    assert result.speedup != pytest.approx(statistics.median(ratios), rel=1e-3)
+    assert result.speedup == result.baseline_step_ms_p50 / result.step_ms_p50
 
 
 def test_periodic_work_the_variant_does_not_speed_up_widens_the_band():

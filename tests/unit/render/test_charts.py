@@ -143,3 +143,17 @@ def test_a_snapshot_memory_chart_names_its_lines_allocated_and_reserved():
     }
     svg = build_charts(replace(report, series=series))[3].svg or ""
     assert "trace reserved" not in svg and "reserved" in svg
+
+
+def test_a_breakdown_total_says_which_run_and_clock_it_is():
+    """A bar's total read "571 ms" beside a table's 998 ms for the same variant: the bar is
+    the first run's phase medians (on CUDA on the host's clock), the table the paired
+    medians over every A/B run. The bar's label and the title say which."""
+    report = cpu_report()
+    charts = {c.key: c for c in build_charts(report)}
+    assert "(run 1)" in (charts["breakdown"].svg or "")
+    cuda = replace(report, device=replace(report.device, kind="cuda"))
+    charts = {c.key: c for c in build_charts(cuda)}
+    assert charts["breakdown"].title == "Step breakdown per variant, host clock (first run of each)"
+    assert "(run 1, host)" in (charts["breakdown"].svg or "")
+    assert "GPU clock" in (charts["step_time"].svg or "")

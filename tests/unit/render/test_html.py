@@ -48,7 +48,7 @@ def test_smoke_every_section_and_chart():
     assert "<details><summary>3 rule(s) skipped" in text
     for key in CHART_IDS:
         assert "<svg" in _figure(text, key), key
-    assert "2.41x ± 0.06" in text
+    assert "2.43x ± 0.06" in text
     assert "sample_models/image_cnn.py:48 (main)" in text
     assert "3.11.7" in text  # environment: versions
 

@@ -42,7 +42,7 @@ def test_smoke_sections_and_figures():
         "## Artifacts",
     ):
         assert heading in text
-    assert "2.41x ± 0.06" in text
+    assert "2.43x ± 0.06" in text
     assert "**accepted**" in text and "**rejected**" in text
     assert "image\\_cnn.py:48" in text
     assert "```python\ntorch.set_num_threads(2)\n```" in text

@@ -7,8 +7,11 @@ import pytest
 from perfdoctor.model import AppliedOptimization, Evidence
 from perfdoctor.render import format as fmt
 from perfdoctor.render.summary import (
+    PAIRED_STEP_HEADER,
+    POOLED_P90_HEADER,
     artifact_rows,
     breakdown_rows,
+    breakdown_title,
     headline,
     step_rows,
     variant_rows,
@@ -21,7 +24,7 @@ def test_headline_names_the_top_finding_its_fix_and_the_measurement():
     head = headline(cpu_report())
     assert head.slow.startswith("Training waits for the DataLoader")
     assert "Load batches in worker processes" in head.fix
-    assert head.measured.startswith("dataloader-workers: 2.41x ± 0.06 faster")
+    assert head.measured.startswith("dataloader-workers: 2.43x ± 0.06 faster")
     assert head.status_note is None
 
 
@@ -39,7 +42,7 @@ def test_headline_leads_with_the_accepted_fix_not_a_rejected_higher_estimate():
     threads_first = (report.findings[1], report.findings[0], *report.findings[2:])
     head = headline(replace(report, findings=threads_first))
     assert head.slow.startswith("Training waits for the DataLoader")
-    assert head.measured.startswith("dataloader-workers: 2.41x ± 0.06 faster")
+    assert head.measured.startswith("dataloader-workers: 2.43x ± 0.06 faster")
     # Without an accepted variant the top-ranked finding leads, as before.
     rejected = tuple(replace(v, verdict="rejected") for v in report.variants)
     head = headline(replace(report, findings=threads_first, variants=rejected))
@@ -151,28 +154,51 @@ def test_evidence_unit_comes_from_the_fact_name(name, unit):
     assert fmt.unit_for("dataloader_num_workers") == ""
 
 
-def test_the_ab_line_shows_the_pooled_baseline_and_says_which_statistic():
+def test_the_ab_line_shows_the_two_step_times_the_speedup_is_the_ratio_of():
     """Issue 13: "1.02x ± 0.35, step 1,409 ms -> 1,906 ms": a speedup above 1 beside a step
-    time that went up, because the baseline figure was the first run's alone."""
+    time that went up; then "1.99x" beside 1,794 -> 998 ms (1.80x): a median of pair ratios
+    beside pooled medians. The line shows the paired medians, whose ratio IS the speedup."""
     report = cpu_report()
     variant = replace(
         report.variants[0],
-        speedup=1.02,
-        step_ms_p50=1906.0,
-        baseline_step_ms_p50=2062.0,
+        speedup=1794.0 / 998.0,
+        step_ms_p50=998.0,
+        baseline_step_ms_p50=1794.0,
+        pooled_step_ms_p50=571.0,
+        paired_runs=2,
         pooled="median of 40 steps over 2 runs; baseline median of 40 steps over 2 runs",
     )
-    baseline = replace(report.baseline, step_ms_p50=1409.0)
+    baseline = replace(report.baseline, step_ms_p50=1409.0, pooled_step_ms_p50=1800.0)
     head = headline(replace(report, variants=(variant,), baseline=baseline))
-    assert "step 2,062 ms → 1,906 ms (median of 40 steps over 2 runs" in head.measured
-    assert "1,409" not in head.measured
+    assert head.measured.startswith("dataloader-workers: 1.80x ± 0.06 faster, step 1,794→998 ms")
+    assert "(paired medians: geometric mean of the run medians over 2 A/B run pairs)" in (
+        head.measured
+    )
+    for other in ("1,409", "1,800", "571"):
+        assert other not in head.measured
 
 
-def test_the_baseline_row_pools_all_baseline_runs_as_the_variant_rows_do():
-    rows = variant_rows(cpu_report())
-    assert rows[0].step_p50 == fmt.ms(41.8)  # pooled, not the profiled run's 41.5
-    assert rows[0].step_p90 == fmt.ms(45.6)
-    assert "median of 40 steps over 2 runs" in rows[0].reason
+def test_one_table_has_one_kind_of_figure_per_column():
+    """The Variants table: the step column is the paired medians, baseline -> variant, whose
+    ratio is the row's speedup; the baseline row has no figure of another pool in it, and the
+    pooled p90 column says it is pooled."""
+    report = cpu_report()
+    rows = variant_rows(report)
+    assert rows[0].step_p50 == fmt.MISSING  # no pooled or profiled figure among paired ones
+    assert rows[0].step_p90 == fmt.ms(45.6)  # pooled over all baseline runs, as the column says
+    assert rows[1].step_p50 == "41.8→17.2 ms" and rows[1].speedup.startswith("2.43x")
+    assert POOLED_P90_HEADER.endswith("pooled") and PAIRED_STEP_HEADER.endswith("paired")
+
+
+def test_a_variant_reason_states_its_loss_tolerance_as_compare_does():
+    from perfdoctor.optimize.numerics import describe_tolerance
+
+    report = cpu_report()
+    variant = report.variants[0]
+    assert variant.loss_tolerance is not None
+    said = describe_tolerance(variant.loss_tolerance)
+    assert variant_rows(report)[1].reason == f"faster: 2.43x ± 0.06; loss within {said}"
+    assert said.startswith("tolerance 1.0e-01 = max(data-order category 1.0e-01, 2 x ")
 
 
 def test_the_profiler_tab_note_explains_dataloader_zero_when_the_trace_has_spans():
@@ -186,10 +212,23 @@ def test_the_profiler_tab_note_explains_dataloader_zero_when_the_trace_has_spans
     assert "PyTorch Profiler tab" not in dict(artifact_rows(replace(report, facts=facts)))
 
 
-def test_the_step_table_names_the_pooled_baseline_figure_too():
-    rows = dict(step_rows(cpu_report()))
-    assert rows["step time p50"] == fmt.ms(41.5)  # the profiled run
-    assert rows["step time p50, all runs"] == f"{fmt.ms(41.8)} (median of 40 steps over 2 runs)"
+def test_the_step_table_has_one_step_time_p50_and_says_which_run():
+    """It had "step time p50" (the profiled run) and "step time p50, all runs" (the pool)
+    one under the other: one baseline step time, the profiled run's, with its source."""
+    rows = step_rows(cpu_report())
+    labels = [label for label, _ in rows]
+    assert sum("p50" in label for label in labels) == 1
+    assert dict(rows)["step time p50"] == fmt.ms(41.5)  # the profiled run
+    assert "41.8" not in " ".join(value for _, value in rows)  # the pool is not repeated
+    assert dict(rows)["figures from"].startswith("the profiled baseline run")
+
+
+def test_cuda_figures_say_which_clock_they_come_from():
+    report = cpu_report()
+    cuda = replace(report, device=replace(report.device, kind="cuda"))
+    assert "GPU's clock" in dict(step_rows(cuda))["figures from"]
+    assert breakdown_title(cuda) == "Where a step goes (host clock)"
+    assert breakdown_title(report) == "Where a step goes"
 
 
 STOPPED = {"stopped_by_perfdoctor": True, "step": 26, "location": "train.py:42 in main"}
