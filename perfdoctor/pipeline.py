@@ -548,9 +548,7 @@ class _Runner:
         spread_run = loose and len(self.session.baseline_runs) < 2
         planned = self.started + len(faster) + int(spread_run)
         if spread_run:
-            self.run(
-                BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned
-            )
+            self.run(BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned)
         for variant in faster:
             self.run(variant.label, variant.optimizations, repeat=1, planned_runs=planned)
 

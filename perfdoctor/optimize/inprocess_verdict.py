@@ -27,7 +27,7 @@ from dataclasses import replace
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, usable
 from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
-from perfdoctor.optimize.catalog import tolerance_for
+from perfdoctor.optimize.catalog import tolerance_category_for, tolerance_for
 from perfdoctor.optimize.inprocess import (
     NARROW,
     ABLog,
@@ -36,6 +36,7 @@ from perfdoctor.optimize.inprocess import (
     arm_quartiles,
     final_estimate,
 )
+from perfdoctor.optimize.numerics import describe_tolerance
 from perfdoctor.optimize.verdicts import busy_machine_note, not_applied_reason
 
 METHOD = "in-process"
@@ -137,6 +138,7 @@ def compare_in_process(
         confidence=est.confidence if est else None,
         pairs=est.pairs if est else 0,
         measure_s=ab.measure_s if ab is not None else None,
+        pooled_step_ms_p50=test_q.p50 if test_q is not None else None,
         baseline_quartiles_ms=_quartiles(ref_q),
         quartiles_ms=_quartiles(test_q),
         load=load,
@@ -156,19 +158,26 @@ def compare_in_process(
     if missing is not None:
         return replace(result, verdict="rejected", reason=f"not applied: {missing}")
 
-    category = tolerance_for(ids)
     if numerics_runs:
         guard = numerics.check_losses(
             [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
             [r.losses for r in usable(numerics_runs) if r.losses],
-            category,
+            tolerance_for(ids),
+            tolerance_category_for(ids),
         )
         how = (
-            f"seeded run against the baseline's, tolerance {guard.tolerance:.0e}"
+            "seeded run against the seeded baseline, "
+            + (
+                describe_tolerance(guard.derived)
+                if guard.derived
+                else f"tolerance {guard.tolerance:.1e}"
+            )
             if guard.checked
             else guard.reason
         )
-        result = replace(result, loss_delta=guard.loss_delta, numerics=how)
+        result = replace(
+            result, loss_delta=guard.loss_delta, numerics=how, loss_tolerance=guard.derived
+        )
         if not guard.ok:
             return replace(result, verdict="rejected", reason=guard.reason)
     else:

@@ -74,7 +74,7 @@ def test_a_clear_gain_is_accepted_with_one_statistic_and_its_two_step_times() ->
     assert low > 1.0 and low < result.speedup < high
     assert result.pairs == 11  # the first round is every arm's warm-up
     assert result.quartiles_ms is not None and result.baseline_quartiles_ms is not None
-    assert result.numerics.startswith("seeded run against the baseline's, tolerance")
+    assert result.numerics.startswith("seeded run against the seeded baseline, tolerance")
     assert "0.9 of 2 cores" in (result.load or "")
 
 
