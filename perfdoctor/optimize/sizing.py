@@ -81,6 +81,12 @@ class WorkerSizing:
     reason: str  # one line for the child's record, e.g. "data 43 ms/batch vs 6.0 ms compute; ..."
     # What the variant leaves alone and why (the threads), for the progress display only.
     note: str = ""
+    # CPU runs whose script threads beside these workers outnumber the cores: the threads
+    # the budget leaves (cores - workers, at least 1, below the script's), which cpu-threads
+    # holds when stacked with this variant. A coupled variant (both ids) measures that
+    # change apart from the workers; None when there is none to make. Never in the child's
+    # environment.
+    coupled_threads: int | None = None
 
     @property
     def summary(self) -> str:
@@ -236,6 +242,9 @@ def _size_for_cpu(head: str, split: Split, cores: int, others: float | None) -> 
     if workers > 1:
         reason += f" ({_count(workers - 1, 'worker')}: {_ms(predicted[workers - 1])})"
     note = _threads_note(split)
+    budget = budget_threads(cores, workers)
+    # The coupled change exists only when the budget's threads differ from the script's.
+    coupled = budget if budget < split.threads and split.compute > 0 else None
     if workers + split.threads > cores and split.compute > 0:
         share = min(1.0, split.compute / predicted[workers])
         note += (
@@ -245,7 +254,7 @@ def _size_for_cpu(head: str, split: Split, cores: int, others: float | None) -> 
         )
     if others is not None and others >= 0.5:
         note += f"; other processes kept {others:.1f} cores busy in the baseline"
-    return WorkerSizing(workers, reason, note)
+    return WorkerSizing(workers, reason, note, coupled)
 
 
 def cpu_threads_target(facts: Facts) -> int | None:

@@ -285,10 +285,10 @@ class DataloaderWorkers(Applier):
         if self.applied:
             self.note(f"{where}: num_workers 0 -> {self.workers}")
         else:
-            # One change per variant: the threads are the script's (cpu-threads' to change).
+            # One change per variant: the threads are not this variant's (cpu-threads').
             self.mark_applied(
-                f"{where}: num_workers 0 -> {self.workers}, intra-op threads "
-                f"{torch.get_num_threads()} left as the script has them ({self.why})"
+                f"{where}: num_workers 0 -> {self.workers}, intra-op threads left at "
+                f"{torch.get_num_threads()} ({self.why})"
             )
         return {"num_workers": self.workers}
 
