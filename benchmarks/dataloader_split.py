@@ -10,10 +10,12 @@ The splits:
   baseline      num_workers=0, the script's threads (torch's default: the cores)
   old sizing    1 worker + 1 thread (the coupled sizing before: workers + threads = cores)
   1 worker      1 worker, the script's threads
-  sized         what optimize/sizing.py chooses from a calibration run's measured split
-                (its data wait vs compute per step), the script's threads: the variant now
-  coupled       the sized workers + the threads the budget leaves (cores - workers, >= 1):
-                what the cpu-threads variant stacked with it would run
+  N workers     one worker per usable core, the script's threads: what optimize/sizing.py
+                chooses when loading dominates (the dataloader-workers variant now)
+  N workers + 1 thread   the same with the threads the budget leaves (cores - workers,
+                at least 1): what cpu-threads stacked with it runs (the coupled change)
+  sized         what the sizing chooses from a calibration run's measured split (its data
+                wait vs compute per step), when that is none of the above
 
     python benchmarks/dataloader_split.py [--rounds 4] [--steps 30] [--work 8000]
     python -c "while True: pass" &  # a CPU burner for the busy case; kill it after
@@ -86,13 +88,20 @@ def main() -> None:
     )
     out(f"sizing: {sizing.summary if sizing is not None else 'none (not measured)'}")
 
-    arms: dict[str, tuple[int, int]] = {"baseline": (0, 0), "old sizing": (1, 1)}
-    if sized != 1:
-        arms["1 worker"] = (1, 0)
-    arms["sized"] = (sized, 0)
-    coupled = (sized, budget_threads(cores, sized))
-    if coupled not in arms.values():
-        arms["coupled"] = coupled
+    # Fixed splits, so quiet and busy runs compare the same arms whatever the sizing picks;
+    # the sizing's own choice is added when it is none of them.
+    budget = budget_threads(cores, cores)
+    arms: dict[str, tuple[int, int]] = {
+        "baseline": (0, 0),
+        "old sizing": (1, 1),
+        "1 worker": (1, 0),
+        f"{cores} workers": (cores, 0),
+        f"{cores} workers + {budget} thread": (cores, budget),
+    }
+    if (sized, 0) not in arms.values():
+        arms["sized"] = (sized, 0)
+    chosen = next(label for label, split in arms.items() if split == (sized, 0))
+    out(f"the sizing's choice is the arm '{chosen}'; threads 0 = the script's (torch default)")
     labels = list(arms)
     results: dict[str, list[dict]] = {label: [] for label in labels}
     for index in range(args.rounds):
@@ -100,7 +109,8 @@ def main() -> None:
         for label in order:
             results[label].append(run_arm(args, *arms[label]))
         row = ", ".join(f"{label} {results[label][-1]['step']:.1f}" for label in labels)
-        out(f"round {index + 1} ({' '.join(order)}): ms/step {row}; {machine_line()[-30:]}")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        out(f"round {index + 1} ({' / '.join(order)}): ms/step {row}; load average {load}")
 
     out("")
     out("| split | workers | threads | ms/step median [range] | data wait ms | x baseline |")

@@ -23,12 +23,18 @@ compute, on the script's T intra-op threads.
   prediction wins (each worker costs memory and start-up). The figures of the users' case,
   43 ms loading vs 6 ms compute on 2 threads, 2 cores: 1 worker 43 ms/batch (loading),
   2 workers 26 ms (CPU: (43 + 9.6) / 2), so 2 workers, against 49 ms without.
-  Why the threads stay: in this model work is conserved, so fewer threads buy nothing (the
-  2 threads compute during 6 of each 26 ms, and a core they take from a worker is given
-  back while they wait); what fewer threads do buy is freedom from OpenMP's contention
-  (a thread descheduled in a parallel region stalls its team), which a model does not
-  predict: it is measured, as the cpu-threads variant, and benchmarks/dataloader_split.py
-  measured both splits on this machine quiet and busy (benchmarks/README.md).
+  Why the threads stay in this variant: in the model work is conserved, so fewer threads
+  buy nothing (2 threads compute during 6 of each 26 ms, and a core they take from a worker
+  is given back while they wait). What fewer threads do buy is freedom from OpenMP's
+  contention (a team thread descheduled inside a parallel region stalls the others at its
+  barrier), which no model of the split predicts and which only a measurement shows:
+  benchmarks/dataloader_split.py on this 2-core machine, busy with other jobs (load 5-9),
+  measured 389 ms/step with 2 workers + the script's 2 threads and 56 ms with 2 workers + 1
+  thread (8.6x over the baseline against 1.06x). When it hurts, the threads must change,
+  and that change is cpu-threads' (its own variant): `coupled_threads` names the count
+  (cores - workers) for a variant of both ids, so the report credits each change with its
+  own effect. A split measured on such a machine also counts the stalls as compute (291 ms
+  of "compute" for ~6 ms of work): the sizing then gives fewer workers.
 - CUDA run: the compute is on the GPU and the main process launches it: workers = data /
   compute plus one spare (for batches slower than the median), at most cores - 1, so the
   launching thread keeps a core (a preempted launch idles the GPU).
