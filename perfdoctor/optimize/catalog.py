@@ -229,19 +229,19 @@ _ENTRIES: tuple[Optimization, ...] = (
     # ------------------------------------------------------------------ input pipeline
     _runtime(
         id="dataloader-workers",
-        title="DataLoader worker processes (num_workers, prefetch_factor)",
+        title="DataLoader worker processes (num_workers)",
         risk="changes per-sample RNG streams (augmentations); unsafe for IterableDataset "
         "without sharding and for unpicklable datasets under spawn",
         code_change=(
-            "# workers + intra-op threads <= usable cores (one CPU budget). On a GPU:\n"
-            "# workers ~ data ms / compute ms per batch, plus one, at most cores - 1; on a\n"
-            "# CPU: the split of the cores whose slower side (loading, compute) is fastest\n"
-            "DataLoader(ds, batch_size=..., num_workers=workers, prefetch_factor=2)\n"
-            "torch.set_num_threads(cores - workers)"
+            "# workers from the measured split: data ms per batch (the wait with\n"
+            "# num_workers=0) vs compute ms. CPU: up to one per usable core when loading\n"
+            "# dominates (the main process mostly waits); GPU: data / compute + 1, at most\n"
+            "# cores - 1. The intra-op threads stay as they are (cpu-threads changes them)\n"
+            "DataLoader(ds, batch_size=..., num_workers=workers)"
         ),
-        applies_when="steps wait for the DataLoader and num_workers is 0 (the applier sizes "
-        "num_workers and the intra-op threads together from the baseline's data wait and "
-        "compute time per batch and the usable cores)",
+        applies_when="steps wait for the DataLoader and num_workers is 0 (the applier sets "
+        "num_workers alone, sized from the baseline's data wait and compute time per batch "
+        "and the usable cores; the script's intra-op threads are left as they are)",
         device="any",
         verify="the DataLoader iterator is a _MultiProcessingDataLoaderIter",
         numerics_tolerance="data-order",
@@ -321,7 +321,10 @@ _ENTRIES: tuple[Optimization, ...] = (
         id="cpu-threads",
         title="Intra-op CPU threads = usable cores",
         risk="competes with DataLoader workers for cores; changes reduction order (rounding)",
-        code_change="torch.set_num_threads(len(os.sched_getaffinity(0)))",
+        code_change=(
+            "# usable cores less the DataLoader's workers (the same CPU budget)\n"
+            "torch.set_num_threads(len(os.sched_getaffinity(0)) - num_workers)"
+        ),
         applies_when="CPU training with fewer intra-op threads than usable cores",
         device="cpu",
         verify="torch.get_num_threads() equals the usable cores at a later step",

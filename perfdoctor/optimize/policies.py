@@ -99,8 +99,9 @@ def amp_conflicts(other_dtype: str) -> ConflictHook:
 def worker_conflicts(facts: Facts, others: Set[str]) -> tuple[str, ...]:
     if "cpu-threads" in others or facts.get("device_is_cuda") is False:
         return (
-            "workers take cores from the intra-op compute threads: the applier sizes both "
-            "from one budget (workers + threads <= usable cores)",
+            "workers take cores from the intra-op compute threads: this variant changes "
+            "num_workers alone (threads stay the script's; cpu-threads changes them, measured "
+            "apart)",
         )
     return ()
 

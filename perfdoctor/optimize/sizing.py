@@ -1,30 +1,51 @@
 """Sizing runtime optimizations from what the baseline measured (pure: no torch).
 
-One CPU budget. The training process's intra-op threads and the DataLoader's worker
-processes run on the same usable cores (the child's CPU affinity, one rank's share of it), so
-the dataloader-workers sizing chooses both together: workers + intra-op threads <= cores.
+One variant changes one thing. The dataloader-workers variant changes num_workers (and
+nothing else): the training process keeps the intra-op threads the script gave it. Changing
+those is cpu-threads' change (collect/appliers/cpu.py), its own variant, which counts the same
+cores: the usable cores (the child's CPU affinity, one rank's share of it) less the workers.
+Coupling the two hid what each did: on a busy 2-core machine the thread change (2 -> 1) alone
+made compute 20-30x faster, and the report credited the workers with it.
 
-DataLoader workers: with num_workers=0 the baseline's data wait per step is the whole cost of
-producing its batches in the main process, and the rest of the step is the compute the
-workers have to hide it behind. N workers produce N batches per "data time", so the loader
-keeps up when N >= data / compute.
-- CUDA run: the compute is on the GPU, so the main process needs few cores: workers =
-  data / compute plus one spare (for batches slower than the median), at most cores - 1;
-  the main process keeps the cores left (at least one thread).
-- CPU run: the training itself uses the cores, and every core given to a worker is taken
-  from the intra-op threads. Each split (W workers, cores - W threads) is predicted as
-  max(compute with cores - W threads, data / W) per batch, the compute scaled by Amdahl's law
-  with the parallel fraction the cpu-threads-below-cores rule uses (0.75, measured on a CNN
-  here) from the thread count the baseline ran; the fastest split wins, fewer workers on a tie.
-Without a usable measurement the child takes the budget without timing: min(4, cores - 1)
-workers, the rest threads.
+DataLoader workers, sized from the baseline's measured split (num_workers=0): the data wait
+per batch is what one process spends producing a batch (`data`), the rest of the step the
+compute, on the script's T intra-op threads.
+- CPU run: W workers bound the time per batch three ways, and the slowest bound is the
+  prediction:
+    loading  data / W (each worker turns out one batch per `data`);
+    compute  the compute on T threads, slowed when busy workers and threads outnumber the
+             cores (each runnable thread gets its fair share, cores / (threads + the
+             loader's busy cores), the serial part likewise; Amdahl with the parallel
+             fraction of rules/cpu.py, 0.75, gives the serial part and the CPU time);
+    CPU      (data + the compute's CPU time) / cores: the cores do both sides' work.
+  W ranges over 1..cores: when loading dominates, the main process mostly waits and needs
+  no core of its own, so every core may load. The smallest W within 3% of the fastest
+  prediction wins (each worker costs memory and start-up). The figures of the users' case,
+  43 ms loading vs 6 ms compute on 2 threads, 2 cores: 1 worker 43 ms/batch (loading),
+  2 workers 26 ms (CPU: (43 + 9.6) / 2), so 2 workers, against 49 ms without.
+  Why the threads stay in this variant: in the model work is conserved, so fewer threads
+  buy nothing (2 threads compute during 6 of each 26 ms, and a core they take from a worker
+  is given back while they wait). What fewer threads do buy is freedom from OpenMP's
+  contention (a team thread descheduled inside a parallel region stalls the others at its
+  barrier), which no model of the split predicts and which only a measurement shows:
+  benchmarks/dataloader_split.py on this 2-core machine, busy with other jobs (load 5-9),
+  measured 389 ms/step with 2 workers + the script's 2 threads and 56 ms with 2 workers + 1
+  thread (8.6x over the baseline against 1.06x). When it hurts, the threads must change,
+  and that change is cpu-threads' (its own variant): `coupled_threads` names the count
+  (cores - workers) for a variant of both ids, so the report credits each change with its
+  own effect. A split measured on such a machine also counts the stalls as compute (291 ms
+  of "compute" for ~6 ms of work): the sizing then gives fewer workers.
+- CUDA run: the compute is on the GPU and the main process launches it: workers = data /
+  compute plus one spare (for batches slower than the median), at most cores - 1, so the
+  launching thread keeps a core (a preempted launch idles the GPU).
+Without a usable measurement the child takes min(4, cores - 1) workers.
 
 The parent passes the sizing to the child in its environment (RunSpec.env, recorded in
-spec.json): WORKERS_ENV holds the worker count, THREADS_ENV the intra-op threads, and
-WORKERS_WHY_ENV the one-line reason the applier reports (docs/run-directory.md).
+spec.json): WORKERS_ENV holds the worker count and WORKERS_WHY_ENV the one-line reason the
+applier reports (docs/run-directory.md).
 
-cpu-threads: `cpu_threads_target` is the thread count its applier (collect/appliers/cpu.py)
-sets: the usable cores less the DataLoader's workers, the same budget.
+cpu-threads: `cpu_threads_target` is the thread count its applier sets: the usable cores
+less the DataLoader's workers, the same budget.
 """
 
 from __future__ import annotations
@@ -38,11 +59,12 @@ from perfdoctor.model import Facts, Scalar
 
 WORKERS_ENV = "PERFDOCTOR_DATALOADER_WORKERS"
 WORKERS_WHY_ENV = "PERFDOCTOR_DATALOADER_WORKERS_WHY"
-THREADS_ENV = "PERFDOCTOR_INTRAOP_THREADS"
 CPU_MAX_WORKERS = 4  # workers without a measurement: the training's own threads need cores
 SPARE_WORKERS = 1  # CUDA runs: on top of data / compute, for batches slower than the median
 # Amdahl's parallel fraction of a CPU step's compute (rules/cpu.py, assumed_parallel_fraction).
 PARALLEL_FRACTION = 0.75
+# Fewer workers win when their predicted time per batch is within this of the fastest.
+FEWER_WORKERS_TOLERANCE = 0.03
 
 
 class FactSource(Protocol):
@@ -62,19 +84,23 @@ class Sizing(Protocol):
 @dataclass(frozen=True)
 class WorkerSizing:
     workers: int
-    threads: int  # intra-op threads the main process keeps: workers + threads <= cores
-    reason: str  # one line, e.g. "data 51 ms/batch vs 4.1 ms compute; 14 workers + 2 ..."
+    reason: str  # one line for the child's record, e.g. "data 43 ms/batch vs 6.0 ms compute; ..."
+    # What the variant leaves alone and why (the threads), for the progress display only.
+    note: str = ""
+    # CPU runs whose script threads beside these workers outnumber the cores: the threads
+    # the budget leaves (cores - workers, at least 1, below the script's), which cpu-threads
+    # holds when stacked with this variant. A coupled variant (both ids) measures that
+    # change apart from the workers; None when there is none to make. Never in the child's
+    # environment.
+    coupled_threads: int | None = None
 
     @property
     def summary(self) -> str:
-        return f"num_workers={self.workers}, intra-op threads={self.threads} ({self.reason})"
+        tail = f"; {self.note}" if self.note else ""
+        return f"num_workers={self.workers} ({self.reason}){tail}"
 
     def env(self) -> dict[str, str]:
-        return {
-            WORKERS_ENV: str(self.workers),
-            THREADS_ENV: str(self.threads),
-            WORKERS_WHY_ENV: self.reason,
-        }
+        return {WORKERS_ENV: str(self.workers), WORKERS_WHY_ENV: self.reason}
 
 
 def default_workers(cores: int) -> int:
@@ -88,7 +114,8 @@ def budget_threads(cores: int, workers: int) -> int:
 
 
 def worker_cap(cores: int) -> int:
-    """Most workers worth starting: cores - 1, so the main process keeps a core."""
+    """Most workers worth starting on a CUDA run: cores - 1, so the launching thread keeps a
+    core."""
     return max(1, cores - 1)
 
 
@@ -106,19 +133,22 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
-def _budget_note(cores: int, workers: int, threads: int) -> str:
-    note = f"{_count(workers, 'worker')} + {_count(threads, 'thread')} on {_count(cores, 'core')}"
-    if workers + threads > cores:
-        note += " (oversubscribed by one: the least possible)"
-    return note
+@dataclass(frozen=True)
+class Split:
+    """The baseline's step per batch, measured with num_workers=0."""
+
+    data: float  # ms of loading per batch, in one process
+    compute: float  # ms of the rest, on `threads` intra-op threads
+    threads: int  # the script's intra-op threads (torch_num_threads; else the cores)
+    threads_measured: bool = True
 
 
-def size_dataloader_workers(facts: FactSource, cores: int) -> WorkerSizing | None:
-    """Workers and intra-op threads for the baseline's DataLoader from one CPU budget, or
-    None when the baseline does not measure it (the child then uses default_workers)."""
-    cores = max(1, int(cores))
+def measured_split(facts: FactSource, cores: int) -> Split | None:
+    """Data and compute per batch from the baseline, or None when it does not measure them
+    (no data wait or step time, or its loader already had workers: the wait left then is
+    not the cost of loading a batch)."""
     if (_number(facts.get("dataloader_num_workers")) or 0) > 0:
-        return None  # the wait left with workers is not the cost of loading a batch
+        return None
     wait = _number(facts.get("data_wait_ms_p50"))
     step = _number(facts.get("step_ms_p50"))
     if wait is None or step is None or step <= 0:
@@ -129,58 +159,108 @@ def size_dataloader_workers(facts: FactSource, cores: int) -> WorkerSizing | Non
     if frac is not None and mean is not None:
         data = max(data, frac * mean)
     compute = step - wait
-    cuda = facts.get("device_is_cuda") is True
     busy, span = _number(facts.get("gpu_busy_frac")), _number(facts.get("trace_step_ms_p50"))
-    if cuda and busy is not None and span is not None:
+    if facts.get("device_is_cuda") is True and busy is not None and span is not None:
         # The GPU's work can overlap the next batch's loading: it is compute all the same.
         compute = max(compute, busy * span)
     batches = max(1.0, _number(facts.get("micro_batches_per_step")) or 1.0)
-    data, compute = data / batches, max(0.0, compute / batches)
-    head = f"data {_ms(data)} ms/batch"
-    head += f" vs {_ms(compute)} ms compute" if compute > 0 else ", no compute left"
-    if cuda:
-        return _size_for_gpu(head, data, compute, cores)
-    threads_now = _number(facts.get("torch_num_threads"))
-    return _size_for_cpu(head, data, compute, cores, int(threads_now or cores))
+    threads = _number(facts.get("torch_num_threads"))
+    return Split(
+        data / batches,
+        max(0.0, compute / batches),
+        max(1, int(threads or cores)),
+        threads_measured=threads is not None,
+    )
 
 
-def _size_for_gpu(head: str, data: float, compute: float, cores: int) -> WorkerSizing:
+def _threads_note(split: Split) -> str:
+    kept = f", {split.threads}" if split.threads_measured else ""
+    return f"intra-op threads stay as the script has them{kept}"
+
+
+def size_dataloader_workers(facts: FactSource, cores: int) -> WorkerSizing | None:
+    """The worker count for the baseline's DataLoader from its measured split and the usable
+    cores (one rank's share), or None when the baseline does not measure it (the child then
+    uses default_workers). The intra-op threads are left as the script has them."""
+    cores = max(1, int(cores))
+    split = measured_split(facts, cores)
+    if split is None:
+        return None
+    head = f"data {_ms(split.data)} ms/batch"
+    head += f" vs {_ms(split.compute)} ms compute" if split.compute > 0 else ", no compute left"
+    if facts.get("device_is_cuda") is True:
+        return _size_for_gpu(head, split, cores)
+    return _size_for_cpu(head, split, cores, _number(facts.get("cpu_other_busy_cores")))
+
+
+def _size_for_gpu(head: str, split: Split, cores: int) -> WorkerSizing:
+    data, compute = split.data, split.compute
     cap = worker_cap(cores)
     wanted = math.ceil(round(data / compute, 6)) + SPARE_WORKERS if compute > 0 else cap
     workers = max(1, min(wanted, cap))
-    threads = budget_threads(cores, workers)
-    reason = head
+    reason = f"{head}; {_count(workers, 'worker')} on {_count(cores, 'core')}"
     if wanted > cap and compute > 0:
-        reason += f"; {wanted} wanted, capped at cores - 1"
-    return WorkerSizing(workers, threads, f"{reason}; {_budget_note(cores, workers, threads)}")
+        reason += f" ({wanted} wanted, capped at cores - 1)"
+    return WorkerSizing(workers, reason, _threads_note(split))
 
 
-def predicted_batch_ms(
-    data: float, compute: float, threads_now: int, workers: int, threads: int
-) -> float:
-    """A CPU run's time per batch with `workers` loading and `threads` computing: the slower
-    of the two, the compute scaled from `threads_now` threads by Amdahl's law."""
+def one_thread_ms(compute: float, threads: int) -> float:
+    """The compute's time on one thread, which is also its CPU time (Amdahl)."""
     p = PARALLEL_FRACTION
-    one_thread = compute / ((1 - p) + p / max(1, threads_now))
-    return max(one_thread * ((1 - p) + p / max(1, threads)), data / max(1, workers))
+    return compute / ((1 - p) + p / max(1, threads))
 
 
-def _size_for_cpu(
-    head: str, data: float, compute: float, cores: int, threads_now: int
-) -> WorkerSizing:
-    best: tuple[float, int, int] | None = None
-    for workers in range(1, worker_cap(cores) + 1):
-        threads = budget_threads(cores, workers)
-        predicted = predicted_batch_ms(data, compute, threads_now, workers, threads)
-        if best is None or predicted < best[0] * (1 - 1e-9):
-            best = (predicted, workers, threads)
-    assert best is not None  # worker_cap is at least one
-    predicted, workers, threads = best
+def predicted_batch_ms(split: Split, workers: int, cores: int) -> float:
+    """A CPU run's time per batch with `workers` loading and the script's threads computing:
+    the slowest of loading, compute (slowed by its fair share of the cores beside the busy
+    workers) and the CPU bound. The compute's slowdown depends on how busy the workers are,
+    which depends on the time per batch: the fixed point is found by bisection (the right
+    side falls as the time grows, so there is one)."""
+    data, threads = split.data, split.threads
+    one = one_thread_ms(split.compute, threads)
+    p = PARALLEL_FRACTION
+    floor = max(data / max(1, workers), (data + one) / cores, split.compute)
+
+    def compute_at(t: float) -> float:
+        loading = min(float(workers), data / t) if t > 0 else float(workers)
+        serial_share = min(1.0, cores / (1.0 + loading))
+        parallel_share = min(1.0, cores / (threads + loading))
+        return one * (1 - p) / serial_share + one * p / threads / parallel_share
+
+    low, high = floor, max(floor, compute_at(floor))
+    for _ in range(60):
+        mid = (low + high) / 2
+        if max(floor, compute_at(mid)) > mid:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def _size_for_cpu(head: str, split: Split, cores: int, others: float | None) -> WorkerSizing:
+    predicted = {w: predicted_batch_ms(split, w, cores) for w in range(1, cores + 1)}
+    best = min(predicted.values())
+    workers = min(w for w, t in predicted.items() if t <= best * (1 + FEWER_WORKERS_TOLERANCE))
     reason = (
-        f"{head}; {_budget_note(cores, workers, threads)}, "
-        f"the fastest split ({_ms(predicted)} ms/batch predicted)"
+        f"{head} on {_count(split.threads, 'thread')}; {_count(workers, 'worker')} on "
+        f"{_count(cores, 'core')}, {_ms(predicted[workers])} ms/batch predicted"
     )
-    return WorkerSizing(workers, threads, reason)
+    if workers > 1:
+        reason += f" ({_count(workers - 1, 'worker')}: {_ms(predicted[workers - 1])})"
+    note = _threads_note(split)
+    budget = budget_threads(cores, workers)
+    # The coupled change exists only when the budget's threads differ from the script's.
+    coupled = budget if budget < split.threads and split.compute > 0 else None
+    if workers + split.threads > cores and split.compute > 0:
+        share = min(1.0, split.compute / predicted[workers])
+        note += (
+            f"; {_count(workers, 'worker')} + {_count(split.threads, 'thread')} on "
+            f"{_count(cores, 'core')} while it computes ({share:.0%} of a batch): lowering "
+            "the threads would be cpu-threads' change, a variant of its own"
+        )
+    if others is not None and others >= 0.5:
+        note += f"; other processes kept {others:.1f} cores busy in the baseline"
+    return WorkerSizing(workers, reason, note, coupled)
 
 
 def cpu_threads_target(facts: Facts) -> int | None:

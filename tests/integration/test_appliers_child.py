@@ -74,7 +74,7 @@ def run(
 
 
 # What pipeline._Runner passes for a dataloader-workers run (optimize/sizing.py).
-SIZING_REASON = "data 51 ms/batch vs 4.1 ms compute; 3 workers + 1 thread on 4 cores"
+SIZING_REASON = "data 51 ms/batch vs 4.1 ms compute; 3 workers on 4 cores"
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (optimize/sizing.py). (The default count without the parent's sizing:
     test_appliers_data.py, in-process.)"""
     tmp = tmp_path_factory.mktemp("child")
-    sizing = WorkerSizing(3, 1, SIZING_REASON)
+    sizing = WorkerSizing(3, SIZING_REASON)
     env = dict(sizing_env(("dataloader-workers",), {"dataloader-workers": sizing}))
     optimizations = ("anomaly-off", "dataloader-workers", "tf32", "amp-fp16")
     baseline = run(tmp, SCRIPT, "baseline")
@@ -112,9 +112,50 @@ def test_child_uses_the_worker_count_sized_by_the_parent(debug_run: Path) -> Non
     (sample,) = load_run_samples([debug_run])
     workers = {a.id: a for a in sample.applied}["dataloader-workers"]
     assert workers.applied and workers.verified, workers
-    assert "train.py:7: num_workers 0 -> 3, intra-op threads " in workers.detail
+    assert "train.py:7: num_workers 0 -> 3, intra-op threads left at " in workers.detail
     assert f"({SIZING_REASON})" in workers.detail
-    assert "(3 workers); torch.get_num_threads() reads 1" in workers.detail
+    assert "(3 workers); torch.get_num_threads() reads " in workers.detail
+
+
+# The script sets its own intra-op threads (3: more than this machine may have, so that no
+# budget of the cores would keep them) and writes what each training step runs with.
+THREADS_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(3)
+    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+    loader = DataLoader(data, batch_size=16)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if __name__ == "__main__":
+        with open("threads.txt", "w") as seen:
+            for x, y in loader:
+                seen.write(f"{torch.get_num_threads()}\\n")
+                seen.flush()
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+    """
+)
+
+
+def test_workers_variant_leaves_the_scripts_threads(tmp_path: Path) -> None:
+    # One variant, one change: 2 workers from the parent's sizing, and the 3 intra-op threads
+    # the script chose are what its steps run with (the coupled sizing before lowered them
+    # to the cores the workers left).
+    sizing = WorkerSizing(2, "data 43 ms/batch vs 6.0 ms compute on 3 threads; 2 workers")
+    env = sizing_env(("dataloader-workers",), {"dataloader-workers": sizing})
+    variant = run(tmp_path, THREADS_SCRIPT, "workers", ("dataloader-workers",), env=env)
+    seen = (tmp_path / "threads.txt").read_text().split()
+    assert len(seen) >= PLAN.warmup_steps + PLAN.timed_steps
+    assert set(seen) == {"3"}
+    (sample,) = load_run_samples([variant])
+    workers = {a.id: a for a in sample.applied}["dataloader-workers"]
+    assert workers.applied and workers.verified, workers
+    assert "num_workers 0 -> 2, intra-op threads left at 3 (" in workers.detail
+    assert "(2 workers); torch.get_num_threads() reads 3" in workers.detail
 
 
 def test_planted_fp16_overflow_is_rejected_by_the_numerics_guard(

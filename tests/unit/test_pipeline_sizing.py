@@ -1,5 +1,5 @@
 """The pipeline sizes the candidates whose catalog entry has a sizing hook (DataLoader
-workers and intra-op threads, from one CPU budget) and passes each sizing to the runs that
+workers, from the baseline's measured split) and passes each sizing to the runs that
 apply that optimization (and only to those), through RunSpec.env."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from perfdoctor import pipeline, run_schema
 from perfdoctor.model import Facts, RunManifest, StepPlan, Target
-from perfdoctor.optimize.sizing import THREADS_ENV, WORKERS_ENV, WORKERS_WHY_ENV, WorkerSizing
+from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV, WorkerSizing
 from perfdoctor.session import Session
 
 GPU_FACTS = Facts({"device_is_cuda": True, "data_wait_ms_p50": 51.2, "step_ms_p50": 55.3})
@@ -32,20 +32,21 @@ def diagnosis(facts: Facts, cores: int | None = 16) -> SimpleNamespace:
     )
 
 
-REASON = "data 51 ms/batch vs 4.1 ms compute; 14 workers + 2 threads on 16 cores"
+REASON = "data 51 ms/batch vs 4.1 ms compute; 14 workers on 16 cores"
+KEPT = "intra-op threads stay as the script has them"
 
 
 @pytest.fixture(autouse=True)
 def no_user_sizing(monkeypatch):
-    for name in (WORKERS_ENV, THREADS_ENV, WORKERS_WHY_ENV):
+    for name in (WORKERS_ENV, WORKERS_WHY_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
 def test_sized_from_the_baseline_with_the_childs_cores():
     sink = Notes()
     sizings = pipeline._sizings(diagnosis(GPU_FACTS), ["pin-memory", "dataloader-workers"], sink)
-    assert sizings == {"dataloader-workers": WorkerSizing(14, 2, REASON)}
-    assert sink.notes == [f"dataloader-workers: num_workers=14, intra-op threads=2 ({REASON})"]
+    assert sizings == {"dataloader-workers": WorkerSizing(14, REASON, KEPT)}
+    assert sink.notes == [f"dataloader-workers: num_workers=14 ({REASON}); {KEPT}"]
 
 
 def test_not_sized_when_not_tried_or_set_by_the_user(monkeypatch):
@@ -87,13 +88,13 @@ def runner(tmp_path: Path, monkeypatch) -> pipeline._Runner:
 
 
 def test_only_runs_adding_workers_get_the_count(runner):
-    runner.sizings = {"dataloader-workers": WorkerSizing(14, 2, REASON)}
+    runner.sizings = {"dataloader-workers": WorkerSizing(14, REASON, KEPT)}
     runner.run("baseline", (), repeat=1, planned_runs=3)
     runner.run("dataloader-workers", ("dataloader-workers",), repeat=1, planned_runs=3)
     runner.run("stacked", ("pin-memory", "dataloader-workers"), repeat=1, planned_runs=3)
     runner.run("pin-memory", ("pin-memory",), repeat=1, planned_runs=3)
     envs = [dict(spec.env) for spec in runner.specs]
-    wanted = {WORKERS_ENV: "14", THREADS_ENV: "2", WORKERS_WHY_ENV: REASON}
+    wanted = {WORKERS_ENV: "14", WORKERS_WHY_ENV: REASON}  # nothing about threads
     assert envs[0] == {}
     assert envs[1] == wanted and envs[2] == wanted
     assert WORKERS_ENV not in envs[3]

@@ -7,9 +7,11 @@ the same way: one CPU budget), and HOLDS that number: a later torch.set_num_thre
 the script is ignored in the main process. Scripts that lower threads mostly do so as a leftover
 (OMP_NUM_THREADS=1 in a launcher, a copied snippet); measuring the script with its cores in
 use is the point of this variant. Calls from DataLoader worker processes (a different pid;
-torch sets 1 thread there on purpose), from torch itself and from the other appliers (the
-dataloader-workers applier sizes threads from the same budget) pass through. When the script
-already runs that many threads, nothing changes and the applier refuses.
+torch sets 1 thread there on purpose) and from torch itself pass through. This applier is the
+only one that changes the thread count: the dataloader-workers variant changes num_workers
+alone and leaves the script's threads, so each variant's effect is its own (stacked with it,
+this one holds the usable cores less its workers). When the script already runs that many
+threads, nothing changes and the applier refuses.
 """
 
 from __future__ import annotations

@@ -8,14 +8,13 @@ dataset or collate_fn that does not pickle when the start method is not fork, a 
 without a __main__ guard under spawn/forkserver, and a dataset holding CUDA tensors.
 persistent_workers is never turned on: it freezes the workers' copy of the dataset, and a
 script that changes its dataset between epochs would silently train on stale data.
-Workers and the main process's intra-op threads share one CPU budget, the usable cores:
-the parent sizes both from the baseline (perfdoctor/optimize/sizing.py) and passes them in
-the environment (PERFDOCTOR_DATALOADER_WORKERS, PERFDOCTOR_INTRAOP_THREADS, the reason in
-PERFDOCTOR_DATALOADER_WORKERS_WHY); without them the count is min(4, usable cores - 1) and
-the threads the cores left. When the applier gives a loader workers, it lowers torch's
-intra-op threads to the budget's (never raises them: that is cpu-threads' change), again at
-the first step if the script raised them after building its DataLoader, and its record
-says both numbers and why.
+The dataloader-workers variant changes one thing, num_workers: the main process keeps the
+intra-op threads the script gave it (changing them is cpu-threads', its own variant, which
+counts the same cores: usable cores less the workers). The parent sizes the count from the
+baseline's measured split of the step (perfdoctor/optimize/sizing.py) and passes it in the
+environment (PERFDOCTOR_DATALOADER_WORKERS, the reason in PERFDOCTOR_DATALOADER_WORKERS_WHY);
+without it the count is min(4, usable cores - 1). The record says the count, why, and the
+threads it left as they were.
 prefetch_factor keeps torch's default (2 batches in flight per worker) unless the script set
 it: with enough workers to keep up, that already hides a steady per-batch cost.
 
@@ -50,10 +49,8 @@ from perfdoctor.collect.appliers.base import (
 )
 from perfdoctor.optimize.sizing import (
     CPU_MAX_WORKERS,
-    THREADS_ENV,
     WORKERS_ENV,
     WORKERS_WHY_ENV,
-    budget_threads,
     default_workers,
 )
 
@@ -246,11 +243,8 @@ class DataloaderWorkers(Applier):
 
     def install(self, ctx: ApplyContext) -> None:
         self.patch = LoaderPatch.shared(ctx)
-        self.install_pid = ctx.install_pid
         self.workers, self.why = self._requested()
-        self.threads = self._requested_threads()
         self.patch.adjusters.append((self, self._adjust))
-        ctx.when_roots_known(self, self._hold_threads)
 
     def _positive_env(self, name: str) -> int | None:
         text = os.environ.get(name, "").strip()
@@ -273,34 +267,8 @@ class DataloaderWorkers(Applier):
             why = one_line(os.environ.get(WORKERS_WHY_ENV, ""), 160)
             return workers, why or f"{WORKERS_ENV}={workers}"
         return default_workers(cores), (
-            f"no measured sizing: min({CPU_MAX_WORKERS}, {cores} cores - 1) workers, "
-            "the cores left threads"
+            f"no measured sizing: min({CPU_MAX_WORKERS}, {cores} cores - 1) workers"
         )
-
-    def _requested_threads(self) -> int:
-        """The intra-op threads the parent sized beside the workers, else the cores the
-        workers leave."""
-        threads = self._positive_env(THREADS_ENV)
-        return threads if threads is not None else budget_threads(usable_cores(), self.workers)
-
-    def _lower_threads(self) -> str:
-        """Bring the main process's intra-op threads down to the budget's; the words for
-        the record."""
-        before = torch.get_num_threads()
-        if before <= self.threads:
-            return f"intra-op threads {before} kept (<= {self.threads})"
-        torch.set_num_threads(self.threads)
-        return f"intra-op threads {before} -> {self.threads}"
-
-    def _hold_threads(self, roots: object, optimizers: object) -> None:
-        """At the first step: a script that raised its threads after building its DataLoader
-        would oversubscribe the cores again."""
-        if self.applied and os.getpid() == self.install_pid:
-            threads = torch.get_num_threads()
-            if threads > self.threads:
-                self.note(
-                    f"the script raised intra-op threads to {threads}: {self._lower_threads()}"
-                )
 
     def _adjust(self, loader: DataLoader, args: dict[str, Any]) -> dict[str, Any] | None:
         where = _where()
@@ -317,8 +285,11 @@ class DataloaderWorkers(Applier):
         if self.applied:
             self.note(f"{where}: num_workers 0 -> {self.workers}")
         else:
-            threads = self._lower_threads()
-            self.mark_applied(f"{where}: num_workers 0 -> {self.workers}, {threads} ({self.why})")
+            # One change per variant: the threads are not this variant's (cpu-threads').
+            self.mark_applied(
+                f"{where}: num_workers 0 -> {self.workers}, intra-op threads left at "
+                f"{torch.get_num_threads()} ({self.why})"
+            )
         return {"num_workers": self.workers}
 
     def verify(self, final: bool) -> tuple[bool, str] | None:

@@ -85,13 +85,14 @@ def test_conflicts_are_named():
     assert any("trades time for memory" in c for c in recs["activation-checkpointing"].conflicts)
 
 
-def test_workers_and_threads_name_their_shared_cpu_budget():
+def test_workers_and_threads_name_which_change_is_whose():
     findings = [finding("input-bound", "dataloader-workers", gain=0.3)]
     findings.append(finding("cpu-threads-below-cores", "cpu-threads", gain=0.1))
     recs = {r.optimization_id: r for r in recommend(findings, CPU)}
     assert recs["dataloader-workers"].conflicts == (
-        "workers take cores from the intra-op compute threads: the applier sizes both from one "
-        "budget (workers + threads <= usable cores)",
+        "workers take cores from the intra-op compute threads: this variant changes "
+        "num_workers alone (threads stay the script's; cpu-threads changes them, measured "
+        "apart)",
     )
     assert recs["cpu-threads"].conflicts == (
         "compute threads compete with DataLoader workers for CPU cores",
