@@ -132,3 +132,16 @@ def test_a_fix_that_changes_the_arithmetic_gets_the_baselines_spread_first(
         ("baseline", "baseline/repeat-2"),
         ("cpu-threads", "cpu-threads"),
     ]
+
+
+def test_workers_that_crowd_the_scripts_threads_get_a_coupled_variant_of_their_own() -> None:
+    from perfdoctor.optimize.sizing import WorkerSizing
+
+    crowded = {"dataloader-workers": WorkerSizing(workers=2, reason="r", coupled_threads=1)}
+    plan = pipeline.coupled_variant(crowded, ["dataloader-workers"])  # type: ignore[arg-type]
+    assert plan is not None
+    assert plan.label == "dataloader-workers+cpu-threads"
+    assert plan.optimizations == ("dataloader-workers", "cpu-threads")
+    roomy = {"dataloader-workers": WorkerSizing(workers=2, reason="r")}
+    assert pipeline.coupled_variant(roomy, ["dataloader-workers"]) is None  # type: ignore[arg-type]
+    assert pipeline.coupled_variant(crowded, ["cpu-threads"]) is None  # type: ignore[arg-type]
