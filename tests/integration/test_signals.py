@@ -171,7 +171,8 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
     args = ["profile", "--steps", "5", "--warmup", "1", "--profile-steps", "0", "--quiet"]
     proc = _start([*args, "--only", "anomaly-off", "train.py"], tmp_path)
     session_link = tmp_path / "perfdoctor-runs" / "latest"
-    variant = session_link / "anomaly-off"
+    # anomaly-off switches between steps: it is measured in the in-process A/B run "ab".
+    variant = session_link / "ab"
     seen_report_before_variant = {}
 
     def variant_running() -> bool:
@@ -195,7 +196,7 @@ def test_sigterm_during_a_variant_keeps_the_baselines_report(tmp_path: Path) -> 
     report = report_json(session)
     assert report["status"] == "interrupted"
     assert report["exit_code"] == EXIT_SIGTERM
-    assert any("during anomaly-off" in w and "partial" in w for w in report["warnings"])
+    assert any("during ab" in w and "partial" in w for w in report["warnings"])
     # The baseline's diagnosis survived the stop.
     assert any(f["rule_id"] == "anomaly-detection-on" for f in report["findings"])
 
