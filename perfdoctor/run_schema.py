@@ -469,27 +469,53 @@ def known_sample(data: Any) -> SampleRow | None:
     return convert(data, SampleRow)  # type: ignore[no-any-return]
 
 
+# Nesting a run directory's JSON may have: perfdoctor writes at most a few levels. Deeper
+# values (a hostile file: 1,000 levels fit in 2 KB) would overflow the recursion of the
+# decoders and of everything that walks the value afterwards.
+MAX_JSON_DEPTH = 64
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether decoded JSON `value` nests more than `limit` containers deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            node = node.values()
+        elif not isinstance(node, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    return False
+
+
 def decode_json_line(line: bytes) -> Any:
     """One JSONL line, untyped. Python's own NaN/Infinity literals (runs written with
     json.dumps before the rows went through these schemas) are read too; msgspec.DecodeError
-    for a torn line."""
+    for a torn line, and for one nested deeper than MAX_JSON_DEPTH."""
     try:
-        return msgspec.json.decode(line)
+        data = msgspec.json.decode(line)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
     except msgspec.DecodeError:
         try:
-            return json.loads(line)
-        except ValueError:
+            data = json.loads(line)
+        except (ValueError, RecursionError):
             raise msgspec.DecodeError(f"not JSON: {line[:80]!r}") from None
+    if too_deep(data):
+        raise msgspec.DecodeError("JSON nested too deeply")
+    return data
 
 
 def decode_step_line(line: bytes) -> StepRecord:
-    """One steps.jsonl line. msgspec.DecodeError for a torn line; SchemaMismatch for a line
-    that is JSON but not a step."""
+    """One steps.jsonl line. msgspec.DecodeError for a torn line (or one nested too deeply);
+    SchemaMismatch for a line that is JSON but not a step."""
     try:
         return msgspec.json.decode(line, type=StepRecord)
     except msgspec.ValidationError as err:
         raise SchemaMismatch(str(err)) from err
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return convert(decode_json_line(line), StepRecord)
 
 

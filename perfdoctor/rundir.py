@@ -38,12 +38,13 @@ from typing import Any
 
 import msgspec
 
+from perfdoctor.errors import CorruptArtifact
 from perfdoctor.model import (
     RunManifest,
     RunSpec,
     StepRecord,
 )
-from perfdoctor.run_schema import convert, decode_step_line
+from perfdoctor.run_schema import MAX_JSON_DEPTH, convert, decode_step_line, too_deep
 
 SCHEMA_VERSION = 1
 
@@ -167,7 +168,18 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    """A run directory's JSON file. ValueError (json.JSONDecodeError) when it is not JSON;
+    CorruptArtifact when it nests deeper than any file perfdoctor writes."""
+    try:
+        data = json.loads(path.read_text())
+    except RecursionError:
+        data = None
+        deep = True
+    else:
+        deep = too_deep(data)
+    if deep:
+        raise CorruptArtifact(f"corrupt {path}: JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return data
 
 
 def append_jsonl(path: Path, rows: Iterable[Any]) -> None:
@@ -186,9 +198,11 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             if not line:
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
                 continue
+            if not too_deep(row):
+                yield row
 
 
 # --------------------------------------------------------------------------- typed records

@@ -66,6 +66,7 @@ __all__ = [
 ]
 
 MAX_TIMELINE_POINTS = 400
+MAX_DEVICES = 1024
 _LIVE_STATES = ("active_allocated", "active_awaiting_free", "active_pending_free")
 _SEGMENT_UP = ("segment_alloc", "segment_map")
 _SEGMENT_DOWN = ("segment_free", "segment_unmap")
@@ -143,13 +144,19 @@ def summarize_snapshot(
     top: int = 5,
 ) -> MemorySummary:
     """The summary of the device with the highest peak (a snapshot covers every device)."""
-    segments = [s for s in _list(data.get("segments")) if isinstance(s, dict)]
+    by_device: dict[int, list[dict[str, Any]]] = {}
+    for seg in _list(data.get("segments")):
+        if isinstance(seg, dict):
+            by_device.setdefault(_int(seg.get("device", 0)), []).append(seg)
     traces = _list(data.get("device_traces"))
-    devices = {_int(s.get("device", 0)) for s in segments}
-    devices |= {i for i, t in enumerate(traces) if t}
+    devices = set(by_device) | {i for i, t in enumerate(traces) if t}
+    if len(devices) > MAX_DEVICES:
+        # Each device is analysed on its own: a snapshot claiming thousands would take as many
+        # passes. No machine has that many GPUs in one process.
+        raise ValueError(f"it names {len(devices):,} devices (at most {MAX_DEVICES} are read)")
     picker = SitePicker(user_roots)
     summaries = [
-        _summarize_device(d, segments, traces, picker, max_entries, top, data)
+        _summarize_device(d, by_device.get(d, []), traces, picker, max_entries, top, data)
         for d in sorted(devices or {0})
     ]
     return max(summaries, key=lambda s: (s.peak_allocated_bytes, s.peak_reserved_bytes))

@@ -144,7 +144,8 @@ EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _SHAPE_DECODER = msgspec.json.Decoder(list[Any])
 # What a decode of a trace can raise on bad input: msgspec's errors, and UnicodeDecodeError
 # for invalid UTF-8 inside a string.
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+# RecursionError: JSON nested deeper than the decoder's limit (a 2 KB file can be).
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
 @dataclass(frozen=True)
