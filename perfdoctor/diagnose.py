@@ -59,6 +59,7 @@ from perfdoctor.rundir import (
     SESSION_FILE,
     is_child_dir,
     repeat_dirs,
+    write_file,
 )
 from perfdoctor.session import Session, VariantPlan, load_session
 
@@ -560,5 +561,5 @@ def write_reports(session_dir: Path, report: Report) -> WrittenReports:
     else:  # the figure's length keeps flipping (a unit boundary): off by a few bytes at most
         sized = rendered_with
     for fname, text in texts.items():
-        paths[fname].write_bytes(text)
+        write_file(paths[fname], text)  # a link at the name is replaced, never written through
     return WrittenReports(sized, paths)

@@ -26,7 +26,7 @@ from perfdoctor.model import BaselineSummary, Facts, Report, SkippedRule
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import ALL_RULES, evaluate
 from perfdoctor.rules.engine import missing_reason
-from perfdoctor.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, SCHEMA_VERSION
+from perfdoctor.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, SCHEMA_VERSION, write_file
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,6 @@ def write_trace_reports(report: Report) -> dict[str, Path]:
     paths = {}
     for name, renderer in file_renderers(REPORT_RENDERERS).items():
         path = out / name
-        path.write_text(str(renderer.render(report)), encoding="utf-8")
+        write_file(path, str(renderer.render(report)).encode("utf-8", "backslashreplace"))
         paths[path.name] = path
     return paths

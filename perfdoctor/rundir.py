@@ -27,10 +27,13 @@ Only this module knows file names; everybody else asks it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -73,6 +76,7 @@ RANKS_DIR = "ranks"  # <child>/ranks/<k>/: ranks 1..N-1 of a multi-rank run (ran
 PROCS_DIR = "procs"
 PROCESSES_FILE = "processes.json"  # <child>/processes.json: every process that trained
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # absent on Windows, which has no such links
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -159,12 +163,39 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def write_file(path: Path, data: bytes) -> None:
+    """Write `data` as `path`, atomically and without following a symlink there.
+
+    Run directories get handed around: a `report.md` in one may be a link to a file
+    elsewhere, which a plain open(path, "w") would overwrite. The bytes go to a temporary file
+    beside `path`, created exclusively (mkstemp: O_EXCL, so never through a planted link),
+    which is then renamed over the name: a link there is replaced, its target left alone. A
+    crash mid-write leaves the old file (or none), never half of one.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is not what open() would give
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Atomic write, so a crash mid-write never leaves half a file behind."""
+    """Atomic write, so a crash mid-write never leaves half a file behind (write_file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n"
+    write_file(path, text.encode("utf-8", "backslashreplace"))
 
 
 def read_json(path: Path) -> Any:
@@ -183,7 +214,9 @@ def read_json(path: Path) -> Any:
 
 
 def append_jsonl(path: Path, rows: Iterable[Any]) -> None:
-    with path.open("a") as fh:
+    # O_NOFOLLOW: appended to as it is, never through a link planted at its name.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
+    with os.fdopen(fd, "a") as fh:
         for row in rows:
             fh.write(json.dumps(to_jsonable(row)) + "\n")
 

@@ -94,6 +94,10 @@ def write_scalars(session_dir: Path, report_or_series: Report | Mapping[str, Any
         if not points:
             continue
         run_dir = session_dir / _dir_name(label)
+        if run_dir.is_symlink():
+            # A run directory handed over may link elsewhere: nothing is written through it.
+            log.warning("not writing TensorBoard scalars through the link %s", run_dir)
+            continue
         run_dir.mkdir(parents=True, exist_ok=True)
         for old in run_dir.glob(EVENT_FILE_GLOB):
             old.unlink()

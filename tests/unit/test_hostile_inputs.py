@@ -1,0 +1,176 @@
+"""Files other people hand perfdoctor: what a hostile or broken one may cost (one line and a
+documented exit code, bounded time, nothing written outside the run directory)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from perfdoctor.analyze.memory import load_memory
+from perfdoctor.analyze.record import load_run
+from perfdoctor.analyze.trace_events import parse_trace
+from perfdoctor.cli import app
+from perfdoctor.diagnose import analyze_session, write_reports
+from perfdoctor.diagnose_traces import diagnose_traces, write_trace_reports
+from perfdoctor.errors import EXIT_BAD_RUN_DIR, CorruptArtifact
+from perfdoctor.rundir import append_jsonl, write_json
+
+FIXTURE_RUN = Path(__file__).parent.parent / "fixtures" / "runs" / "tuned_mlp_cpu"
+ANALYZE_FIXTURES = Path(__file__).parent / "analyze" / "fixtures"
+DEEP = "[" * 1000 + "]" * 1000  # 2 KB
+
+
+def _session(tmp_path: Path) -> Path:
+    session = tmp_path / "session"
+    shutil.copytree(FIXTURE_RUN, session / "baseline")
+    return session
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+# ------------------------------------------------------------------ 1. no writes through links
+
+
+def test_session_reports_replace_links_instead_of_writing_through_them(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for name in ("report.md", "report.html", "report.json"):
+        (session / name).symlink_to(victim)
+    write_reports(session, analyze_session(session))
+    assert victim.read_text() == "keep me"
+    for name in ("report.md", "report.html", "report.json"):
+        assert not (session / name).is_symlink() and (session / name).stat().st_size > 0
+    assert not list(session.glob(".*.tmp"))
+
+
+def test_trace_reports_and_json_helpers_do_not_follow_links(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (out / "report.md").symlink_to(victim)
+    (out / "state.json").symlink_to(victim)
+    (out / "rows.jsonl").symlink_to(victim)
+    trace = tmp_path / "in" / "t.json"
+    trace.parent.mkdir()
+    shutil.copy(ANALYZE_FIXTURES / "cuda_two_steps.json", trace)
+    (done,) = diagnose_traces([trace], out)
+    assert done.report is not None
+    write_trace_reports(done.report)
+    write_json(out / "state.json", {"a": 1})
+    with pytest.raises(OSError):
+        append_jsonl(out / "rows.jsonl", [{"a": 1}])
+    assert victim.read_text() == "keep me"
+    assert json.loads((out / "state.json").read_text()) == {"a": 1}
+    mode = stat.S_IMODE((out / "state.json").stat().st_mode)
+    assert mode & 0o044 == 0o044 & ~_umask()  # readable as a plain open() would make it
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# ------------------------------------------------------------------ 3. JSON nested 1,000 deep
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"x": %s}}]}',
+        '[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"x": %s}}]',
+        '{"traceEvents": [], "deviceProperties": [{"x": %s}]}',
+        '{"traceEvents": [], "distributedInfo": {"x": %s}}',
+    ],
+)
+def test_deeply_nested_trace_is_a_corrupt_artifact(tmp_path: Path, doc: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(doc % DEEP)
+    for chunk in (None, 64):
+        with pytest.raises(CorruptArtifact):
+            parse_trace(path, chunk_bytes=chunk)
+    gz = tmp_path / "deep.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    result = _invoke("diagnose", str(gz), "-o", str(tmp_path / "out"))
+    assert result.exit_code == EXIT_BAD_RUN_DIR, result.output
+
+
+@pytest.mark.parametrize(
+    "name", ["manifest.json", "spec.json", "observations.json", "session.json"]
+)
+def test_deeply_nested_run_json_is_a_corrupt_artifact(tmp_path: Path, name: str) -> None:
+    session = _session(tmp_path)
+    target = session / name if name == "session.json" else session / "baseline" / name
+    target.write_text('{"x": %s}' % DEEP)
+    with pytest.raises(CorruptArtifact, match="nested"):
+        analyze_session(session)
+
+
+@pytest.mark.parametrize("name", ["steps.jsonl", "samples.jsonl", "progress.jsonl"])
+def test_deeply_nested_jsonl_line_is_skipped(tmp_path: Path, name: str) -> None:
+    session = _session(tmp_path)
+    with (session / "baseline" / name).open("a") as fh:
+        fh.write('{"x": %s}\n' % DEEP)
+    record = load_run(session / "baseline")
+    assert record.steps
+
+
+# ------------------------------------------------------------------ 7. memory snapshot blow-ups
+
+
+def _timed_load(path: Path) -> float:
+    start = time.process_time()
+    with pytest.raises(CorruptArtifact) as info:
+        load_memory(path)
+    assert "\n" not in str(info.value)
+    return time.process_time() - start
+
+
+def test_snapshot_sharing_one_history_across_devices_is_refused_fast(tmp_path: Path) -> None:
+    # 12 KB: 3,000 devices whose history is one shared list of 3,000 entries (9 million
+    # entries to replay; before: about 30 s of CPU).
+    entry = {"action": "alloc", "addr": 1, "size": 8, "frames": []}
+    history = [entry] * 3000
+    path = tmp_path / "shared.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [history] * 3000}))
+    assert path.stat().st_size < 20_000
+    assert _timed_load(path) < 2.0
+
+
+def test_snapshot_naming_thousands_of_devices_is_refused_fast(tmp_path: Path) -> None:
+    segments = [{"device": i, "total_size": 1, "blocks": []} for i in range(3000)]
+    path = tmp_path / "devices.pickle"
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": []}))
+    assert _timed_load(path) < 2.0
+
+
+def test_snapshot_holding_itself_is_refused(tmp_path: Path) -> None:
+    loop: list = []
+    loop.append(loop)
+    path = tmp_path / "loop.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [loop]}))
+    assert _timed_load(path) < 2.0
+
+
+def test_snapshot_on_several_devices_is_still_read(tmp_path: Path) -> None:
+    def seg(device: int, size: int) -> dict:
+        block = {"size": size, "requested_size": size, "state": "active_allocated"}
+        return {"device": device, "total_size": size, "address": 0, "blocks": [block]}
+
+    path = tmp_path / "two.pickle"
+    path.write_bytes(pickle.dumps({"segments": [seg(0, 100), seg(1, 300), seg(1, 200)]}))
+    summary = load_memory(path)
+    assert summary.device == 1 and summary.peak_allocated_bytes == 500 and summary.segments == 2
