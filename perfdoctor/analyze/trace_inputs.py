@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import logging
 import re
+import stat
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -118,14 +119,42 @@ def _trace_stem(name: str) -> str:
 
 
 def _walk(path: Path) -> Iterable[Path]:
-    """Files under a directory, sorted, skipping our own output and hidden directories."""
-    for child in sorted(path.iterdir()):
-        if child.name.startswith(".") or child.name == OUTPUT_DIR_NAME:
+    """Regular files under a directory, sorted, skipping our own output and hidden
+    directories. A directory is entered once, however many links lead to it: two links to
+    `.` would otherwise make the walk exponential (and a link to `/` endless)."""
+    seen: set[tuple[int, int]] = set()
+    pending = [path]
+    while pending:
+        directory = pending.pop()
+        try:
+            st = directory.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            children = sorted(directory.iterdir())
+        except OSError:
             continue
-        if child.is_dir():
-            yield from _walk(child)
-        elif child.is_file():
-            yield child
+        subdirs = []
+        for child in children:
+            if child.name.startswith(".") or child.name == OUTPUT_DIR_NAME:
+                continue
+            kind = _kind(child)
+            if kind == "dir":
+                subdirs.append(child)
+            elif kind == "file":
+                yield child
+        pending.extend(reversed(subdirs))
+
+
+def _kind(path: Path) -> str | None:
+    """ "dir", "file" (a regular file), or None (missing, a FIFO, a device, a socket)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else None
 
 
 def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path], set[Path]]:
@@ -138,7 +167,14 @@ def _collect(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path],
         path = Path(given)
         if not path.exists():
             raise TargetNotFound(f"{path} does not exist")
-        if path.is_file():
+        # stat, never open: opening a FIFO blocks until someone writes to it.
+        kind = _kind(path)
+        if kind is None:
+            raise CorruptArtifact(
+                f"{path} is not a regular file (a FIFO, device or socket): give a trace, a "
+                "snapshot or a directory"
+            )
+        if kind == "file":
             named.add(path)
             if is_snapshot_name(path):
                 snapshots.append(path)

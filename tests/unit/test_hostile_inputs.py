@@ -114,7 +114,7 @@ def test_deeply_nested_trace_is_a_corrupt_artifact(tmp_path: Path, doc: str) -> 
 def test_deeply_nested_run_json_is_a_corrupt_artifact(tmp_path: Path, name: str) -> None:
     session = _session(tmp_path)
     target = session / name if name == "session.json" else session / "baseline" / name
-    target.write_text('{"x": %s}' % DEEP)
+    target.write_text('{"x": ' + DEEP + '}')
     with pytest.raises(CorruptArtifact, match="nested"):
         analyze_session(session)
 
@@ -123,7 +123,7 @@ def test_deeply_nested_run_json_is_a_corrupt_artifact(tmp_path: Path, name: str)
 def test_deeply_nested_jsonl_line_is_skipped(tmp_path: Path, name: str) -> None:
     session = _session(tmp_path)
     with (session / "baseline" / name).open("a") as fh:
-        fh.write('{"x": %s}\n' % DEEP)
+        fh.write('{"x": ' + DEEP + '}\n')
     record = load_run(session / "baseline")
     assert record.steps
 
@@ -174,3 +174,42 @@ def test_snapshot_on_several_devices_is_still_read(tmp_path: Path) -> None:
     path.write_bytes(pickle.dumps({"segments": [seg(0, 100), seg(1, 300), seg(1, 200)]}))
     summary = load_memory(path)
     assert summary.device == 1 and summary.peak_allocated_bytes == 500 and summary.segments == 2
+
+
+# ------------------------------------------------------------------ 4, 5. what diagnose walks
+
+
+def test_links_to_the_directory_itself_are_walked_once(tmp_path: Path) -> None:
+    logdir = tmp_path / "logdir" / "run"
+    logdir.mkdir(parents=True)
+    shutil.copy(ANALYZE_FIXTURES / "cuda_two_steps.json", logdir / "t.json")
+    # Before: 2**depth paths, still walking after 300 s.
+    for name in ("a", "b", "c"):
+        (logdir / name).symlink_to(".")
+    (logdir / "up").symlink_to("..")
+    start = time.monotonic()
+    done = diagnose_traces([tmp_path / "logdir"], tmp_path / "out")
+    assert time.monotonic() - start < 10
+    assert len(done) == 1 and done[0].report is not None
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/null", "/dev/zero"])
+def test_special_files_are_refused_in_one_line(tmp_path: Path, special: str) -> None:
+    if special == "fifo":
+        path = tmp_path / "trace.json"
+        os.mkfifo(path)  # opening it would block until a writer comes
+    else:
+        path = Path(special)
+    result = _invoke("diagnose", str(path), "-o", str(tmp_path / "out"))
+    assert result.exit_code == EXIT_BAD_RUN_DIR, result.output
+    assert "not a regular file" in result.output
+
+
+def test_special_files_inside_a_directory_are_skipped(tmp_path: Path) -> None:
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    shutil.copy(ANALYZE_FIXTURES / "cuda_two_steps.json", logdir / "t.json")
+    os.mkfifo(logdir / "blocked.pt.trace.json")
+    (logdir / "zero.pickle").symlink_to("/dev/zero")
+    done = diagnose_traces([logdir], tmp_path / "out")
+    assert [d.run.name for d in done] == ["t"] and done[0].report is not None
