@@ -264,15 +264,31 @@ def load_manifest(run_dir: Path) -> RunManifest:
 def load_steps(run_dir: Path) -> list[StepRecord]:
     """steps.jsonl through its schema (run_schema.decode_step_line); a torn line (the writer
     was killed) is skipped, a row of the wrong type raises run_schema.SchemaMismatch."""
+    return read_steps(run_dir).steps
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsFile:
+    steps: list[StepRecord]
+    found: bool  # False: there is no steps.jsonl
+    unreadable: int  # lines that are no JSON step, a torn last line (writer killed) aside
+
+
+def read_steps(run_dir: Path) -> StepsFile:
+    """load_steps, saying whether the file was there and how many lines were skipped."""
     path = run_dir / STEPS_FILE
     if not path.is_file():
-        return []
+        return StepsFile([], False, 0)
+    data = path.read_bytes()
+    lines = data.splitlines()
     steps = []
-    for line in path.read_bytes().splitlines():
+    unreadable = 0
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             steps.append(decode_step_line(line))
         except msgspec.DecodeError:
-            continue
-    return steps
+            torn = i == len(lines) - 1 and not data.endswith(b"\n")
+            unreadable += not torn
+    return StepsFile(steps, True, unreadable)

@@ -137,10 +137,21 @@ def _lines(path: Path) -> list[bytes]:
         raise CorruptArtifact(f"cannot read {path}: {err}") from err
 
 
-def _load_steps(run: Path, version: int | None) -> tuple[StepRecord, ...]:
+def _load_steps(
+    run: Path, version: int | None, notes: list[str] | None = None
+) -> tuple[StepRecord, ...]:
+    """The steps; what was missing or unreadable goes to `notes` (the report's warnings)."""
     path = run / rundir.STEPS_FILE
     try:
-        return tuple(rundir.load_steps(run))
+        found = rundir.read_steps(run)
+        if notes is not None and not found.found:
+            notes.append(f"{path} is missing: no step was recorded, so there are no step figures")
+        if notes is not None and found.unreadable:
+            notes.append(
+                f"{path}: {found.unreadable} line(s) could not be read as steps and were "
+                f"skipped ({len(found.steps)} read)"
+            )
+        return tuple(found.steps)
     except run_schema.SchemaMismatch as err:
         raise _mismatch(path, err, version) from err
     except OSError as err:
@@ -224,6 +235,7 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
     if len(trace_files) > 1:
         notes.append(f"{len(trace_files)} traces found; analysed the newest, {trace_files[-1]}")
 
+    steps = _load_steps(child_dir, version, notes)
     memory = None
     snapshot = child_dir / rundir.MEMORY_SNAPSHOT_FILE
     if snapshot.is_file():
@@ -238,7 +250,7 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
         manifest=manifest,
         observations=observations,
         observed=observed,
-        steps=_load_steps(child_dir, version),
+        steps=steps,
         samples=tuple(_rows(child_dir / rundir.SAMPLES_FILE, run_schema.known_sample, version)),
         trace=trace,
         memory=memory,

@@ -114,7 +114,7 @@ def test_deeply_nested_trace_is_a_corrupt_artifact(tmp_path: Path, doc: str) -> 
 def test_deeply_nested_run_json_is_a_corrupt_artifact(tmp_path: Path, name: str) -> None:
     session = _session(tmp_path)
     target = session / name if name == "session.json" else session / "baseline" / name
-    target.write_text('{"x": ' + DEEP + '}')
+    target.write_text('{"x": ' + DEEP + "}")
     with pytest.raises(CorruptArtifact, match="nested"):
         analyze_session(session)
 
@@ -123,7 +123,7 @@ def test_deeply_nested_run_json_is_a_corrupt_artifact(tmp_path: Path, name: str)
 def test_deeply_nested_jsonl_line_is_skipped(tmp_path: Path, name: str) -> None:
     session = _session(tmp_path)
     with (session / "baseline" / name).open("a") as fh:
-        fh.write('{"x": ' + DEEP + '}\n')
+        fh.write('{"x": ' + DEEP + "}\n")
     record = load_run(session / "baseline")
     assert record.steps
 
@@ -213,3 +213,25 @@ def test_special_files_inside_a_directory_are_skipped(tmp_path: Path) -> None:
     (logdir / "zero.pickle").symlink_to("/dev/zero")
     done = diagnose_traces([logdir], tmp_path / "out")
     assert [d.run.name for d in done] == ["t"] and done[0].report is not None
+
+
+# ------------------------------------------------------------------ 6. steps.jsonl amiss
+
+
+def test_missing_steps_file_is_a_warning(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    (session / "baseline" / "steps.jsonl").unlink()
+    report = analyze_session(session)
+    assert any("steps.jsonl is missing" in w for w in report.warnings)
+
+
+def test_unreadable_step_lines_are_counted_in_a_warning(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    steps = session / "baseline" / "steps.jsonl"
+    good = steps.read_text().splitlines()
+    steps.write_text("\n".join(["garbage", '{"index": ', *good[:3], "\x00\x01"]) + "\n")
+    report = analyze_session(session)
+    assert any("3 line(s) could not be read" in w and "3 read" in w for w in report.warnings)
+    # A torn last line (the writer was killed mid-line) is no warning.
+    steps.write_text("\n".join(good) + '\n{"index": 9')
+    assert not any("could not be read" in w for w in analyze_session(session).warnings)
