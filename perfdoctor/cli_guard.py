@@ -52,10 +52,16 @@ def stderr_console() -> Console:
 
 def fail(err: PerfdoctorError) -> typer.Exit:
     """Print `err` as the one error line (and its hint); the Exit to raise with its code."""
+    from rich.markup import escape
+
+    from perfdoctor.render.format import printable
+
     console = stderr_console()
-    console.print(f"[bold red]perfdoctor: error:[/] {err}", markup=True, soft_wrap=True)
+    # The message may name a file or value from an artifact: no markup, no control characters.
+    message = escape(printable(str(err)))
+    console.print(f"[bold red]perfdoctor: error:[/] {message}", markup=True, soft_wrap=True)
     if err.hint:
-        console.print(f"  hint: {err.hint}", markup=False, soft_wrap=True)
+        console.print(f"  hint: {printable(err.hint)}", markup=False, soft_wrap=True)
     return typer.Exit(err.exit_code)
 
 
@@ -138,12 +144,18 @@ def run_guarded(debug: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
         if debug:
             _print_traceback()
         stderr_console().print(
-            f"perfdoctor: internal error: {type(err).__name__}: {err}"
+            f"perfdoctor: internal error: {type(err).__name__}: {_printable(str(err))}"
             + ("" if debug else " (run again with --debug for the traceback)"),
             markup=False,
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _printable(text: str) -> str:
+    from perfdoctor.render.format import printable
+
+    return printable(text)
 
 
 def _is_click_exception(err: Exception) -> bool:

@@ -39,6 +39,7 @@ _MAX_NAMES = 8  # facts measured on one side only, listed by name before "and N 
 
 
 def render_comparison(result: RunComparison, console: Console) -> None:
+    result = fmt.printable_all(result)  # names from artifacts: no raw control characters
     console.print(_header(result))
     console.print(_verdict_panel(result))
     console.print(_measures_table(result))

@@ -6,7 +6,11 @@ measured") is always shown as an em dash, never as "None" or "nan".
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import re
+from typing import Any, TypeVar
 
 from perfdoctor.model import AppliedOptimization, Evidence, Scalar, SourceLocation
 from perfdoctor.units import format_bytes
@@ -167,9 +171,64 @@ def applied(
     return ", ".join(marks)
 
 
+# Control characters a terminal acts on: C0 (but newline and tab, which layout needs), DEL,
+# C1 (0x9b is a one-byte CSI on some terminals). Names of kernels, devices, files and frames
+# come from traces and snapshots other people hand over: `ESC[2J` in a kernel name would
+# clear the user's screen, `ESC]0;...` retitle it, when printed raw.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+T = TypeVar("T")
+
+
+def _visible(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but newline and tab shown escaped (`\\x1b`)."""
+    return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
+
+
+def printable_all(value: T) -> T:
+    """`value` (a Report, a comparison, any dataclass, container or string) with `printable`
+    applied to every string in it, keys included; unchanged parts are the same objects, so a
+    report without control characters costs one walk and no copy."""
+    return _printable(value)  # type: ignore[no-any-return]
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        items = [_printable(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items)
+    if isinstance(value, dict):
+        pairs = [(_printable(k), _printable(v)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
+            return value
+        return type(value)(pairs) if type(value) is dict else dict(pairs)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _printable(old)
+            if new is not old:
+                changed[f.name] = new
+        if not changed:
+            return value
+        out = copy.copy(value)
+        for name, new in changed.items():
+            object.__setattr__(out, name, new)  # frozen dataclasses too
+        return out
+    return value
+
+
 def one_line(text: str, limit: int = 0) -> str:
-    """Collapse whitespace (script output can carry newlines and tabs) and optionally clip."""
-    flat = " ".join(text.split())
+    """Collapse whitespace (script output can carry newlines and tabs), show control
+    characters escaped, and optionally clip."""
+    flat = printable(" ".join(text.split()))
     if limit and len(flat) > limit:
         return flat[: max(limit - 1, 0)] + "…"
     return flat

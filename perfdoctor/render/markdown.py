@@ -51,6 +51,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = ""
 
 
 def render_markdown(report: Report) -> str:
+    report = fmt.printable_all(report)  # no raw ESC from artifacts in a .md either
     lines: list[str] = []
     lines += _title(report)
     lines += _headline(report)

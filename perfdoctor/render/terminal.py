@@ -57,6 +57,7 @@ def make_console(file: TextIO | None = None) -> Console:
 
 
 def render_terminal(report: Report, console: Console) -> None:
+    report = fmt.printable_all(report)  # names from artifacts: no raw control characters
     console.print(_header(report))
     console.print(_headline_panel(report))
     console.print(_step_section(report, side_by_side=console.width >= _SIDE_BY_SIDE_WIDTH))
@@ -80,6 +81,7 @@ def render_terminal(report: Report, console: Console) -> None:
 def render_runs_overview(reports: list[Report], console: Console) -> None:
     """`perfdoctor diagnose` over several runs: one line each, after their own summaries
     (each run's reports are in its own subdirectory, named after the run)."""
+    reports = fmt.printable_all(reports)  # names from artifacts: no raw control characters
     table = Table(title="Runs diagnosed", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("run", overflow="fold", ratio=1, min_width=12)
     table.add_column("ranks", justify="right", no_wrap=True)

@@ -235,3 +235,33 @@ def test_unreadable_step_lines_are_counted_in_a_warning(tmp_path: Path) -> None:
     # A torn last line (the writer was killed mid-line) is no warning.
     steps.write_text("\n".join(good) + '\n{"index": 9')
     assert not any("could not be read" in w for w in analyze_session(session).warnings)
+
+
+# ------------------------------------------------------------------ 2. terminal escapes
+
+_HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07\x9bname"
+
+
+def test_names_from_a_trace_reach_no_terminal_raw(tmp_path: Path) -> None:
+    doc = json.loads((ANALYZE_FIXTURES / "cuda_two_steps.json").read_text())
+    for ev in doc["traceEvents"]:
+        if isinstance(ev.get("name"), str) and ev.get("cat") in ("kernel", "cpu_op"):
+            ev["name"] = _HOSTILE + ev["name"]
+    for props in doc.get("deviceProperties", []):
+        props["name"] = _HOSTILE
+    trace = tmp_path / f"{_HOSTILE}.json"
+    trace.write_text(json.dumps(doc))
+    result = _invoke("diagnose", str(trace), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "\\x1b[2J" in result.output  # shown, escaped
+    for raw in ("\x1b", "\x07", "\x9b"):
+        assert raw not in result.output
+        assert raw not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_error_lines_show_no_raw_escapes_or_markup(tmp_path: Path) -> None:
+    path = tmp_path / f"[bold]{_HOSTILE}.pickle"
+    path.write_bytes(b"not a pickle")
+    result = _invoke("diagnose", str(path), "-o", str(tmp_path / "out"))
+    assert result.exit_code == EXIT_BAD_RUN_DIR
+    assert "\x1b" not in result.output and "[bold]" in result.output
