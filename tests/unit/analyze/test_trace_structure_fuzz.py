@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -29,8 +30,8 @@ def _deep_text(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-def _mutant(base: dict[str, Any], rng: random.Random) -> bytes:
-    doc = copy.deepcopy(base)
+def _mutant(base: str, rng: random.Random) -> bytes:
+    doc = json.loads(base)  # a fresh copy, several times faster than copy.deepcopy
     events = doc["traceEvents"]
     for _ in range(rng.randint(1, 3)):
         op = rng.randrange(8)
@@ -71,9 +72,19 @@ def _mutant(base: dict[str, Any], rng: random.Random) -> bytes:
 
 
 def test_structural_mutants_parse_or_are_corrupt(tmp_path: Path) -> None:
-    base = json.loads((FIXTURES / "cuda_two_steps.json").read_text())
+    base = (FIXTURES / "cuda_two_steps.json").read_text()
     rng = random.Random(SEED)
-    path = tmp_path / "mutant.json"
+    # In memory where there is a tmpfs: 2,000 writes to a busy disk cost seconds.
+    shm = Path("/dev/shm")
+    where = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
+    path = where / f"perfdoctor-fuzz-{os.getpid()}.json"
+    try:
+        _run(base, rng, path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _run(base: str, rng: random.Random, path: Path) -> None:
     outcomes = {"parsed": 0, "corrupt": 0}
     start = time.monotonic()
     for i in range(MUTANTS):
