@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -165,7 +166,10 @@ class ProfileArgs:
         return ProfileOptions(
             target=self.target(cwd),
             cwd=cwd,
-            runs_root=self.out,
+            # Absolute, against perfdoctor's own cwd: every path the child is handed must
+            # survive a script that calls os.chdir (a relative one would then point into the
+            # script's new directory).
+            runs_root=Path(os.path.abspath(cwd / self.out)),
             plan=StepPlan(
                 warmup_steps=self.warmup,
                 timed_steps=self.steps,

@@ -44,7 +44,7 @@ from typing import Any
 import perfdoctor
 from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.frames import UserCode
-from perfdoctor.collect import process_tree, script_runner
+from perfdoctor.collect import parent_death, process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_TARGET_NOT_FOUND, EXIT_USAGE
@@ -83,6 +83,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
+    if parent_death.orphaned():
+        # perfdoctor is gone (SIGKILL, the OOM killer): stop the tree as it would have.
+        parent_death.stop_tree()
     if _SigtermState.finalizing:
         return  # already flushing; the parent's SIGKILL bounds us
     _SigtermState.received = True
@@ -122,6 +125,7 @@ def _initial_user_root(spec: RunSpec) -> str:
 
 
 def main(argv: list[str]) -> int:
+    parent_death.arm()  # armed already by sitecustomize, unless started without `site`
     _log_to_stderr()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m perfdoctor.collect.bootstrap <run_dir>/spec.json\n")
@@ -183,6 +187,12 @@ def main(argv: list[str]) -> int:
     finally:
         _SigtermState.finalizing = True
         _finalize(spec, runtime, probes, applied, outcome, torch)
+        if parent_death.orphaned():
+            # perfdoctor is gone: nothing of the run may outlive it, and nobody waits for
+            # this process's exit status (parent_death.py).
+            parent_death.stop_tree()
+            parent_death.finish_stopping()
+            parent_death.leave_now(outcome.exit_code)
     if outcome.reraise is not None:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
