@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from perfdoctor.pipeline import ProfileOptions
 
 
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
 def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
     """Comma-separated optimization ids; an unknown one is a usage error naming the closest
     known id (a typo must not silently run nothing)."""
@@ -102,6 +105,9 @@ class ProfileArgs:
         ):
             if value < 1:
                 raise UsageError(f"{name} must be at least 1")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            # torch.manual_seed's range; numpy takes the seed modulo 2**32 (bootstrap.py).
+            raise UsageError(f"--seed must be in -2**63..2**64-1, not {self.seed}")
         if self.warmup < 0 or self.profile_steps < 0:
             raise UsageError("--warmup and --profile-steps cannot be negative")
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):

@@ -47,12 +47,20 @@ from perfdoctor.analyze.frames import UserCode
 from perfdoctor.collect import parent_death, process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
-from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_TARGET_NOT_FOUND, EXIT_USAGE
+from perfdoctor.collect.step_log import ArtifactUnwritable
+from perfdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_UNWRITABLE,
+    EXIT_TARGET_NOT_FOUND,
+    EXIT_USAGE,
+)
 from perfdoctor.model import RunSpec
 
 log = logging.getLogger(__name__)
 
 EXIT_SIGTERM = 128 + signal.SIGTERM
+# The child's one line when it cannot write the run's artifacts (launcher.py reads it).
+OUTPUT_ERROR_PREFIX = "perfdoctor: output not written: "
 # Unix time of the parent's t=0 (perfdoctor.collect.launcher.T0_ENV; not imported, to keep
 # the child's imports to what it uses).
 T0_ENV = "PERFDOCTOR_T0_UNIX"
@@ -171,6 +179,11 @@ def main(argv: list[str]) -> int:
         outcome.observations["stopped_at"] = _stop_point(probes, user_code, exc)
     except script_runner.LaunchError as exc:
         _report_launch_error(exc, outcome)
+    except ArtifactUnwritable as exc:
+        # Said in one line; the parent reads it (launcher.py) and ends with this code.
+        sys.stderr.write(f"{OUTPUT_ERROR_PREFIX}{exc}\n")
+        outcome.exit_code = EXIT_OUTPUT_UNWRITABLE
+        outcome.observations["output_error"] = str(exc)
     except SystemExit as exc:
         outcome.exit_code = _exit_status(exc.code)
         outcome.reraise = exc

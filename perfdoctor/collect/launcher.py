@@ -43,7 +43,13 @@ from perfdoctor.collect.supervision import (
     supervise,
     terminate_group,
 )
-from perfdoctor.errors import EXIT_INTERRUPTED, interrupt_exit_code, interrupt_name
+from perfdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_UNWRITABLE,
+    OutputUnwritable,
+    interrupt_exit_code,
+    interrupt_name,
+)
 from perfdoctor.model import RunManifest, RunSpec
 from perfdoctor.rundir import (
     MANIFEST_FILE,
@@ -65,6 +71,8 @@ from perfdoctor.rundir import (
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_MODULE = "perfdoctor.collect.bootstrap"
+# bootstrap.OUTPUT_ERROR_PREFIX (not imported: the bootstrap imports torch's world)
+OUTPUT_ERROR_PREFIX = "perfdoctor: output not written: "
 # `python -c` rather than `-m`: no runpy frames above the script's (bootstrap.py's doc says why).
 ENTRY_CODE = f"import sys; from {BOOTSTRAP_MODULE} import main; sys.exit(main(sys.argv[1:]))"
 # The child measures its step times on the same origin as the parent's samples.
@@ -177,7 +185,21 @@ def launch(
         manifest = write_manifest(spec, run_dir, outcome, watch.rows)
     if pending is not None:
         raise pending
+    _raise_if_output_unwritable(outcome)
     return manifest
+
+
+def _raise_if_output_unwritable(outcome: ChildOutcome) -> None:
+    """The child could not write the run's artifacts (bootstrap.py: no space left, a
+    read-only file system): perfdoctor's own failure, never the script's exit code 73."""
+    if outcome.exit_code != EXIT_OUTPUT_UNWRITABLE:
+        return
+    for line in reversed(outcome.stderr_tail):
+        if line.startswith(OUTPUT_ERROR_PREFIX):
+            raise OutputUnwritable(
+                line.removeprefix(OUTPUT_ERROR_PREFIX).strip(),
+                hint="free some space, or give --out a directory you can write",
+            )
 
 
 # --------------------------------------------------------------------------- child environment
