@@ -424,12 +424,19 @@ def compare(
     text = COMPARISON_RENDERERS["json" if as_json else "terminal"].render(compared, make_console())
     if text is not None:
         sys.stdout.write(text)
+    if compared.gate is not None and not compared.gate.passed:
+        # 70: a regression (or unmeasured, or --strict and undecided); 71: undecided. First:
+        # a B that cannot be measured fails the gate (70, as documented), not as 67 below.
+        if not result.usable:
+            stderr_console().print(
+                f"perfdoctor: nothing to compare: {result.verdict.reason}",
+                markup=False,
+                soft_wrap=True,
+            )
+        raise typer.Exit(compared.gate.exit_code)
     if not result.usable:
         # Nothing was compared: a script or CI reading only the exit code must see it.
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
-    if compared.gate is not None and not compared.gate.passed:
-        # 70: a regression (or unmeasured, or --strict and undecided); 71: undecided.
-        raise typer.Exit(compared.gate.exit_code)
 
 
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
