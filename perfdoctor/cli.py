@@ -6,7 +6,9 @@ Exit codes are documented in perfdoctor/errors.py and the README.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import math
 import os
 import sys
 import time
@@ -24,7 +26,7 @@ from perfdoctor.cli_guard import (
     stderr_console,
 )
 from perfdoctor.cli_options import ProfileArgs, declared_by, profile_options
-from perfdoctor.errors import PerfdoctorError, ProfileStopped, UsageError
+from perfdoctor.errors import OutputUnwritable, PerfdoctorError, ProfileStopped, UsageError
 
 app = typer.Typer(
     name="perfdoctor",
@@ -93,13 +95,60 @@ def profile(ctx: typer.Context, **_options: object) -> None:
         ctx.params, ctx.args, repeat_given=getattr(source, "name", None) == "COMMANDLINE"
     )
     options = given.to_options(Path.cwd())
+    check_output_dir(options.runs_root)
     console = stderr_console() if given.as_json else make_console()
-    outcome = _profile(options, console)
+    try:
+        outcome = _profile(options, console)
+    except OSError as err:
+        # Everything perfdoctor writes goes under --out: a failure to write there (no space
+        # left, a read-only file system) is no bug of perfdoctor's and no fault of the script.
+        if not _is_output_error(err, options.runs_root):
+            raise
+        where = err.filename if err.filename is not None else options.runs_root
+        raise OutputUnwritable(
+            f"cannot write {os.fsdecode(where)}: {err.strerror or err}",
+            hint="free some space, or give --out a directory you can write",
+        ) from None
     renderer = "json" if given.as_json else "terminal"
     _print_report(outcome.report, renderer, console)
     if outcome.exit_code != 0:
         _say_the_script_failed(outcome)
     raise typer.Exit(outcome.exit_code)
+
+
+def check_output_dir(out: Path) -> None:
+    """Refuse, before anything runs, an --out that cannot hold the sessions: a file, or a
+    directory (or its nearest existing parent) this user cannot write."""
+    existing = out
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = f"--out {out}" if existing == out else f"--out {out}: {existing}"
+        raise OutputUnwritable(
+            f"{where} is not a directory",
+            hint="give --out a directory (it is created if it does not exist)",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputUnwritable(
+            f"cannot write the output directory {existing}: permission denied",
+            hint="give --out a directory you can write",
+        )
+
+
+# A write that fails for want of room (or a file system turned read-only) names no file.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _is_output_error(err: OSError, root: Path) -> bool:
+    if err.errno in _NO_ROOM:
+        return True
+    for name in (err.filename, err.filename2):
+        if name is None:
+            continue
+        path = Path(os.path.abspath(os.fsdecode(name)))
+        if path == root or root in path.parents:
+            return True
+    return False
 
 
 def _say_the_script_failed(outcome) -> None:
@@ -151,6 +200,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
 
 
 FORMAT_HELP = "terminal, md, html or json."
+MAX_PORT = 65535
 
 
 def _print_report(built, fmt: str, console: Console | None = None) -> None:
@@ -374,20 +424,29 @@ def compare(
     text = COMPARISON_RENDERERS["json" if as_json else "terminal"].render(compared, make_console())
     if text is not None:
         sys.stdout.write(text)
+    if compared.gate is not None and not compared.gate.passed:
+        # 70: a regression (or unmeasured, or --strict and undecided); 71: undecided. First:
+        # a B that cannot be measured fails the gate (70, as documented), not as 67 below.
+        if not result.usable:
+            stderr_console().print(
+                f"perfdoctor: nothing to compare: {result.verdict.reason}",
+                markup=False,
+                soft_wrap=True,
+            )
+        raise typer.Exit(compared.gate.exit_code)
     if not result.usable:
         # Nothing was compared: a script or CI reading only the exit code must see it.
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
-    if compared.gate is not None and not compared.gate.passed:
-        # 70: a regression (or unmeasured, or --strict and undecided); 71: undecided.
-        raise typer.Exit(compared.gate.exit_code)
 
 
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     from perfdoctor.optimize.regression_gate import GateLimits
 
+    for option, pct in (("--fail-if-slower", slower), ("--fail-if-more-memory", more_memory)):
+        # nan compares false with everything: a gate at nan% (or inf%) would always pass.
+        if pct is not None and not (math.isfinite(pct) and pct >= 0):
+            raise UsageError(f"{option} must be a percentage of 0 or more, not {pct:g}")
     limits = GateLimits(slower, more_memory, strict)
-    if any(pct is not None and pct < 0 for pct in (slower, more_memory)):
-        raise UsageError("--fail-if-slower and --fail-if-more-memory cannot be negative")
     if strict and not limits.any:
         raise UsageError("--strict needs --fail-if-slower or --fail-if-more-memory")
     return limits
@@ -418,7 +477,7 @@ def tensorboard(
         typer.Argument(help="A session directory, or the --out directory (its latest session)."),
     ] = Path("perfdoctor-runs/latest"),
     port: Annotated[
-        int | None, typer.Option(metavar="PORT", help="Port (default: a free one).")
+        int | None, typer.Option(metavar="PORT", help="Port (default or 0: a free one).")
     ] = None,
 ) -> None:
     from perfdoctor.diagnose import resolve_session_dir
@@ -428,6 +487,8 @@ def tensorboard(
         stop_tensorboard,
     )
 
+    if port is not None and not 0 <= port <= MAX_PORT:
+        raise UsageError(f"--port must be in 0..{MAX_PORT} (0: a free one), not {port}")
     logdir = resolve_session_dir(run)
     console = make_console()
     if not profiler_plugin_installed():
@@ -440,7 +501,7 @@ def tensorboard(
     try:
         # Started inside the try: a SIGTERM that lands while the URL is printed (a slow
         # console under load) must stop the server too, not only one in the wait below.
-        process, url = start_tensorboard(logdir, port=port)
+        process, url = start_tensorboard(logdir, port=port or None)
         console.print(f"TensorBoard on {url}  (logdir {logdir}; Ctrl-C stops it)", markup=False)
         while process.poll() is None:
             time.sleep(0.5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from perfdoctor.collect.torchrun import Nodes
     from perfdoctor.model import Target
     from perfdoctor.pipeline import ProfileOptions
+
+
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
 def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
@@ -101,6 +105,9 @@ class ProfileArgs:
         ):
             if value < 1:
                 raise UsageError(f"{name} must be at least 1")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            # torch.manual_seed's range; numpy takes the seed modulo 2**32 (bootstrap.py).
+            raise UsageError(f"--seed must be in -2**63..2**64-1, not {self.seed}")
         if self.warmup < 0 or self.profile_steps < 0:
             raise UsageError("--warmup and --profile-steps cannot be negative")
         if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
@@ -165,7 +172,10 @@ class ProfileArgs:
         return ProfileOptions(
             target=self.target(cwd),
             cwd=cwd,
-            runs_root=self.out,
+            # Absolute, against perfdoctor's own cwd: every path the child is handed must
+            # survive a script that calls os.chdir (a relative one would then point into the
+            # script's new directory).
+            runs_root=Path(os.path.abspath(cwd / self.out)),
             plan=StepPlan(
                 warmup_steps=self.warmup,
                 timed_steps=self.steps,

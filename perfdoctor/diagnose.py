@@ -25,7 +25,7 @@ from perfdoctor.analyze.rank_table import rank_summaries
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
 from perfdoctor.analyze.series import series_for
-from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir
+from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir, TargetNotFound
 from perfdoctor.model import (
     BaselineSummary,
     Facts,
@@ -79,6 +79,9 @@ def resolve_session_dir(path: Path) -> Path:
     """Accept the session dir, the `latest` link, a child run dir inside a session, or the
     `--out` directory of `perfdoctor profile` (its `latest` session)."""
     path = path.resolve()
+    if not path.exists():
+        # As everywhere else (diagnose, compare, the script of profile): a missing path is 66.
+        raise TargetNotFound(f"{path} does not exist")
     if not path.is_dir():
         raise BadRunDir(f"{path} is not a directory")
     if (path / SESSION_FILE).is_file() or (path / BASELINE_LABEL).is_dir():

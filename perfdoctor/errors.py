@@ -19,6 +19,8 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
               be told from noise)
     71        `perfdoctor compare --fail-if-...`: undecided, the noise band straddles the limit;
               record more runs per side (`perfdoctor profile --no-apply --repeat N`)
+    73        the output directory cannot be written (`--out` is a file, no permission, a
+              read-only file system, the disk full during the run); as sysexits' EX_CANTCREAT
     124       the script ran past --timeout and was stopped (artifacts are kept)
     129       perfdoctor was stopped by SIGHUP (its terminal closed): as 130
     130       interrupted (Ctrl-C): the script's process tree is stopped, the manifest and a
@@ -40,6 +42,9 @@ EXIT_REGRESSION = 70
 # The gate could not tell B from A at its limit: neither passed nor failed, so a CI job can
 # neither merge on it silently nor read it as a regression (`|| [ $? -eq 71 ]` accepts it).
 EXIT_UNDECIDED = 71
+# perfdoctor's own output could not be written: neither the script's fault (1..255) nor a bug
+# (64); sysexits' EX_CANTCREAT.
+EXIT_OUTPUT_UNWRITABLE = 73
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130  # SIGINT: 128 + 2
 
@@ -121,6 +126,13 @@ class ProfileStopped(PerfdoctorError):
     def __init__(self, message: str, *, exit_code: int, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.exit_code = exit_code
+
+
+class OutputUnwritable(PerfdoctorError):
+    """perfdoctor cannot write where its output goes (`--out`): not a directory, no
+    permission, a read-only file system, no space left."""
+
+    exit_code = EXIT_OUTPUT_UNWRITABLE
 
 
 class MissingTool(PerfdoctorError):

@@ -44,15 +44,23 @@ from typing import Any
 import perfdoctor
 from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.frames import UserCode
-from perfdoctor.collect import process_tree, script_runner
+from perfdoctor.collect import parent_death, process_tree, script_runner
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
-from perfdoctor.errors import EXIT_INTERRUPTED, EXIT_TARGET_NOT_FOUND, EXIT_USAGE
+from perfdoctor.collect.step_log import ArtifactUnwritable
+from perfdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_UNWRITABLE,
+    EXIT_TARGET_NOT_FOUND,
+    EXIT_USAGE,
+)
 from perfdoctor.model import RunSpec
 
 log = logging.getLogger(__name__)
 
 EXIT_SIGTERM = 128 + signal.SIGTERM
+# The child's one line when it cannot write the run's artifacts (launcher.py reads it).
+OUTPUT_ERROR_PREFIX = "perfdoctor: output not written: "
 # Unix time of the parent's t=0 (perfdoctor.collect.launcher.T0_ENV; not imported, to keep
 # the child's imports to what it uses).
 T0_ENV = "PERFDOCTOR_T0_UNIX"
@@ -83,6 +91,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
+    if parent_death.orphaned():
+        # perfdoctor is gone (SIGKILL, the OOM killer): stop the tree as it would have.
+        parent_death.stop_tree()
     if _SigtermState.finalizing:
         return  # already flushing; the parent's SIGKILL bounds us
     _SigtermState.received = True
@@ -122,6 +133,7 @@ def _initial_user_root(spec: RunSpec) -> str:
 
 
 def main(argv: list[str]) -> int:
+    parent_death.arm()  # armed already by sitecustomize, unless started without `site`
     _log_to_stderr()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m perfdoctor.collect.bootstrap <run_dir>/spec.json\n")
@@ -167,6 +179,11 @@ def main(argv: list[str]) -> int:
         outcome.observations["stopped_at"] = _stop_point(probes, user_code, exc)
     except script_runner.LaunchError as exc:
         _report_launch_error(exc, outcome)
+    except ArtifactUnwritable as exc:
+        # Said in one line; the parent reads it (launcher.py) and ends with this code.
+        sys.stderr.write(f"{OUTPUT_ERROR_PREFIX}{exc}\n")
+        outcome.exit_code = EXIT_OUTPUT_UNWRITABLE
+        outcome.observations["output_error"] = str(exc)
     except SystemExit as exc:
         outcome.exit_code = _exit_status(exc.code)
         outcome.reraise = exc
@@ -183,6 +200,12 @@ def main(argv: list[str]) -> int:
     finally:
         _SigtermState.finalizing = True
         _finalize(spec, runtime, probes, applied, outcome, torch)
+        if parent_death.orphaned():
+            # perfdoctor is gone: nothing of the run may outlive it, and nobody waits for
+            # this process's exit status (parent_death.py).
+            parent_death.stop_tree()
+            parent_death.finish_stopping()
+            parent_death.leave_now(outcome.exit_code)
     if outcome.reraise is not None:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise

@@ -21,11 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from perfdoctor.collect import torchrun, tree_settle
+from perfdoctor.collect import parent_death, torchrun, tree_settle
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.manifest import write_manifest
 from perfdoctor.collect.nvml import NvmlSampler
@@ -41,7 +43,13 @@ from perfdoctor.collect.supervision import (
     supervise,
     terminate_group,
 )
-from perfdoctor.errors import EXIT_INTERRUPTED, interrupt_exit_code, interrupt_name
+from perfdoctor.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_UNWRITABLE,
+    OutputUnwritable,
+    interrupt_exit_code,
+    interrupt_name,
+)
 from perfdoctor.model import RunManifest, RunSpec
 from perfdoctor.rundir import (
     MANIFEST_FILE,
@@ -63,6 +71,8 @@ from perfdoctor.rundir import (
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP_MODULE = "perfdoctor.collect.bootstrap"
+# bootstrap.OUTPUT_ERROR_PREFIX (not imported: the bootstrap imports torch's world)
+OUTPUT_ERROR_PREFIX = "perfdoctor: output not written: "
 # `python -c` rather than `-m`: no runpy frames above the script's (bootstrap.py's doc says why).
 ENTRY_CODE = f"import sys; from {BOOTSTRAP_MODULE} import main; sys.exit(main(sys.argv[1:]))"
 # The child measures its step times on the same origin as the parent's samples.
@@ -90,6 +100,10 @@ def launch(
     (perfdoctor.collect.torchrun); every Python process the child starts is instrumented
     (perfdoctor.collect.tree_settle), and the lead trainer's record is this directory's.
     """
+    if not os.path.isabs(spec.run_dir):
+        # The child resolves paths against its own cwd, which the script may change
+        # (os.chdir): everything it is handed is absolute, against perfdoctor's cwd.
+        spec = replace(spec, run_dir=os.path.abspath(spec.run_dir))
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_artifacts(run_dir)
@@ -171,7 +185,21 @@ def launch(
         manifest = write_manifest(spec, run_dir, outcome, watch.rows)
     if pending is not None:
         raise pending
+    _raise_if_output_unwritable(outcome)
     return manifest
+
+
+def _raise_if_output_unwritable(outcome: ChildOutcome) -> None:
+    """The child could not write the run's artifacts (bootstrap.py: no space left, a
+    read-only file system): perfdoctor's own failure, never the script's exit code 73."""
+    if outcome.exit_code != EXIT_OUTPUT_UNWRITABLE:
+        return
+    for line in reversed(outcome.stderr_tail):
+        if line.startswith(OUTPUT_ERROR_PREFIX):
+            raise OutputUnwritable(
+                line.removeprefix(OUTPUT_ERROR_PREFIX).strip(),
+                hint="free some space, or give --out a directory you can write",
+            )
 
 
 # --------------------------------------------------------------------------- child environment
@@ -182,6 +210,13 @@ def _child_env(spec: RunSpec, t0_unix: float) -> dict[str, str]:
     env.update({str(k): str(v) for k, v in spec.env.items()})
     env["PYTHONUNBUFFERED"] = "1"  # the script's prints reach the terminal as they happen
     env[T0_ENV] = repr(t0_unix)
+    if threading.current_thread() is threading.main_thread():
+        # The child stops its tree when perfdoctor dies (parent_death.py). Only from the main
+        # thread: a parent-death signal follows the thread that started the child, and any
+        # other thread of perfdoctor's may end before the run does.
+        env[parent_death.PARENT_ENV] = str(os.getpid())
+    else:
+        env.pop(parent_death.PARENT_ENV, None)
     if not _perfdoctor_installed():
         # A plain checkout: let `-m perfdoctor.collect.bootstrap` import from the cwd it runs in.
         root = str(Path(__file__).resolve().parents[2])

@@ -51,6 +51,7 @@ class OutputTee(threading.Thread):
             return
         fd = self._pipe.fileno()
         with self._log_path.open("wb") as log:
+            logging_to_file = True
             while True:
                 try:
                     chunk = os.read(fd, 65536)
@@ -58,8 +59,12 @@ class OutputTee(threading.Thread):
                     break
                 if not chunk:
                     break
-                log.write(chunk)
-                log.flush()
+                if logging_to_file:
+                    try:
+                        log.write(chunk)
+                        log.flush()
+                    except OSError:  # the disk is full: keep draining the pipe, or the
+                        logging_to_file = False  # child blocks on its next write
                 self._filter(chunk)
             if self._held:
                 self._emit(self._held)

@@ -219,9 +219,14 @@ class _ProcessProbes:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        from perfdoctor.collect import parent_death
+
+        if parent_death.orphaned():  # perfdoctor's direct child, and perfdoctor is gone
+            parent_death.stop_tree()
         if self.done:
             return  # already writing the record (atexit after a crash); SIGKILL bounds us
         self.finish(EXIT_SIGTERM, signal_name="SIGTERM")
+        parent_death.finish_stopping()
         _leave(EXIT_SIGTERM)
 
     # ------------------------------------------------------------------ the end

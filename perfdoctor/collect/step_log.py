@@ -26,6 +26,14 @@ FLUSH_EVERY = 50
 PROGRESS_FLUSH_S = 0.25
 
 
+class ArtifactUnwritable(BaseException):
+    """The run's artifacts cannot be written (no space left, a read-only file system).
+
+    A BaseException, as PlanComplete is, so that the script's `except Exception` does not
+    swallow it: the bootstrap ends the run with one line and perfdoctor's exit code 73, and no
+    traceback that would read as the script's."""
+
+
 class StepLog:
     def __init__(self, run_dir: Path, origin: float) -> None:
         """`origin`: the perf_counter value of t=0 on the parent's clock (progress `t`)."""
@@ -88,8 +96,12 @@ class StepLog:
                 row["device_ms"] = device_ms.get(row["index"])
         for row, _ in pending:
             lines.append(_step_line(row))
-        with self._steps_path.open("a") as fh:
-            fh.write("\n".join(lines) + "\n")
+        try:
+            with self._steps_path.open("a") as fh:
+                fh.write("\n".join(lines) + "\n")
+        except OSError as err:
+            why = err.strerror or str(err)
+            raise ArtifactUnwritable(f"cannot write {self._steps_path}: {why}") from err
         del self._pending[: len(pending)]
         self.rows_written += len(lines)
         if self._progress is not None:
@@ -99,7 +111,10 @@ class StepLog:
                 log.debug("progress not flushed", exc_info=True)
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        except ArtifactUnwritable:
+            log.debug("last steps not written", exc_info=True)
         if self._progress is not None:
             with contextlib.suppress(OSError):
                 self._progress.close()

@@ -96,3 +96,34 @@ def test_unknown_module(tmp_path: Path) -> None:
     assert proc.stderr.count("no_such_pkg") == 1, proc.stderr
     assert os.readlink(runs / "latest") == earlier.name
     assert sorted(p.name for p in runs.iterdir()) == [earlier.name, "latest"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="RLIMIT_FSIZE is POSIX")
+def test_output_that_fills_up_during_the_run_is_one_line_and_73(tmp_path: Path) -> None:
+    # A file-size limit stands in for a full disk: each write past it fails (EFBIG), in the
+    # child's step log as in perfdoctor's own files; no traceback reads as the script's.
+    import resource
+
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(60):\n"
+        "    model(torch.randn(8, 4)).pow(2).mean().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200))
+
+    args = ["--no-apply", "--steps", "40", "--warmup", "1", "--profile-steps", "0", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfdoctor", "profile", *args, "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=limit_file_size,
+    )
+    assert_one_clear_line(proc, errors.EXIT_OUTPUT_UNWRITABLE, "cannot write")
+    assert "File too large" in proc.stderr

@@ -309,3 +309,25 @@ def test_a_scripts_own_exit_code_is_passed_through_and_said_to_be_the_scripts(
     last = profiled.proc.stderr.strip().splitlines()[-1]
     assert "the script failed with exit code 65, passed through" in last
     assert "perfdoctor: error:" not in profiled.proc.stderr
+
+
+def test_a_script_that_changes_directory_profiles_with_the_default_out(tmp_path: Path) -> None:
+    # The default --out is relative: every path the child is handed must be absolute, or the
+    # step log goes into (or fails in) the directory the script moved to.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "train.py").write_text(
+        "import os\nimport torch\n"
+        "os.chdir('elsewhere')\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(20):\n"
+        "    model(torch.randn(8, 4)).pow(2).mean().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    args = ["--no-apply", "--steps", "3", "--warmup", "1", "--profile-steps", "0"]
+    proc = profile_in_process(*args, "--timeout", "120", "--quiet", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    session = tmp_path / "perfdoctor-runs" / "latest"
+    assert json.loads((session / "report.json").read_text())["baseline"]["steps_timed"] == 3
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -6,6 +6,7 @@ Slurm (time limit, preemption), CI cancellation, `timeout` and `kill` all send S
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -218,3 +219,27 @@ def test_sigterm_stops_the_tensorboard_server(tmp_path: Path) -> None:
     tree, _out, err = _terminate_when(proc, serving, "TensorBoard to serve", 1)
     assert proc.returncode == EXIT_SIGTERM, err
     assert not _still_running(tree), _still_running(tree)
+
+
+def test_sigkill_of_perfdoctor_stops_the_tree(tmp_path: Path) -> None:
+    """SIGKILL (kill -9, the OOM killer, a harness's timeout) runs none of perfdoctor's code:
+    its child learns of it from the kernel (collect/parent_death.py) and stops the tree."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    proc = _start(["profile", "--steps", "100000", "--no-apply", "--quiet", "train.py"], tmp_path)
+    baseline = tmp_path / "perfdoctor-runs" / "latest" / "baseline"
+    _wait_for(lambda: _steps_in(baseline) >= 1, "a step", proc)
+    # perfdoctor's child, its 2 DataLoader workers and the helper in a session of its own.
+    tree = _wait_for(
+        lambda: (t := _descendants(proc.pid)) and len(t) >= 4 and t, "4 descendants", proc
+    )
+    proc.kill()
+    proc.communicate()
+    deadline = time.monotonic() + 2.0  # a bound on a hang, generous for a loaded machine
+    try:
+        while _still_running(tree) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _still_running(tree), _still_running(tree)
+    finally:
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()

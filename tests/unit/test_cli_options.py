@@ -162,6 +162,8 @@ def test_the_rules_listing_names_the_module_each_rule_lives_in() -> None:
         ({"nnodes": 2, "apply": False}, "--nnodes > 1 needs --rdzv-endpoint HOST:PORT"),
         ({"nnodes": 2, "rdzv_endpoint": "h:1"}, "--nnodes > 1 profiles the baseline only"),
         ({"only": "no-such-fix"}, "--only: unknown optimization id 'no-such-fix'"),
+        ({"seed": 2**70}, "--seed must be in "),
+        ({"seed": -(2**63) - 1}, "--seed must be in "),
     ],
 )
 def test_profile_args_refuse_each_broken_rule_as_a_usage_error(given, words: str) -> None:
@@ -177,6 +179,75 @@ def test_profile_args_build_the_pipelines_options(tmp_path: Path) -> None:
     assert options.target.argv == ("--lr", "0.1")
     assert options.skip == ("dataloader-workers",) and options.only is None
     assert options.baseline_runs == 1 and options.nodes is None
+    # Absolute, so that a script that calls os.chdir still writes into the right place.
+    assert options.runs_root == tmp_path / "perfdoctor-runs"
+
+
+@pytest.mark.parametrize("seed", [2**64 - 1, -(2**63), 0])
+def test_seeds_torch_accepts_are_accepted(seed: int) -> None:
+    assert ProfileArgs(args=("train.py",), seed=seed).seed == seed
+
+
+@pytest.mark.parametrize("port", ["-1", "65536"])
+def test_tensorboard_port_out_of_range_is_a_usage_error(port: str) -> None:
+    result = invoke("tensorboard", str(FIXTURE), "--port", port)
+    assert result.exit_code == errors.EXIT_USAGE, result.output
+    assert f"--port must be in 0..65535 (0: a free one), not {port}" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_report_on_a_missing_path_is_not_found_as_everywhere_else(tmp_path: Path) -> None:
+    for command in (["report"], ["tensorboard"], ["compare", str(FIXTURE)]):
+        result = invoke(*command, str(tmp_path / "nope"))
+        assert result.exit_code == errors.EXIT_TARGET_NOT_FOUND, (command, result.output)
+        assert "nope does not exist" in result.stderr
+
+
+def _profile_into(out: Path, tmp_path: Path, monkeypatch):
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    return invoke("profile", "--out", str(out), "train.py")
+
+
+def _one_error_line(result, code: int, words: str) -> None:
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if "perfdoctor: error:" in line]
+    assert len(lines) == 1 and words in lines[0], result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_out_that_is_a_file_cannot_be_written(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "afile").write_text("")
+    result = _profile_into(tmp_path / "afile", tmp_path, monkeypatch)
+    _one_error_line(result, errors.EXIT_OUTPUT_UNWRITABLE, "afile is not a directory")
+    result = _profile_into(tmp_path / "afile" / "sub", tmp_path, monkeypatch)
+    _one_error_line(result, errors.EXIT_OUTPUT_UNWRITABLE, "afile is not a directory")
+
+
+def test_out_without_write_permission_cannot_be_written(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    (tmp_path / "ro").mkdir()
+    # (chmod does not stop root, who runs many CI containers: the check itself is asked.)
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: Path(path).name != "ro" and real_access(path, mode)
+    )
+    result = _profile_into(tmp_path / "ro" / "runs", tmp_path, monkeypatch)
+    _one_error_line(result, errors.EXIT_OUTPUT_UNWRITABLE, "permission denied")
+    assert not (tmp_path / "ro" / "runs").exists()
+
+
+def test_no_space_left_during_the_run_cannot_be_written(tmp_path: Path, monkeypatch) -> None:
+    import errno
+    import os
+
+    def full(_options, _sink):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("perfdoctor.pipeline.profile", full)
+    result = _profile_into(tmp_path / "runs", tmp_path, monkeypatch)
+    _one_error_line(result, errors.EXIT_OUTPUT_UNWRITABLE, "No space left on device")
 
 
 def test_debug_of_one_invocation_does_not_carry_into_the_next(tmp_path: Path, monkeypatch) -> None:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from perfdoctor import rundir
 from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.cli import app
-from perfdoctor.errors import EXIT_REGRESSION, EXIT_UNDECIDED
+from perfdoctor.errors import EXIT_NO_TRAINING, EXIT_REGRESSION, EXIT_UNDECIDED, EXIT_USAGE
 from perfdoctor.optimize.compare_runs import compare_runs
 from perfdoctor.optimize.regression_gate import (
     SINGLE_RUN_SPREAD_LOG,
@@ -185,6 +185,28 @@ def test_a_crashed_b_is_unmeasured_and_fails(tmp_path: Path) -> None:
     assert not result.passed
     assert result.checks[0].outcome == "unmeasured"
     assert "B has no run" in result.checks[0].reason
+
+
+def test_a_b_that_cannot_be_measured_fails_the_gate_with_70(tmp_path: Path) -> None:
+    # Documented: `unmeasured` fails the gate (70), not "never trained" (67).
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", status="script_crashed")
+    got = cli(str(a), str(b), "--fail-if-slower", "10")
+    assert got.returncode == EXIT_REGRESSION, got.stderr
+    assert "nothing to compare: script crashed" in got.stderr
+    assert cli(str(a), str(b)).returncode == EXIT_NO_TRAINING  # no gate: as before
+
+
+@pytest.mark.parametrize("option", ["--fail-if-slower", "--fail-if-more-memory"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_limit_that_is_no_percentage_is_a_usage_error(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    # nan compares false with everything: such a gate would pass whatever B did.
+    a = make_run(tmp_path / "a")
+    got = cli(str(a), str(a), option, value)
+    assert got.returncode == EXIT_USAGE, got.stderr
+    assert f"{option} must be a percentage of 0 or more" in got.stderr
 
 
 # --------------------------------------------------------------------------- memory

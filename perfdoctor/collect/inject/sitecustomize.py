@@ -17,6 +17,7 @@ import os
 import sys
 
 TREE_ENV = "PERFDOCTOR_TREE"  # perfdoctor.collect.process_tree.TREE_ENV
+PARENT_ENV = "PERFDOCTOR_PARENT_PID"  # perfdoctor.collect.parent_death.PARENT_ENV
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -95,6 +96,21 @@ class _TorchImportHook:
         return spec
 
 
+def _arm_parent_death() -> None:
+    """perfdoctor's direct child (the bootstrap, torchrun, a launcher command) is told of
+    perfdoctor's death, as early as it can be: collect/parent_death.py. Other processes
+    pay one env lookup."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or os.getppid() != int(parent):
+        return
+    try:
+        from perfdoctor.collect import parent_death
+
+        parent_death.arm()
+    except Exception as err:  # never take the user's process down
+        sys.stderr.write(f"perfdoctor: parent watch not installed: {err!r}\n")
+
+
 def _install() -> None:
     if not os.environ.get(TREE_ENV) or _is_launcher_or_root():
         return
@@ -109,5 +125,6 @@ def _install() -> None:
     sys.meta_path.insert(0, _TorchImportHook())
 
 
+_arm_parent_death()
 _install()
 _chain_next_sitecustomize()
