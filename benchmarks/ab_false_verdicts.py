@@ -133,7 +133,7 @@ def main() -> None:
     counts = collections.Counter(category(r["ended"]) for r in rows)
     false_calls = counts["faster"] + counts["slower"]
     out()
-    out(f"| outcome | runs | share |")
+    out("| outcome | runs | share |")
     out("|---|---|---|")
     for key in ("faster", "slower", "no-gain", "budget"):
         out(f"| {key} | {counts[key]} | {counts[key] / max(n, 1):.0%} |")
@@ -152,13 +152,14 @@ def main() -> None:
         widths = sorted(math.expm1(e.half_width_log) for e in ests)
         pairs = sorted(e.pairs for e in ests)
         measure = sorted(r["ab"].measure_s for r in rows if r["ab"] is not None)
+        wall = statistics.median(r["wall_s"] for r in rows)
         out()
         out(
             f"speedup median {statistics.median(speedups):.3f} "
             f"[{speedups[0]:.3f}-{speedups[-1]:.3f}]; interval half-width median "
             f"+-{statistics.median(widths):.1%} [{widths[0]:.1%}-{widths[-1]:.1%}]; pairs "
             f"median {statistics.median(pairs)} [{pairs[0]}-{pairs[-1]}]; measured "
-            f"{statistics.median(measure):.1f} s median; wall {statistics.median(r['wall_s'] for r in rows):.1f} s "
+            f"{statistics.median(measure):.1f} s median; wall {wall:.1f} s "
             f"median per run, {time.perf_counter() - started:.0f} s in all"
         )
 
