@@ -15,6 +15,7 @@ Run: python benchmarks/end_to_end_apply.py [--pairs 2] [--models cnn_slow_datalo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -43,8 +44,28 @@ def session(model: str, arm: str, work: Path, n: int) -> dict:
         speed = f" {v['speedup']:.2f}x" if v.get("speedup") else ""
         parts.append(f"{v['label']} {v['verdict']}{speed} ({v.get('method') or 're-runs'})")
     row["verdicts"] = "; ".join(parts) or "no variant"
+    row.update(children(work / f"{model}-{arm}-{n}"))
     shutil.rmtree(work / f"{model}-{arm}-{n}", ignore_errors=True)
     return row
+
+
+def children(out_dir: Path) -> dict:
+    """Where a session's time went: its child runs (count, wall), the A/B child's share and
+    the measurement time inside it."""
+    runs, wall, ab_wall, ab_measure = 0, 0.0, 0.0, 0.0
+    for manifest in out_dir.rglob("manifest.json"):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        runs += 1
+        wall += float(data.get("wall_s") or 0.0)
+        ab_file = manifest.with_name("ab.json")
+        if ab_file.is_file():
+            ab_wall += float(data.get("wall_s") or 0.0)
+            with contextlib.suppress(OSError, ValueError):
+                ab_measure += float(json.loads(ab_file.read_text()).get("measure_s") or 0.0)
+    return {"runs": runs, "child_s": wall, "ab_child_s": ab_wall, "ab_measure_s": ab_measure}
 
 
 def main() -> None:
@@ -73,6 +94,12 @@ def main() -> None:
                             f"  pair {k + 1} {arm:<8} {row['wall_s']:6.1f} s rc {row['rc']}: "
                             f"{row['verdicts']}"
                         )
+                        if "runs" in row:
+                            out(
+                                f"      {row['runs']} child runs, {row['child_s']:.1f} s in "
+                                f"children; A/B child {row['ab_child_s']:.1f} s, of which "
+                                f"{row['ab_measure_s']:.1f} s measured"
+                            )
                 out(f"  after: {conditions()}")
                 results[model] = arms
     finally:
