@@ -158,3 +158,76 @@ def run_child(
 
 def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.0f} MiB"
+
+
+# --------------------------------------------------------------------------- load
+
+
+def uptime() -> str:
+    """The `uptime` line: the load beside each figure on this shared machine."""
+    proc = subprocess.run(["uptime"], capture_output=True, text=True, check=False)
+    line = proc.stdout.strip()
+    if line:
+        return line
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+GAUGE_N = 20_000_000
+
+
+def gauge() -> float:
+    """The machine-speed gauge of the README: CPU seconds of a Python loop summing 20 M
+    integers, in a fresh process (higher is a slower machine; 1.3-2.0 s on the reference
+    2-core guest)."""
+    code = (
+        "import time\nt = time.process_time()\ns = 0\n"
+        f"for i in range({GAUGE_N}):\n    s += i\nprint(time.process_time() - t)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    try:
+        return float(proc.stdout.strip())
+    except ValueError:
+        return float("nan")
+
+
+def conditions() -> str:
+    """One line for the start and the end of a benchmark: load and the gauge."""
+    return f"{uptime()} | gauge {gauge():.2f} s"
+
+
+class Burner:
+    """One CPU burner (`python -c "while True: pass"`) taking one core while it lives.
+
+    A context manager: it is killed on the way out, also on Ctrl-C or an exception; SIGTERM
+    is turned into KeyboardInterrupt for the duration, so `kill` of the benchmark ends it too.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._old_term: object = None
+
+    def __enter__(self) -> Burner:
+        if not self.enabled:
+            return self
+        import signal
+
+        def _term(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt
+
+        self._old_term = signal.signal(signal.SIGTERM, _term)
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            import signal
+
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
+
+    @property
+    def label(self) -> str:
+        return "one CPU burner" if self.enabled else "no burner"

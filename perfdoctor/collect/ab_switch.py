@@ -138,6 +138,12 @@ class ABController:
         if not self._order:
             self.rounds += 1
             self._start_round()
+            if not self._order:
+                # Every comparison ended before measuring (each fix refused, say cpu-threads
+                # at the first step: "nothing to change"): the script as it is, to the end.
+                self.rounds -= 1
+                self._stop(index, "no comparison left to measure")
+                return
         arm = self._order.pop(0)
         first = arm not in self._started_arms
         self._started_arms.add(arm)

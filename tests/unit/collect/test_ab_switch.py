@@ -155,3 +155,27 @@ def test_the_script_ending_first_keeps_the_rounds_done(tmp_path: Path) -> None:
     log = load_ab_log(tmp_path)
     assert log is not None and log.blocks
     assert log.stop_reason == "the script ended first"
+
+
+def test_every_fix_refused_before_the_first_block_ends_the_plan_cleanly(tmp_path: Path) -> None:
+    # cpu-threads refuses at the script's first step ("nothing to change"): the first block
+    # then has no arm left to run; this used to raise IndexError in the step hook.
+    refused, stiff = FakeApplier("refused"), FakeApplier("stiff", False)
+    clock = Clock()
+    controller = ABController(
+        design("refused", "stiff"), [refused, stiff], lambda n: None, tmp_path, 3, clock=clock
+    )
+    refused.refuse("nothing to change")
+    end = drive(controller, clock, lambda arm, i: 10.0)
+    assert end == 4  # the plan ends after the step that would have opened the first block
+    log = load_ab_log(tmp_path)
+    assert log is not None
+    assert log.stop_reason == "no comparison left to measure"
+    assert log.rounds == 0 and not log.blocks
+    ends = {c.label: c.ended for c in log.comparisons}
+    assert ends == {
+        "refused": "not applied: refused: nothing to change",
+        "stiff": "cannot switch: stiff",
+    }
+    assert controller.active_label() is None
+    assert not stiff.history and refused.history == [False]  # off, as the script is

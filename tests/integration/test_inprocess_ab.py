@@ -1,0 +1,112 @@
+"""In-process A/B in a real child (collect/ab_switch.py): one A/A run whose arms switch
+nothing, and one run that switches anomaly-off between steps of a script that left anomaly
+detection on. Behaviour only: which arms ran, what ab.json holds, how the comparison ended;
+never a timing (benchmarks/ab_false_verdicts.py and ab_cases.py measure those)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.collect.launcher import launch
+from perfdoctor.model import ABDesign, Arm, Comparison, RunManifest, RunSpec, StepPlan, Target
+from perfdoctor.optimize.inprocess import final_estimate, load_ab_log
+from perfdoctor.rundir import AB_FILE, OBSERVATIONS_FILE, STEPS_FILE, read_json, read_jsonl
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# How a comparison may end in the child (optimize/inprocess.py, collect/ab_switch.py).
+ENDS = {"faster", "slower", "no-gain", "budget", "max rounds"}
+BLOCK_KEYS = {"round", "arm", "first_step", "step_ms", "settle", "arm_warmup"}
+
+
+def run_ab(tmp_path: Path, design: ABDesign, optimizations: tuple[str, ...], *args: str):
+    spec = RunSpec(
+        label="ab",
+        target=Target("script", str(SCRIPTS / "train_loop.py"), ("--forever", *args)),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "ab"),
+        plan=StepPlan(warmup_steps=3, profiled_steps=0),
+        optimizations=optimizations,
+        profile=False,
+        ab=design,
+    )
+    manifest: RunManifest = launch(spec, timeout_s=120, echo_output=False)
+    return manifest, tmp_path / "ab"
+
+
+def arms_of_steps(run_dir: Path) -> set[str | None]:
+    return {
+        row.get("arm") for row in read_jsonl(run_dir / STEPS_FILE) if row.get("phase") != "warmup"
+    }
+
+
+def test_a_a_run_writes_ab_json_and_switches_nothing(tmp_path: Path) -> None:
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("same")),
+        comparisons=(Comparison("same", 0, 1),),
+        budget_s=3.0,
+        seed=7,
+    )
+    manifest, run_dir = run_ab(tmp_path, design, ())
+    assert manifest.status == "completed", manifest
+    raw = read_json(run_dir / AB_FILE)
+    assert set(raw) >= {
+        "design", "block_steps", "rounds", "measure_s", "warmup_blocks_s", "stop_reason",
+        "comparisons", "blocks",
+    }  # fmt: skip
+    assert raw["stop_reason"]
+    assert [c["label"] for c in raw["comparisons"]] == ["same"]
+    end = raw["comparisons"][0]
+    assert end["ended"] in ENDS, end
+    assert end["looks"] >= 1
+    assert raw["block_steps"] >= 3
+    for block in raw["blocks"]:
+        assert set(block) == BLOCK_KEYS
+        assert block["arm"] in (0, 1)
+        assert len(block["step_ms"]) == block["settle"] + raw["block_steps"]
+    # Each arm's first block is its warm-up; every round ran both arms.
+    firsts = [b for b in raw["blocks"] if b["arm_warmup"]]
+    assert sorted(b["arm"] for b in firsts) == [0, 1]
+    assert all(b["round"] == 1 for b in firsts)
+    rounds = {b["round"] for b in raw["blocks"]}
+    assert rounds == set(range(1, raw["rounds"] + 1))
+    for r in rounds:
+        assert sorted(b["arm"] for b in raw["blocks"] if b["round"] == r) == [0, 1]
+
+    ab = load_ab_log(run_dir)
+    assert ab is not None and ab.rounds == raw["rounds"]
+    comparison = ab.comparison("same")
+    assert comparison is not None
+    est = final_estimate(ab.design, list(ab.blocks), comparison, ab.end_of("same").rounds)
+    assert est is not None and est.pairs >= 3 and est.low <= est.speedup <= est.high
+
+    # Nothing is switchable: no applier was installed, and the steps carry both labels only
+    # because the controller named the blocks.
+    observations = read_json(run_dir / OBSERVATIONS_FILE)
+    assert not observations.get("applied")
+    assert arms_of_steps(run_dir) <= {"baseline", "same", None}
+    assert {"baseline", "same"} <= arms_of_steps(run_dir)
+
+
+def test_anomaly_off_is_switched_between_steps_and_verified(tmp_path: Path) -> None:
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("anomaly-off", ("anomaly-off",))),
+        comparisons=(Comparison("anomaly-off", 0, 1),),
+        budget_s=3.0,
+        seed=3,
+    )
+    manifest, run_dir = run_ab(tmp_path, design, ("anomaly-off",), "--debug-modes")
+    assert manifest.status == "completed", manifest
+    raw = read_json(run_dir / AB_FILE)
+    end = raw["comparisons"][0]
+    assert end["label"] == "anomaly-off"
+    assert end["ended"] in ENDS, end
+    assert {b["arm"] for b in raw["blocks"]} == {0, 1}
+    assert {"baseline", "anomaly-off"} <= arms_of_steps(run_dir)
+
+    applied = {a["id"]: a for a in read_json(run_dir / OBSERVATIONS_FILE)["applied"]}
+    assert applied["anomaly-off"]["applied"] is True, applied
+    assert applied["anomaly-off"]["verified"] is True, applied
