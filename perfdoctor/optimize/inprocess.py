@@ -54,13 +54,15 @@ ALPHA = 0.05
 NARROW = math.log(1.05)
 # Rounds after which the interval is looked at; a geometric schedule, so the looks that
 # share the error budget are few (each is then barely stricter) and the first comes early
-# enough for a large effect (anomaly detection: 2x) to be decided in a few seconds.
-LOOK_SCHEDULE: tuple[int, ...] = (4, 6, 9, 13, 19, 28, 40, 60, 90, 135, 200, 300)
+# enough for a large effect (anomaly detection: 2x) to be decided in a few seconds. The first
+# look waits for 8 pairs: with looks after 3 and 5 pairs (2 degrees of freedom after the
+# trim) a burst of load passed them in 1 of 40 A/A runs (benchmarks/README.md, "A/A").
+LOOK_SCHEDULE: tuple[int, ...] = (9, 13, 19, 28, 40, 60, 90, 135, 200, 300)
 # A decided comparison keeps measuring until its interval is this narrow on each side of its
 # centre (log space, ~ +-10%) or REFINE_S of measurement have passed: a verdict should also
 # say how much the fix buys, and a first decisive look (3 pairs) often spans 1.2x-2.6x.
 PRECISE = math.log(1.10)
-REFINE_S = 10.0
+REFINE_S = 5.0
 # Share of the rounds trimmed at each end of the sorted log ratios (Yuen's trimmed mean): a
 # block that a load spike hit (a step 10x slower on a busy machine) moves a plain mean and
 # its standard deviation; measured on tabular_mlp_debug under load, the log ratios spread

@@ -68,10 +68,10 @@ def test_decisions() -> None:
 def test_the_looks_share_the_error_budget() -> None:
     n = len(looks(DESIGN))
     assert look_confidence(DESIGN) == pytest.approx(1 - ALPHA / (n + 1))
-    assert looks(ABDesign(arms=DESIGN.arms, comparisons=DESIGN.comparisons, max_rounds=10)) == (
-        4,
-        6,
+    assert looks(ABDesign(arms=DESIGN.arms, comparisons=DESIGN.comparisons, max_rounds=20)) == (
         9,
+        13,
+        19,
     )
 
 
@@ -106,12 +106,12 @@ def test_drift_between_rounds_cancels_in_the_pairs() -> None:
 
 def test_stopping_state_ends_a_clear_gain_at_a_look_and_keeps_rounds() -> None:
     state = StoppingState(DESIGN)
-    blocks = _blocks([2.0] * 5, spread=0.01)
-    state.after_round(5, blocks, measure_s=1.0)  # no look after round 5
+    blocks = _blocks([2.0] * 8, spread=0.01)
+    state.after_round(8, blocks, measure_s=1.0)  # no look after round 8
     assert state.open
-    state.after_round(6, blocks, measure_s=1.0)
+    state.after_round(9, blocks, measure_s=1.0)
     assert not state.open
-    assert state.states[0].ended == "faster" and state.states[0].rounds == 6
+    assert state.states[0].ended == "faster" and state.states[0].rounds == 9
 
 
 def test_a_decided_but_wide_interval_is_refined_until_narrow_or_refine_time() -> None:
