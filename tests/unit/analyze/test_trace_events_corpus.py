@@ -52,11 +52,16 @@ def test_counts_match_a_plain_json_read(path: Path) -> None:
     assert len(ev.cpu_ops) + len(ev.annotations) == cats["cpu_op"] + cats["user_annotation"]
     assert len(ev.gpu_annotations) == cats["gpu_user_annotation"]
     assert len(ev.python) == cats["python_function"]
-    # Every GPU op of these traces has its launch call in the trace, except the kernels of
-    # CUDA graphs, replayed from a capture that is not in the trace.
+    # Every GPU op whose launch call is in the trace is linked to it. Some traces hold GPU
+    # ops whose correlation id no runtime event carries (launched before the window opened:
+    # the DLRM ranks and the HF-on-H100 trace); those stay unlinked. CUDA graphs' kernels
+    # are replayed from a capture that is not in the trace.
     graphs = any(n.startswith("cudaGraphLaunch") for n in ev.names)
     if len(ev.gpu) and not graphs:
-        assert (launch_rows(ev, np.arange(len(ev.gpu))) >= 0).all()
+        linked = launch_rows(ev, np.arange(len(ev.gpu))) >= 0
+        in_trace = np.isin(ev.gpu.col("correlation"), ev.runtime.col("correlation"))
+        assert (linked == in_trace).all()
+        assert linked.mean() > 0.5
     steps = {
         e["name"]
         for e in raw["traceEvents"]
