@@ -220,7 +220,8 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     runner.sizings = _sizings(diagnosis, candidates, sink)
     switched = in_process_candidates(candidates, options, diagnosis)
     rerun = [c for c in candidates if c not in switched]
-    runner.plan_eta(switched, rerun)
+    coupled = coupled_variant(runner.sizings, rerun)
+    runner.plan_eta(switched, [*rerun, *([coupled.label] if coupled else [])])
     if switched:
         sink.note(
             "measured in one process, switched between steps: "
@@ -230,7 +231,6 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         runner.run_in_process(switched)
     if rerun:
         plans = [VariantPlan(label=c, optimizations=(c,)) for c in rerun]
-        coupled = coupled_variant(runner.sizings, candidates)
         if coupled is not None:
             sink.note(
                 f"{coupled.label}: the workers with the threads the CPU budget leaves, its own "
@@ -662,6 +662,12 @@ class _Runner:
                 return
             rounds += 1
             started = time.monotonic()
+            # Each extra round runs the baseline and the variants still pending; at most up
+            # to --max-rounds, within the budget.
+            left_s = (policy.max_rounds - rounds + 1) * run_s * (1 + len(pending))
+            if policy.budget_s is not None:
+                left_s = min(left_s, max(0.0, policy.budget_s - spent_s))
+            self.deadline = started + left_s
             planned = self.started + 1 + len(pending)
             extra = (rounds, policy.max_rounds)
             base = self.run(
