@@ -218,6 +218,10 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     _write_session_reports(session_dir)
     sink.note("trying: " + ", ".join(candidates))
     runner.sizings = _sizings(diagnosis, candidates, sink)
+    manifest = diagnosis.record.manifest
+    runner.baseline_on_cuda = bool(
+        manifest is not None and manifest.device is not None and manifest.device.kind == "cuda"
+    )
     switched = in_process_candidates(candidates, options, diagnosis)
     rerun = [c for c in candidates if c not in switched]
     coupled = coupled_variant(runner.sizings, rerun)
@@ -389,6 +393,7 @@ class _Runner:
         # When the session is expected to end (time.monotonic()), once the plan is known.
         self.deadline: float | None = None
         self.run_s: list[float] = []  # wall time of each run so far
+        self.baseline_on_cuda = False  # set once the baseline is diagnosed
         save_session(session_dir, session)
 
     def run(
@@ -559,8 +564,9 @@ class _Runner:
         ]
         # A fix that changes the arithmetic (TF32, bf16, a compiler's fusions) is judged
         # against the baseline's own run-to-run spread (numerics.derive_tolerance): that
-        # takes a second seeded baseline run, once.
-        loose = any(
+        # takes a second seeded baseline run, once. Only on a GPU: a seeded CPU run repeats
+        # its losses bit for bit (spread 0), so the run would change no tolerance.
+        loose = self.baseline_on_cuda and any(
             CATALOG[i].numerics_tolerance != "exact"
             for v in faster
             for i in v.optimizations

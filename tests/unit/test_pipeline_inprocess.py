@@ -123,6 +123,7 @@ def test_a_fix_that_changes_the_arithmetic_gets_the_baselines_spread_first(
     tmp_path, monkeypatch
 ) -> None:
     runner, specs = make_runner(tmp_path, monkeypatch, {"cpu-threads": "faster: 1.5x"})
+    runner.baseline_on_cuda = True
     runner.baseline_repeats = 1
     runner.session = runner.session.with_run("baseline", "baseline")
     runner.run_in_process(["cpu-threads"])
@@ -145,3 +146,11 @@ def test_workers_that_crowd_the_scripts_threads_get_a_coupled_variant_of_their_o
     roomy = {"dataloader-workers": WorkerSizing(workers=2, reason="r")}
     assert pipeline.coupled_variant(roomy, ["dataloader-workers"]) is None  # type: ignore[arg-type]
     assert pipeline.coupled_variant(crowded, ["cpu-threads"]) is None  # type: ignore[arg-type]
+
+
+def test_on_a_cpu_the_seeded_baseline_is_not_repeated(tmp_path, monkeypatch) -> None:
+    """A seeded CPU run repeats its losses bit for bit: a second one would measure a spread
+    of 0 and change no tolerance, so only the fix's seeded run follows the A/B run."""
+    runner, specs = make_runner(tmp_path, monkeypatch, {"cpu-threads": "faster: 1.5x"})
+    runner.run_in_process(["cpu-threads"])
+    assert [s.label for s in specs[1:]] == ["cpu-threads"]
