@@ -47,7 +47,7 @@ def test_a_a_run_writes_ab_json_and_switches_nothing(tmp_path: Path) -> None:
     design = ABDesign(
         arms=(Arm("baseline"), Arm("same")),
         comparisons=(Comparison("same", 0, 1),),
-        budget_s=3.0,
+        budget_s=1.5,
         seed=7,
     )
     manifest, run_dir = run_ab(tmp_path, design, ())
@@ -95,7 +95,7 @@ def test_anomaly_off_is_switched_between_steps_and_verified(tmp_path: Path) -> N
     design = ABDesign(
         arms=(Arm("baseline"), Arm("anomaly-off", ("anomaly-off",))),
         comparisons=(Comparison("anomaly-off", 0, 1),),
-        budget_s=3.0,
+        budget_s=1.5,
         seed=3,
     )
     manifest, run_dir = run_ab(tmp_path, design, ("anomaly-off",), "--debug-modes")

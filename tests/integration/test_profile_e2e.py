@@ -105,17 +105,16 @@ def cnn(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 
 @pytest.fixture(scope="module")
 def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    # One A/B round and no extra ones (a noisy verdict would add up to five more); no
-    # profiler window: the debug findings' lines come from the probes, not from a trace.
+    # anomaly-off is measured in one process: a short A/B budget bounds it on a busy
+    # machine (a 2x effect decides in about a second); no profiler window: the debug
+    # findings' lines come from the probes, not from a trace.
     return profile_sample(
         tmp_path_factory.mktemp("debug"),
         "tabular_mlp_debug.py",
         "--only",
         "anomaly-off",
-        "--repeat",
-        "1",
-        "--max-rounds",
-        "1",
+        "--ab-budget",
+        "3",
         "--profile-steps",
         "0",
     )
