@@ -158,7 +158,14 @@ def test_profiled_window_writes_a_gzipped_trace_of_exactly_the_profiled_steps(
     with gzip.open(traces[0], "rt") as fh:
         events = json.load(fh)["traceEvents"]
     step_spans = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
-    assert step_spans == ["ProfilerStep#4", "ProfilerStep#5"]  # = steps.jsonl indices
+    # = steps.jsonl indices. On a busy machine the first recorded step can pass the window's
+    # slow-step limit (profiler_window.py), which then closes it early and says so: the
+    # trace holds exactly the steps the window says it recorded.
+    dropped = run.observations["profiler"].get("dropped_steps", 0)
+    assert dropped in (0, 1)
+    assert step_spans == ["ProfilerStep#4", "ProfilerStep#5"][: 2 - dropped]
+    if dropped:
+        assert "recorded 1 of 2 steps" in run.observations["profiler"]["dropped_why"]
     # Loss: the value the script saw, captured without a per-step .item().
     printed = [
         float(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("loss ")
