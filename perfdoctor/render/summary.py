@@ -486,6 +486,12 @@ def paired_step_text(variant: VariantResult) -> str:
 
 def paired_text(variant: VariantResult) -> str:
     """What the paired medians are, for the reader: how many runs each side."""
+    if variant.method == "in-process":
+        pairs = variant.pairs or 0
+        return (
+            f"paired medians: geometric mean of the block medians over {pairs} paired "
+            "blocks, one process"
+        )
     runs = variant.paired_runs
     each = f"{runs} A/B run pair" + ("" if runs == 1 else "s") if runs else "the A/B run pairs"
     return f"paired medians: geometric mean of the run medians over {each}"

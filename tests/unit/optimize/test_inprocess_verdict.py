@@ -112,3 +112,13 @@ def test_a_peel_comparison_says_keep_or_drop() -> None:
     assert drop.reason.startswith(f"drop {FIX}: it adds nothing")
     hurts = judge(ab_log(0.7), numerics=[], peel_of=FIX)
     assert hurts.reason.startswith(f"drop {FIX}: it hurts in combination")
+
+
+def test_the_measured_line_says_the_paired_medians_are_block_medians() -> None:
+    from perfdoctor.render.summary import paired_text
+
+    text = paired_text(judge(ab_log(2.0)))
+    assert (
+        text
+        == "paired medians: geometric mean of the block medians over 11 paired blocks, one process"
+    )
