@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _step_clock import StepClock
+from _step_clock import train_on_slices
 from torch import nn
 
 
@@ -31,15 +31,7 @@ def main() -> None:
         nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    clock = StepClock(args.warmup)
-    for step in range(args.steps):
-        i = (step * args.batch) % (len(x) - args.batch)
-        loss = nn.functional.cross_entropy(model(x[i : i + args.batch]), y[i : i + args.batch])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        clock.tick()
-    clock.report()
+    train_on_slices(model, opt, x, y, args.steps, args.batch, args.warmup)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ Run: python benchmarks/ab_cases/tiny_mlp.py [--steps N] [--threads N] [--hidden 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from _step_clock import train_on_slices
 from torch import nn
 
 
@@ -31,23 +30,7 @@ def main() -> None:
     y = torch.randint(0, 10, (4096,))
     model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    times: list[float] = []
-    last = time.perf_counter()
-    for step in range(args.steps):
-        i = (step * args.batch) % (len(x) - args.batch)
-        loss = nn.functional.cross_entropy(model(x[i : i + args.batch]), y[i : i + args.batch])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        now = time.perf_counter()
-        if step >= args.warmup:
-            times.append((now - last) * 1000.0)
-        last = now
-    if times:
-        print(
-            f"ms/step median {statistics.median(times):.4f} mean {statistics.fmean(times):.4f} "
-            f"steps {len(times)}"
-        )
+    train_on_slices(model, opt, x, y, args.steps, args.batch, args.warmup)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,10 @@ def one_line(text: object, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+class NotSwitchable(NotImplementedError):
+    """switch() asked of an applier whose fix cannot be turned on and off between steps."""
+
+
 class Patcher:
     """Replaces attributes and puts the originals back, newest first.
 
@@ -208,8 +212,9 @@ class Applier:
         return None
 
     def switch(self, on: bool) -> None:
-        """Between steps: the fix on, or the script's own behaviour back (switchable only)."""
-        raise NotImplementedError(f"{self.id} cannot be switched between steps")
+        """Between steps: the fix on, or the script's own behaviour back (switchable only:
+        the A/B controller never switches an applier whose `switchable` is False)."""
+        raise NotSwitchable(f"{self.id} cannot be switched between steps")
 
     # ------------------------------------------------------------------ outcomes
 
