@@ -184,8 +184,7 @@ class ABController:
         assert block is not None
         self._block = None
         elapsed = self._clock() - block.pop("started")
-        length = block.pop("length")
-        del length
+        block.pop("length")
         self.blocks.append(Block(**{**block, "step_ms": tuple(block["step_ms"])}))
         if block["arm_warmup"]:
             self.warmup_blocks_s += elapsed
