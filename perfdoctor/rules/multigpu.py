@@ -8,6 +8,7 @@ from perfdoctor.analyze.straggler import DEFINITION as STRAGGLER_DEFINITION
 from perfdoctor.analyze.straggler import FALLBACK_DEFINITION as STRAGGLER_FALLBACK
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_gain, text
+from perfdoctor.rules.measurement import BUSY_MACHINE, busy_limit
 
 DATA_PARALLEL = "data-parallel"
 DDP_WITHOUT_NCCL = "ddp-without-nccl"
@@ -251,6 +252,24 @@ def _straggler_cause(
     )
 
 
+def _contended_cpu_ranks(facts: Facts) -> str:
+    """The caveat for CPU ranks on a machine other processes kept busy: the ranks share its
+    cores with that load, so the scheduler, not the rank's work, can make one rank slower.
+    GPU ranks compute on their own devices, so the load does not explain their excess."""
+    others = num(facts, "cpu_other_busy_cores")
+    if flag(facts, "device_is_cuda") is True or others is None:
+        return ""
+    cores = num(facts, "cpu_cores_logical")
+    if others < busy_limit(cores):
+        return ""
+    of_cores = f" of {cores:.0f}" if cores else ""
+    return (
+        f" Other processes kept {others:.1f}{of_cores} cores busy during these steps "
+        f"({BUSY_MACHINE}), and the ranks share those cores: a rank the scheduler gave less "
+        "CPU looks like a straggler. Re-run on a quiet machine before acting on this."
+    )
+
+
 def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     frac = num(facts, "straggler_excess_frac")
     rank = num(facts, "straggler_rank")
@@ -282,9 +301,10 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     cause, fixes = _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
+    contended = _contended_cpu_ranks(facts)
     return Finding(
         rule_id=RANK_STRAGGLER,
-        severity=severity_for_gain(frac, floor="warning"),
+        severity="info" if contended else severity_for_gain(frac, floor="warning"),
         title=f"Rank {rank:.0f}{where} is a straggler: every rank waits {excess:.1f} ms per step "
         "for it",
         explanation=(
@@ -292,7 +312,7 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
             f"at the pace of the slowest. Rank {rank:.0f} does {excess:.1f} ms more own work "
             f"per step than the other ranks{compared}: {pct(frac)} of "
             f"the step, which the others spend waiting in the all-reduce (time in the "
-            f"collective that is no transfer).{cause}"
+            f"collective that is no transfer).{cause}{contended}"
         ),
         evidence=(
             ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
@@ -318,6 +338,7 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
                 "fastest_rank_backward_ms_p50",
                 "comm_peer_wait_ms_p50",
                 "world_size",
+                *(("cpu_other_busy_cores", "cpu_cores_logical") if contended else ()),
             ),
         ),
         optimizations=fixes,
@@ -407,6 +428,9 @@ RULES = (
             "world_size",
             "straggler_node_rank",
             "rank_timed_steps_min",
+            "device_is_cuda",
+            "cpu_other_busy_cores",
+            "cpu_cores_logical",
         ),
         thresholds={
             "excess_frac": 0.10,

@@ -27,6 +27,8 @@ STRAGGLER: dict[str, Scalar] = {
     "fastest_rank_data_wait_ms_p50": 0.2,
 }
 
+BUSY_2_CORES: dict[str, Scalar] = {"cpu_other_busy_cores": 1.2, "cpu_cores_logical": 2}
+
 # (rule id, base fact set, overrides, expected severity or None for "does not fire")
 CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     # input-bound: > 5% warning (tb_plugin), >= 20% critical (TF-xprof)
@@ -463,6 +465,20 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         "rank-straggler",
         "cpu",
         {**STRAGGLER, "straggler_excess_frac": 0.5, "rank_timed_steps_min": 3},
+        "critical",
+    ),
+    # ... CPU ranks on a machine other processes kept busy: only a caveat (info), the
+    # scheduler can make one rank slower; GPU ranks compute on their own devices.
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, **BUSY_2_CORES},
+        "info",
+    ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, **BUSY_2_CORES, "device_is_cuda": True},
         "critical",
     ),
     # model structure / health
