@@ -264,7 +264,7 @@ FACTS: dict[str, FactDoc] = {
         "frac", "trace", "GPU window idle with work queued but waiting (events, streams, peers)"
     ),
     "gpu_compute_frac": _gpu("frac", "trace", "GPU window with a non-communication kernel"),
-    "gpu_comm_frac": _gpu("frac", "trace", "GPU window with a communication (NCCL) kernel"),
+    "gpu_comm_frac": _gpu("frac", "trace", "GPU window with a communication kernel"),
     "gpu_comm_exposed_frac": _gpu(
         "frac", "trace", "GPU window with communication and no compute kernel beside it"
     ),
@@ -300,7 +300,38 @@ FACTS: dict[str, FactDoc] = {
     "pageable_htod_frac": _gpu("frac", "trace", "share of HtoD bytes from pageable memory"),
     "tensor_core_kernel_frac": _gpu("frac", "trace", "share of kernel time in tensor-core kernels"),
     "triton_kernel_count_per_step": _gpu("count", "trace", "Triton kernels per step"),
-    "comm_kernel_frac": _gpu("frac", "trace", "share of kernel time in NCCL kernels"),
+    "comm_kernel_frac": _gpu(
+        "frac",
+        "trace",
+        "share of kernel time in communication kernels (NCCL/RCCL, DeepEP, symmetric memory)",
+    ),
+    # ---- trace: collectives (analyze/comm_trace.py, comm_wait.py) ------------------------
+    "comm_families": _gpu("name", "trace", "communication libraries seen: nccl, deepep, ..."),
+    "comm_collective_mix": _gpu("name", "trace", "collective types by share of comm time"),
+    "comm_dominant_collective": _gpu("name", "trace", "the collective with the most time"),
+    "comm_parallelism": _gpu(
+        "name",
+        "trace",
+        "what the mix points at: data_parallel, fsdp, expert_parallel, all_to_all, pipeline",
+    ),
+    "comm_group_size": _gpu("count", "trace", "the largest process group a collective used"),
+    "comm_link_name": _gpu("name", "trace", "the per-GPU link assumed from the device name"),
+    "comm_link_gbs": _gpu("GB/s", "trace", "that link's bandwidth per direction"),
+    "comm_busbw_gbs_p50": _gpu(
+        "GB/s", "trace", "median nccl-tests bus bandwidth of the dominant collective (>= 1 MiB)"
+    ),
+    "comm_busbw_link_frac": _gpu("frac", "trace", "comm_busbw_gbs_p50 / comm_link_gbs"),
+    "comm_size_r": _gpu("ratio", "trace", "Pearson r of duration against message size"),
+    "comm_wait_verdict": _gpu(
+        "name", "trace", "dominant collective: transfer, waiting (for a peer) or unknown"
+    ),
+    "comm_wait_reason": _gpu("name", "trace", "why comm_wait_verdict says so"),
+    "comm_transfer_share": _gpu(
+        "frac", "trace", "of the communication kernels' time, the transfer (not the wait)"
+    ),
+    "gpu_comm_exposed_transfer_frac": _gpu(
+        "frac", "trace", "gpu_comm_exposed_frac x comm_transfer_share: what overlap can hide"
+    ),
     # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
     "peak_allocated_bytes": _gpu("bytes", "memory", "peak allocated device memory"),
     "peak_reserved_bytes": _gpu("bytes", "memory", "peak reserved device memory"),

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.comm_facts import comm_facts
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
@@ -824,6 +825,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
             "comm_kernel_frac": g.comm_kernel_frac,
         }
     )
+    out.update(comm_facts(t.comm, g.comm_exposed_frac))
     return out
 
 

@@ -1,4 +1,4 @@
-"""What a GPU kernel is, from its name: tensor-core GEMM/conv, Triton, NCCL.
+"""What a GPU kernel is, from its name: tensor-core GEMM/conv, Triton, communication.
 
 Tensor cores. torch-tb-profiler's allowlist (NVIDIA PyProf era: h884, s1688, hmma, 16816,
 xmma_gemm, ...) misses what Hopper and current libraries emit, and then reports "0% tensor
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 
+from perfdoctor.analyze import collectives
+
 _TC_SUBSTRINGS = (
     "nvjet",
     "xmma",
@@ -46,7 +48,6 @@ _TC_SUBSTRINGS = (
 # MMA shapes as whole numbers: s1688gemm, h884, 16816 -- not 1688 inside 116880.
 _TC_SHAPES = re.compile(r"(?<![0-9])(?:884|1688|16816|16832|8816)(?![0-9])")
 _TRITON_TEMPLATE_MM = re.compile(r"^triton_tem_.*mm")
-_COMM = re.compile(r"^nccl|ncclKernel|ncclDevKernel|^hccl|^rccl")
 
 
 def is_tensor_core_kernel(name: str) -> bool:
@@ -61,7 +62,8 @@ def is_triton_kernel(name: str) -> bool:
 
 
 def is_comm_kernel(name: str) -> bool:
-    return _COMM.search(name) is not None
+    """NCCL/RCCL, DeepEP and other all-to-all, symmetric-memory kernels (collectives.py)."""
+    return collectives.is_comm_kernel(name)
 
 
 # Launch calls of CUDA (runtime, driver: cuLaunchKernel for Triton, graphs) and of ROCm's

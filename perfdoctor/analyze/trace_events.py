@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -116,6 +116,23 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int | float | str | None = None
     device: _Id = None
     stream: _Id = None
+    # What record_param_comms (torch >= 2.1) and, since 2.2, the NCCL kernels themselves
+    # record of a collective: its name, message sizes, group size and element type.
+    collective_name: Any = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+
+
+class CommArgs(NamedTuple):
+    """A collective's recorded parameters (None where the trace does not say)."""
+
+    collective: str | None
+    in_nelems: int | None
+    out_nelems: int | None
+    group_size: int | None
+    dtype: str | None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -205,6 +222,9 @@ class TraceEvents:
     # thread code -> (pid, tid) as written in the trace
     threads: tuple[tuple[Any, Any], ...] = ()
     base_time_ns: int | float | None = None  # baseTimeNanoseconds
+    # cpu_ops / gpu row -> the collective's recorded parameters, for the rows that have them
+    comm_cpu: dict[int, CommArgs] = field(default_factory=dict)
+    comm_gpu: dict[int, CommArgs] = field(default_factory=dict)
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -355,6 +375,8 @@ class EventBuilder:
         self.flows = _Columns("flow_id", "flow_start")
         self.need_flows = False
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.comm_cpu: dict[int, CommArgs] = {}
+        self.comm_gpu: dict[int, CommArgs] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
         self.device_properties: tuple[dict[str, Any], ...] = ()
@@ -434,6 +456,7 @@ class EventBuilder:
         self.cpu.add(events, self.names, self.tids, external_id=_external_ids(args))
         if not events:
             return
+        _collect_comm(args, offset, self.comm_cpu)
         index = self.names.index
         shape_codes = [index[n] for n in SHAPE_OPS if n in index]
         if not shape_codes:
@@ -468,6 +491,7 @@ class EventBuilder:
     def _add_gpu(self, events: list[_Event]) -> None:
         args = _args_of(events)
         n = len(events)
+        _collect_comm(args, self.gpu.rows, self.comm_gpu)
         self.gpu.add(
             events,
             self.names,
@@ -546,6 +570,35 @@ class EventBuilder:
             gpu_annotations=self.gpu_annotations.table(),
             threads=threads,
             base_time_ns=self.base_time_ns,
+            comm_cpu=self.comm_cpu,
+            comm_gpu=self.comm_gpu,
+        )
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and np.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> None:
+    """The rows (offset + index) whose args name a collective or its message size."""
+    for i, a in enumerate(args):
+        if a.collective_name is None and a.in_msg_nelems is None:
+            continue
+        name = a.collective_name
+        out[offset + i] = CommArgs(
+            collective=name if isinstance(name, str) else None,
+            in_nelems=_int_or_none(a.in_msg_nelems),
+            out_nelems=_int_or_none(a.out_msg_nelems),
+            group_size=_int_or_none(a.group_size),
+            dtype=a.dtype if isinstance(a.dtype, str) else None,
         )
 
 

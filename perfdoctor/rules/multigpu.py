@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from perfdoctor.analyze.straggler import DEFINITION as STRAGGLER_DEFINITION
 from perfdoctor.analyze.straggler import FALLBACK_DEFINITION as STRAGGLER_FALLBACK
 from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules import comm_advice
 from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_gain, text
 from perfdoctor.rules.measurement import BUSY_MACHINE, busy_limit
 
@@ -116,6 +117,8 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             step_time_frac=gain,
             method=f"communication share x {t['assumed_hidden']:g} (assumed hidden or saved)",
         ),
+        # Accumulation and a larger batch cut the same collectives: one carries the estimate.
+        optimizations=("grad-accumulation",),
     )
 
 
@@ -131,29 +134,42 @@ def _exposed_gpu_communication(
     facts: Facts, t: Mapping[str, float], exposed: float, gpu_comm: float
 ) -> Finding | None:
     """Communication kernels the compute does not hide: the GPU does nothing else meanwhile.
-    A rank's NCCL kernel also spins while it waits for a slower peer, so part of this is
-    another rank's lateness: the wait the per-rank steps measure comes off first."""
+    A rank's collective kernel also spins while it waits for a slower peer, so part of this
+    is another rank's lateness: the wait the per-rank steps measure comes off first; without
+    it, only the transfer part one rank's trace shows is promised (rules/comm_advice.py)."""
     wait = num(facts, "comm_peer_wait_frac")
     if wait:
         exposed = max(0.0, exposed - wait)
     if exposed <= t["comm_frac"]:
         return None
     overlap = num(facts, "gpu_comm_overlap_frac")
-    # Exposed communication is GPU time nothing else uses: all of it is what perfect overlap
-    # would hide (the same bound launch-bound takes for the host wait it would remove).
-    gain = exposed
+    if wait:
+        # The ranks' own figures took the wait out: the rest is transfer, all of which
+        # perfect overlap would hide (the bound launch-bound takes for its host wait).
+        gain = comm_advice.CommGain(
+            exposed,
+            "exposed communication share of the GPU window: what full overlap would hide",
+            "",
+        )
+    else:
+        gain = comm_advice.exposed_gain(facts, t, exposed)
+    fix = comm_advice.advice(facts)
+    mix = text(facts, "comm_collective_mix")
+    mix_text = f" ({mix})" if mix else ""
     overlap_text = f"; {pct(overlap)} of it overlaps compute kernels" if overlap is not None else ""
+    waiting = text(facts, "comm_wait_verdict") == "waiting"
     return Finding(
         rule_id=COMMUNICATION_HEAVY,
-        severity=severity_for_gain(gain, floor="warning"),
-        title=f"Exposed communication: {pct(exposed)} of the GPU time runs only NCCL kernels",
+        severity=severity_for_gain(gain.frac, floor="warning"),
+        title=f"Exposed communication: {pct(exposed)} of the GPU time runs only communication "
+        "kernels" + (", mostly waiting for a peer" if waiting else ""),
         explanation=(
-            f"Communication kernels run {pct(gpu_comm)} of the GPU window{overlap_text}, so "
-            f"for {pct(exposed)} of it the GPU does nothing but communicate."
+            f"Communication kernels{mix_text} run {pct(gpu_comm)} of the GPU window"
+            f"{overlap_text}, so for {pct(exposed)} of it the GPU does nothing but communicate."
             + _peer_wait_text(facts)
-            + " DDP hides the all-reduce behind backward only "
-            "when buckets are ready early: keep find_unused_parameters off, try "
-            "gradient_as_bucket_view=True and a bucket_cap_mb that fits the model. " + _COMM_ADVICE
+            + gain.wait_text
+            + " "
+            + fix.text
         ),
         evidence=(
             ev(
@@ -166,6 +182,16 @@ def _exposed_gpu_communication(
             ev("gpu_comm_frac", gpu_comm),
             *seen(
                 facts,
+                "gpu_comm_exposed_transfer_frac",
+                "comm_transfer_share",
+                "comm_wait_verdict",
+                "comm_busbw_gbs_p50",
+                "comm_link_gbs",
+                "comm_busbw_link_frac",
+                "comm_size_r",
+                "comm_collective_mix",
+                "comm_families",
+                "comm_parallelism",
                 "comm_peer_wait_frac",
                 "gpu_comm_overlap_frac",
                 "comm_kernel_frac",
@@ -173,10 +199,8 @@ def _exposed_gpu_communication(
                 "dist_backend",
             ),
         ),
-        gain=GainEstimate(
-            step_time_frac=gain,
-            method="exposed communication share of the GPU window: what full overlap would hide",
-        ),
+        optimizations=fix.optimizations,
+        gain=GainEstimate(step_time_frac=gain.frac, method=gain.method),
     )
 
 
@@ -387,6 +411,17 @@ RULES = (
             "gpu_comm_exposed_frac",
             "gpu_comm_frac",
             "gpu_comm_overlap_frac",
+            "gpu_comm_exposed_transfer_frac",
+            "comm_transfer_share",
+            "comm_wait_verdict",
+            "comm_wait_reason",
+            "comm_busbw_gbs_p50",
+            "comm_link_gbs",
+            "comm_busbw_link_frac",
+            "comm_size_r",
+            "comm_collective_mix",
+            "comm_families",
+            "comm_parallelism",
             "comm_kernel_frac",
             "comm_step_frac",
             "world_size",
@@ -396,15 +431,20 @@ RULES = (
         source=(
             "> 10%: torch-tb-profiler profiler/data.py rule 4 (communication / step time); "
             "exposed = HTA get_comm_comp_overlap's complement on the GPU timeline; "
-            "the 0.5 saving is an assumption the re-run measures"
+            "the 0.5 saving is an assumption the re-run measures, and on a GPU trace whose "
+            "message sizes do not split transfer from waiting for a peer, the share of the "
+            "exposed time one rank's trace may promise; transfer vs waiting: "
+            "analyze/comm_wait.py (nccl-tests busbw against the link)"
         ),
         description=(
-            "On a GPU trace: NCCL kernel time that no compute kernel overlaps, as a share of "
-            "the GPU window. Without communication kernels: the host's time in nccl/gloo "
+            "On a GPU trace: communication kernel time (NCCL/RCCL, DeepEP, symmetric memory) "
+            "that no compute kernel overlaps, as a share of the GPU window; the gain is its "
+            "transfer part. Without communication kernels: the host's time in nccl/gloo "
             "collectives as a share of the step."
         ),
         check=check_communication,
-        optimizations=("grad-accumulation", "larger-batch"),
+        selects_optimizations=True,
+        optimizations=("grad-accumulation",),
     ),
     Rule(
         id=RANK_STRAGGLER,
