@@ -53,6 +53,9 @@ class CommSummary:
     transfer_frac: float | None
     verdict_coverage: float
     parallelism: str | None
+    # Every communication kernel in start order as (collective type, duration µs): what
+    # job_ranks.py matches across the ranks of a job.
+    sequence: tuple[tuple[str, float], ...] = ()
 
     @property
     def dominant(self) -> str | None:
@@ -155,12 +158,14 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     )
     if rows.size == 0:
         return None
+    rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
     launch = launch_rows(ev, rows)
     spans = _host_spans(ev)
     samples: dict[str, list[Sample]] = defaultdict(list)
     bytes_by: dict[str, float] = defaultdict(float)
     families: set[str] = set()
     groups: list[int] = []
+    sequence: list[tuple[str, float]] = []
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
     for i, row in enumerate(rows.tolist()):
         name = ev.names[int(gpu.name[row])]
@@ -180,6 +185,7 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
             if args is not None
             else None
         )
+        sequence.append((kind, float(gpu.dur[row])))
         if ranks:
             groups.append(ranks)
         if size is not None:
@@ -222,4 +228,5 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         transfer_frac=transfer / judged_us if judged_us > 0 else None,
         verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
         parallelism=_parallelism({k.kind: k.share for k in stats}, families),
+        sequence=tuple(sequence),
     )

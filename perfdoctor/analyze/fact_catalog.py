@@ -171,6 +171,19 @@ FACTS: dict[str, FactDoc] = {
     "rank_timed_steps_min": _f(
         "count", "steps", "the fewest timed steps any rank recorded (a crash can leave one)"
     ),
+    "job_late_rank": _f(
+        "rank",
+        "trace",
+        "of several ranks' traces, the rank the others wait for: the shortest collective "
+        "kernels, collective by collective (analyze/job_ranks.py)",
+    ),
+    "job_late_rank_last_arrivals": _f("count", "trace", "collectives job_late_rank came last to"),
+    "job_collectives_matched": _f("count", "trace", "collectives matched across the traces"),
+    "job_held_ms_per_step": _f(
+        "ms", "trace", "the median other rank's wait for later ranks less job_late_rank's"
+    ),
+    "ranks_traced": _f("count", "trace", "ranks whose traces were given"),
+    "ranks_untraced": _f("count", "trace", "world size less ranks_traced"),
     "comm_peer_wait_ms_p50": _f(
         "ms",
         "steps",

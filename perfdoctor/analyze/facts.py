@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze import rank_table, run_stats, straggler
+from perfdoctor.analyze import job_ranks, rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.comm_facts import comm_facts
 from perfdoctor.analyze.fact_catalog import FACTS
@@ -574,6 +574,9 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
             out["peak_allocated_frac"] = peak / int(out["device_total_memory_bytes"])  # type: ignore[arg-type]
     if len(summaries) > 1:
         out.update(_trace_rank_facts(summaries))
+        job = getattr(record, "job", None)
+        world = out["world_size"] if isinstance(out["world_size"], int) else None
+        out.update(job_ranks.job_facts(job, len(record.timed_steps), len(summaries), world))
     return out
 
 

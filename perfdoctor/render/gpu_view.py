@@ -33,8 +33,8 @@ _TIMELINE = (
 )
 _COMM = (
     ("gpu_compute_frac", "compute kernels", "non-communication kernels running"),
-    ("gpu_comm_frac", "communication kernels", "NCCL kernels running"),
-    ("gpu_comm_exposed_frac", "exposed communication", "NCCL with no compute beside it"),
+    ("gpu_comm_frac", "communication kernels", "collective kernels running"),
+    ("gpu_comm_exposed_frac", "exposed communication", "collectives with no compute beside"),
 )
 
 
@@ -120,7 +120,7 @@ def kernel_rows(report: Report) -> list[KernelRow]:
     for k in report.gpu.get("top_kernels") or []:
         if not isinstance(k, dict):
             continue
-        kind = "NCCL" if k.get("comm") else ("tensor cores" if k.get("tensor_core") else "")
+        kind = "comm" if k.get("comm") else ("tensor cores" if k.get("tensor_core") else "")
         rows.append(
             KernelRow(
                 name=fmt.one_line(str(k.get("name", "")), 90),

@@ -23,6 +23,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render.job_headline import job_prefix
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
@@ -159,7 +160,10 @@ def _trace_headline(report: Report) -> Headline:
     if report.findings:
         top = report.findings[0]
         recs = recommendations_for(report, top)
-        return Headline(_slow_sentence(top), _fix_sentence(top, recs), TRACE_MEASURED)
+        slow = _slow_sentence(top)
+        if top.rule_id != "rank-straggler":
+            slow = job_prefix(report) + slow
+        return Headline(slow, _fix_sentence(top, recs), TRACE_MEASURED)
     if not report.baseline.steps_timed and report.facts.get("trace_steps") is not None:
         return Headline(
             slow="No bottleneck rule fired; the trace has no ProfilerStep spans, so the rules "

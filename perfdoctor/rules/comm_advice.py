@@ -115,6 +115,25 @@ def exposed_gain(facts: Facts, t: Mapping[str, float], exposed: float) -> CommGa
             wait,
         )
     hidden = t["assumed_hidden"]
+    if num(facts, "job_late_rank") is not None:
+        # The late rank of several traced ranks (analyze/job_ranks.py) waits for none of them.
+        untraced = num(facts, "ranks_untraced")
+        if not untraced:
+            return CommGain(
+                exposed,
+                "exposed communication of the rank the others wait for: it waits for no "
+                "traced rank, so all of it is transfer",
+                " This rank arrives last at the collectives, so its communication time is "
+                "transfer, not waiting.",
+            )
+        return CommGain(
+            exposed * hidden,
+            f"exposed communication x {hidden:g}: the {untraced:.0f} untraced ranks may "
+            "keep this rank waiting too",
+            f" This rank arrives last among the traced ranks, but {untraced:.0f} ranks were "
+            "not traced, and it may wait for them: pass their traces to split transfer from "
+            "waiting.",
+        )
     return CommGain(
         exposed * hidden,
         f"exposed communication x {hidden:g}: one rank's trace cannot split transfer from "

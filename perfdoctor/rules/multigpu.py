@@ -294,6 +294,37 @@ def _contended_cpu_ranks(facts: Facts) -> str:
     )
 
 
+def _meeting(facts: Facts) -> str:
+    """Where the ranks meet: the collective the trace shows most of, DDP's all-reduce else."""
+    mix = text(facts, "comm_collective_mix")
+    if mix and num(facts, "job_collectives_matched") is not None:
+        return f"The ranks meet in their collectives every step ({mix})"
+    return "Under DDP the ranks meet in the gradient all-reduce every step"
+
+
+def _job_text(facts: Facts, rank: float) -> str:
+    """For ranks diagnosed from their traces (analyze/job_ranks.py): how the rank was found,
+    and that the report's other findings are its own trace's."""
+    matched = num(facts, "job_collectives_matched")
+    last = num(facts, "job_late_rank_last_arrivals")
+    if matched is None or last is None:
+        return ""
+    untraced = num(facts, "ranks_untraced")
+    partial = (
+        f" {untraced:.0f} ranks of the job were not traced: one of them may hold this rank "
+        "up in turn."
+        if untraced
+        else ""
+    )
+    return (
+        f" Across the traces, rank {rank:.0f}'s collective kernels are the shortest at "
+        f"{last:.0f} of {matched:.0f} collectives: it arrives last and waits for nobody. "
+        "The other ranks' communication time is mostly this wait, so their own traces read "
+        f"as communication-bound; this report diagnoses rank {rank:.0f}'s trace, and its "
+        f"other findings are what holds the job up.{partial}"
+    )
+
+
 def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     frac = num(facts, "straggler_excess_frac")
     rank = num(facts, "straggler_rank")
@@ -303,7 +334,9 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     if excess < t["min_excess_ms"]:
         return None  # tiny steps: a fraction of a millisecond is one process's scheduling
     steps = num(facts, "rank_timed_steps_min")
-    if steps is not None and steps < t["min_timed_steps"]:
+    matched = num(facts, "job_collectives_matched")
+    # Traced ranks: the collectives matched across them are the pattern, however few steps.
+    if steps is not None and steps < t["min_timed_steps"] and matched is None:
         return None  # a rank that crashed after a step or two: one slow step is no pattern
     world = num(facts, "world_size")
     if world is not None and world <= 1:
@@ -312,17 +345,23 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     against = f"rank {fastest:.0f}" if fastest is not None else "the others"
     fallback = text(facts, "straggler_own_basis") == "outside_forward_backward"
+    traced_job = num(facts, "job_collectives_matched") is not None
     own_work = (
         "own work is the wall time outside forward and backward: no collective time was recorded"
         if fallback
-        else "own work is the step less the time in collectives"
+        else (
+            "own work is the job's step less the rank's wait for later ranks in collectives"
+            if traced_job
+            else "own work is the step less the time in collectives"
+        )
     )
     compared = (
         f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest; {own_work})"
         if own is not None and fast_own is not None
         else f" ({own_work})"
     )
-    cause, fixes = _straggler_cause(facts, t, rank, excess)
+    # Traced ranks: what slows the late rank is its own trace's findings, not a guess.
+    cause, fixes = ("", ()) if traced_job else _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
     contended = _contended_cpu_ranks(facts)
@@ -332,11 +371,11 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
         title=f"Rank {rank:.0f}{where} is a straggler: every rank waits {excess:.1f} ms per step "
         "for it",
         explanation=(
-            "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
+            f"{_meeting(facts)}, so all of them run "
             f"at the pace of the slowest. Rank {rank:.0f} does {excess:.1f} ms more own work "
             f"per step than the other ranks{compared}: {pct(frac)} of "
-            f"the step, which the others spend waiting in the all-reduce (time in the "
-            f"collective that is no transfer).{cause}{contended}"
+            f"the step, which the others spend waiting in the collectives (time in the "
+            f"collective that is no transfer).{_job_text(facts, rank)}{cause}{contended}"
         ),
         evidence=(
             ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
@@ -362,6 +401,10 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
                 "fastest_rank_backward_ms_p50",
                 "comm_peer_wait_ms_p50",
                 "world_size",
+                "job_late_rank_last_arrivals",
+                "job_collectives_matched",
+                "job_held_ms_per_step",
+                "ranks_untraced",
                 *(("cpu_other_busy_cores", "cpu_cores_logical") if contended else ()),
             ),
         ),
@@ -422,6 +465,8 @@ RULES = (
             "comm_collective_mix",
             "comm_families",
             "comm_parallelism",
+            "job_late_rank",
+            "ranks_untraced",
             "comm_kernel_frac",
             "comm_step_frac",
             "world_size",
@@ -468,6 +513,10 @@ RULES = (
             "world_size",
             "straggler_node_rank",
             "rank_timed_steps_min",
+            "job_collectives_matched",
+            "job_late_rank_last_arrivals",
+            "job_held_ms_per_step",
+            "ranks_untraced",
             "device_is_cuda",
             "cpu_other_busy_cores",
             "cpu_cores_logical",
