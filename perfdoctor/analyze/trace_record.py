@@ -230,7 +230,12 @@ def rank_summary(
     waits = [s.data_wait_ms for s in rt.steps if s.data_wait_ms is not None]
     p50 = median_or_none(walls)
     own = max(0.0, p50 - (rt.comm_ms_per_step or 0.0)) if p50 is not None else None
-    if job is not None and job_step_ms is not None and rt.rank in job.wait_ms:
+    if (
+        job is not None
+        and job_step_ms is not None
+        and rt.rank is not None
+        and rt.rank in job.wait_ms
+    ):
         own = job_ranks.own_ms(job, rt.rank, len(rt.steps), job_step_ms)
     wait_p50 = median_or_none(waits)
     total = sum(walls)

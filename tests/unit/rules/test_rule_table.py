@@ -281,12 +281,39 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {"gpu_idle_host_wait_frac": 0.60, "gpu_idle_host_busy_frac": 0.40, "kernel_us_p50": 8.0},
         "critical",
     ),
-    # communication: exposed NCCL time on the GPU timeline leads on GPU traces
+    # communication: exposed collective time on the GPU timeline leads on GPU traces; one
+    # rank that cannot split transfer from waiting for a peer promises half of it
     (
         "communication-heavy",
         "gpu",
         {"comm_frac": 0.01, "gpu_comm_frac": 0.35, "gpu_comm_exposed_frac": 0.28},
+        "warning",
+    ),
+    # ... and all of it where the message sizes show transfer
+    (
+        "communication-heavy",
+        "gpu",
+        {
+            "comm_frac": 0.01,
+            "gpu_comm_frac": 0.35,
+            "gpu_comm_exposed_frac": 0.28,
+            "comm_transfer_share": 1.0,
+            "comm_wait_verdict": "transfer",
+        },
         "critical",
+    ),
+    # ... and only the transfer part where they show waiting for a peer
+    (
+        "communication-heavy",
+        "gpu",
+        {
+            "comm_frac": 0.01,
+            "gpu_comm_frac": 0.35,
+            "gpu_comm_exposed_frac": 0.28,
+            "comm_transfer_share": 0.2,
+            "comm_wait_verdict": "waiting",
+        },
+        "warning",
     ),
     (
         "communication-heavy",
