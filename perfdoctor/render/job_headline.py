@@ -25,3 +25,19 @@ def job_prefix(report: Report) -> str:
         else ""
     )
     return f"Rank {rank} holds the job up{wait}; on rank {rank}: "
+
+
+JOB_OWN_WORDS = "the job's step less its wait for later ranks in collectives"
+
+
+def job_rank_note(report: Report) -> str:
+    """Added to the ranks table's note when the ranks' collectives were matched across their
+    traces (analyze/job_ranks.py): what `own` is then."""
+    if report.facts.get("job_collectives_matched") is None:
+        return ""
+    return (
+        " Collectives matched across the traces: the rank whose collective kernels are the "
+        "shortest arrives last and waits for nobody; own is then "
+        f"{JOB_OWN_WORDS} (one profiled step's span differs between ranks by where each "
+        "host's ProfilerStep fell), and the first row is the rank this report diagnoses."
+    )

@@ -23,7 +23,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
-from perfdoctor.render.job_headline import job_prefix
+from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
@@ -303,7 +303,7 @@ RANK_NOTE_NO_COMM = (
 def rank_note(report: Report) -> str:
     """What the ranks table's figures are: from traces, or from a run's timed steps."""
     if is_trace(report):
-        return RANK_NOTE
+        return RANK_NOTE + job_rank_note(report)
     fallback = report.facts.get("straggler_own_basis") == "outside_forward_backward"
     return RANK_NOTE_RUN + (RANK_NOTE_NO_COMM if fallback else "")
 
@@ -328,6 +328,8 @@ def _straggler_found(report: Report) -> bool:
 def _own_work_words(report: Report) -> str:
     if report.facts.get("straggler_own_basis") == "outside_forward_backward":
         return "its wall time outside forward and backward"
+    if report.facts.get("job_collectives_matched") is not None:
+        return JOB_OWN_WORDS
     return "its step less its time in collectives"
 
 
