@@ -25,6 +25,8 @@ STRAGGLER: dict[str, Scalar] = {
     "fastest_rank_own_ms_p50": 0.5,
     "straggler_data_wait_ms_p50": 10.2,
     "fastest_rank_data_wait_ms_p50": 0.2,
+    # The CPU not saturated: a rank's excess is its own, not the scheduler's.
+    "cpu_util_mean_frac": 0.5,
 }
 
 BUSY_2_CORES: dict[str, Scalar] = {"cpu_other_busy_cores": 1.2, "cpu_cores_logical": 2}
@@ -479,6 +481,18 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         "rank-straggler",
         "cpu",
         {**STRAGGLER, "straggler_excess_frac": 0.5, **BUSY_2_CORES, "device_is_cuda": True},
+        "critical",
+    ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "cpu_util_mean_frac": 0.95},
+        "info",
+    ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "cpu_util_mean_frac": 0.6},
         "critical",
     ),
     # model structure / health
