@@ -339,6 +339,71 @@ FACTS: dict[str, FactDoc] = {
         "cores the run's processes kept busy on average: the process tree perfdoctor "
         "started (the training process or a launcher, its workers, every rank), CPU %/100",
     ),
+    # ---- trace: allocator, capture, workload kind, GPU-side step (timeline_facts.py) ----
+    "alloc_call_count": _gpu(
+        "count",
+        "trace",
+        "device malloc/free runtime calls in the profiled steps (cudaMalloc, cudaFree, "
+        "hipMalloc, hipFree, *Async, cuMem*/hipMem* for expandable segments; whole trace "
+        "without steps)",
+    ),
+    "alloc_syncing_free_count": _gpu(
+        "count", "trace", "of them, frees that synchronize the device (cudaFree, hipFree)"
+    ),
+    "alloc_call_frac": _gpu(
+        "frac", "trace", "host time in those calls (their union) / the steps' span"
+    ),
+    "alloc_calls_per_step": _gpu("count", "trace", "device malloc/free calls per step"),
+    "alloc_call_ms_per_step": _gpu("ms", "trace", "host time in malloc/free calls per step"),
+    "empty_cache_call_count": _f(
+        "count", "trace", "torch.cuda.empty_cache calls recorded (Python frames, ops) in the steps"
+    ),
+    "gpu_idle_alloc_frac": _gpu(
+        "frac",
+        "trace",
+        "GPU window idle while a host thread sat in a device malloc/free call (taken out of "
+        "gpu_idle_host_busy_frac)",
+    ),
+    "caching_allocator_disabled": _gpu(
+        "bool",
+        "obs",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING set in the run's "
+        "environment: every tensor is a cudaMalloc/cudaFree",
+    ),
+    "device_alloc_count": _gpu(
+        "count", "obs", "memory_stats num_device_alloc over the run (cudaMalloc calls)"
+    ),
+    "trace_kernel_launch_count": _f(
+        "count", "trace", "kernel and graph launch calls on the host, whole trace"
+    ),
+    "trace_copy_call_count": _f("count", "trace", "memcpy/memset calls on the host, whole trace"),
+    "trace_cpu_op_count": _f("count", "trace", "CPU ops recorded, whole trace"),
+    "trace_kernel_count": _f("count", "trace", "kernels on the GPU timeline, whole trace"),
+    "trace_gpu_op_count": _f(
+        "count", "trace", "kernels, copies and memsets on the GPU timeline, whole trace"
+    ),
+    "trace_gpu_unlaunched_count": _f(
+        "count", "trace", "GPU ops whose launch call is not in the trace"
+    ),
+    "workload_kind": _f(
+        "name",
+        "trace",
+        "training (backward ops or an optimizer step seen) or inference (neither, and generate, "
+        "vLLM/SGLang, KV-cache or no_grad/inference_mode seen); None when the trace does not say",
+    ),
+    "workload_kind_evidence": _f("text", "trace", "what decided workload_kind, in words"),
+    "graphs_or_compiled": _f(
+        "bool", "trace", "CUDA/HIP graph launches or torch.compile frames in the trace"
+    ),
+    "gpu_step_count": _gpu(
+        "count", "trace", "ProfilerStep copies on the GPU timeline (gpu_user_annotation)"
+    ),
+    "gpu_step_ms_p50": _gpu(
+        "ms",
+        "trace",
+        "median GPU-side step: start to start of the GPU copies of ProfilerStep#N (the last "
+        "one's own span); differs from the host's when the host runs ahead",
+    ),
 }
 
 # Topics of `Facts.locations`: the user's file:line behind a finding, biggest share first.

@@ -784,7 +784,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
     }
     g = t.gpu
     if g is None:
-        return out
+        return {**out, **t.timeline_facts}
     per_step_known = t.steps > 0
     out.update(
         {
@@ -824,6 +824,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
             "comm_kernel_frac": g.comm_kernel_frac,
         }
     )
+    out.update(t.timeline_facts)  # after the GPU facts: it refines gpu_idle_host_busy_frac
     return out
 
 

@@ -22,6 +22,7 @@ _TIMELINE = (
     ("gpu_busy_frac", "busy", "a kernel, copy or memset running on any stream"),
     ("gpu_idle_host_busy_frac", "idle: host busy", "nothing queued; the host in Python/launches"),
     ("gpu_idle_host_data_frac", "idle: input data", "nothing queued; the host in the DataLoader"),
+    ("gpu_idle_alloc_frac", "idle: malloc/free", "the host in cudaMalloc/cudaFree (a free syncs)"),
     ("gpu_idle_host_sync_frac", "idle: after a sync", "blocked in a sync that drained the queue"),
     (
         "gpu_idle_host_unrecorded_frac",

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
+from perfdoctor.rules import timeline_causes
 from perfdoctor.rules.base import Rule, ev, num, pct, seen
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
@@ -105,7 +106,7 @@ def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) ->
 
 
 def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
-    data_wait = num(facts, "data_wait_frac")
+    data_wait = timeline_causes.input_share(facts)
     host_wait = num(facts, "gpu_idle_host_wait_frac")
     sync_ms = num(facts, "host_sync_ms_per_step")
     step_ms = num(facts, "step_ms_p50")
@@ -177,6 +178,10 @@ def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
                 fixable=False,
             )
         )
+    causes.extend(
+        _Cause(c.name, c.share, c.rule_id, c.optimizations, c.advice)
+        for c in timeline_causes.extra_causes(facts)
+    )
     return causes
 
 
@@ -341,6 +346,9 @@ RULES = (
             "gpu_idle_host_busy_frac",
             "gpu_idle_host_sync_frac",
             "gpu_idle_host_unrecorded_frac",
+            "gpu_idle_host_data_frac",
+            "gpu_idle_alloc_frac",
+            "gpu_idle_launch_gap_frac",
             "gpu_window_launch_count",
             "gpu_window_ms",
             "launch_call_us_mean",
