@@ -540,7 +540,10 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
     elif trace is None and record.memory is not None:
         is_cuda = True  # a CUDA memory snapshot alone
     elif trace is not None:
-        is_cuda = bool(has_gpu_rows or props)
+        # Launch calls alone make it a CUDA run too: a trace whose GPU side was lost.
+        is_cuda = bool(
+            has_gpu_rows or props or trace.timeline_facts.get("trace_kernel_launch_count")
+        )
     else:
         is_cuda = None
     cc = device.compute_capability if device is not None else None

@@ -26,6 +26,7 @@ from perfdoctor.rules import (
     optimizer,
     precision,
     sync,
+    timeline_causes,
     utilization,
 )
 from perfdoctor.rules.base import Rule
@@ -35,6 +36,7 @@ from perfdoctor.rules.workload_framing import frame_for_workload
 ALL_RULES: tuple[Rule, ...] = (
     *capture.RULES,
     *input_pipeline.RULES,
+    *timeline_causes.RULES,
     *debug.RULES,
     *cpu.RULES,
     *precision.RULES,

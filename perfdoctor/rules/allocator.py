@@ -122,7 +122,7 @@ RULES = (
             "caching_allocator_disabled",
             "device_alloc_count",
         ),
-        thresholds={"share_frac": 0.05, "empty_cache_frac": 0.01, "storm_frees": 50},
+        thresholds={"share_frac": 0.05, "empty_cache_frac": 0.01, "storm_frees": 50.0},
         source=(
             "5%: the GAIN_WARNING step of the severity ladder (TF-xprof's moderately-bound "
             "cut-off), as for the other idle causes; 1% with empty_cache seen: any per-step "

@@ -101,7 +101,7 @@ RULES = (
         area="measurement",
         needs=("trace_kernel_launch_count", "trace_gpu_op_count"),
         uses=("trace_copy_call_count", "trace_kernel_count", "trace_cpu_op_count"),
-        thresholds={"min_launches": 10},
+        thresholds={"min_launches": 10.0},
         source=(
             "10 launches: a trace of any training or inference step launches far more "
             "(issue 22's lost trace had 260); fewer could be a set-up-only trace where an "
@@ -113,5 +113,6 @@ RULES = (
             "problem and says how to record again."
         ),
         check=check_trace_capture,
+        device="cuda",
     ),
 )

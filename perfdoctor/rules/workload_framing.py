@@ -36,7 +36,8 @@ SERVE_BATCH = (
     "generate), not a training batch with a re-tuned learning rate."
 )
 SERVE_GRAPHS = (
-    "The trace already shows CUDA graph launches or compiled code, so model.compile() is "
+    "The trace shows CUDA graph launches or torch.compile'd code, or a serving engine that "
+    "compiles by itself (vLLM compiles even with enforce_eager), so model.compile() is "
     "not the fix: run the engine without its eager flag (vLLM without enforce_eager / "
     "--enforce-eager, SGLang without --disable-cuda-graph) and capture the batch sizes it "
     "serves (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-max-bs), so that no batch "
@@ -48,8 +49,9 @@ def frame_for_workload(facts: Facts, results: RuleResults, rules: Sequence[Rule]
     if text(facts, "workload_kind") != "inference":
         return results
     areas = {r.id: r.area for r in rules}
-    compiled = flag(facts, "graphs_or_compiled") is True
     evidence = text(facts, "workload_kind_evidence") or "no backward ops and no optimizer step"
+    engine = "vLLM" in evidence or "SGLang" in evidence
+    compiled = flag(facts, "graphs_or_compiled") is True or engine
     framed: list[Finding] = []
     dropped: list[str] = []
     for f in results.findings:

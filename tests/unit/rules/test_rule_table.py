@@ -527,6 +527,58 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     ("shape-changes", "cpu", {"input_shape_changes": 5, "model_compiled": True}, "warning"),
+    # device malloc/free in the step (issue 22 part 2)
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.3, "alloc_call_count": 360, "alloc_syncing_free_count": 180},
+        "critical",
+    ),
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.08, "alloc_syncing_free_count": 5},
+        "warning",
+    ),
+    ("allocator-churn", "gpu", {"caching_allocator_disabled": True}, "warning"),
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.02, "empty_cache_call_count": 3},
+        "warning",
+    ),
+    ("allocator-churn", "gpu", {"gpu_idle_alloc_frac": 0.04}, None),
+    ("allocator-churn", "gpu", {}, None),
+    # a trace that lost a side of the GPU work (issue 22 part 4)
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 260, "trace_gpu_op_count": 0},
+        "critical",
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 0, "trace_gpu_op_count": 40, "trace_cpu_op_count": 0},
+        "warning",
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 260, "trace_gpu_op_count": 300, "trace_kernel_count": 280},
+        None,
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 9, "trace_gpu_op_count": 0},
+        None,
+    ),
+    # the GPU timeline's input share without ProfilerStep spans (issue 22 part 3)
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.3}, "critical"),
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.08}, "warning"),
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.05}, None),
+    ("gpu-idle-input", "gpu", {"gpu_idle_host_data_frac": 0.3}, None),
 ]
 
 

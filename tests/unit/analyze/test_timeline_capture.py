@@ -1,0 +1,53 @@
+"""Part 4 of issue 22: a trace that lost its GPU side (or its host side) is a capture problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfdoctor.diagnose_traces import diagnose_traces
+from perfdoctor.render import summary
+
+from .synthetic_trace import input_bound_trace, write_trace
+from .timeline_traces import gpu_only, lost_gpu_side
+
+
+def _diagnose(tmp_path: Path, trace: dict) -> summary.Headline:
+    path = write_trace(tmp_path / "t.json", trace)
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    return summary.headline(done.report)
+
+
+def test_launches_without_gpu_activity_headline_as_lost_cupti_records(tmp_path: Path) -> None:
+    head = _diagnose(tmp_path, lost_gpu_side(260))
+    assert "lost its GPU side" in head.slow
+    assert "260 kernel launches" in head.slow
+    assert "No bottleneck" not in head.slow
+
+
+def test_the_lost_gpu_side_says_how_to_record_again(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", lost_gpu_side(50))
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    top = done.report.findings[0]
+    assert top.rule_id == "trace-capture-incomplete"
+    assert top.severity == "critical"
+    for hint in ("ProfilerActivity.CUDA", "warmup", "ERR_NVGPUCTRPERM", "prof.stop()"):
+        assert hint in top.explanation
+
+
+def test_gpu_ops_without_any_host_record_are_named_too(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", gpu_only(40))
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    ids = [f.rule_id for f in done.report.findings]
+    assert "trace-capture-incomplete" in ids
+    (capture,) = [f for f in done.report.findings if f.rule_id == "trace-capture-incomplete"]
+    assert "no host side" in capture.title
+
+
+def test_a_complete_trace_is_not_a_capture_problem(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.json", input_bound_trace())
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    assert "trace-capture-incomplete" not in [f.rule_id for f in done.report.findings]
