@@ -33,7 +33,7 @@ TRAINING_AREAS = frozenset({"optimizer"})
 SERVE_BATCH = (
     "For inference, a larger batch means serving more requests at once (vLLM max_num_seqs / "
     "max_num_batched_tokens, SGLang --max-running-requests, or batching prompts in "
-    "generate), not a training batch with a re-tuned learning rate."
+    "generate): no learning rate or convergence is involved, only latency per request."
 )
 SERVE_GRAPHS = (
     "The trace shows CUDA graph launches or torch.compile'd code, or a serving engine that "
