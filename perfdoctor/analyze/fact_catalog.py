@@ -404,6 +404,25 @@ FACTS: dict[str, FactDoc] = {
         "median GPU-side step: start to start of the GPU copies of ProfilerStep#N (the last "
         "one's own span); differs from the host's when the host runs ahead",
     ),
+    "memory_history_entries": _gpu(
+        "count",
+        "memory",
+        "allocator history entries in the snapshot; 0: its figures are the state at the "
+        "snapshot, not a peak",
+    ),
+    "oom_request_bytes": _gpu(
+        "bytes", "memory", "the request of the snapshot's last out-of-memory (its `oom` entry)"
+    ),
+    "oom_device_free_bytes": _gpu(
+        "bytes", "memory", "free device memory when that request failed (device_free)"
+    ),
+    "memory_cache_fragmented": _gpu(
+        "bool",
+        "memory",
+        "the cache's free blocks added up to the failed request but none held it (True); the "
+        "largest free block could hold it, or the free bytes were too few anyway (False); "
+        "None without a failed request: free cached memory is then cached, reusable",
+    ),
 }
 
 # Topics of `Facts.locations`: the user's file:line behind a finding, biggest share first.

@@ -23,6 +23,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render import memory_wording
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
@@ -574,12 +575,18 @@ def baseline_pool_text(report: Report) -> str:
 
 def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     base, facts = report.baseline, report.facts
-    memory: list[tuple[str, str]] = [("peak memory", fmt.nbytes(base.peak_memory_bytes))]
+    peak = memory_wording.has_history(facts)
+    memory: list[tuple[str, str]] = [
+        ("peak memory" if peak else "memory at the snapshot", fmt.nbytes(base.peak_memory_bytes))
+    ]
     reserved, frag = facts.get("peak_reserved_bytes"), facts.get("fragmentation_frac")
     if isinstance(reserved, int):
-        memory.append(("peak reserved", fmt.nbytes(reserved)))
-    if isinstance(frag, float):
-        memory.append(("fragmentation", fmt.percent(frag)))
+        memory.append(
+            ("peak reserved" if peak else "reserved at the snapshot", fmt.nbytes(reserved))
+        )
+    frag_row = memory_wording.step_table_row(facts)
+    if isinstance(frag, float) and frag_row is not None:
+        memory.append(frag_row)
     if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
         return memory  # a memory snapshot alone: no step to show
     loader = {True: "worker processes", False: "in-process (num_workers=0)"}
