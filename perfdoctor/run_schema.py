@@ -206,6 +206,11 @@ class CudaMemoryInfo(_Record):
     # The memory_stats() key names, in runs recorded before the short ones.
     num_alloc_retries: int | None = None
     num_ooms: int | None = None
+    # memory_stats num_device_alloc / num_device_free (cudaMalloc / cudaFree calls) and
+    # PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING = 1 in the child.
+    device_allocs: int | None = None
+    device_frees: int | None = None
+    caching_disabled: bool | None = None
 
 
 class MemoryHistoryInfo(_Record):

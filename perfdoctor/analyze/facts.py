@@ -727,6 +727,8 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
             "alloc_retries": retries,
             "oom_events": ooms,
             "memory_history_truncated": truncated,
+            "caching_allocator_disabled": obs_mem.caching_disabled,
+            "device_alloc_count": obs_mem.device_allocs,
         }
     )
     return out

@@ -144,6 +144,28 @@ def cuda_memory(torch: Any) -> dict[str, Any]:
             lambda: int(torch.cuda.memory_stats(index).get("num_alloc_retries", 0))
         ),
         "ooms": _safe(lambda: int(torch.cuda.memory_stats(index).get("num_ooms", 0))),
+        **allocator_calls(torch, index),
+    }
+
+
+# The caching allocator is off when one of these is "1" (c10 CUDACachingAllocator reads the
+# HIP name on ROCm builds): every tensor is then a cudaMalloc and every free a cudaFree.
+NO_CACHING_ENV = ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING")
+
+
+def allocator_calls(torch: Any, index: int) -> dict[str, Any]:
+    """Device malloc/free calls over the run (memory_stats num_device_alloc/free, present in
+    torch >= 2.1) and whether caching was turned off in the environment."""
+    stats = _safe(lambda: dict(torch.cuda.memory_stats(index)), {}) or {}
+
+    def count(key: str) -> int | None:
+        value = stats.get(key)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    return {
+        "device_allocs": count("num_device_alloc"),
+        "device_frees": count("num_device_free"),
+        "caching_disabled": any(os.environ.get(k) == "1" for k in NO_CACHING_ENV),
     }
 
 

@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from perfdoctor import rundir
+from perfdoctor.analyze.facts import derive_facts
+from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.trace import load_trace
 from perfdoctor.diagnose_traces import diagnose_traces
 from perfdoctor.render import gpu_view, summary
+from perfdoctor.rules import evaluate
 
 from .gpu_corpus import corpus_dir
+from .run_dir_builder import OBSERVATIONS, build_run_dir, rewrite_json
 from .synthetic_trace import write_trace
 from .timeline_traces import allocator_storm
 
@@ -75,3 +80,16 @@ def test_alexnet_idles_in_cudafree_and_gets_the_pool_growth_fix(tmp_path: Path) 
     top = done.report.findings[0]
     assert "allocator-churn" in (top.rule_id, *top.related)
     assert "expandable-segments" in top.optimizations
+
+
+def test_a_profile_run_with_caching_off_gets_the_allocator_finding(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path)
+    obs = run / rundir.OBSERVATIONS_FILE
+    memory = {**OBSERVATIONS["cuda_memory"], "device_allocs": 1360, "caching_disabled": True}
+    rewrite_json(obs, cuda_memory=memory)
+    facts = derive_facts(load_run(run))
+    assert facts.get("caching_allocator_disabled") is True
+    assert facts.get("device_alloc_count") == 1360
+    results = evaluate(facts)
+    ids = {i for f in results.findings for i in (f.rule_id, *f.related)}
+    assert "allocator-churn" in ids
