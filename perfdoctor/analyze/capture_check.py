@@ -29,6 +29,7 @@ class CaptureSides:
     kernels: int  # kernels on the GPU timeline
     gpu_ops: int  # kernels, copies and memsets
     unlaunched: int  # GPU ops whose launch call is not in the trace
+    profiler_ranges: int  # kernels recorded by CUPTI's range profiler (counters, no timeline)
 
 
 def capture_sides(ev: TraceEvents) -> CaptureSides:
@@ -42,4 +43,5 @@ def capture_sides(ev: TraceEvents) -> CaptureSides:
         kernels=int((gpu.col("kind") == GPU_KIND_KERNEL).sum()) if len(gpu) else 0,
         gpu_ops=len(gpu),
         unlaunched=int((launched < 0).sum()),
+        profiler_ranges=ev.profiler_range_count,
     )

@@ -385,6 +385,12 @@ FACTS: dict[str, FactDoc] = {
     "trace_gpu_unlaunched_count": _f(
         "count", "trace", "GPU ops whose launch call is not in the trace"
     ),
+    "trace_profiler_range_count": _f(
+        "count",
+        "trace",
+        "cuda_profiler_range events: kernels measured by CUPTI's range profiler (counters) "
+        "instead of recorded on a timeline",
+    ),
     "workload_kind": _f(
         "name",
         "trace",

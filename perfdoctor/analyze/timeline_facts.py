@@ -29,6 +29,7 @@ def timeline_facts(ev: TraceEvents, steps: Steps, gpu: GpuSummary | None) -> dic
             "trace_kernel_count": sides.kernels,
             "trace_gpu_op_count": sides.gpu_ops,
             "trace_gpu_unlaunched_count": sides.unlaunched,
+            "trace_profiler_range_count": sides.profiler_ranges,
         }
     )
     kind = workload_kind(ev)

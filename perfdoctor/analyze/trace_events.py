@@ -57,6 +57,7 @@ GPU_MEMCPY = "gpu_memcpy"
 GPU_MEMSET = "gpu_memset"
 CUDA_RUNTIME = "cuda_runtime"
 CUDA_DRIVER = "cuda_driver"
+CUDA_PROFILER_RANGE = "cuda_profiler_range"
 
 # Every spelling seen in real traces -> the current name. 2021-era kineto (torch 1.8-1.9)
 # wrote the capitalised names; "Python function" is older still.
@@ -205,6 +206,9 @@ class TraceEvents:
     # thread code -> (pid, tid) as written in the trace
     threads: tuple[tuple[Any, Any], ...] = ()
     base_time_ns: int | float | None = None  # baseTimeNanoseconds
+    # Kernels recorded by CUPTI's range profiler (per-kernel counters, experimental_config
+    # profiler_metrics) instead of as kernel activities: a trace with no kernel timeline.
+    profiler_range_count: int = 0
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -357,6 +361,7 @@ class EventBuilder:
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
+        self.profiler_ranges = 0  # cuda_profiler_range: CUPTI range-profiler (counter) mode
         self.device_properties: tuple[dict[str, Any], ...] = ()
         self.distributed: dict[str, Any] | None = None
         self.base_time_ns: int | float | None = None
@@ -383,6 +388,7 @@ class EventBuilder:
         if paired:
             for ev in self._pair(paired):
                 groups[ev.cat].append(ev)
+        self.profiler_ranges += len(groups.get(CUDA_PROFILER_RANGE, ()))
         canon: dict[str, list[_Event]] = defaultdict(list)
         old_ops: list[_Event] = []
         for cat, evs in groups.items():
@@ -546,6 +552,7 @@ class EventBuilder:
             gpu_annotations=self.gpu_annotations.table(),
             threads=threads,
             base_time_ns=self.base_time_ns,
+            profiler_range_count=self.profiler_ranges,
         )
 
 

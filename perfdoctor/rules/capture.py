@@ -48,6 +48,24 @@ def check_trace_capture(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         "trace_gpu_op_count",
         "trace_cpu_op_count",
     )
+    ranges = num(facts, "trace_profiler_range_count") or 0.0
+    if launches >= t["min_launches"] and gpu_ops == 0 and ranges > 0:
+        return Finding(
+            rule_id=TRACE_CAPTURE,
+            severity="warning",
+            title=f"The trace holds kernel counters, not a GPU timeline: {ranges:.0f} CUPTI "
+            "profiler ranges and no kernel activity",
+            explanation=(
+                f"The host launched {launches:.0f} kernels and CUPTI's range profiler measured "
+                f"{ranges:.0f} of them (cuda_profiler_range events, recorded with "
+                "experimental_config=_ExperimentalConfig(profiler_metrics=[...])); in that mode "
+                "kernels are not recorded on the GPU timeline, so busy time, idle causes and "
+                "kernel durations cannot be measured. For a timeline, record again without "
+                "profiler_metrics, with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]."
+            ),
+            evidence=(ev("trace_profiler_range_count", int(ranges), 0, ">"), *evidence),
+            gain=GainEstimate(method="not a performance finding: the trace has no timeline"),
+        )
     if launches >= t["min_launches"] and gpu_ops == 0:
         return Finding(
             rule_id=TRACE_CAPTURE,
@@ -100,7 +118,12 @@ RULES = (
         title="The trace lost its GPU side (or its host side)",
         area="measurement",
         needs=("trace_kernel_launch_count", "trace_gpu_op_count"),
-        uses=("trace_copy_call_count", "trace_kernel_count", "trace_cpu_op_count"),
+        uses=(
+            "trace_copy_call_count",
+            "trace_kernel_count",
+            "trace_cpu_op_count",
+            "trace_profiler_range_count",
+        ),
         thresholds={"min_launches": 10.0},
         source=(
             "10 launches: a trace of any training or inference step launches far more "

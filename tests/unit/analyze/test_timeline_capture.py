@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from perfdoctor.diagnose_traces import diagnose_traces
 from perfdoctor.render import summary
 
+from .gpu_corpus import corpus_dir
 from .synthetic_trace import input_bound_trace, write_trace
 from .timeline_traces import gpu_only, lost_gpu_side
 
@@ -51,3 +54,20 @@ def test_a_complete_trace_is_not_a_capture_problem(tmp_path: Path) -> None:
     (done,) = diagnose_traces([path], tmp_path / "out")
     assert done.report is not None
     assert "trace-capture-incomplete" not in [f.rule_id for f in done.report.findings]
+
+
+CUPTI_RANGES = "hta_cupti_profiler_benchmark_result_924719_1679055439_trace.json.gz"
+
+
+def test_a_range_profiler_trace_is_named_a_counter_trace_not_a_lost_one(tmp_path: Path) -> None:
+    """HTA's cupti_profiler trace: 77 launches measured by CUPTI's range profiler
+    (cuda_profiler_range events) and no kernel activity at all."""
+    root = corpus_dir()
+    if root is None or not (root / "traces" / CUPTI_RANGES).is_file():
+        pytest.skip("shared GPU corpus not found")
+    (done,) = diagnose_traces([root / "traces" / CUPTI_RANGES], tmp_path)
+    assert done.report is not None
+    assert done.report.facts["trace_profiler_range_count"] == 77
+    top = done.report.findings[0]
+    assert top.rule_id == "trace-capture-incomplete"
+    assert "kernel counters" in top.title and "profiler_metrics" in top.explanation
