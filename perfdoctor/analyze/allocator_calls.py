@@ -143,7 +143,8 @@ def _gpu_idle_during(
 
 def _empty_cache_calls(ev: TraceEvents, steps: Steps) -> int:
     count = 0
+    mask = ev.code_mask(is_empty_cache)
     for table in (ev.python, ev.cpu_ops, ev.annotations):
-        rows = rows_named(table, ev.code_mask(is_empty_cache))
+        rows = rows_named(table, mask)
         count += int(steps.contains(table.ts[rows]).sum())
     return count
