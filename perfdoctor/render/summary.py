@@ -23,7 +23,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
-from perfdoctor.render import memory_wording
+from perfdoctor.render import memory_wording, workload_view
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
@@ -610,7 +610,7 @@ def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
         ("profiled steps", fmt.number(base.steps_timed)),
         ("steps counted by", "ProfilerStep spans" if base.steps_timed else fmt.MISSING),
     ]
-    return rows
+    return workload_view.frame_step_rows(report, rows)
 
 
 def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, float]]:

@@ -10,6 +10,7 @@ import pytest
 from perfdoctor.analyze.trace import load_trace
 from perfdoctor.diagnose_traces import diagnose_traces
 from perfdoctor.model import Report
+from perfdoctor.render import summary
 
 from .gpu_corpus import corpus_dir
 from .synthetic_trace import input_bound_trace, write_trace
@@ -92,3 +93,11 @@ def test_the_hf_qwen_trace_is_inference(tmp_path: Path) -> None:
     assert done.report is not None
     for f in done.report.findings:
         assert not {"larger-batch", "dataloader-workers", "fused-optimizer"} & set(f.optimizations)
+
+
+def test_the_step_table_of_an_inference_trace_has_no_dataloader_rows(tmp_path: Path) -> None:
+    rows = dict(summary._trace_step_rows(_report(tmp_path, inference_decode())))
+    assert rows["workload"].startswith("inference (")
+    assert "DataLoader" not in rows and "waiting for data" not in rows
+    trained = _report(tmp_path / "t", input_bound_trace())
+    assert "DataLoader" in dict(summary._trace_step_rows(trained))
