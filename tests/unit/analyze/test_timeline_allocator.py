@@ -93,3 +93,19 @@ def test_a_profile_run_with_caching_off_gets_the_allocator_finding(tmp_path: Pat
     results = evaluate(facts)
     ids = {i for f in results.findings for i in (f.rule_id, *f.related)}
     assert "allocator-churn" in ids
+
+
+def test_a_hipfree_storm_without_steps_is_the_same_finding(tmp_path: Path) -> None:
+    """ROCm names, no ProfilerStep spans (issue 22's 1,360-hipFree trace had none): counted
+    over the GPU window, named as caching off or emptied every step."""
+    trace = allocator_storm(with_steps=False, free_call="hipFree", malloc_call="hipMalloc")
+    path = write_trace(tmp_path / "t.json", trace)
+    f = load_trace(path).timeline_facts
+    assert f["alloc_syncing_free_count"] == 180
+    assert f["alloc_calls_per_step"] is None
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    top = done.report.findings[0]
+    assert "allocator-churn" in (top.rule_id, *top.related)
+    text = " ".join(x.explanation for x in done.report.findings)
+    assert "off or emptied every step" in text and "PYTORCH_NO_HIP_MEMORY_CACHING" in text

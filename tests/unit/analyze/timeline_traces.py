@@ -68,7 +68,13 @@ def trace(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def allocator_storm(
-    *, steps: int = 3, frees_per_step: int = 60, with_steps: bool = True, empty_cache: bool = False
+    *,
+    steps: int = 3,
+    frees_per_step: int = 60,
+    with_steps: bool = True,
+    empty_cache: bool = False,
+    free_call: str = "cudaFree",
+    malloc_call: str = "cudaMalloc",
 ) -> dict[str, Any]:
     """Each step: a few kernels, then a run of cudaFree/cudaMalloc pairs during which the GPU
     idles (each cudaFree waits for the device): the caching allocator off or emptied."""
@@ -88,8 +94,8 @@ def allocator_storm(
         if empty_cache:
             events.append(_x("python_function", "torch/cuda/memory.py(192): empty_cache", t, 50.0))
         for _ in range(frees_per_step):
-            events.append(_x("cuda_runtime", "cudaFree", t, 120.0))
-            events.append(_x("cuda_runtime", "cudaMalloc", t + 125.0, 60.0))
+            events.append(_x("cuda_runtime", free_call, t, 120.0))
+            events.append(_x("cuda_runtime", malloc_call, t + 125.0, 60.0))
             t += 190.0
         _launch(events, t, corr, 300.0)
         corr += 1
