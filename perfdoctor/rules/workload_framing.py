@@ -10,6 +10,7 @@ left is its eager fallback (vLLM's enforce_eager / --enforce-eager, SGLang's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -28,12 +29,13 @@ TRAINING_ONLY = frozenset(
     }
 )
 COMPILE = frozenset({"compile", "compile-cudagraphs"})
+_TRAINING_WORDS = re.compile(r"learning rate|re-tune the LR|convergence", re.I)
 TRAINING_AREAS = frozenset({"optimizer"})
 
 SERVE_BATCH = (
     "For inference, a larger batch means serving more requests at once (vLLM max_num_seqs / "
     "max_num_batched_tokens, SGLang --max-running-requests, or batching prompts in "
-    "generate): no learning rate or convergence is involved, only latency per request."
+    "generate): a bigger serving batch trades latency per request for throughput."
 )
 SERVE_GRAPHS = (
     "The trace shows CUDA graph launches or torch.compile'd code, or a serving engine that "
@@ -62,7 +64,16 @@ def frame_for_workload(facts: Facts, results: RuleResults, rules: Sequence[Rule]
     return replace(results, findings=tuple(framed), passed=(*results.passed, *dropped))
 
 
+def _without_training_sentences(text: str) -> str:
+    """Drop the sentences about the learning rate and convergence, which a larger batch
+    changes in training only."""
+    sentences = re.split(r"(?<=[.!?])\s+", text)
+    kept = [s for s in sentences if not _TRAINING_WORDS.search(s)]
+    return " ".join(kept)
+
+
 def _frame(f: Finding, compiled: bool, evidence: str) -> Finding:
+    f = replace(f, explanation=_without_training_sentences(f.explanation))
     opts = tuple(o for o in f.optimizations if o not in TRAINING_ONLY)
     notes = [f"This is an inference trace ({evidence})."]
     if "larger-batch" in f.optimizations:
