@@ -28,9 +28,9 @@ RERECORD_GPU = (
     "the torch build for it); on ROCm, roctracer must match the installed ROCm"
 )
 RERECORD_HOST = (
-    "record again with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] (the "
-    "trace holds GPU ops but no CPU op and no launch call, so no host-side cause, no step "
-    "and no source line can be found), and do not filter the host threads out of the file"
+    "Record again with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], so that "
+    "the runtime's launch calls (cuda_runtime / cuda_driver events) are in the trace, and "
+    "do not filter the host threads or those categories out of the file"
 )
 
 
@@ -96,15 +96,17 @@ def check_trace_capture(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             evidence=(ev("trace_kernel_count", int(kernels), 0, "=="), *evidence),
             gain=GainEstimate(method="not a performance finding: the trace is incomplete"),
         )
-    if gpu_ops >= t["min_launches"] and launches + copies == 0 and cpu_ops == 0:
+    if gpu_ops >= t["min_launches"] and launches + copies == 0:
+        what = "no CPU op and no launch call" if cpu_ops == 0 else "no launch call"
         return Finding(
             rule_id=TRACE_CAPTURE,
             severity="warning",
-            title=f"The trace has no host side: {gpu_ops:.0f} GPU ops, no CPU op and no "
-            "launch call",
+            title=f"The trace has no host side: {gpu_ops:.0f} GPU ops, {what}",
             explanation=(
                 "Busy time and kernels are measured, but why the GPU idles (input, syncs, "
-                "launches) is not, since that is on the host. " + RERECORD_HOST + "."
+                "launches) is not: no GPU op can be linked to the host call that queued it. "
+                + RERECORD_HOST
+                + "."
             ),
             evidence=(ev("trace_kernel_launch_count", int(launches), 0, "=="), *evidence),
             gain=GainEstimate(method="not a performance finding: the trace is incomplete"),

@@ -71,3 +71,14 @@ def test_a_range_profiler_trace_is_named_a_counter_trace_not_a_lost_one(tmp_path
     top = done.report.findings[0]
     assert top.rule_id == "trace-capture-incomplete"
     assert "kernel counters" in top.title and "profiler_metrics" in top.explanation
+
+
+def test_cpu_ops_and_kernels_without_launch_calls_are_named(tmp_path: Path) -> None:
+    trace = input_bound_trace()
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e["cat"] != "cuda_runtime"]
+    path = write_trace(tmp_path / "t.json", trace)
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    (capture,) = [f for f in done.report.findings if f.rule_id == "trace-capture-incomplete"]
+    assert capture.title.endswith("no launch call")
+    assert "cuda_runtime" in capture.explanation
