@@ -174,7 +174,12 @@ def _trace_headline(report: Report) -> Headline:
         report.facts.get("peak_reserved_bytes"),
     )
     if report.baseline.steps_timed == 0 and isinstance(peak, int):
-        memory = f"Peak allocated {fmt.nbytes(peak)}"
+        if memory_wording.has_history(report.facts):
+            memory = f"Peak allocated {fmt.nbytes(peak)}"
+        else:
+            memory = (
+                f"At the snapshot (no allocator history, so no peak): {fmt.nbytes(peak)} allocated"
+            )
         if isinstance(reserved, int):
             memory += f", reserved {fmt.nbytes(reserved)}"
         return Headline(

@@ -138,3 +138,10 @@ def test_corpus_snapshots_have_history_and_no_oom(tmp_path: Path) -> None:
     assert "peak allocated" in figures and "out of memory" not in figures
     assert "cached, reusable" in figures["free in the cache at the snapshot"]
     assert report.facts["memory_cache_fragmented"] is None
+
+
+def test_the_headline_of_a_snapshot_without_history_names_no_peak(tmp_path: Path) -> None:
+    report = _report(tmp_path, _snapshot(tmp_path, oom_request=None, history=False))
+    slow = summary.headline(report).slow
+    assert slow.startswith("At the snapshot (no allocator history, so no peak)")
+    assert "Peak" not in slow
