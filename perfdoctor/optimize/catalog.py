@@ -472,6 +472,31 @@ _ENTRIES: tuple[Optimization, ...] = (
         applies_when="the data-loading time sits in the user's own Dataset/collate code",
         device="any",
     ),
+    # ------------------------------------------------------------------ inference serving
+    _manual(
+        id="serving-cuda-graphs",
+        title="Serve with CUDA graphs: drop the engine's eager flag",
+        risk="graph capture at start-up; extra memory for the captured batch sizes",
+        code_change=(
+            "LLM(model, enforce_eager=False, compilation_config={'cudagraph_capture_sizes': "
+            "[1, 2, 4, 8, 16, 32]})  # vLLM; SGLang: drop --disable-cuda-graph, "
+            "set --cuda-graph-max-bs"
+        ),
+        applies_when="an inference engine that compiles and captures graphs runs eagerly "
+        "(launch-bound decode)",
+        device="cuda",
+    ),
+    _manual(
+        id="serving-batch",
+        title="Serve more requests per batch",
+        risk="higher latency per request",
+        code_change=(
+            "LLM(model, max_num_seqs=256, max_num_batched_tokens=8192)  # vLLM; "
+            "SGLang: --max-running-requests; HF: generate() over a batch of prompts"
+        ),
+        applies_when="an inference GPU under-used with memory to spare",
+        device="any",
+    ),
 )
 
 CATALOG: dict[str, Optimization] = {entry.id: entry for entry in _ENTRIES}

@@ -29,6 +29,8 @@ TRAINING_ONLY = frozenset(
     }
 )
 COMPILE = frozenset({"compile", "compile-cudagraphs"})
+# What the framing names instead (manual catalog entries: nothing perfdoctor applies).
+SERVING = frozenset({"serving-cuda-graphs", "serving-batch"})
 _TRAINING_WORDS = re.compile(r"learning rate|re-tune the LR|convergence", re.I)
 TRAINING_AREAS = frozenset({"optimizer"})
 
@@ -77,14 +79,15 @@ def _frame(f: Finding, compiled: bool, evidence: str) -> Finding:
     opts = tuple(o for o in f.optimizations if o not in TRAINING_ONLY)
     notes = [f"This is an inference trace ({evidence})."]
     if "larger-batch" in f.optimizations:
+        opts = (*opts, "serving-batch")
         notes.append(SERVE_BATCH)
     if compiled and any(o in COMPILE for o in opts):
-        opts = tuple(o for o in opts if o not in COMPILE)
+        opts = ("serving-cuda-graphs", *(o for o in opts if o not in COMPILE))
         notes.append(SERVE_GRAPHS)
     if opts == f.optimizations and len(notes) == 1:
         return replace(f, explanation=f"{f.explanation} {notes[0]}")
     gain = f.gain
-    if f.optimizations and not opts and gain.step_time_frac is not None:
+    if f.optimizations and set(opts) <= SERVING and gain.step_time_frac is not None:
         # The promise was what the dropped fixes win back; the serving advice is not measured.
         gain = replace(gain, step_time_frac=None, method="not estimated for inference")
     return replace(f, optimizations=opts, explanation=" ".join([f.explanation, *notes]), gain=gain)

@@ -58,6 +58,7 @@ def test_inference_gets_no_training_batch_advice(tmp_path: Path) -> None:
         assert "re-tune" not in f.explanation
         assert "inference trace" in f.explanation
     assert "larger-batch" not in [r.optimization_id for r in report.recommendations]
+    assert any("serving-batch" in f.optimizations for f in report.findings)
     # The same loop as training keeps the training advice.
     trained = _report(
         tmp_path / "t", _with_event(inference_decode(), cat="cpu_op", name="AddmmBackward0")
@@ -77,6 +78,9 @@ def test_a_serving_engine_is_not_told_to_compile(tmp_path: Path) -> None:
         assert not {"compile", "compile-cudagraphs"} & set(f.optimizations)
     text = " ".join(f.explanation for f in report.findings)
     assert "enforce_eager" in text
+    assert any("serving-cuda-graphs" in f.optimizations for f in report.findings)
+    recs = [r.optimization_id for r in report.recommendations]
+    assert "serving-cuda-graphs" in recs and "compile" not in recs
     # Plain HF generate is not compiled: compile advice stays.
     plain = _report(tmp_path / "p", inference_decode())
     assert any({"compile", "compile-cudagraphs"} & set(f.optimizations) for f in plain.findings)
