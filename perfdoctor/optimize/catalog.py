@@ -472,6 +472,23 @@ _ENTRIES: tuple[Optimization, ...] = (
         applies_when="the data-loading time sits in the user's own Dataset/collate code",
         device="any",
     ),
+    # ------------------------------------------------------------------ allocator
+    _manual(
+        id="keep-allocator-caching",
+        title="Keep PyTorch's caching allocator on",
+        risk="none: caching is the default",
+        code_change="unset PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_NO_HIP_MEMORY_CACHING",
+        applies_when="every tensor is a cudaMalloc/cudaFree (hipMalloc/hipFree) in the step",
+        device="cuda",
+    ),
+    _manual(
+        id="no-empty-cache-in-loop",
+        title="Do not call torch.cuda.empty_cache() in the loop",
+        risk="reserved memory stays with this process (other processes on the GPU see less)",
+        code_change="# delete torch.cuda.empty_cache() from the training/inference loop",
+        applies_when="empty_cache returns the cache every step, so the next one re-allocates",
+        device="cuda",
+    ),
     # ------------------------------------------------------------------ inference serving
     _manual(
         id="serving-cuda-graphs",

@@ -41,6 +41,7 @@ def check_allocator_churn(facts: Facts, t: Mapping[str, float]) -> Finding | Non
     counts = f" ({calls:.0f} calls, {frees:.0f} of them frees that synchronize the device)"
     optimizations: tuple[str, ...] = ()
     if disabled:
+        optimizations = ("keep-allocator-caching",)
         cause = "the caching allocator is turned off"
         fix = (
             "unset PYTORCH_NO_CUDA_MEMORY_CACHING (PYTORCH_NO_HIP_MEMORY_CACHING on ROCm): "
@@ -55,8 +56,9 @@ def check_allocator_churn(facts: Facts, t: Mapping[str, float]) -> Finding | Non
             "synchronizes the device; if memory is tight, set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead"
         )
-        optimizations = ("expandable-segments",)
+        optimizations = ("no-empty-cache-in-loop", "expandable-segments")
     elif frees >= t["storm_frees"]:
+        optimizations = ("keep-allocator-caching", "no-empty-cache-in-loop")
         cause = "the caching allocator is off or emptied every step"
         fix = (
             "look for PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING in the "
@@ -139,6 +141,6 @@ RULES = (
         check=check_allocator_churn,
         selects_optimizations=True,
         device="cuda",
-        optimizations=("expandable-segments",),
+        optimizations=("keep-allocator-caching", "no-empty-cache-in-loop", "expandable-segments"),
     ),
 )

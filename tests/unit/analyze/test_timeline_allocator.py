@@ -109,3 +109,5 @@ def test_a_hipfree_storm_without_steps_is_the_same_finding(tmp_path: Path) -> No
     assert "allocator-churn" in (top.rule_id, *top.related)
     text = " ".join(x.explanation for x in done.report.findings)
     assert "off or emptied every step" in text and "PYTORCH_NO_HIP_MEMORY_CACHING" in text
+    assert "keep-allocator-caching" in top.optimizations
+    assert "Keep PyTorch's caching allocator on" in summary.headline(done.report).fix
