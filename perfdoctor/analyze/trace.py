@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import trace_host
 from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.compute_summary import ComputeSummary, summarize_compute
 from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
@@ -59,6 +60,7 @@ class TraceSummary:
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
     device_properties: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    compute: ComputeSummary | None = None  # precision mix, FLOPs, MFU (compute_summary.py)
 
 
 def load_trace(path: Path, user_roots: Sequence[str | Path] = ()) -> TraceSummary:
@@ -122,4 +124,5 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
         notes=tuple(notes),
+        compute=summarize_compute(ev, steps),
     )
