@@ -174,8 +174,10 @@ def classify_kernel(name: str, op_dtype: str | None = None) -> KernelPrecision:
     matrix = _matrix_cores(low, precision)
     if precision == UNKNOWN:
         precision = dtype_precision(op_dtype)
-    if matrix is None and precision in LOW_PRECISION and (
-        low.startswith("triton") or family == ATTENTION
+    if (
+        matrix is None
+        and precision in LOW_PRECISION
+        and (low.startswith("triton") or family == ATTENTION)
     ):
         # tl.dot and the attention kernels use tensor/matrix cores for 16-/8-bit inputs.
         matrix = True
