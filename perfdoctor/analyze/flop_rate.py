@@ -232,7 +232,5 @@ def _wall_time(ev: TraceEvents, steps: Steps, found: OpKernels) -> tuple[float, 
 
 def _shape_text(dims: list[object]) -> str:
     return " ".join(
-        "x".join(str(d) for d in shape) if shape else "-"
-        for shape in dims
-        if isinstance(shape, list)
-    ).strip()
+        "x".join(str(d) for d in shape) for shape in dims if isinstance(shape, list) and shape
+    )

@@ -46,7 +46,7 @@ def compute_section(report: Report) -> ComputeSection | None:
         figures.append(("counted by", source))
     achieved = _num(facts.get("achieved_tflops"))
     if achieved is not None:
-        figures.append(("achieved", f"{_rate(achieved)} of step wall time"))
+        figures.append(("achieved", f"{_rate(achieved)} over the wall time"))
     if isinstance(mix, Mapping) and mix:
         split = ", ".join(f"{k} {_pct(float(v))}" for k, v in list(mix.items())[:4])
         figures.append(("GEMM/conv/attention kernels compute in", split))
