@@ -25,25 +25,56 @@ def gemm_trace(
     turn with its kernel launched inside it; an elementwise kernel follows each."""
     pid = tid = 1
     events: list[dict[str, Any]] = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": pid,
-         "tid": tid, "ts": 0.0, "dur": step_us},
-    ]  # fmt: skip
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "pid": pid,
+            "tid": tid,
+            "ts": 0.0,
+            "dur": step_us,
+        },
+    ]
     t, corr = 100.0, 1
     for name, dims, types, kernel, kernel_us in ops:
         for kname, dur, op in ((kernel, kernel_us, name), ("elementwise_kernel", 5.0, None)):
             if op is not None:
                 events.append(
-                    {"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": t,
-                     "dur": 30.0, "args": {"Input Dims": dims, "Input type": types}}
-                )  # fmt: skip
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": op,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": t,
+                        "dur": 30.0,
+                        "args": {"Input Dims": dims, "Input type": types},
+                    }
+                )
             events.append(
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid,
-                 "tid": tid, "ts": t + 5.0, "dur": 10.0, "args": {"correlation": corr}}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t + 5.0,
+                    "dur": 10.0,
+                    "args": {"correlation": corr},
+                }
+            )
             events.append(
-                {"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": t + 20.0,
-                 "dur": dur, "args": {"correlation": corr, "device": 0, "stream": 7}}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": kname,
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 20.0,
+                    "dur": dur,
+                    "args": {"correlation": corr, "device": 0, "stream": 7},
+                }
+            )
             corr += 1
             t += max(dur, 40.0) + 40.0
     trace: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
@@ -85,7 +116,13 @@ def test_per_op_rate_step_rate_and_mfu_with_its_denominator(tmp_path: Path) -> N
 
 
 def test_mixed_precisions_weigh_each_by_its_own_peak(tmp_path: Path) -> None:
-    fp8 = ("aten::_scaled_mm", [[1024, 2048], [2048, 4096], [], []], ["c10::Float8_e4m3fn"] * 2, FP8, 50.0)  # fmt: skip
+    fp8 = (
+        "aten::_scaled_mm",
+        [[1024, 2048], [2048, 4096], [], []],
+        ["c10::Float8_e4m3fn"] * 2,
+        FP8,
+        50.0,
+    )
     compute = summarize(tmp_path, gemm_trace([BF16_MM, fp8]))
     one = 2 * 1024 * 2048 * 4096
     assert compute.flops.flops_by_precision == {"bf16": one, "fp8": one}
@@ -124,9 +161,22 @@ def test_causal_attention_is_halved_and_said_so(tmp_path: Path) -> None:
 
 def test_an_op_wrapping_another_is_counted_once(tmp_path: Path) -> None:
     """aten::linear holds aten::addmm: the innermost op is counted, not both."""
-    trace = gemm_trace([("aten::addmm", [[4096], [1024, 2048], [2048, 4096], [], []], ["c10::BFloat16"] * 3, MM, 100.0)])  # fmt: skip
+    trace = gemm_trace(
+        [
+            (
+                "aten::addmm",
+                [[4096], [1024, 2048], [2048, 4096], [], []],
+                ["c10::BFloat16"] * 3,
+                MM,
+                100.0,
+            )
+        ]
+    )
     outer = dict(trace["traceEvents"][1], name="aten::linear", ts=90.0, dur=60.0)
-    outer["args"] = {"Input Dims": [[1024, 2048], [4096, 2048], [4096]], "Input type": ["c10::BFloat16"] * 3}  # fmt: skip
+    outer["args"] = {
+        "Input Dims": [[1024, 2048], [4096, 2048], [4096]],
+        "Input type": ["c10::BFloat16"] * 3,
+    }
     trace["traceEvents"].insert(1, outer)
     compute = summarize(tmp_path, trace)
     assert (

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (kernel names are as long as the libraries make them)
 """Kernel names -> the precision they compute in, NVIDIA and AMD (analyze/kernel_precision.py).
 
 Names are as the libraries emit them (cuBLAS/cuBLASLt, CUTLASS, DeepGEMM, cuDNN,
