@@ -36,6 +36,9 @@ def compute_facts(record: RunRecord, values: dict[str, Any]) -> dict[str, Any]:
                 "fp32_matmul_kernel_frac": mix.fp32_frac,
                 "unknown_precision_matmul_frac": mix.unknown_frac,
                 "compute_precision": mix.dominant,
+                # trace_gpu's share classifies names alone; with the launching op's dtype a
+                # Triton or attention kernel named without one is known too (attn_fwd).
+                "tensor_core_kernel_frac": mix.matrix_frac,
             }
         )
     rate = _rate(record, values, compute)

@@ -29,6 +29,7 @@ class KernelMix:
     lowp_frac: float | None  # of the GEMM/conv/attention kernel time: fp4/MX/fp8/int8/bf16/fp16
     fp32_frac: float  # fp32 SIMT or TF32 GEMM/conv/attention kernels, of all kernel time
     unknown_frac: float | None  # of the GEMM/conv/attention kernel time: precision unknown
+    matrix_frac: float  # kernels on tensor/matrix cores (the op's dtype helping), of all time
     dominant: str | None  # the class with the most GEMM/conv/attention time ("bf16 on ...")
     by_class: dict[str, float]  # class label -> share of the GEMM/conv/attention time
 
@@ -62,10 +63,12 @@ def kernel_mix(
     family = np.array([c.family is not None for c in classes], dtype=bool)
     matmul = float(durations[family].sum())
     by_class: dict[str, float] = {}
-    lowp = fp32 = unknown = 0.0
+    lowp = fp32 = unknown = matrix = 0.0
     for cls, dur in zip(classes, durations.tolist(), strict=True):
         if cls.family is None:
             continue
+        if cls.matrix_cores:
+            matrix += dur
         by_class[cls.label] = by_class.get(cls.label, 0.0) + dur
         if cls.low_precision:
             lowp += dur
@@ -79,6 +82,7 @@ def kernel_mix(
         lowp_frac=lowp / matmul if matmul > 0 else None,
         fp32_frac=fp32 / total,
         unknown_frac=unknown / matmul if matmul > 0 else None,
+        matrix_frac=matrix / total,
         dominant=max(shares, key=lambda k: shares[k]) if shares else None,
         by_class=dict(sorted(shares.items(), key=lambda kv: -kv[1])),
     )
