@@ -62,6 +62,7 @@ def compute_settings(record: RunRecord) -> dict[str, Any]:
             "op_time_basis": flops.op_time_basis,
             "counted_ops": flops.counted_ops,
             "uncounted_ops": flops.uncounted_ops,
+            "coverage": flops.coverage,
             "assumptions": list(flops.assumptions),
             "flops_by_precision": dict(flops.flops_by_precision),
             "ops": [

@@ -61,6 +61,10 @@ class FlopSummary:
     counted_ops: int
     uncounted_ops: int  # FLOP ops whose shapes were missing or did not fit
     assumptions: tuple[str, ...]
+    # Of the GEMM/conv/attention kernel time, the share launched by the counted ops: below 1
+    # when custom ops (a fused MoE, a serving engine's attention) launch GEMMs with no aten
+    # shapes to count, and the FLOPs and MFU are then a lower bound. None on a CPU trace.
+    coverage: float | None = None
 
     @property
     def flops_per_step(self) -> float | None:
@@ -98,6 +102,7 @@ def flop_summary(
     assumptions: set[str] = set()
     total = 0.0
     uncounted = 0
+    counted_ops: set[int] = set()
     for i, row in enumerate(found.ops.tolist()):
         name = ev.names[int(ops.name[row])]
         types, dims = ev.shapes.get(row, ([], []))
@@ -105,6 +110,7 @@ def flop_summary(
         if counted is None:
             uncounted += 1
             continue
+        counted_ops.add(i)
         if counted.assumption:
             assumptions.add(counted.assumption)
         cls = best.get(i)
@@ -147,7 +153,19 @@ def flop_summary(
         counted_ops=found.ops.size - uncounted,
         uncounted_ops=uncounted,
         assumptions=tuple(sorted(assumptions)),
+        coverage=_coverage(found, classes, durs, counted_ops) if on_gpu else None,
     )
+
+
+def _coverage(
+    found: OpKernels, classes: list[KernelPrecision], durs: np.ndarray, counted: set[int]
+) -> float | None:
+    family = np.array([c.family is not None for c in classes], dtype=bool)
+    total = float(durs[family].sum())
+    if total <= 0:
+        return None
+    mine = family & np.isin(found.owner, np.fromiter(counted, dtype=np.int64))
+    return float(durs[mine].sum()) / total
 
 
 def utilization(

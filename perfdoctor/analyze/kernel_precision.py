@@ -95,10 +95,10 @@ NOT_MATMUL = KernelPrecision(None, UNKNOWN, None)
 
 # Element-type words in template arguments and name tokens, most specific first.
 _TYPE_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"mxf[468]|mxfp[468]|nvf4|nvfp4|blockscaled|block_scaled|ue8m0|ue4m3"), MX),
-    (re.compile(r"e2m1|fp4|float4"), FP4),
+    (re.compile(r"mxf[468]|mxfp[468]|mxe[245]m[123]|blockscaled|block_scaled|ue8m0"), MX),
+    (re.compile(r"e2m1|fp4|float4|nvf4"), FP4),
     (re.compile(r"e4m3|e5m2|float_e4m3|float_e5m2|fp8|float8|f8_t|bf8_t"), FP8),
-    (re.compile(r"bfloat16|bhalf|bf16"), BF16),
+    (re.compile(r"bfloat16|bhalf|bf16|df16b"), BF16),  # DF16b: bfloat16 in mangled names
     (re.compile(r"(?<![a-z])half|float16|fp16|(?<![a-z0-9])f16|_h884|h1688|hmma"), FP16),
     (re.compile(r"tf32|xf32"), TF32),
     (re.compile(r"int8|i8_t|imma|s8s8|(?<![a-z0-9])i8(?![0-9])"), INT8),
@@ -141,7 +141,7 @@ _TENSILE_TYPE = (
     ("d", FP64),
 )
 _GEMM_WORDS = re.compile(
-    r"gemm|gemv|matmul|_mm_|_mm$|(?<![a-z])mm_|_bmm|grouped_mm|s16816|h884|1688|nvjet"
+    r"gemm|gemv|matmul|_mm_|_mm$|(?<![a-z])mm_|_bmm|^bmm_|grouped_mm|s16816|h884|1688|nvjet"
 )
 _CONV_WORDS = re.compile(
     r"conv|cudnn|fprop|dgrad|wgrad|winograd|implicit_gemm|precomputed_convolve|scudnn"
@@ -174,12 +174,9 @@ def classify_kernel(name: str, op_dtype: str | None = None) -> KernelPrecision:
     matrix = _matrix_cores(low, precision)
     if precision == UNKNOWN:
         precision = dtype_precision(op_dtype)
-    if (
-        matrix is None
-        and precision in LOW_PRECISION
-        and (low.startswith("triton") or family == ATTENTION)
-    ):
-        # tl.dot and the attention kernels use tensor/matrix cores for 16-/8-bit inputs.
+    if matrix is None and precision in LOW_PRECISION and family in (GEMM, ATTENTION):
+        # A 16-/8-/4-bit GEMM or attention kernel (tl.dot, TRT-LLM, triton_kernels) runs on
+        # tensor/matrix cores; the one SIMT exception, a GEMV, was recognised above.
         matrix = True
     if matrix is None and precision == UNKNOWN and low.startswith("triton_tem_"):
         # Inductor's GEMM templates (max-autotune) are tl.dot: tensor cores unless the inputs
@@ -234,9 +231,12 @@ def _name_type(low: str) -> str:
     xmma = _XMMA_TYPES.search(low)
     if xmma is not None and ("xmma" in low or "cutlass" in low or "cudnn" in low):
         return _XMMA_TYPE[xmma.group(1)]
-    for pattern, label in _TYPE_WORDS:
-        if pattern.search(low):
-            return label
+    # The first type a name spells is its inputs' (TRT-LLM "bmm_Bfloat16_MxE2m1..." is bf16
+    # activations times MXFP4 weights, computed in bf16; "fmhaSm100a..QkvE4m3OBfloat16" reads
+    # fp8 Q/K/V and writes bf16), so the earliest match wins, not the narrowest format.
+    found = [(m.start(), label) for pattern, label in _TYPE_WORDS if (m := pattern.search(low))]
+    if found:
+        return min(found, key=lambda hit: hit[0])[1]
     if "deep_gemm" in low or "fp8_gemm" in low:
         return FP8
     if _SIMT_FP32.search(low) or re.search(r"<float[,>]|\(float\b", low):

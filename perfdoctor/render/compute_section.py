@@ -17,6 +17,8 @@ from perfdoctor.model import Report
 
 TITLE = "Compute: FLOPs, MFU and precision"
 TOP_ROWS = 8
+# Below this share of GEMM/conv/attention kernel time in counted ops, MFU is a lower bound.
+COVERED = 0.95
 OP_COLUMNS = ("op", "input shapes", "precision", "calls", "TFLOP/s", "FLOPs", "FLOP/byte")
 
 
@@ -62,6 +64,13 @@ def compute_section(report: Report) -> ComputeSection | None:
         )
         for assumption in trace.get("assumptions") or []:
             notes.append(f"Assumed: {assumption}.")
+        coverage = _num(trace.get("coverage"))
+        if coverage is not None and coverage < COVERED:
+            notes.append(
+                f"The counted ops launched {_pct(coverage)} of the GEMM/conv/attention kernel "
+                "time; the rest came from ops with no shapes to count (custom or fused ops, "
+                "e.g. a fused MoE), so FLOPs and MFU are a lower bound."
+            )
         uncounted = trace.get("uncounted_ops")
         if uncounted:
             notes.append(f"{uncounted} GEMM/conv/attention ops had no usable shapes.")

@@ -38,7 +38,16 @@ CASES = [
     ("cutlass_80_simt_sgemm_128x128_8x4_nn_align1", None, GEMM, "fp32", False),
     ("void deep_gemm::fp8_gemm_kernel<128u, 128u, 128u, 1u>(float*, int*, int)", None, GEMM, "fp8", True),
     ("cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<mxf8f6f4_blockscaled>>", None, GEMM, "mx", True),
-    ("sm100_gemm_e2m1_e2m1_bf16_nvf4_blockscaled", None, GEMM, "mx", True),
+    ("sm100_gemm_e2m1_e2m1_bf16_nvf4_blockscaled", None, GEMM, "fp4", True),
+    # TRT-LLM on a B200 (vLLM gpt-oss, TraceLens tests/traces/b200): MX block-scaled GEMMs,
+    # bf16 activations times MXFP4 weights, fp8 attention
+    ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN", None, GEMM, "mx", True),
+    ("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM", None, GEMM, "bf16", True),
+    ("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext", None, ATTENTION, "fp8", True),
+    # triton_kernels MXFP4 MoE on an MI300X (bf16 compute) and ROCm paged attention
+    ("_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu", None, GEMM, "bf16", True),
+    ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, 1, 128>", None, ATTENTION, "bf16", True),
+    ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1", None, GEMM, "bf16", True),
     # cuDNN
     ("sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x32", None, CONV, "bf16", True),
     ("sm86_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", None, CONV, "tf32", True),
