@@ -12,13 +12,15 @@ FLOPs / (wall x peak) when one precision does all the work.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from perfdoctor.analyze.device_peaks import DevicePeak
 from perfdoctor.analyze.kernel_precision import FP32, UNKNOWN, KernelPrecision, dtype_precision
-from perfdoctor.analyze.op_flops import op_flops
+from perfdoctor.analyze.op_flops import conv_backward_key, op_flops
 from perfdoctor.analyze.op_kernels import OpKernels
+from perfdoctor.analyze.op_names import CONV_OPS
 from perfdoctor.analyze.trace_events import TraceEvents
 from perfdoctor.analyze.trace_index import Steps
 
@@ -103,10 +105,12 @@ def flop_summary(
     total = 0.0
     uncounted = 0
     counted_ops: set[int] = set()
+    conv_out = _conv_outputs(ev, found)
     for i, row in enumerate(found.ops.tolist()):
         name = ev.names[int(ops.name[row])]
         types, dims = ev.shapes.get(row, ([], []))
-        counted = op_flops(name, types, dims, ev.concrete.get(row, ()))
+        out = conv_out.get(_conv_key(dims)) if name in CONV_OPS else None
+        counted = op_flops(name, types, dims, ev.concrete.get(row, ()), conv_out=out)
         if counted is None:
             uncounted += 1
             continue
@@ -206,6 +210,26 @@ def utilization(
     if lacking:
         text += f" (no peak for {', '.join(lacking)}: those FLOPs left out)"
     return Utilization(at_peak_s / (time_us * 1e-6), effective, text, peak.source, None)
+
+
+def _conv_outputs(ev: TraceEvents, found: OpKernels) -> dict[Any, list[int]]:
+    """(input shape, weight shape) -> output shape, from the trace's convolution backwards:
+    their gradient has the output's shape, which the forward's recorded inputs do not give."""
+    out: dict[Any, list[int]] = {}
+    for row in found.ops.tolist():
+        if ev.names[int(ev.cpu_ops.name[row])] != "aten::convolution_backward":
+            continue
+        dims = ev.shapes.get(row, ([], []))[1]
+        key = conv_backward_key(dims)
+        if key is not None:
+            out[key] = list(dims[0])
+    return out
+
+
+def _conv_key(dims: list[Any]) -> Any:
+    if len(dims) < 2 or not all(isinstance(d, list) for d in dims[:2]):
+        return None
+    return tuple(dims[0]), tuple(dims[1])
 
 
 def _longest_family_kernel(

@@ -8,9 +8,10 @@ differences that are stated where they apply:
   whole, which is how MFU above 100% gets reported on causal LLM training. Here the count is
   halved when the op's recorded arguments say `is_causal` (the FlashAttention papers' count);
 * a convolution's output size needs its stride and padding, which a trace records only as
-  list arguments it leaves empty. The forward count assumes stride 1 and "same" padding (the
-  output as large as the input) and says so; the backward reads the output size from the
-  gradient's shape, exactly.
+  list arguments it leaves empty. The backward reads the output size from the gradient's
+  shape, and a training trace's forward takes it from the backward of the same input and
+  weight shapes (`conv_out`); otherwise the forward assumes stride 1 and "same" padding (the
+  output as large as the input) and says so.
 
 Bytes are the least traffic the op needs: each input read once and the output written once,
 in the recorded dtypes (the roofline's arithmetic intensity). None when a dtype is unknown.
@@ -26,6 +27,10 @@ from typing import Any
 from perfdoctor.analyze.op_names import CONV_OPS, GROUPED_MM_OPS
 
 CONV_SAME_PADDING = "convolution output assumed as large as its input (stride 1, same padding)"
+CONV_BOTH_GRADIENTS = (
+    "convolution backward assumed to compute both the input and the weight gradient (a first "
+    "layer, whose input needs none, is counted high)"
+)
 CAUSAL_HALVED = "causal attention: half the score matrix counted"
 
 ELEMENT_BYTES = {
@@ -106,12 +111,20 @@ class OpFlops:
 
 
 def op_flops(
-    name: str, types: Sequence[Any], dims: Sequence[Any], concrete: Sequence[Any] = ()
+    name: str,
+    types: Sequence[Any],
+    dims: Sequence[Any],
+    concrete: Sequence[Any] = (),
+    conv_out: Sequence[int] | None = None,
 ) -> OpFlops | None:
-    """FLOPs of one op, or None when its shapes do not give them."""
+    """FLOPs of one op, or None when its shapes do not give them. `conv_out`: a forward
+    convolution's output shape when known from elsewhere (its backward's gradient)."""
     shapes = [d if _is_shape(d) else None for d in dims]
     try:
-        found = _count(name, shapes, list(concrete))
+        if name in CONV_OPS and conv_out is not None and name not in _CONV_BACKWARD:
+            found = _conv_known(shapes, list(conv_out))
+        else:
+            found = _count(name, shapes, list(concrete))
     except (IndexError, TypeError, ValueError):
         return None  # shapes that do not fit the op's schema (an old or odd trace)
     if found is None:
@@ -221,7 +234,7 @@ def _conv(
         forward = 2.0 * x[0] * math.prod(grad[2:]) * w[0] * math.prod(w[1:])
         # grad_input and grad_weight, each one forward's worth (flop_counter's
         # conv_backward_flop with both outputs wanted, as autograd asks for a trained conv).
-        return 2.0 * forward, x, None
+        return 2.0 * forward, x, CONV_BOTH_GRADIENTS
     x, w = _shape(s[0]), _shape(s[1])
     at = _CONV_TRANSPOSED_ARG.get(name)
     transposed = name in _CONV_TRANSPOSED or (
@@ -232,6 +245,18 @@ def _conv(
         return 2.0 * x[0] * math.prod(x[2:]) * math.prod(w), x, CONV_SAME_PADDING
     out = [x[0], w[0], *x[2:]]
     return 2.0 * x[0] * math.prod(x[2:]) * w[0] * math.prod(w[1:]), out, CONV_SAME_PADDING
+
+
+def _conv_known(s: list[list[int] | None], out: list[int]) -> tuple[float, list[int], str | None]:
+    x, w = _shape(s[0]), _shape(s[1])
+    return 2.0 * x[0] * math.prod(out[2:]) * w[0] * math.prod(w[1:]), out, None
+
+
+def conv_backward_key(dims: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(input shape, weight shape) of a convolution_backward, to find its forward by."""
+    if len(dims) < 3 or not all(_is_shape(d) and d for d in dims[:3]):
+        return None
+    return tuple(dims[1]), tuple(dims[2])
 
 
 def _bytes(

@@ -157,3 +157,18 @@ def test_cpu_peak_is_an_estimate_from_cores_clock_and_isa() -> None:
     assert peak.peak("fp32") == pytest.approx(4 * 2.5 * 8 * 2 * 2 / 1000)
     assert "estimate" in peak.source and "AVX2" in peak.source
     assert cpu_peak({"cores": 4, "mhz": None}) is None
+
+
+def test_a_strided_forward_conv_takes_its_output_from_its_backward(tmp_path: Path) -> None:
+    """The trace leaves stride out; the backward's gradient has the forward's output shape."""
+    x, w, grad = [32, 3, 32, 32], [16, 3, 3, 3], [32, 16, 16, 16]  # stride 2
+    conv = "sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw"
+    ops = [
+        ("aten::cudnn_convolution", [x, w], ["float"] * 2, conv, 50.0),
+        ("aten::convolution_backward", [grad, x, w], ["float"] * 3, conv, 100.0),
+    ]
+    flops = summarize(tmp_path, gemm_trace(ops)).flops
+    forward = 2 * 32 * 16 * 16 * 16 * 3 * 9
+    assert flops.flops == forward + 2 * forward
+    assert flops.flops_by_precision == {"tf32": 3 * forward}
+    assert "stride 1" not in " ".join(flops.assumptions)
