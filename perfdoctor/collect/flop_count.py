@@ -9,8 +9,12 @@ step is slower (every op passes through Python), which is why it is a warm-up st
 timed steps that follow run without it. Its cost, the counted step's wall time against the
 warm-up step before it, is recorded.
 
-Skipped, with the reason, when counting is unsafe or meaningless: no warm-up step to count
-in; torch.compile already ran (a dispatch mode is part of Dynamo's guards, so entering one
+Never the first step: lazy initialisation, cuDNN autotuning and torch.compile's first
+compilation happen there, and compiling with a dispatch mode on would leave a recompilation
+for a timed step. So at least two warm-up steps are needed.
+
+Skipped, with the reason, when counting is unsafe or meaningless: fewer than two warm-up
+steps; torch.compile already ran (a dispatch mode is part of Dynamo's guards, so entering one
 would recompile, and compiled graphs bypass the counter anyway); the step opened and closed on
 different threads; or the counter failed.
 """
@@ -18,6 +22,7 @@ different threads; or the counter failed.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -30,7 +35,7 @@ TOP_OPS = 10
 class StepFlopCounter:
     def __init__(self, torch: Any, warmup_steps: int, enabled: bool = True) -> None:
         self.torch = torch
-        self.index = warmup_steps - 1 if warmup_steps > 0 else None
+        self.index = warmup_steps - 1 if warmup_steps >= 2 else None
         self.mode: Any = None
         self.thread: int | None = None
         self.started = 0.0
@@ -40,7 +45,7 @@ class StepFlopCounter:
             self.info["skipped"] = "turned off (PERFDOCTOR_FLOP_COUNT=0)"
         elif self.index is None:
             self.info["skipped"] = (
-                "no warm-up step to count in (FLOPs are never counted in timed steps)"
+                "fewer than 2 warm-up steps: the first step is never counted, nor a timed one"
             )
 
     def step_started(self, index: int) -> None:
@@ -103,10 +108,12 @@ class StepFlopCounter:
         self.info["skipped"] = f"the counted step did not finish ({why})"
 
     def _unsafe(self) -> str | None:
+        if "torch._dynamo" not in sys.modules:
+            return None  # never imported here: importing it is slow and nothing compiled
         try:
             from torch._dynamo.utils import counters
 
-            if counters["stats"]["unique_graphs"] > 0:
+            if counters["stats"]["unique_graphs"] > 0 or counters["frames"].get("ok", 0) > 0:
                 return (
                     "torch.compile is in use: entering a dispatch mode would recompile, and "
                     "compiled graphs bypass the counter"
