@@ -99,10 +99,14 @@ _TYPE_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"e2m1|fp4|float4|nvf4"), FP4),
     (re.compile(r"e4m3|e5m2|float_e4m3|float_e5m2|fp8|float8|f8_t|bf8_t"), FP8),
     (re.compile(r"bfloat16|bhalf|bf16|df16b"), BF16),  # DF16b: bfloat16 in mangled names
-    (re.compile(r"(?<![a-z])half|float16|fp16|(?<![a-z0-9])f16|_h884|h1688|hmma"), FP16),
-    (re.compile(r"tf32|xf32"), TF32),
+    (
+        re.compile(r"(?<![a-z])half|float16|fp16|(?<![a-z0-9])f16|_h884|h1688|hmma|tensorop_h\d"),
+        FP16,
+    ),
+    # CUTLASS 2.x: tensorop_s1688gemm is fp32 data through TF32 MMAs, _h fp16, _d fp64
+    (re.compile(r"tf32|xf32|tensorop_s\d"), TF32),
     (re.compile(r"int8|i8_t|imma|s8s8|(?<![a-z0-9])i8(?![0-9])"), INT8),
-    (re.compile(r"double|fp64|dgemm|(?<![a-z0-9])f64"), FP64),
+    (re.compile(r"double|fp64|dgemm|(?<![a-z0-9])f64|tensorop_d\d"), FP64),
     (re.compile(r"(?<![a-z0-9])f32(?![0-9])|fp32"), FP32),
 )
 # xmma/cuDNN type groups: sm90_xmma_gemm_<in><in>_<out><acc>_<epilogue>_...
@@ -141,12 +145,20 @@ _TENSILE_TYPE = (
     ("d", FP64),
 )
 _GEMM_WORDS = re.compile(
-    r"gemm|gemv|matmul|_mm_|_mm$|(?<![a-z])mm_|_bmm|^bmm_|grouped_mm|s16816|h884|1688|nvjet"
+    r"gemm|gemv|matmul|_mm_|_mm$|(?<![a-z])mm_|_bmm|^bmm_|grouped_mm|s16816|nvjet"
 )
 _CONV_WORDS = re.compile(
-    r"conv|cudnn|fprop|dgrad|wgrad|winograd|implicit_gemm|precomputed_convolve|scudnn"
+    r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|precomputed_convolve|scudnn"
 )
-_ATTENTION_WORDS = re.compile(r"flash|fmha|sdpa|attn_fwd|attn_bwd|attention|_attn_")
+_ATTENTION_WORDS = re.compile(
+    r"flash_fwd|flash_bwd|flashattn|flash_attn|flash::|pytorch_flash|fmha|sdpa|attn_fwd|"
+    r"attn_bwd|attention|_attn_|flashinfer.*(?:prefill|decode)"
+)
+# Kernels named after attention or cuDNN that move or normalise data, not a matmul.
+_NOT_MATMUL = re.compile(
+    r"reshape_and_cache|rotary|softmax|bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|"
+    r"rmsnorm|pooling|nchwtonhwc|nhwctonchw|tensor_transform|elementwise"
+)
 _SIMT_FP32 = re.compile(
     r"sgemm|scudnn|ffma|implicit_convolve_sgemm|precomputed_convolve_sgemm|_simt_|"
     r"gemmsn_|gemv2|gemvnsp|gemmk1|wgrad_alg|dgrad_engine|dgrad2d_|winograd"
@@ -210,13 +222,15 @@ def dtype_precision(op_dtype: str | None) -> str:
 
 
 def _family(low: str) -> str | None:
+    if _NOT_MATMUL.search(low):
+        return None
     if _ATTENTION_WORDS.search(low):
         return ATTENTION
     if low.startswith("triton"):
         return GEMM if _TRITON_GEMM.match(low) else None
     if low.startswith("cijk_"):
         return GEMM
-    if _CONV_WORDS.search(low) and "elementwise" not in low:
+    if _CONV_WORDS.search(low):
         return CONV
     if _GEMM_WORDS.search(low) or low.startswith("nvjet") or "xmma" in low or "gmma" in low:
         return GEMM
