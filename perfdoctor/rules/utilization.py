@@ -287,14 +287,20 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     # Before Ampere (a V100 is 7.0) there is neither bf16 nor TF32: fp16 is the way in, as
     # the recommendation (amp-fp16 standing in for amp-bf16) says.
     cc = num(facts, "gpu_compute_capability")
+    # AMD's matrix cores run fp32 GEMMs as fp32 MFMA (TF32 is an MI300-only hipBLASLt
+    # option PyTorch does not switch on by allow_tf32): bf16 is the way in there.
+    amd = text(facts, "gpu_vendor") == "amd"
     lower = (
         "fp16 autocast (with a GradScaler; this GPU has neither bf16 nor TF32)"
         if cc is not None and cc < 8.0
+        else "bf16 autocast"
+        if amd
         else "bf16 autocast (or TF32 for fp32 matmuls)"
     )
     precision = (
         f" {pct(fp32_matmul)} of the kernel time is GEMM, convolution and attention kernels "
-        f"computing in fp32 (SIMT or TF32): {lower} moves them onto tensor cores."
+        f"computing in fp32 ({'vector or fp32 MFMA' if amd else 'SIMT or TF32'}): {lower} "
+        f"moves them onto {'bf16 matrix cores' if amd else 'tensor cores'}."
         if few_tensor_cores and fp32_matmul is not None
         else _precision_text(facts, t["lowp_kernel_frac"])
     )
@@ -323,7 +329,11 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "tensor_core_kernel_frac",
             ),
         ),
-        optimizations=("amp-bf16", "tf32", "compile") if few_tensor_cores else ("compile",),
+        optimizations=(
+            (("amp-bf16", "compile") if amd else ("amp-bf16", "tf32", "compile"))
+            if few_tensor_cores
+            else ("compile",)
+        ),
         gain=GainEstimate(method="not estimated: depends on which kernels get faster"),
     )
 
@@ -343,6 +353,7 @@ RULES = (
             "lowp_matmul_kernel_frac",
             "compute_precision",
             "autocast_used",
+            "gpu_vendor",
         ),
         thresholds={"busy_frac": 0.85, "fp32_matmul_kernel_frac": 0.2, "lowp_kernel_frac": 0.5},
         source=(

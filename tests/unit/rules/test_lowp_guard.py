@@ -60,3 +60,13 @@ def test_gpu_bound_says_what_the_kernels_compute_in() -> None:
     (bound,) = [f for f in results.findings if f.rule_id == "gpu-bound"]
     assert "already compute in low precision" in bound.explanation
     assert "fp8 on matrix cores" in bound.explanation and "autocast" not in bound.explanation
+
+
+def test_fp32_mfma_on_amd_is_pointed_at_bf16_not_tf32() -> None:
+    """An MI250 GCD running fp32 GEMMs on its matrix cores: bf16 is the way in; TF32 is not
+    PyTorch's to switch on there."""
+    facts = {**TRIGGERS, "gpu_vendor": "amd", "gpu_compute_capability": None}
+    results = evaluate(make_facts("gpu", **facts), rules=ALL_RULES)
+    (bound,) = [f for f in results.findings if f.rule_id == "gpu-bound"]
+    assert "amp-bf16" in bound.optimizations and "tf32" not in bound.optimizations
+    assert "TF32" not in bound.explanation
