@@ -120,6 +120,7 @@ def op_flops(
     """FLOPs of one op, or None when its shapes do not give them. `conv_out`: a forward
     convolution's output shape when known from elsewhere (its backward's gradient)."""
     shapes = [d if _is_shape(d) else None for d in dims]
+    found: tuple[float, list[int] | None, str | None] | None
     try:
         if name in CONV_OPS and conv_out is not None and name not in _CONV_BACKWARD:
             found = _conv_known(shapes, list(conv_out))
