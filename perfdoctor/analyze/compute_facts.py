@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from perfdoctor.analyze.compute_summary import ComputeSummary
-from perfdoctor.analyze.device_peaks import DevicePeak, cpu_peak, find_peak
+from perfdoctor.analyze.device_peaks import (
+    DevicePeak,
+    cpu_peak,
+    find_peak,
+    memory_bandwidth_tbps,
+)
 from perfdoctor.analyze.flop_rate import Utilization, utilization
 from perfdoctor.analyze.kernel_precision import dtype_precision
 from perfdoctor.analyze.record import RunRecord
@@ -89,7 +94,13 @@ def compute_settings(record: RunRecord) -> dict[str, Any]:
         }
     peak = _peak(record, compute)
     if peak is not None:
-        out["peak"] = {"device": peak.name, "tflops": dict(peak.tflops), "source": peak.source}
+        name = compute.device if compute is not None else None
+        out["peak"] = {
+            "device": peak.name,
+            "tflops": dict(peak.tflops),
+            "source": peak.source,
+            "memory_tbps": memory_bandwidth_tbps(peak, name),
+        }
     return out
 
 

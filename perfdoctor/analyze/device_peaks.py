@@ -284,3 +284,35 @@ def cpu_peak(info: dict[str, Any]) -> DevicePeak | None:
         ),
         estimate=True,
     )
+
+
+# Peak memory bandwidth, TB/s, from the same datasheets (the roofline's sloped roof). Keyed by
+# DevicePeak.name; an A100 depends on its memory (40 GB: 1.555, 80 GB SXM: 2.039).
+_BANDWIDTH_TBPS = {
+    "V100 PCIe": 0.9,
+    "V100 SXM2": 0.9,
+    "H100 PCIe": 2.0,
+    "H100 NVL": 3.9,
+    "H100 SXM": 3.35,
+    "H200 NVL": 4.8,
+    "H200 SXM": 4.8,
+    "H800 SXM": 3.35,
+    "B200": 8.0,
+    "L40S": 0.864,
+    "L4": 0.3,
+    "A10": 0.6,
+    "T4": 0.32,
+    "RTX 4090": 1.008,
+    "MI355X": 8.0,
+    "MI325X": 6.0,
+    "MI300X": 5.3,
+    "MI250X (one GCD)": 1.6,
+    "MI210 / MI250 (one GCD)": 1.6,
+}
+
+
+def memory_bandwidth_tbps(peak: DevicePeak, device_name: str | None = None) -> float | None:
+    """The device's peak memory bandwidth (None for a CPU or a part not listed)."""
+    if peak.name == "A100":
+        return 2.039 if "80gb" in (device_name or "").lower() else 1.555
+    return _BANDWIDTH_TBPS.get(peak.name)

@@ -55,6 +55,9 @@ def compute_section(report: Report) -> ComputeSection | None:
     peak = compute.get("peak")
     if isinstance(peak, Mapping) and peak.get("source"):
         figures.append(("peak table source", str(peak["source"])))
+        bandwidth = _num(peak.get("memory_tbps"))
+        if bandwidth is not None:
+            figures.append(("memory bandwidth (the roofline's slope)", f"{bandwidth:g} TB/s"))
     ops = tuple(_op_row(op, trace) for op in (trace or {}).get("ops", [])[:TOP_ROWS])
     notes = []
     if trace is not None:
@@ -98,10 +101,17 @@ def roofline_svg(report: Report) -> str | None:
     from perfdoctor.render import charts
 
     peak_tflops = _num(report.facts.get("mfu_peak_tflops"))
-    return charts._render(_draw_roofline, points, peak_tflops, height=3.4)
+    peak = (report.compute or {}).get("peak")
+    bandwidth = _num(peak.get("memory_tbps")) if isinstance(peak, Mapping) else None
+    return charts._render(_draw_roofline, points, peak_tflops, bandwidth, height=3.4)
 
 
-def _draw_roofline(fig: Any, points: list[tuple[float, float, str]], peak: float | None) -> None:
+def _draw_roofline(
+    fig: Any,
+    points: list[tuple[float, float, str]],
+    peak: float | None,
+    bandwidth_tbps: float | None,
+) -> None:
     ax = fig.add_subplot(1, 1, 1)
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
@@ -111,8 +121,16 @@ def _draw_roofline(fig: Any, points: list[tuple[float, float, str]], peak: float
     ax.set_xscale("log")
     ax.set_yscale("log")
     if peak:
-        ax.axhline(peak, linestyle="--", linewidth=1, color="#888888")
-        ax.annotate(f"dense peak {peak:,.4g} TFLOP/s", (min(xs), peak), fontsize=7, va="bottom")
+        # The roofs: bandwidth x intensity up to the ridge, the dense peak after it.
+        lo, hi = min(xs) / 2, max(xs) * 2
+        if bandwidth_tbps:
+            ridge = peak / bandwidth_tbps
+            roof_x = [lo, max(min(ridge, hi), lo), hi]
+            roof_y = [min(peak, bandwidth_tbps * x) for x in roof_x]
+            ax.plot(roof_x, roof_y, linestyle="--", linewidth=1, color="#888888")
+        else:
+            ax.axhline(peak, linestyle="--", linewidth=1, color="#888888")
+        ax.annotate(f"dense peak {peak:,.4g} TFLOP/s", (lo, peak), fontsize=7, va="bottom")
     ax.set_xlabel("arithmetic intensity (FLOP per byte, least traffic from shapes)")
     ax.set_ylabel("achieved TFLOP/s")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from perfdoctor.analyze.device_peaks import cpu_peak, find_peak
+from perfdoctor.analyze.device_peaks import cpu_peak, find_peak, memory_bandwidth_tbps
 from perfdoctor.analyze.trace import load_trace
 
 from .gemm_trace import FP8, MM, gemm_trace
@@ -149,6 +149,15 @@ def test_peak_table_edges() -> None:
     gcd = find_peak("AMD Radeon Graphics", gfx=(9, 0), compute_units=104)
     assert gcd is not None and gcd.peak("fp32", matrix_cores=True) == 45.3
     assert find_peak("AMD Radeon Graphics") is None and find_peak(None) is None
+
+
+def test_memory_bandwidth_for_the_roofline() -> None:
+    a100 = find_peak("NVIDIA A100-SXM4-80GB")
+    assert a100 is not None
+    assert memory_bandwidth_tbps(a100, "NVIDIA A100-SXM4-80GB") == 2.039
+    assert memory_bandwidth_tbps(a100, "NVIDIA A100-PG509-200") == 1.555
+    mi300 = find_peak("AMD Instinct MI300X")
+    assert mi300 is not None and memory_bandwidth_tbps(mi300) == 5.3
 
 
 def test_cpu_peak_is_an_estimate_from_cores_clock_and_isa() -> None:

@@ -34,6 +34,7 @@ def test_facts_and_report_data(report: Report) -> None:
     assert report.facts["flops_per_step"] == 2 * 2 * 1024 * 2048 * 4096
     assert report.facts["mfu_peak"] == "989.5 TFLOP/s dense bf16, H100 SXM"
     assert report.compute["trace"]["ops"][0]["precision"] == "bf16"
+    assert report.compute["peak"]["memory_tbps"] == 3.35  # the roofline's slope
     assert report_from_dict(report_to_dict(report)).compute == report.compute
 
 
