@@ -301,6 +301,32 @@ FACTS: dict[str, FactDoc] = {
     "tensor_core_kernel_frac": _gpu("frac", "trace", "share of kernel time in tensor-core kernels"),
     "triton_kernel_count_per_step": _gpu("count", "trace", "Triton kernels per step"),
     "comm_kernel_frac": _gpu("frac", "trace", "share of kernel time in NCCL kernels"),
+    # ---- precision and FLOPs (compute_facts.py) --------------------------------------
+    "matmul_kernel_frac": _gpu(
+        "frac", "trace", "share of kernel time in GEMM/conv/attention kernels"
+    ),
+    "lowp_matmul_kernel_frac": _gpu(
+        "frac", "trace", "of GEMM/conv/attention kernel time: fp4/MX/fp8/int8/bf16/fp16"
+    ),
+    "fp32_matmul_kernel_frac": _gpu(
+        "frac", "trace", "share of kernel time in fp32 SIMT or TF32 GEMM/conv/attention kernels"
+    ),
+    "unknown_precision_matmul_frac": _gpu(
+        "frac", "trace", "of GEMM/conv/attention kernel time: precision not known"
+    ),
+    "compute_precision": _gpu(
+        "name", "trace", "the class with most GEMM/conv/attention time ('bf16 on matrix cores')"
+    ),
+    "flops_per_step": _f("count", "trace", "FLOPs of one step (FlopCounterMode or shapes)"),
+    "flops_source": _f("name", "trace", "where flops_per_step came from, or why it is absent"),
+    "achieved_tflops": _f("TFLOP/s", "trace", "FLOPs per second of step wall time"),
+    "mfu_frac": _f("frac", "trace", "achieved FLOP/s / the device's dense peak (per precision)"),
+    "mfu_peak_tflops": _f("TFLOP/s", "trace", "the MFU denominator (FLOP-weighted)"),
+    "mfu_peak": _f("name", "trace", "the denominator in words: 'N TFLOP/s dense bf16, H100 SXM'"),
+    "mfu_missing": _f("name", "trace", "why there is no MFU (unknown device, no peak)"),
+    "flop_count_cost_ms": _f(
+        "ms", "obs", "the counted warm-up step's wall time minus the warm-up step before it"
+    ),
     # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
     "peak_allocated_bytes": _gpu("bytes", "memory", "peak allocated device memory"),
     "peak_reserved_bytes": _gpu("bytes", "memory", "peak reserved device memory"),

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
@@ -74,6 +75,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_rank_comm_facts(record))
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
+    values.update(compute_facts(record, values))  # after the step and autocast facts
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
         values["optimizer_impl"] = "single_tensor"  # the child's naming (collect/observe.py)
     return values
@@ -946,6 +948,7 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
             "history_entries": record.memory.history_entries,
             "top_sites_bytes": [s.bytes for s in record.memory.top_sites],
         }
+    settings["compute"] = compute_settings(record)
     settings["warnings"] = list(dict.fromkeys(warnings))
     return settings
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import trace_host
 from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.compute_summary import ComputeSummary, summarize_compute
 from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
@@ -62,6 +63,7 @@ class TraceSummary:
     notes: tuple[str, ...] = ()
     # Allocator, capture, workload kind, GPU-side step (analyze/timeline_facts.py): facts.
     timeline_facts: Mapping[str, Any] = field(default_factory=dict)
+    compute: ComputeSummary | None = None  # precision mix, FLOPs, MFU (compute_summary.py)
 
 
 def load_trace(path: Path, user_roots: Sequence[str | Path] = ()) -> TraceSummary:
@@ -127,4 +129,5 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         device_properties=ev.device_properties,
         notes=tuple(notes),
         timeline_facts=timeline_facts(ev, steps, gpu),
+        compute=summarize_compute(ev, steps),
     )

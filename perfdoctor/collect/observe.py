@@ -88,7 +88,37 @@ def cpu_info() -> dict[str, Any]:
     except Exception:
         info["physical_cores"] = None
     info["name"] = _cpu_name()
+    info.update(_cpu_clock_and_isa())
     return info
+
+
+# The /proc/cpuinfo flags that set a core's FMA width (device_peaks.cpu_peak).
+_ISA_FLAGS = ("avx512f", "avx2", "fma", "asimd", "avx512_bf16", "amx_bf16")
+
+
+def _cpu_clock_and_isa() -> dict[str, Any]:
+    """The clock (the kernel's max frequency, else the current "cpu MHz") and vector ISA."""
+    out: dict[str, Any] = {}
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as fh:
+            out["mhz"] = int(fh.read().strip()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "cpu MHz" and "mhz" not in out:
+                    out["mhz"] = float(value)
+                elif key in ("flags", "Features") and "isa_flags" not in out:
+                    have = set(value.split())
+                    out["isa_flags"] = [f for f in _ISA_FLAGS if f in have]
+                if "mhz" in out and "isa_flags" in out:
+                    break
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _cpu_name() -> str:

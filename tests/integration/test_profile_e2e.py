@@ -358,3 +358,18 @@ def test_a_script_that_changes_directory_profiles_with_the_default_out(tmp_path:
     session = tmp_path / "perfdoctor-runs" / "latest"
     assert json.loads((session / "report.json").read_text())["baseline"]["steps_timed"] == 3
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_cnn_profile_reports_flops_and_mfu(cnn: Profiled) -> None:
+    """Issue 22: FLOPs counted in a warm-up step (FlopCounterMode), the achieved rate over the
+    timed steps, MFU against the CPU's estimated peak, and the section in every report."""
+    facts = cnn.report["facts"]
+    assert facts["flops_source"] == "FlopCounterMode, one warm-up step"
+    # The CNN's convolutions and linear layers, forward and backward: far above zero.
+    assert facts["flops_per_step"] > 1e6
+    assert facts["achieved_tflops"] > 0
+    if facts["mfu_missing"] is None:
+        assert 0 < facts["mfu_frac"] < 1
+        assert "TFLOP/s estimated" in facts["mfu_peak"] and "CPU" in facts["mfu_peak"]
+    assert cnn.report["compute"]["counter"]["flops_per_step"] == facts["flops_per_step"]
+    assert "Compute: FLOPs, MFU and precision" in (cnn.session / "report.md").read_text()

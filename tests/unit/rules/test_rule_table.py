@@ -297,8 +297,20 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     # GPU utilization
-    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.1}, "warning"),
-    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.6}, "info"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.5}, "warning"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.1}, "info"),
+    # Already in bf16/fp8 by its kernels (an FP8 MoE run, hipBLASLt bf16): no precision advice.
+    (
+        "gpu-bound",
+        "gpu",
+        {
+            "gpu_busy_frac": 0.96,
+            "fp32_matmul_kernel_frac": 0.3,
+            "lowp_matmul_kernel_frac": 0.6,
+            "tensor_core_kernel_frac": 0.02,
+        },
+        "info",
+    ),
     ("gpu-bound", "gpu", {"gpu_busy_frac": 0.84}, None),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.4}, "warning"),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.2}, "critical"),
@@ -776,7 +788,7 @@ def test_host_communication_shows_the_timed_share_the_ranks_table_shows() -> Non
 def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
     """HTA's trace_diff test trace (Tesla V100, sm 7.0): the finding said "bf16 autocast (or
     TF32)", neither of which a V100 has, while the recommendation was amp-fp16."""
-    low = {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.0}
+    low = {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.6}
     v100 = run_rule("gpu-bound", "gpu", {**low, "gpu_compute_capability": "7.0"})
     assert v100 is not None
     assert "fp16 autocast" in v100.explanation and "bf16 autocast" not in v100.explanation
