@@ -387,6 +387,7 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
+        compute=diagnosis.facts.settings.get("compute") or {},
         script_end=_script_end(manifest, session, record.observed),
         # Lightning reuses version_1 once it is removed: each entry once, in order.
         removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),

@@ -441,6 +441,9 @@ class Report:
     # The GPU timeline beyond the flat facts (docs/report-schema.md `gpu`): the window, the
     # op counts and the top kernels; {} without GPU activity in the trace.
     gpu: Mapping[str, Any] = field(default_factory=dict)
+    # FLOPs, MFU and the kernels' precision mix (docs/report-schema.md `compute`): the per-op
+    # table, the counter's count, the peak used; {} when nothing was counted.
+    compute: Mapping[str, Any] = field(default_factory=dict)
     # "run": a perfdoctor run directory; "trace": `perfdoctor diagnose` over traces recorded
     # elsewhere (no spec, no manifest, no variants; step figures are the profiled steps').
     source: Literal["run", "trace"] = "run"

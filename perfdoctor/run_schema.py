@@ -69,6 +69,8 @@ class CpuInfo(_Record):
     physical_cores: int | None = None
     affinity_cores: int | None = None  # cores this process may run on
     name: str | None = None
+    mhz: float | None = None  # max clock (cpufreq), else /proc/cpuinfo's current one
+    isa_flags: list[str] | None = None  # vector ISA flags: "avx512f", "avx2", "fma", ...
 
 
 class ObservedDevice(_Record):
@@ -206,6 +208,11 @@ class CudaMemoryInfo(_Record):
     # The memory_stats() key names, in runs recorded before the short ones.
     num_alloc_retries: int | None = None
     num_ooms: int | None = None
+    # memory_stats num_device_alloc / num_device_free (cudaMalloc / cudaFree calls) and
+    # PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING = 1 in the child.
+    device_allocs: int | None = None
+    device_frees: int | None = None
+    caching_disabled: bool | None = None
 
 
 class MemoryHistoryInfo(_Record):
@@ -285,6 +292,18 @@ class AppliedRow(_Record):
     detail: str | None = None
 
 
+class FlopCountInfo(_Record):
+    """One step's FLOPs, counted by FlopCounterMode inside the last warm-up step."""
+
+    method: str | None = None  # "torch.utils.flop_counter.FlopCounterMode"
+    step: int | None = None  # the counted step's index
+    flops_per_step: int | None = None
+    by_op: dict[str, int] | None = None  # aten op -> FLOPs, the largest first
+    counted_step_ms: float | None = None  # wall time of the counted step
+    previous_step_ms: float | None = None  # the warm-up step before it (the counting cost)
+    skipped: str | None = None  # why nothing was counted
+
+
 class Observations(_Record):
     """observations.json: what the child saw of the script. Every key is optional (None =
     absent = not observed); keys not listed here are kept in the raw file and ignored."""
@@ -315,6 +334,7 @@ class Observations(_Record):
     profiler: ProfilerInfo | None = None
     dist: DistInfo | None = None
     communication: CommunicationInfo | None = None
+    flop_count: FlopCountInfo | None = None
     compile: CompileInfo | None = None
     inputs: InputsInfo | None = None
     cuda_memory: CudaMemoryInfo | None = None

@@ -23,6 +23,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render import memory_wording, workload_view
 from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
@@ -177,7 +178,12 @@ def _trace_headline(report: Report) -> Headline:
         report.facts.get("peak_reserved_bytes"),
     )
     if report.baseline.steps_timed == 0 and isinstance(peak, int):
-        memory = f"Peak allocated {fmt.nbytes(peak)}"
+        if memory_wording.has_history(report.facts):
+            memory = f"Peak allocated {fmt.nbytes(peak)}"
+        else:
+            memory = (
+                f"At the snapshot (no allocator history, so no peak): {fmt.nbytes(peak)} allocated"
+            )
         if isinstance(reserved, int):
             memory += f", reserved {fmt.nbytes(reserved)}"
         return Headline(
@@ -580,12 +586,18 @@ def baseline_pool_text(report: Report) -> str:
 
 def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     base, facts = report.baseline, report.facts
-    memory: list[tuple[str, str]] = [("peak memory", fmt.nbytes(base.peak_memory_bytes))]
+    peak = memory_wording.has_history(facts)
+    memory: list[tuple[str, str]] = [
+        ("peak memory" if peak else "memory at the snapshot", fmt.nbytes(base.peak_memory_bytes))
+    ]
     reserved, frag = facts.get("peak_reserved_bytes"), facts.get("fragmentation_frac")
     if isinstance(reserved, int):
-        memory.append(("peak reserved", fmt.nbytes(reserved)))
-    if isinstance(frag, float):
-        memory.append(("fragmentation", fmt.percent(frag)))
+        memory.append(
+            ("peak reserved" if peak else "reserved at the snapshot", fmt.nbytes(reserved))
+        )
+    frag_row = memory_wording.step_table_row(facts)
+    if isinstance(frag, float) and frag_row is not None:
+        memory.append(frag_row)
     if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
         return memory  # a memory snapshot alone: no step to show
     loader = {True: "worker processes", False: "in-process (num_workers=0)"}
@@ -609,7 +621,7 @@ def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
         ("profiled steps", fmt.number(base.steps_timed)),
         ("steps counted by", "ProfilerStep spans" if base.steps_timed else fmt.MISSING),
     ]
-    return rows
+    return workload_view.frame_step_rows(report, rows)
 
 
 def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, float]]:
