@@ -240,6 +240,7 @@ class ProcessInfo(_Record):
     local_rank: int | None = None
     node_rank: int | None = None
     exit_code: int | None = None
+    shared_model: bool | None = None  # the trained model's parameters are in shared memory
 
 
 class HostSyncCalls(_Record):
@@ -291,6 +292,8 @@ class Observations(_Record):
 
     step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
     step_detection_note: str | None = None  # why a fallback signal was chosen
+    # Closure evaluations inside optimizer.step(closure) (LBFGS): each counted as a step.
+    closure_calls: int | None = None
     steps_seen: int | None = None  # steps with a row in steps.jsonl
     plan: PlanInfo | None = None  # the step plan the child ran
     plan_complete: bool | None = None  # every planned step ran
