@@ -97,6 +97,11 @@ def counted_optimizer_steps(record: RunRecord) -> int:
     return sum(o.steps for o in optimizers if o.steps is not None)
 
 
+def loop_account(record: RunRecord) -> LoopAccount | None:
+    """The loop account of a run; None without timed steps to compare with."""
+    return account_steps(record.steps, record.progress)
+
+
 def _named(step: StepRecord) -> dict[str, float]:
     return {
         "eval_forward_ms": step.eval_forward_ms or 0.0,
@@ -135,9 +140,11 @@ def setup_ms(steps: Sequence[StepRecord], progress: Sequence[ProgressRow]) -> fl
     return max(row.t * 1000.0 - first.wall_ms, 0.0)
 
 
-def loop_account(record: RunRecord) -> LoopAccount | None:
-    """The loop account of a run; None without timed steps to compare with."""
-    steps = sorted(record.steps, key=lambda s: s.index)
+def account_steps(
+    all_steps: Sequence[StepRecord], progress: Sequence[ProgressRow] = ()
+) -> LoopAccount | None:
+    """The loop account of these steps (progress rows: for the time before the first)."""
+    steps = sorted(all_steps, key=lambda s: s.index)
     timed = [s for s in steps if s.phase == "timed"]
     if not timed or len(steps) < 2:
         return None
@@ -171,7 +178,7 @@ def loop_account(record: RunRecord) -> LoopAccount | None:
     return LoopAccount(
         loop_ms=loop_ms,
         steps=len(steps),
-        setup_ms=setup_ms(steps, record.progress),
+        setup_ms=setup_ms(steps, progress),
         timed_first=timed[0].index,
         timed_last=timed[-1].index,
         timed_step_ms_p50=typical,

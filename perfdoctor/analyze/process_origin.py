@@ -33,9 +33,7 @@ def origin(entries: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     kinds = sorted({str(e.get("kind")) for e in started})
     count = len(started)
-    grouped = any(
-        isinstance(e.get("world_size"), int) and e.get("rank") is not None for e in started
-    )
+    grouped = any(e.get("rank") is not None for e in started)  # a rank: a process group
     if kinds == ["torchrun"]:
         return f"{count} rank(s) started by torchrun"
     if all(k.startswith(_MP_PREFIX) for k in kinds):
