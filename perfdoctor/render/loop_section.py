@@ -94,6 +94,12 @@ def loop_verdict(report: Report) -> str:
     where = ", ".join(str(ls.get("index")) for ls in longs[:6])
     recur = f", every {period} steps" if isinstance(period, int) else ""
     seen = f"Long steps (3x a timed step or more): {where}{recur}. " if longs else ""
+    odd = loop.get("unexplained_long_steps")
+    if isinstance(odd, int) and odd:
+        seen += (
+            f"{odd} other step(s) were as long with no evaluation, no_grad forward or "
+            "torch.save in them (jitter, or code perfdoctor does not name). "
+        )
     if loop.get("representative", True):
         return seen + "The timed steps represent the loop's time."
     share = _num(loop.get("untimed_long_share"))

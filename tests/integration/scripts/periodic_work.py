@@ -28,16 +28,20 @@ def main() -> None:
     p.add_argument("--mode", choices=("rollout", "eval"), default="rollout")
     p.add_argument("--every", type=int, default=8)
     p.add_argument("--updates", type=int, default=100)
-    p.add_argument("--rollout-steps", type=int, default=200)
-    p.add_argument("--eval-batches", type=int, default=60)
+    p.add_argument("--rollout-steps", type=int, default=600)
+    p.add_argument("--eval-batches", type=int, default=20)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    policy = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 4))
+    # Training steps of a few ms, so that a busy machine's jitter stays below the 3x of a
+    # long step (analyze/loop_account.py).
+    policy = nn.Sequential(
+        nn.Linear(16, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, 4)
+    )
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     checkpoint = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
     state = np.zeros(16, dtype=np.float32)
-    data_x, data_y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    data_x, data_y = torch.randn(256, 16), torch.randint(0, 4, (256,))
     for _update in range(args.updates):
         if args.mode == "rollout":
             rows = []
@@ -47,7 +51,7 @@ def main() -> None:
                     action = int(policy(obs).argmax())
                     state = environment_step(state, action).astype(np.float32)
                     rows.append(obs[0])
-            data_x = torch.stack(rows[-64:])
+            data_x = torch.stack(rows[-256:])
         else:
             policy.eval()
             with torch.no_grad():

@@ -80,10 +80,11 @@ def test_a_first_step_that_recurs_later_is_loop_work() -> None:
 
 def test_checkpoint_time_is_named_and_jitter_is_not_a_long_step() -> None:
     account = account_steps(
-        steps({3: 25.0, 17: 15.0, 18: 60.0}, s18={"save_ms": 45.0}),
+        steps({3: 25.0, 17: 15.0, 18: 60.0, 22: 80.0}, s18={"save_ms": 45.0}),
     )
     assert account is not None
     assert [ls.index for ls in account.long_steps] == [18]
+    assert account.unexplained_long_steps == 1  # step 22: long, with nothing named in it
     assert account.long_steps[0].costs_ms == pytest.approx({"save_ms": 45.0, "other_ms": 5.0})
 
 
