@@ -31,10 +31,11 @@ from perfdoctor.run_schema import ProgressRow
 LONG_STEP_FACTOR = 3.0
 # ... and at least this much longer (ms): sub-millisecond steps vary by more than 3x.
 LONG_STEP_MIN_EXCESS_MS = 2.0
-# The long steps outside the timed window are flagged when their excess over a timed step is
-# at least this share of the loop's wall time: the timed figures then leave out a fifth of
-# what the loop costs, enough to change which cost leads.
-UNTIMED_SHARE_FLAG = 0.2
+# The long loop-work steps are flagged when their excess over a timed step is at least this
+# share of the loop's wall time: the step figures (medians of the timed steps, which leave out
+# a long step even when it was timed) then miss a fifth of what the loop costs, enough to
+# change which cost leads.
+LONG_SHARE_FLAG = 0.2
 # A long step is the loop's own work when named costs (eval/no_grad forwards, torch.save) are
 # at least this share of its excess: a step that is long for no named reason is jitter as
 # often as not on a busy machine (a preempted 0.6 ms step reads 5-50 ms at load 9 on 2 cores,
@@ -77,6 +78,7 @@ class LoopAccount:
     loop_step_ms_mean: float  # the loop's wall time per step
     long_steps: tuple[LongStep, ...]
     untimed_long_ms: float  # excess of the long loop-work steps outside the timed window
+    long_ms: float  # excess of every long loop-work step, timed or not
     period: int | None  # steps between long loop-work steps, when two or more were seen
     costs_ms: dict[str, float]  # named costs over the whole loop (COST_LABELS keys)
     representative: bool
@@ -89,6 +91,10 @@ class LoopAccount:
         if not self.timed_step_ms_p50 or self.loop_step_ms_mean <= 0:
             return None
         return min(1.0, self.timed_step_ms_p50 / self.loop_step_ms_mean)
+
+    @property
+    def long_share(self) -> float:
+        return self.long_ms / self.loop_ms if self.loop_ms > 0 else 0.0
 
     @property
     def untimed_long_share(self) -> float:
@@ -172,7 +178,7 @@ def account_steps(
     if long_steps and long_steps[0].index == steps[0].index and _one_off(long_steps):
         startup = long_steps.pop(0).excess_ms  # start-up: not a cost the loop pays again
     untimed = sum(ls.excess_ms for ls in long_steps if ls.phase != "timed")
-    timed_long = any(ls.phase == "timed" for ls in long_steps)
+    long_ms = sum(ls.excess_ms for ls in long_steps)
     indices = [ls.index for ls in long_steps]
     gaps = [b - a for a, b in itertools.pairwise(indices)]
     period = int(statistics.median(gaps)) if gaps else None
@@ -186,7 +192,7 @@ def account_steps(
         totals["other_ms"] = other
     # Per step over the loop, without the one-off start-up: what the loop costs each step.
     per_step = (loop_ms - startup) / len(steps)
-    representative = timed_long or untimed / loop_ms < UNTIMED_SHARE_FLAG
+    representative = long_ms / loop_ms < LONG_SHARE_FLAG
     return LoopAccount(
         loop_ms=loop_ms,
         steps=len(steps),
@@ -198,6 +204,7 @@ def account_steps(
         loop_step_ms_mean=per_step,
         long_steps=tuple(long_steps),
         untimed_long_ms=untimed,
+        long_ms=long_ms,
         period=period,
         costs_ms=totals,
         representative=representative,
@@ -207,27 +214,29 @@ def account_steps(
 
 
 def loop_warning(account: LoopAccount | None) -> str | None:
-    """One line for the report's warnings when the timed steps do not stand for the loop."""
+    """One line for the report's warnings when the step figures do not stand for the loop."""
     if account is None or account.representative:
         return None
     longest = max(account.long_steps, key=lambda ls: ls.excess_ms)
     lead = max(longest.costs_ms.items(), key=lambda kv: kv[1])
     where = ", ".join(str(ls.index) for ls in account.long_steps[:6])
-    share = account.timed_share
+    timed = [str(ls.index) for ls in account.long_steps if ls.phase == "timed"]
+    typical = max(account.timed_step_ms_p50 or 1.0, 1e-9)
     text = (
-        f"the timed steps (steps {account.timed_first}-{account.timed_last}, "
-        f"{account.timed_step_ms_p50:.1f} ms at the median) do not represent the loop: "
-        f"untimed step(s) {where} took up to {longest.wall_ms:,.0f} ms "
-        f"({longest.wall_ms / max(account.timed_step_ms_p50 or 1.0, 1e-9):.0f}x), mostly "
-        f"{COST_LABELS[lead[0]]}; they hold {account.untimed_long_share:.0%} of the loop's "
-        "wall time"
+        f"the step figures (medians of steps {account.timed_first}-{account.timed_last}, "
+        f"{typical:.1f} ms) do not represent the loop: step(s) {where} took up to "
+        f"{longest.wall_ms:,.0f} ms ({longest.wall_ms / typical:.0f}x), mostly "
+        f"{COST_LABELS[lead[0]]}; they hold {account.long_share:.0%} of the loop's wall time"
     )
+    if timed:
+        text += f" (step {', '.join(timed)} was timed, but a median leaves a rare long step out)"
+    share = account.timed_share
     if share is not None:
         text += f", and a timed step is {share:.0%} of the loop's time per step"
     if account.period:
         text += (
             f"; they recur every {account.period} steps: time a whole cycle with "
-            f"--steps {account.period} or more"
+            f"--steps {account.period} or more and judge its mean"
         )
     else:
         text += "; only one was seen: time more steps (--steps) to see how often it recurs"
@@ -259,6 +268,8 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
         ],
         "untimed_long_ms": round(account.untimed_long_ms, 4),
         "untimed_long_share": round(account.untimed_long_share, 4),
+        "long_ms": round(account.long_ms, 4),
+        "long_share": round(account.long_share, 4),
         "period": account.period,
         "costs_ms": {k: round(v, 4) for k, v in account.costs_ms.items()},
         "representative": account.representative,

@@ -102,10 +102,11 @@ def loop_verdict(report: Report) -> str:
         )
     if loop.get("representative", True):
         return seen + "The timed steps represent the loop's time."
-    share = _num(loop.get("untimed_long_share"))
+    share = _num(loop.get("long_share"))
     return (
-        seen + f"None of them was timed, and they hold {fmt.percent(share, 0)} of the loop's wall "
-        "time: the step figures describe only the steps between them (see the warnings)."
+        seen + f"They hold {fmt.percent(share, 0)} of the loop's wall time, and the step figures "
+        "(medians of the timed steps) leave them out: they describe only the steps between "
+        "them (see the warnings)."
     )
 
 
@@ -114,7 +115,7 @@ def headline_note(report: Report) -> str | None:
     loop: Mapping[str, Any] = report.loop
     if not loop or loop.get("representative", True):
         return None
-    share = _num(loop.get("untimed_long_share"))
+    share = _num(loop.get("long_share"))
     longs = [ls for ls in loop.get("long_steps") or () if isinstance(ls, Mapping)]
     costs: dict[str, float] = {}
     for ls in longs:
@@ -123,6 +124,6 @@ def headline_note(report: Report) -> str | None:
     lead = max(costs, key=lambda k: costs[k]) if costs else None
     mostly = f", mostly {COST_NAMES.get(lead, lead)}" if lead else ""
     return (
-        f"The timed steps leave out {fmt.percent(share, 0)} of the loop's wall time: long "
-        f"untimed steps{mostly}. The findings describe the steps between them."
+        f"The step figures leave out {fmt.percent(share, 0)} of the loop's wall time: rare "
+        f"long steps{mostly}. The findings describe the steps between them."
     )

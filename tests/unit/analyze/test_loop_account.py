@@ -45,7 +45,7 @@ def test_a_rollout_every_16_steps_outside_the_window_is_flagged_with_its_costs()
     assert account.long_steps[1].costs_ms == pytest.approx(
         {"nograd_forward_ms": 600.0, "other_ms": 1810.0 - 57.0 - 600.0}
     )
-    assert account.untimed_long_share == pytest.approx(2 * (1810 - 57) / (28 * 57 + 2 * 1810))
+    assert account.long_share == pytest.approx(2 * (1810 - 57) / (28 * 57 + 2 * 1810))
     assert account.timed_share is not None and account.timed_share < 0.5
     text = loop_warning(account)
     assert text is not None
@@ -55,12 +55,21 @@ def test_a_rollout_every_16_steps_outside_the_window_is_flagged_with_its_costs()
     assert summary["representative"] is False and summary["period"] == 16
 
 
-def test_a_long_step_inside_the_timed_window_is_represented() -> None:
-    evals = {"eval_forward_ms": 200.0}
-    account = account_steps(steps({8: 300.0, 24: 300.0}, s8=evals, s24=evals))
+def test_a_small_share_of_long_steps_is_represented() -> None:
+    evals = {"eval_forward_ms": 20.0}
+    account = account_steps(steps({8: 40.0, 24: 40.0}, s8=evals, s24=evals))
     assert account is not None and account.representative
     assert [ls.index for ls in account.long_steps] == [8, 24]
-    assert account.costs_ms["eval_forward_ms"] == pytest.approx(400.0)
+    assert account.costs_ms["eval_forward_ms"] == pytest.approx(40.0)
+
+
+def test_a_timed_long_step_is_still_left_out_by_the_medians() -> None:
+    evals = {"eval_forward_ms": 200.0}
+    account = account_steps(steps({8: 300.0, 24: 300.0}, s8=evals, s24=evals))
+    assert account is not None and not account.representative
+    assert account.untimed_long_ms == pytest.approx(290.0)  # step 24; step 8 was timed
+    text = loop_warning(account)
+    assert text is not None and "step 8 was timed" in text
 
 
 def test_a_slow_first_step_alone_is_start_up_not_loop_work() -> None:
