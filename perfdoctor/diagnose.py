@@ -363,7 +363,7 @@ def analyze_session(session_dir: Path) -> Report:
         and _launched_as_ranks(record.observed)
     ):
         warnings.append(
-            f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
+            f"{record.ranks_launched} ranks were started by torchrun, but the script "
             "never initialised a process group (torch.distributed.init_process_group): each "
             "rank trained alone, and the figures are rank 0's"
         )

@@ -15,9 +15,13 @@ from typing import Any
 
 from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
 
+_NONE: dict[str, float] = {}
+
 
 def loop_fields(step: ClosedStep) -> dict[str, float]:
     """The step row's loop-account fields (ms), only those that are not zero."""
+    if not (step.eval_forward_s or step.nograd_forward_s or step.save_s):
+        return _NONE  # a training step: once per step, so no dict is built
     found = {
         "eval_forward_ms": step.eval_forward_s,
         "nograd_forward_ms": step.nograd_forward_s,
