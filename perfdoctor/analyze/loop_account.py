@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.model import StepRecord
@@ -54,6 +54,7 @@ COST_LABELS = {
     "nograd_forward_ms": "no_grad forwards in train mode (rollouts, generation)",
     "save_ms": "checkpointing (torch.save)",
     "other_ms": "other code between optimizer steps (environment, logging, callbacks)",
+    "starting_process_ms": "the starting process's forwards, no training (a test loop)",
 }
 
 
@@ -113,7 +114,16 @@ def counted_optimizer_steps(record: RunRecord) -> int:
 
 def loop_account(record: RunRecord) -> LoopAccount | None:
     """The loop account of a run; None without timed steps to compare with."""
-    return account_steps(record.steps, record.progress)
+    account = account_steps(record.steps, record.progress)
+    starter = record.observations.get("starting_process")
+    if account is None or not isinstance(starter, dict):
+        return account
+    wall = starter.get("steps_wall_ms")
+    if starter.get("step_detection") == "time" and isinstance(wall, (int, float)) and wall > 0:
+        # A Hogwild parent's test loop: forwards outside training, in another process.
+        costs = {**account.costs_ms, "starting_process_ms": float(wall)}
+        return replace(account, costs_ms=costs)
+    return account
 
 
 def _named(step: StepRecord) -> dict[str, float]:

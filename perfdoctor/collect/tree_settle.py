@@ -21,6 +21,7 @@ Never imports torch (the parent side of collect/).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -251,6 +252,9 @@ def _promote(lead: _Trainer, run_dir: Path, root_obs: dict[str, Any], root_steps
             "steps_seen": root_obs.get("steps_seen"),
             "exit_code": root_obs.get("exit_code"),
             "step_detection": root_obs.get("step_detection") if root_steps else None,
+            # The starting process's own steps (a test loop's time windows): a cost of the
+            # run outside training, for the loop account.
+            "steps_wall_ms": _wall_ms(run_dir / rundir.STEPS_FILE) if root_steps else None,
         }
     for name in _MOVED_FILES:
         src = lead.dir / name
@@ -312,6 +316,20 @@ def _read_obs(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _wall_ms(path: Path) -> float | None:
+    """The summed wall_ms of a steps.jsonl (None when unreadable)."""
+    total = 0.0
+    try:
+        with path.open("rb") as fh:
+            for line in fh:
+                if line.strip():
+                    wall = json.loads(line).get("wall_ms")
+                    total += float(wall) if isinstance(wall, (int, float)) else 0.0
+    except (OSError, ValueError, AttributeError):
+        return None
+    return round(total, 3)
 
 
 def _count_lines(path: Path) -> int:

@@ -21,6 +21,7 @@ COST_NAMES = {
     "nograd_forward_ms": "no_grad forwards in train mode (rollouts, generation)",
     "save_ms": "checkpointing (torch.save)",
     "other_ms": "other code in the long steps (environment, logging, callbacks)",
+    "starting_process_ms": "the starting process's forwards, no training (a test loop)",
 }
 
 
@@ -72,7 +73,9 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
     for key, name in COST_NAMES.items():
         value = _num(costs.get(key))
         if value:
-            rows.append((name, fmt.ms(value), share(value)))
+            # The starting process's time is not in the lead's loop: no share of it.
+            apart = key == "starting_process_ms"
+            rows.append((name, fmt.ms(value), "another process" if apart else share(value)))
     startup = _num(loop.get("first_step_startup_ms"))
     if startup:
         rows.append(

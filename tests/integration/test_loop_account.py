@@ -66,6 +66,9 @@ def test_a_hogwild_parent_that_only_tests_does_not_lead(tmp_path: Path) -> None:
     assert report["baseline"]["optimizer_steps"] > 0
     assert not any("--nproc-per-node" in w for w in report["warnings"])
     assert any("Hogwild trainer(s)" in w and "did not train" in w for w in report["warnings"])
+    # The parent's test loop is named in the loop account, apart from the lead's loop.
+    assert report["loop"]["costs_ms"]["starting_process_ms"] > 0
+    assert "the starting process's forwards, no training (a test loop)" in run["md"]
 
 
 def test_lbfgs_step_counts_agree(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ def test_a_parent_that_only_ran_time_windows_gives_the_lead_to_a_trainer(tmp_pat
     obs = rundir.read_json(run / rundir.OBSERVATIONS_FILE)
     assert obs["step_detection"] == "optimizer" and obs["process"]["pid"] == 40
     assert obs["starting_process"]["step_detection"] == "time"
+    assert obs["starting_process"]["steps_wall_ms"] == 1.0 + 2.0 + 3.0  # its test loop
     assert len(rundir.load_steps(run)) == 12
     listed = rundir.read_json(run / rundir.PROCESSES_FILE)["processes"]
     assert [(p["pid"], p["record"]) for p in listed] == [(40, "."), (41, "ranks/1")]
