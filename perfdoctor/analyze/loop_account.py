@@ -286,3 +286,25 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
         "unexplained_long_steps": account.unexplained_long_steps,
         "warning": loop_warning(account),
     }
+
+
+def loop_facts(record: object) -> dict[str, object]:
+    """The loop account as flat facts (analyze/fact_catalog.py); {} without an account."""
+    steps = getattr(record, "steps", None)
+    if not steps:
+        return {}
+    account = account_steps(steps, getattr(record, "progress", ()) or ())
+    if account is None:
+        return {}
+    costs: dict[str, float] = {}
+    for ls in account.long_steps:
+        for key, value in ls.costs_ms.items():
+            costs[key] = costs.get(key, 0.0) + value
+    main = max(costs, key=lambda k: costs[k]) if costs else None
+    return {
+        "loop_long_step_frac": account.long_share,
+        "loop_timed_step_frac": account.timed_share,
+        "loop_long_steps": len(account.long_steps),
+        "loop_period_steps": account.period,
+        "loop_long_step_cost": main.removesuffix("_ms") if main else None,
+    }

@@ -17,6 +17,7 @@ from perfdoctor.rules import (
     jitter,
     launch,
     layout,
+    loop,
     measurement,
     memory,
     modeling,
@@ -45,6 +46,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *modeling.RULES,
     *jitter.RULES,
     *measurement.RULES,
+    *loop.RULES,
 )
 
 
