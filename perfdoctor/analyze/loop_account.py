@@ -26,8 +26,9 @@ from perfdoctor.model import StepRecord
 from perfdoctor.run_schema import ProgressRow
 
 # A step this many times the timed median is a long step: the loop did something else in it.
-# 3x sits above the step-to-step spread of the CPU sample models on a busy 2-core machine
-# (their p90/p50 stays under 2x, benchmarks/README.md) so ordinary jitter is not called work.
+# 3x sits above the step-to-step spread of well-tuned CPU loops (p90/p50 1.02-1.38,
+# rules/threshold_measurements.md) and step-jitter's 2x warning, so ordinary jitter is not
+# called work; a PPO rollout was 25-28x a minibatch step (benchmarks/README.md, issue 24).
 LONG_STEP_FACTOR = 3.0
 # ... and at least this much longer (ms): sub-millisecond steps vary by more than 3x.
 LONG_STEP_MIN_EXCESS_MS = 2.0

@@ -44,6 +44,7 @@ def test_a_rollout_every_8_steps_is_measured_and_flagged(tmp_path: Path) -> None
     assert "eval_forward_ms" not in loop["costs_ms"]
     assert any("do not represent the loop" in w for w in run["report"]["warnings"])
     assert "## Where the loop's time goes" in run["md"]
+    assert "loop-work-outside-steps" in [f["rule_id"] for f in run["report"]["findings"]]
 
 
 def test_an_evaluation_and_checkpoint_every_8_steps_are_named(tmp_path: Path) -> None:
