@@ -216,10 +216,11 @@ def _trained_note(entries: list[dict[str, Any]], root_windows: int = 0) -> str:
     if how:
         text += f"; {how}"
     if root_windows:
-        text += (
-            f"; the starting process did not train (its {root_windows} step(s) were time "
-            "windows of forwards with no optimizer step or backward, such as a test loop), so "
-            "the lead record is a trainer's"
+        # First: the terminal shortens long warnings, and this says whose figures these are.
+        text = (
+            f"the starting process did not train ({root_windows} time-window step(s) of "
+            "forwards with no optimizer step or backward, e.g. a test loop): the lead record "
+            f"is a trainer's; {text}"
         )
     return text
 
