@@ -19,8 +19,8 @@ _COSTS = {
     ),
     "nograd_forward": (
         "no_grad forwards of the model in train mode (rollouts, generation)",
-        "batch the rollout's forwards across environments (vectorised environments), or run "
-        "them under torch.inference_mode()",
+        "fewer, larger forwards (more environments per vectorised step), or "
+        "torch.inference_mode() around them; the environment's own time is the script's",
     ),
     "save": (
         "checkpointing (torch.save)",
@@ -49,7 +49,8 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity="warning",
         title=f"Long steps{recur} hold {pct(share)} of the loop: mostly {what.split(' (')[0]}",
         explanation=(
-            f"A few steps{recur} take 3x a timed step or more, and their excess is "
+            f"{f'One step in every {period:g}' if period else 'A few steps'} take(s) 3x a "
+            "timed step or more, and their excess is "
             f"{pct(share)} of the loop's wall time, mostly {what}. The step figures are "
             "medians of the timed steps, so they describe the steps between these, and the "
             f"other findings speed up only that part.{timed_text} To speed up the loop: "
