@@ -49,8 +49,8 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity="warning",
         title=f"Long steps{recur} hold {pct(share)} of the loop: mostly {what.split(' (')[0]}",
         explanation=(
-            f"{f'One step in every {period:g}' if period else 'A few steps'} take(s) 3x a "
-            "timed step or more, and their excess is "
+            f"{f'One step in every {period:g} takes' if period else 'A few steps take'} 3x "
+            "a timed step or more, and their excess is "
             f"{pct(share)} of the loop's wall time, mostly {what}. The step figures are "
             "medians of the timed steps, so they describe the steps between these, and the "
             f"other findings speed up only that part.{timed_text} To speed up the loop: "

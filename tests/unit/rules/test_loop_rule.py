@@ -27,7 +27,7 @@ def test_rollouts_holding_most_of_the_loop_are_a_finding() -> None:
     assert finding.title.startswith("Long steps every 16 steps hold 67% of the loop: mostly")
     assert finding.title.endswith("no_grad forwards of the model in train mode")
     assert "more environments per vectorised step" in finding.explanation
-    assert finding.explanation.startswith("One step in every 16 take(s) 3x")
+    assert finding.explanation.startswith("One step in every 16 takes 3x")
     assert finding.evidence[0].threshold == 0.2
     assert LOOP_WORK in ids(loop_long_step_frac=0.67, loop_long_step_cost="eval_forward")
 
