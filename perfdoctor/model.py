@@ -198,11 +198,10 @@ class StepRecord:
     comm_ms: float | None = None
     # In-process A/B runs: the arm this step ran in (None in the warm-up and elsewhere).
     arm: str | None = None
-    # What the step held besides training (collect/loop_probes.py): root forwards of a model
-    # in eval mode, root forwards under no_grad in train mode, torch.save calls.
-    eval_forward_ms: float | None = None
-    nograd_forward_ms: float | None = None
-    save_ms: float | None = None
+    # What the step held besides training (collect/loop_probes.py); absent when none.
+    eval_forward_ms: float | None = None  # root forwards of a model in eval mode
+    nograd_forward_ms: float | None = None  # root forwards under no_grad, model in train mode
+    save_ms: float | None = None  # torch.save calls (checkpoints)
 
     @property
     def step_ms(self) -> float:

@@ -292,8 +292,7 @@ class Observations(_Record):
 
     step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
     step_detection_note: str | None = None  # why a fallback signal was chosen
-    # Closure evaluations inside optimizer.step(closure) (LBFGS): each counted as a step.
-    closure_calls: int | None = None
+    closure_calls: int | None = None  # closure calls in optimizer.step(closure): each a step
     steps_seen: int | None = None  # steps with a row in steps.jsonl
     plan: PlanInfo | None = None  # the step plan the child ran
     plan_complete: bool | None = None  # every planned step ran
