@@ -64,6 +64,9 @@ FACTS: dict[str, FactDoc] = {
     ),
     "loop_long_steps": _f("count", "steps", "long loop-work steps (3x a timed step or more)"),
     "loop_period_steps": _f("count", "steps", "steps between long loop-work steps (2+ seen)"),
+    "loop_long_step_recurs": _f(
+        "bool", "steps", "the long loop work came back within the run (not only step 0)"
+    ),
     "loop_long_step_cost": _f(
         "name",
         "steps",

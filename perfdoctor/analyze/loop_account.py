@@ -86,6 +86,10 @@ class LoopAccount:
     representative: bool
     first_step_startup_ms: float  # step 0's excess that is one-off start-up, not loop work
     unexplained_long_steps: int = 0  # long for no named reason (jitter, or unnamed code)
+    # The long work was seen to come back (two long steps, or one after the first step):
+    # without that, a heavy first step (nanoGPT's estimate_loss at iteration 0, a first
+    # rollout) may recur every 40 steps or every 2,000, and its share of the loop is unknown.
+    recurs: bool = True
 
     @property
     def timed_share(self) -> float | None:
@@ -219,6 +223,7 @@ def account_steps(
         period=period,
         costs_ms=totals,
         representative=representative,
+        recurs=len(long_steps) >= 2 or any(ls.index != steps[0].index for ls in long_steps),
         first_step_startup_ms=startup,
         unexplained_long_steps=len(unexplained),
     )
@@ -249,8 +254,14 @@ def loop_warning(account: LoopAccount | None) -> str | None:
             f"; they recur every {account.period} steps: time a whole cycle with "
             f"--steps {account.period} or more and judge its mean"
         )
+    elif not account.recurs:
+        text += (
+            f"; it did not come back within the {account.steps} steps run, so whether it is a "
+            "one-off or part of every cycle (a rollout before each update) is not known: time "
+            "more steps (--steps) to see how often it recurs"
+        )
     else:
-        text += "; only one was seen: time more steps (--steps) to see how often it recurs"
+        text += "; time more steps (--steps) to see how often they recur"
     return text
 
 
@@ -284,6 +295,7 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
         "period": account.period,
         "costs_ms": {k: round(v, 4) for k, v in account.costs_ms.items()},
         "representative": account.representative,
+        "recurs": account.recurs,
         "unexplained_long_steps": account.unexplained_long_steps,
         "warning": loop_warning(account),
     }
@@ -307,5 +319,6 @@ def loop_facts(record: object) -> dict[str, object]:
         "loop_timed_step_frac": account.timed_share,
         "loop_long_steps": len(account.long_steps),
         "loop_period_steps": account.period,
+        "loop_long_step_recurs": account.recurs,
         "loop_long_step_cost": main.removesuffix("_ms") if main else None,
     }

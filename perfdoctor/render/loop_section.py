@@ -126,6 +126,12 @@ def headline_note(report: Report) -> str | None:
             costs[key] = costs.get(key, 0.0) + float(value)
     lead = max(costs, key=lambda k: costs[k]) if costs else None
     mostly = f", mostly {COST_NAMES.get(lead, lead)}" if lead else ""
+    if loop.get("recurs") is False:
+        return (
+            f"The first step held {fmt.percent(share, 0)} of these steps' wall time{mostly}; "
+            "it did not come back in this run, so whether the loop repeats it (a rollout per "
+            "update) or not (a one-off) is unknown: time more steps (--steps)."
+        )
     return (
         f"The step figures leave out {fmt.percent(share, 0)} of the loop's wall time: rare "
         f"long steps{mostly}. The findings describe the steps between them."

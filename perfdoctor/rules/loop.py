@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from perfdoctor.analyze.loop_account import LONG_SHARE_FLAG
 from perfdoctor.model import Facts, Finding
-from perfdoctor.rules.base import Rule, ev, num, pct, seen, text
+from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, text
 
 LOOP_WORK = "loop-work-outside-steps"
 
@@ -41,12 +41,15 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     cost = text(facts, "loop_long_step_cost") or "other"
     what, advice = _COSTS.get(cost, _COSTS["other"])
     period = num(facts, "loop_period_steps")
+    # Only a heavy first step: it may be a one-off (an evaluation at iteration 0) or every
+    # cycle's (a rollout): said, but not ranked as a cause.
+    recurs = flag(facts, "loop_long_step_recurs") is not False
     timed = num(facts, "loop_timed_step_frac")
     recur = f" every {period:g} steps" if period else ""
     timed_text = f" A timed step is {pct(timed)} of the loop's wall time per step." if timed else ""
     return Finding(
         rule_id=LOOP_WORK,
-        severity="warning",
+        severity="warning" if recurs else "info",
         title=f"Long steps{recur} hold {pct(share)} of the loop: mostly {what.split(' (')[0]}",
         explanation=(
             f"{f'One step in every {period:g} takes' if period else 'A few steps take'} 3x "
@@ -55,6 +58,12 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             "medians of the timed steps, so they describe the steps between these, and the "
             f"other findings speed up only that part.{timed_text} To speed up the loop: "
             f"{advice}. To measure it whole, time a full cycle (--steps at least the period)."
+            + (
+                ""
+                if recurs
+                else " Only the first step held this work in this run: if the loop does not "
+                "repeat it, it is a one-off start-up cost and none of this applies."
+            )
         ),
         evidence=(
             ev("loop_long_step_frac", share, t["long_step_frac"], ">="),
@@ -74,6 +83,7 @@ RULES = (
             "loop_period_steps",
             "loop_timed_step_frac",
             "loop_long_steps",
+            "loop_long_step_recurs",
         ),
         thresholds={"long_step_frac": LONG_SHARE_FLAG},
         source=(

@@ -105,3 +105,12 @@ def test_setup_time_is_read_from_the_first_steps_progress_row() -> None:
 
 def test_no_timed_step_no_account() -> None:
     assert account_steps([StepRecord(index=0, phase="warmup", wall_ms=1.0)]) is None
+
+
+def test_a_heavy_first_step_that_did_not_come_back_is_said_to_be_unknown() -> None:
+    # PPO with 40 minibatch steps per update, 19 steps run: only the first rollout is seen.
+    account = account_steps(steps({0: 1810.0}, n=19, base=57.0, s0={"nograd_forward_ms": 900.0}))
+    assert account is not None and not account.representative and not account.recurs
+    text = loop_warning(account)
+    assert text is not None and "did not come back within the 19 steps run" in text
+    assert loop_summary(account)["recurs"] is False

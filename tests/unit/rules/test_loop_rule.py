@@ -36,3 +36,10 @@ def test_a_small_share_or_no_account_is_no_finding() -> None:
     assert LOOP_WORK not in ids(loop_long_step_frac=0.1)
     skipped = {s.rule_id for s in evaluate(make_facts(loop_long_step_frac=None)).skipped}
     assert LOOP_WORK in skipped
+
+
+def test_only_a_heavy_first_step_is_an_info_that_says_so() -> None:
+    facts = make_facts(loop_long_step_frac=0.48, loop_long_step_recurs=False)
+    finding = RULE.check(facts, RULE.thresholds)
+    assert finding is not None and finding.severity == "info"
+    assert "one-off start-up cost" in finding.explanation
