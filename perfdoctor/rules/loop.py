@@ -34,6 +34,12 @@ _COSTS = {
 }
 
 
+def _who(period: float | None, count: float | None) -> str:
+    if period:
+        return f"One step in every {period:g} takes"
+    return "One step takes" if count == 1 else "A few steps take"
+
+
 def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     share = num(facts, "loop_long_step_frac")
     if share is None or share < t["long_step_frac"]:
@@ -52,7 +58,7 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         severity="warning" if recurs else "info",
         title=f"Long steps{recur} hold {pct(share)} of the loop: mostly {what.split(' (')[0]}",
         explanation=(
-            f"{f'One step in every {period:g} takes' if period else 'A few steps take'} 3x "
+            f"{_who(period, num(facts, 'loop_long_steps'))} 3x "
             "a timed step or more, and their excess is "
             f"{pct(share)} of the loop's wall time, mostly {what}. The step figures are "
             "medians of the timed steps, so they describe the steps between these, and the "

@@ -39,7 +39,8 @@ def test_a_small_share_or_no_account_is_no_finding() -> None:
 
 
 def test_only_a_heavy_first_step_is_an_info_that_says_so() -> None:
-    facts = make_facts(loop_long_step_frac=0.48, loop_long_step_recurs=False)
+    facts = make_facts(loop_long_step_frac=0.48, loop_long_step_recurs=False, loop_long_steps=1)
     finding = RULE.check(facts, RULE.thresholds)
     assert finding is not None and finding.severity == "info"
     assert "one-off start-up cost" in finding.explanation
+    assert finding.explanation.startswith("One step takes 3x")
