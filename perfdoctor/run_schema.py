@@ -247,6 +247,7 @@ class ProcessInfo(_Record):
     local_rank: int | None = None
     node_rank: int | None = None
     exit_code: int | None = None
+    shared_model: bool | None = None  # the trained model's parameters are in shared memory
 
 
 class HostSyncCalls(_Record):
@@ -310,6 +311,7 @@ class Observations(_Record):
 
     step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
     step_detection_note: str | None = None  # why a fallback signal was chosen
+    closure_calls: int | None = None  # closure calls in optimizer.step(closure): each a step
     steps_seen: int | None = None  # steps with a row in steps.jsonl
     plan: PlanInfo | None = None  # the step plan the child ran
     plan_complete: bool | None = None  # every planned step ran

@@ -52,6 +52,26 @@ FACTS: dict[str, FactDoc] = {
     "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
     "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
     "steps_timed": _f("count", "steps", "steps in the timed window"),
+    # ---- the whole loop (analyze/loop_account.py) ------------------------------------
+    "loop_long_step_frac": _f(
+        "fraction",
+        "steps",
+        "excess over a timed step of the long loop-work steps (evaluation, no_grad forwards, "
+        "torch.save in them), over the wall time of every step of the run",
+    ),
+    "loop_timed_step_frac": _f(
+        "fraction", "steps", "a timed step (median) over the loop's wall time per step"
+    ),
+    "loop_long_steps": _f("count", "steps", "long loop-work steps (3x a timed step or more)"),
+    "loop_period_steps": _f("count", "steps", "steps between long loop-work steps (2+ seen)"),
+    "loop_long_step_recurs": _f(
+        "bool", "steps", "the long loop work came back within the run (not only step 0)"
+    ),
+    "loop_long_step_cost": _f(
+        "name",
+        "steps",
+        "what most of the long steps' excess went to: eval_forward, nograd_forward, save or other",
+    ),
     "step_detection": _f(
         "name", "manifest", "optimizer, backward or time; profiler_step for a trace alone"
     ),

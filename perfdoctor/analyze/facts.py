@@ -21,6 +21,7 @@ from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.comm_facts import comm_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.loop_account import loop_facts
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
     memory_peak_locations,
@@ -74,6 +75,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_trace_facts(record))
     values.update(_rank_facts(record))
     values.update(_rank_comm_facts(record))
+    values.update(loop_facts(record))  # analyze/loop_account.py
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
     values.update(compute_facts(record, values))  # after the step and autocast facts

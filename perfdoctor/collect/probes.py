@@ -20,6 +20,7 @@ from perfdoctor.collect import observe
 from perfdoctor.collect.comm_watch import CommWatch
 from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.flop_count import StepFlopCounter
+from perfdoctor.collect.loop_probes import loop_fields
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
 from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
@@ -479,6 +480,8 @@ class Probes:
             obs["locations"] = self._locations()
         if self.step_detection_note:
             obs["step_detection_note"] = self.step_detection_note
+        if self._closure_calls:
+            obs["closure_calls"] = self._closure_calls
         if self.step_log.nonfinite_losses:
             obs["nonfinite_losses"] = self.step_log.nonfinite_losses
         return obs
@@ -527,6 +530,7 @@ class Probes:
             "cuda_allocated_bytes": None,
             "cuda_max_allocated_bytes": None,
             "comm_ms": self.comm.step_ms(step.start, step.end),
+            **loop_fields(step),
         }
         if self.cuda_used:
             cuda = self.torch.cuda

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from perfdoctor.analyze import straggler
 from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
 from perfdoctor.model import (
+    BaselineSummary,
     Finding,
     GainEstimate,
     RankSummary,
@@ -23,7 +24,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
-from perfdoctor.render import memory_wording, workload_view
+from perfdoctor.render import loop_section, memory_wording, workload_view
 from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
@@ -80,6 +81,9 @@ def run_notes(report: Report) -> tuple[str, ...]:
     """Where perfdoctor stopped the script (or that it ran to its end), and which output
     folders of perfdoctor's own re-runs it removed."""
     notes: list[str] = []
+    unrepresentative = loop_section.headline_note(report)
+    if unrepresentative:
+        notes.append(unrepresentative)
     end = report.script_end
     if end.get("stopped_by_perfdoctor"):
         step = end.get("step")
@@ -562,9 +566,20 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("steps timed", fmt.number(base.steps_timed)),
         ("optimizer steps", fmt.number(base.optimizer_steps)),
         ("micro-batches per step", fmt.number(micro)),
-        ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
+        ("steps counted by", step_counting(base)),
     ]
     return rows
+
+
+def step_counting(base: BaselineSummary) -> str:
+    """What a step is; closure calls of optimizer.step(closure) are steps of their own, so
+    the optimizer steps beside them (finished step() calls) can be fewer."""
+    if base.closure_steps:
+        return (
+            f"closure calls inside optimizer.step(closure) ({fmt.number(base.closure_steps)} "
+            "calls, each a forward and backward)"
+        )
+    return _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)
 
 
 def breakdown_title(report: Report) -> str:

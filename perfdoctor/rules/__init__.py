@@ -19,6 +19,7 @@ from perfdoctor.rules import (
     jitter,
     launch,
     layout,
+    loop,
     measurement,
     memory,
     modeling,
@@ -52,6 +53,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *modeling.RULES,
     *jitter.RULES,
     *measurement.RULES,
+    *loop.RULES,
 )
 
 

@@ -466,6 +466,9 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("busy-machine", "cpu", {"cpu_other_busy_cores": 0.49}, None),
     ("busy-machine", "gpu", {"cpu_other_busy_cores": 3.9}, None),  # 16 cores: limit 4
     ("busy-machine", "gpu", {"cpu_other_busy_cores": 4.0}, "warning"),
+    # loop-work-outside-steps: long loop-work steps hold >= 20% of the loop
+    ("loop-work-outside-steps", "cpu", {"loop_long_step_frac": 0.2}, "warning"),
+    ("loop-work-outside-steps", "cpu", {"loop_long_step_frac": 0.19}, None),
     # multi-GPU
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 4}, "warning"),
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 1}, None),
