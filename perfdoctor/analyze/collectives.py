@@ -125,6 +125,9 @@ def host_backend(name: str) -> str | None:
 def _squash(name: str) -> str:
     # The part before any argument list: `ncclKernel_AllReduce_...(ncclDevComm*, ...)`; a
     # template's arguments (`deep_ep::intranode::dispatch<...>`) keep the kernel's own name.
+    # `(anonymous namespace)::` is a scope, not an argument list (the B200 trace's
+    # `void (anonymous namespace)::multimem_all_reduce_kernel<...>(...)`).
+    name = name.replace("(anonymous namespace)", "")
     return name.split("(", 1)[0].lower().replace("_", "").replace(" ", "")
 
 

@@ -133,6 +133,12 @@ def _parallelism(kinds: dict[str, float], families: set[str]) -> str | None:
         return "all_to_all"
     if kinds.get(coll.SEND_RECV, 0.0) >= MIX_MAJORITY:
         return "pipeline"
+    # Symmetric-memory and custom all-reduce kernels serve tensor parallelism (many small
+    # all-reduces inside each layer), not DDP's bucketed gradient all-reduce.
+    if families & {"symmetric_memory", "custom_all_reduce"} and (
+        kinds.get(coll.ALL_REDUCE, 0.0) >= MIX_MAJORITY
+    ):
+        return "tensor_parallel"
     if kinds.get(coll.ALL_REDUCE, 0.0) >= MIX_MAJORITY:
         return "data_parallel"
     return None

@@ -345,7 +345,8 @@ FACTS: dict[str, FactDoc] = {
     "comm_parallelism": _gpu(
         "name",
         "trace",
-        "what the mix points at: data_parallel, fsdp, expert_parallel, all_to_all, pipeline",
+        "what the mix points at: data_parallel, fsdp, expert_parallel, all_to_all, pipeline, "
+        "tensor_parallel",
     ),
     "comm_group_size": _gpu("count", "trace", "the largest process group a collective used"),
     "comm_link_name": _gpu("name", "trace", "the per-GPU link assumed from the device name"),

@@ -54,6 +54,13 @@ _TENSOR_PARALLEL = (
     "For tensor-parallel overlap (Megatron-style), CUDA_DEVICE_MAX_CONNECTIONS=1 keeps the "
     "communication kernels ahead of the compute they overlap."
 )
+_TP = (
+    "Tensor-parallel all-reduces sit inside every layer: overlap them with the next GEMM "
+    "(async tensor parallelism / sequence parallelism, torch's micro-pipelined "
+    "_symmetric_memory ops), fuse them with the norm that follows, or use fewer "
+    "tensor-parallel ranks (more data or pipeline parallelism) where the model fits. "
+    + _TENSOR_PARALLEL
+)
 _WAITING = (
     "Most of this time is waiting for a peer, not moving data: another rank arrives late "
     "at the collectives (a straggler elsewhere), which a trace of this one rank cannot "
@@ -83,6 +90,8 @@ def advice(facts: Facts) -> CommAdvice:
         return CommAdvice(_ALL_TO_ALL, ())
     if parallelism == "pipeline":
         return CommAdvice(_PIPELINE, ())
+    if parallelism == "tensor_parallel":
+        return CommAdvice(_TP, ())
     tp = _TENSOR_PARALLEL if parallelism is None else ""
     # One fix per share: accumulation and a larger batch cut the same all-reduces, so only
     # one of them carries the estimate (the other is named in the text).

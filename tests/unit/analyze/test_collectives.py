@@ -29,6 +29,9 @@ from perfdoctor.analyze.kernels import is_comm_kernel
          "symmetric_memory", coll.ALL_REDUCE),
         ("void two_shot_all_reduce_kernel<c10::BFloat16, 8>(...)", "symmetric_memory",
          coll.ALL_REDUCE),
+        # The B200 trace of TraceLens: the scope is in parentheses too.
+        ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
+         "(c10::BFloat16*, unsigned long, unsigned long)", "symmetric_memory", coll.ALL_REDUCE),
         ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(...)", "custom_all_reduce",
          coll.ALL_REDUCE),
     ],

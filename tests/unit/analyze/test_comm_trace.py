@@ -3,6 +3,7 @@ sized, and judged transfer or waiting; the facts and the communication rule that
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from perfdoctor.analyze.trace_index import find_steps
 from perfdoctor.diagnose_traces import diagnose_traces
 
 from .comm_traces import H100, collective_trace, sized
+from .gpu_corpus import REPO
 from .synthetic_trace import write_trace
 
 MIB = 1 << 20
@@ -48,6 +50,7 @@ def test_symmetric_memory_all_reduce_is_communication(tmp_path: Path) -> None:
     summary = _summary(tmp_path, collective_trace(kernels, device=H100))
     assert summary.comm is not None and summary.comm.families == ("symmetric_memory",)
     assert summary.comm.dominant == coll.ALL_REDUCE
+    assert summary.comm.parallelism == "tensor_parallel"
     assert summary.gpu.comm_kernel_frac == pytest.approx(900 / 1200)
 
 
@@ -158,3 +161,20 @@ def test_gloo_and_functional_collectives_count_as_host_communication(tmp_path: P
     ]  # fmt: skip
     ev = parse_trace(write_trace(tmp_path / "cpu.json", {"traceEvents": events}))
     assert comm_time(ev, find_steps(ev)) == pytest.approx(300.0)
+
+
+def test_b200_serving_trace_multimem_all_reduce_is_tensor_parallel_communication() -> None:
+    """TraceLens's vLLM B200 trace (AMD-AGI/TraceLens tests/traces/b200/eager_trace.json.gz,
+    MIT, at 171dd747; outside the repository): 73 symmetric-memory all-reduces, whose name
+    starts with the `(anonymous namespace)` scope."""
+    root = Path(os.environ.get("PERFDOCTOR_EXTRA_CORPUS") or REPO.parent / "extra-corpus")
+    path = root / "tracelens_b200_eager_trace.json.gz"
+    if not path.is_file():
+        pytest.skip("the extra corpus (TraceLens B200 trace) is absent")
+    comm = load_trace(path).comm
+    assert comm is not None
+    assert comm.families == ("nccl", "symmetric_memory")
+    top = comm.kinds[0]
+    assert (top.kind, top.count) == (coll.ALL_REDUCE, 73)
+    assert comm.parallelism == "tensor_parallel"
+    assert comm.link is not None and comm.link.gbs == 900.0

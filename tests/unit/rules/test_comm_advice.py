@@ -28,6 +28,7 @@ def _finding(**overrides: Scalar) -> Finding:
         ("expert_parallel", "capacity factor", ()),
         ("all_to_all", "TrainPipelineSparseDist", ()),
         ("pipeline", "micro-batches", ()),
+        ("tensor_parallel", "CUDA_DEVICE_MAX_CONNECTIONS=1", ()),
         (None, "CUDA_DEVICE_MAX_CONNECTIONS=1", ("grad-accumulation",)),
     ],
 )
