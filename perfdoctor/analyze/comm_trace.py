@@ -158,6 +158,8 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     devices = gpu.col("device")
     busiest = max(np.unique(devices).tolist(), key=lambda d: float(gpu.dur[devices == d].sum()))
     device_name = _device_name(ev, int(busiest))
+    # ROCm's RCCL keeps NCCL's kernel names: on an AMD device they are RCCL's.
+    on_amd = any(d.vendor == "AMD" for d in ev.devices)
     is_comm = ev.code_mask(coll.is_comm_kernel)
     rows = np.flatnonzero(
         (devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL) & is_comm[gpu.name]
@@ -175,7 +177,8 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
     for i, row in enumerate(rows.tolist()):
         name = ev.names[int(gpu.name[row])]
-        families.add(coll.kernel_family(name) or "other")
+        family = coll.kernel_family(name) or "other"
+        families.add("rccl" if on_amd and family == "nccl" else family)
         args = ev.comm_gpu.get(row)
         host_name = None
         if launch[i] >= 0:

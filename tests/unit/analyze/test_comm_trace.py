@@ -178,3 +178,13 @@ def test_b200_serving_trace_multimem_all_reduce_is_tensor_parallel_communication
     assert (top.kind, top.count) == (coll.ALL_REDUCE, 73)
     assert comm.parallelism == "tensor_parallel"
     assert comm.link is not None and comm.link.gbs == 900.0
+
+
+def test_nccl_names_on_an_amd_device_are_rccl(tmp_path: Path) -> None:
+    mi300 = {"id": 0, "name": "AMD Instinct MI300X", "gcnArchName": "gfx942"}
+    kernels = [{"name": "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "dur": 500.0,
+                "host": "nccl:all_reduce"}] * 2  # fmt: skip
+    comm = _summary(tmp_path, collective_trace(kernels, device=mi300)).comm
+    assert comm.families == ("rccl",)
+    assert comm.dominant == coll.ALL_REDUCE
+    assert comm.link is not None and comm.link.gbs == 448.0
