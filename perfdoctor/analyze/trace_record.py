@@ -345,6 +345,11 @@ def _job(ranks: list[_RankTrace]) -> JobWaits | None:
     }
     if len(sequences) < 2 or len(sequences) < len(ranks):
         return None
+    # Collectives are matched by order: only across traces of the same steps (each rank's
+    # profiler window, by its ProfilerStep numbers, where the traces have them).
+    numbered = [set(r.summary.step_numbers) for r in ranks if r.summary.step_numbers]
+    if len(numbered) == len(ranks) and not set.intersection(*numbered):
+        return None
     return job_ranks.job_waits(sequences)
 
 

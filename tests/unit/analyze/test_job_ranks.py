@@ -110,3 +110,18 @@ def test_dlrm_eight_ranks_get_one_root_cause_naming_rank_7(tmp_path: Path) -> No
     slow = headline(report).slow
     assert slow.startswith("Rank 7 holds the job up")
     assert facts["comm_parallelism"] in ("all_to_all", "data_parallel")
+
+
+def test_ranks_traced_over_different_steps_are_not_matched(tmp_path: Path) -> None:
+    """Each rank's profiler window covered other steps: matching their collectives by order
+    would compare different collectives."""
+    paths = []
+    for r in range(2):
+        trace = _rank_trace(r, late=r == 1)
+        for e in trace["traceEvents"]:
+            if e["name"].startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{10 + 5 * r}"
+        paths.append(write_trace(tmp_path / "job" / f"rank{r}.pt.trace.json", trace))
+    (done,) = diagnose_traces(paths, out_dir=tmp_path / "out")
+    assert done.report is not None
+    assert done.report.facts["job_late_rank"] is None
