@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
 from perfdoctor.rules import timeline_causes
-from perfdoctor.rules.base import Rule, ev, num, pct, seen, text
+from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, text
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.launch_cost import (
@@ -309,6 +309,20 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         if few_tensor_cores and fp32_matmul is not None
         else _precision_text(facts, t["lowp_kernel_frac"])
     )
+    # Code already compiled (Triton/inductor kernels, CUDA graphs, a compiled root model):
+    # torch.compile is no fix to offer; the kernels themselves are what is left.
+    compiled = flag(facts, "graphs_or_compiled") is True or flag(facts, "model_compiled") is True
+    fusion = (
+        " The trace already runs compiled code (inductor/Triton kernels or CUDA graphs), so "
+        "torch.compile is no further step: what is left is the kernels' own speed (the "
+        "precision they compute in, shapes that fill the GPU, attention and GEMM backends)."
+        if compiled
+        else " torch.compile fuses element-wise and normalization chains into fewer kernels, "
+        "and less precise math is faster math."
+    )
+    precision_fixes: tuple[str, ...] = (
+        (("amp-bf16",) if amd else ("amp-bf16", "tf32")) if few_tensor_cores else ()
+    )
     return Finding(
         rule_id=GPU_BOUND,
         # With few tensor cores in use there is a concrete fix, so it is worth a warning.
@@ -318,8 +332,8 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             f"GPU ops run {pct(busy)} of the GPU window"
             + (f" ({pct(compute)} in compute kernels)" if compute is not None else "")
             + ", so the host, the input pipeline and launches are not what holds this step "
-            "back: faster kernels are. torch.compile fuses element-wise and normalization "
-            "chains into fewer kernels, and less precise math is faster math."
+            "back: faster kernels are."
+            + fusion
             + precision
             + _top_kernels_text(facts)
         ),
@@ -334,11 +348,7 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "tensor_core_kernel_frac",
             ),
         ),
-        optimizations=(
-            (("amp-bf16", "compile") if amd else ("amp-bf16", "tf32", "compile"))
-            if few_tensor_cores
-            else ("compile",)
-        ),
+        optimizations=precision_fixes if compiled else (*precision_fixes, "compile"),
         gain=GainEstimate(method="not estimated: depends on which kernels get faster"),
     )
 
@@ -359,6 +369,8 @@ RULES = (
             "compute_precision",
             "autocast_used",
             "gpu_vendor",
+            "graphs_or_compiled",
+            "model_compiled",
         ),
         thresholds={"busy_frac": 0.85, "fp32_matmul_kernel_frac": 0.2, "lowp_kernel_frac": 0.5},
         source=(

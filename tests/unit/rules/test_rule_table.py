@@ -836,3 +836,17 @@ def test_single_tensor_adadelta_is_not_told_about_fused() -> None:
     assert "Adadelta has no fused=True" in adadelta.explanation
     adam = run_rule("single-tensor-optimizer", "cpu", {**facts, "optimizer_class": "Adam"})
     assert adam is not None and "fused=True does the whole update" in adam.explanation
+
+
+def test_gpu_bound_offers_no_compile_to_code_that_already_runs_compiled() -> None:
+    """The MI300X compiled block of the gpu-corpus (Triton kernels, hipBLASLt bf16) was told
+    "torch.compile the model": compiled code gets the kernels' own speed as what is left."""
+    busy = {"gpu_busy_frac": 0.99, "fp32_matmul_kernel_frac": 0.5, "model_compiled": False}
+    eager = _finding("gpu-bound", "gpu", **busy)
+    assert "compile" in eager.optimizations
+    compiled = _finding("gpu-bound", "gpu", **busy, graphs_or_compiled=True)
+    assert "compile" not in compiled.optimizations
+    assert "amp-bf16" in compiled.optimizations  # its fp32 GEMMs still have a fix
+    assert "already runs compiled code" in compiled.explanation
+    lowp = _finding("gpu-bound", "gpu", gpu_busy_frac=0.99, model_compiled=True)
+    assert lowp.optimizations == ()
