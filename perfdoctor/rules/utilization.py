@@ -332,10 +332,7 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             f"GPU ops run {pct(busy)} of the GPU window"
             + (f" ({pct(compute)} in compute kernels)" if compute is not None else "")
             + ", so the host, the input pipeline and launches are not what holds this step "
-            "back: faster kernels are."
-            + fusion
-            + precision
-            + _top_kernels_text(facts)
+            "back: faster kernels are." + fusion + precision + _top_kernels_text(facts)
         ),
         evidence=(
             ev("gpu_busy_frac", busy, t["busy_frac"], ">="),
