@@ -13,9 +13,9 @@ the peak), with the batch-size applier measuring the peaks (collect/appliers/bat
 4. the curve: samples/s and peak per batch; the fastest within the limit;
 5. the confirmation: the fastest against the script's batch, in paired re-runs
    alternating A B / B A, judged by the A/B machinery's estimate_speedup and
-   speed_verdict on time per sample (not per step), --repeat pairs (default 2). Re-runs, not the in-process A/B:
-   a batch size cannot be switched between steps (a DataLoader's batches are drawn by
-   its iterator, a script reads its argument once);
+   speed_verdict on time per sample (not per step), --repeat pairs (default 2).
+   Re-runs, not the in-process A/B: a batch size cannot be switched between steps (a
+   DataLoader's batches are drawn by its iterator, a script reads its argument once);
 6. when the wanted batch (--want-batch, else the script's) does not fit: each way to
    make it fit measured at that batch (activation checkpointing, AMP on CUDA, a fused
    optimizer), and gradient accumulation from the curve (the micro-batch's own run).

@@ -12,8 +12,8 @@ import html
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLocation
+from perfdoctor.render import batch_section, gpu_view, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.charts import Chart, build_charts
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
@@ -116,6 +116,7 @@ def render_html(report: Report) -> str:
             _step(report),
             _gpu(report),
             _memory(report),
+            batch_section.html_section(report),
             _ranks(report),
             _findings(report),
             _recommendations(report),

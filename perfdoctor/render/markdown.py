@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import batch_section, gpu_view, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
@@ -58,6 +58,7 @@ def render_markdown(report: Report) -> str:
     lines += _step(report)
     lines += _gpu(report)
     lines += _memory(report)
+    lines += batch_section.markdown_lines(report)
     lines += _ranks(report)
     lines += _findings(report)
     lines += _recommendations(report)

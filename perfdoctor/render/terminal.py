@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import batch_section, gpu_view, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
 MAX_WIDTH = 100
@@ -66,6 +66,9 @@ def render_terminal(report: Report, console: Console) -> None:
     memory = memory_section(report)
     if memory is not None:
         console.print(_memory_panel(memory))
+    batch = batch_section.terminal_panel(report)
+    if batch is not None:
+        console.print(batch)
     if report.ranks:
         console.print(_ranks_section(report))
     if report.findings:
