@@ -88,10 +88,10 @@ def find_knob(
             continue
         if value is not None and value > 0:
             return BatchKnob("argument", value, option, f"the script's {option} argument")
-    option = declared_option(source or "")
-    if option is not None and observed_batch:
+    declared = declared_option(source or "")
+    if declared is not None and observed_batch:
         return BatchKnob(
-            "argument", observed_batch, option, f"the script's {option} argument (its default)"
+            "argument", observed_batch, declared, f"the script's {declared} argument (its default)"
         )
     for loader in dataloaders:
         size = getattr(loader, "batch_size", None)

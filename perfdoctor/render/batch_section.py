@@ -54,8 +54,10 @@ def _bytes(value: Any) -> str:
 
 def _rate(value: Any) -> str:
     number = _num(value)
-    return f"{number:,.0f}" if number is not None and number >= 100 else (
-        f"{number:.1f}" if number is not None else "-"
+    return (
+        f"{number:,.0f}"
+        if number is not None and number >= 100
+        else (f"{number:.1f}" if number is not None else "-")
     )
 
 
