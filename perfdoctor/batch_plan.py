@@ -134,8 +134,10 @@ class _Planner:
         *,
         on_cuda: bool,
         rounds: int,
+        observed: int | None = None,
     ) -> None:
         self.runner, self.sink, self.target, self.knob = runner, sink, target, knob
+        self.observed = observed  # the batch the baseline's steps saw
         self.on_cuda = on_cuda
         self.rounds = max(1, rounds)
         self.notes: list[str] = []
@@ -171,12 +173,20 @@ class _Planner:
             log.warning("plan run %s unreadable: %s", rel, exc)
             return None, None, rel
         sample = run_sample_from_record(record)
-        seen = [s.batch_size for s in timed_steps(record.steps) if s.batch_size]
-        if seen and int(statistics.median(seen)) != batch:
+        steps = timed_steps(record.steps)
+        seen = [s.batch_size for s in steps if s.batch_size]
+        # The batch the probes read is the first dimension of the model's input; where it
+        # followed the script's batch in the baseline, it must follow the plan's too.
+        tracked = self.knob.kind == "dataloader" or self.observed == self.knob.batch
+        if tracked and seen and int(statistics.median(seen)) != batch:
             self.notes.append(
                 f"{label}: the steps saw batch {int(statistics.median(seen))}, not {batch}"
             )
             sample = replace(sample, status="batch_not_changed")
+        # Samples per step from the batch the run was given (the probes may read another
+        # dimension, e.g. a (time, batch) input), times the micro-batches per step.
+        micro = statistics.median([max(1, s.micro_batches) for s in steps]) if steps else 1
+        sample = replace(sample, samples_per_step=float(batch * micro))
         return sample, _probe(run_dir), rel
 
     def peak(self, sample: RunSample | None, probe: BatchProbe | None) -> int | None:
@@ -231,11 +241,9 @@ def plan_batch(
     record = diagnosis.record
     manifest = record.manifest
     on_cuda = bool(manifest and manifest.device and manifest.device.kind == "cuda")
+    observed = _observed_batch(diagnosis)
     knob = find_knob(
-        target.argv,
-        _script_source(target, cwd),
-        record.observed.dataloaders or [],
-        _observed_batch(diagnosis),
+        target.argv, _script_source(target, cwd), record.observed.dataloaders or [], observed
     )
     plan = BatchPlan(
         knob=knob.kind,
@@ -253,7 +261,9 @@ def plan_batch(
     b0 = knob.batch
     sink.note(f"batch plan: batch {b0}, changed through {knob.why}")
     available = mem_available_bytes()
-    planner = _Planner(runner, sink, target, knob, on_cuda=on_cuda, rounds=rounds)
+    planner = _Planner(
+        runner, sink, target, knob, on_cuda=on_cuda, rounds=rounds, observed=observed
+    )
 
     points: list[BatchPlanPoint] = []
     samples: dict[int, RunSample] = {}

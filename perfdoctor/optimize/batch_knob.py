@@ -74,6 +74,14 @@ def declared_option(source: str) -> str | None:
     return None
 
 
+def declared_default(source: str, option: str) -> int | None:
+    """The integer default of `option` in an argparse declaration, when written literally
+    (`add_argument("--batch_size", type=int, default=20, ...)`)."""
+    pattern = r"""["']""" + re.escape(option) + r"""["'][^)]*?default\s*=\s*(\d+)"""
+    match = re.search(pattern, source, re.DOTALL)
+    return int(match[1]) if match else None
+
+
 def find_knob(
     argv: Sequence[str],
     source: str | None,
@@ -89,9 +97,15 @@ def find_knob(
         if value is not None and value > 0:
             return BatchKnob("argument", value, option, f"the script's {option} argument")
     declared = declared_option(source or "")
-    if declared is not None and observed_batch:
+    # The declared default, not the batch the steps saw: a sequence model's inputs are
+    # (time, batch), and the first dimension the probes read is then the time.
+    default = declared_default(source or "", declared) if declared is not None else None
+    if declared is not None and (default or observed_batch):
         return BatchKnob(
-            "argument", observed_batch, declared, f"the script's {declared} argument (its default)"
+            "argument",
+            default or observed_batch,
+            declared,
+            f"the script's {declared} argument (its default)",
         )
     for loader in dataloaders:
         size = getattr(loader, "batch_size", None)

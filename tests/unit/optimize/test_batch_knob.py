@@ -49,3 +49,10 @@ def test_argv_with_batch_replaces_or_appends() -> None:
     )
     assert argv_with_batch(["--bs=8"], "--bs", 16) == ("--bs=16",)
     assert argv_with_batch(["--lr", "1"], "--batch-size", 8) == ("--lr", "1", "--batch-size", "8")
+
+
+def test_the_declared_default_beats_the_observed_first_dimension() -> None:
+    # pytorch/examples word_language_model: inputs are (bptt=35, batch=20).
+    source = "parser.add_argument('--batch_size', type=int, default=20, metavar='N',\n"
+    knob = find_knob([], source, [], 35)
+    assert (knob.kind, knob.batch, knob.option) == ("argument", 20, "--batch_size")
