@@ -41,6 +41,7 @@ from perfdoctor.diagnose import Diagnosis
 from perfdoctor.model import RunManifest, Target
 from perfdoctor.optimize import batch_fit
 from perfdoctor.optimize.batch_knob import (
+    ACCUMULATE_ENV,
     BATCH_ENV,
     BATCH_FROM_ENV,
     BatchKnob,
@@ -143,19 +144,21 @@ class _Planner:
         self.notes: list[str] = []
 
     def run(
-        self, batch: int, extra: Sequence[str] = (), *, repeat: int = 1
+        self, batch: int, extra: Sequence[str] = (), *, repeat: int = 1, accumulate: int = 1
     ) -> tuple[RunSample | None, BatchProbe | None, str]:
-        """One child run at `batch` with `extra` fixes; its sample, probe and directory."""
+        """One child run at `batch` with `extra` fixes (and `accumulate` micro-batches per
+        optimizer step); its sample, probe and directory."""
         assert self.knob.batch is not None
-        label = "+".join([f"batch-{batch}", *extra])
-        env: dict[str, str] = {}
+        head = f"batch-{batch}" + (f"x{accumulate}" if accumulate > 1 else "")
+        label = "+".join([head, *extra])
+        env: dict[str, str] = {ACCUMULATE_ENV: str(accumulate)} if accumulate > 1 else {}
         target = None
         if self.knob.kind == "argument" and self.knob.option is not None:
             target = replace(
                 self.target, argv=argv_with_batch(self.target.argv, self.knob.option, batch)
             )
         elif batch != self.knob.batch:
-            env = {BATCH_ENV: str(batch), BATCH_FROM_ENV: str(self.knob.batch)}
+            env.update({BATCH_ENV: str(batch), BATCH_FROM_ENV: str(self.knob.batch)})
         self.runner.run(
             label,
             (APPLIER, *extra),
@@ -323,7 +326,7 @@ def plan_batch(
         plan.best_batch = best.batch
         if keep_effective:
             plan.accumulation_steps = batch_fit.accumulation_steps(effective, best.batch)
-        _confirm(planner, plan, b0, best.batch, samples)
+        _confirm(planner, plan, b0, best.batch, plan.accumulation_steps or 1)
     _fit_options(planner, plan, fit, limit, effective, points, samples)
     if planner.notes:
         plan.notes = planner.notes
@@ -367,9 +370,9 @@ def _snapshot_activations(diagnosis: Diagnosis, batch: int) -> float | None:
     return activations / batch if activations and batch else None
 
 
-def _confirm(
-    planner: _Planner, plan: BatchPlan, b0: int, best: int, samples: dict[int, RunSample]
-) -> None:
+def _confirm(planner: _Planner, plan: BatchPlan, b0: int, best: int, accumulate: int) -> None:
+    """The fastest batch against the script's, in paired re-runs (A B, then B A). With
+    --keep-effective-batch the faster one runs with its gradient accumulation."""
     if best == b0:
         plan.confirmation = "the script's own batch is the fastest measured within memory"
         return
@@ -378,7 +381,8 @@ def _confirm(
     for r in range(planner.rounds):
         order = (b0, best) if r % 2 == 0 else (best, b0)
         for batch in order:
-            sample, _, _ = planner.run(batch, repeat=r + 2)
+            acc = accumulate if batch == best else 1
+            sample, _, _ = planner.run(batch, repeat=r + 2 if acc == 1 else r + 1, accumulate=acc)
             if sample is not None:
                 (base_runs if batch == b0 else best_runs).append(sample)
     speed = estimate_speedup(
@@ -438,7 +442,7 @@ def _fit_options(
                 note=refused,
             )
         )
-    options.append(_accumulation(plan, wanted, limit, points, base_peak, base_speed))
+    options.append(_accumulation(planner, wanted, limit, points, base_peak, base_speed))
     if importlib.util.find_spec("bitsandbytes") is None:
         options.append(
             BatchPlanOption(
@@ -462,7 +466,7 @@ def _refusal(sample: RunSample | None, opt_id: str) -> str | None:
 
 
 def _accumulation(
-    plan: BatchPlan,
+    planner: _Planner,
     wanted: int,
     limit: int,
     points: Sequence[BatchPlanPoint],
@@ -470,8 +474,8 @@ def _accumulation(
     base_speed: float | None,
 ) -> BatchPlanOption:
     """Gradient accumulation keeps the wanted effective batch with micro-batches that fit:
-    its memory and speed are the micro-batch's own run (the optimizer then steps once per
-    k micro-batches, so its samples/s is, if anything, a little better than measured)."""
+    the largest measured batch within the limit that divides it, run with k micro-batches
+    per optimizer step (collect/appliers/batch.py)."""
     micro = [
         p
         for p in points
@@ -479,7 +483,7 @@ def _accumulation(
         and p.peak_bytes
         and p.peak_bytes <= limit
         and p.batch < wanted
-        and wanted % p.batch == 0
+        and batch_fit.accumulation_steps(wanted, p.batch) is not None
     ]
     if not micro:
         return BatchPlanOption(
@@ -489,15 +493,18 @@ def _accumulation(
         )
     best = max(micro, key=lambda p: p.batch)
     steps = wanted // best.batch
+    sample, probe, _ = planner.run(best.batch, accumulate=steps)
+    peak, speed = planner.peak(sample, probe), _samples_s(sample)
     return BatchPlanOption(
         id="grad-accumulation",
         batch=best.batch,
-        peak_bytes=best.peak_bytes,
-        saved_bytes=(base_peak - best.peak_bytes) if base_peak and best.peak_bytes else None,
-        samples_s=best.samples_s,
-        time_cost_frac=(1 - best.samples_s / base_speed if best.samples_s and base_speed else None),
-        fits=True,
-        note=f"{steps} micro-batches of {best.batch} per optimizer step (measured at {best.batch})",
+        peak_bytes=peak,
+        saved_bytes=(base_peak - peak) if base_peak and peak else None,
+        samples_s=speed,
+        time_cost_frac=(1 - speed / base_speed) if speed and base_speed else None,
+        fits=peak <= limit if peak else None,
+        note=_refusal(sample, APPLIER)
+        or f"{steps} micro-batches of {best.batch} per optimizer step",
     )
 
 

@@ -352,6 +352,7 @@ class BatchProbe(_Record):
     cuda_max_reserved_bytes: int | None = None
     cuda_total_bytes: int | None = None  # the device's memory
     mem_available_bytes: int | None = None  # MemAvailable when the first step started
+    accumulate: int | None = None  # micro-batches per optimizer step (gradient accumulation)
 
 
 class BatchPlanPoint(_Record):

@@ -22,6 +22,9 @@ from typing import Any, Literal
 # The batch size a plan run's DataLoaders get, and the baseline batch they replace.
 BATCH_ENV = "PERFDOCTOR_BATCH_SIZE"
 BATCH_FROM_ENV = "PERFDOCTOR_BATCH_FROM"
+# Micro-batches per optimizer step in a plan run (gradient accumulation keeps the effective
+# batch); collect/appliers/batch.py.
+ACCUMULATE_ENV = "PERFDOCTOR_ACCUMULATE"
 # Spellings of a batch-size option, most specific first.
 BATCH_OPTIONS = (
     "--batch-size",

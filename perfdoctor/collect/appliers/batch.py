@@ -14,6 +14,13 @@ Two jobs in one applier, because every plan run needs both:
   reserved, reset at the same moment. DataLoader worker processes have RSS of their own,
   not counted here (the parent's CPU samples hold them).
 
+- gradient accumulation: with PERFDOCTOR_ACCUMULATE=k, every optimizer built steps once
+  per k of the script's step() calls, with the summed gradients divided by k (the mean, as
+  `loss / k` would give), and zero_grad (the optimizer's or a module's) only after a real
+  step. The global step hooks fire inside the real step only, so a perfdoctor step is one
+  optimizer update of k micro-batches (backward calls counted between). Not exact where the
+  script clips gradient norms (it sees the sum) or steps an LR scheduler per call.
+
 Not switchable between steps: a DataLoader's batch size is fixed when its iterator starts
 (the sampler's batches are drawn by the iterator, and a script's argument is read once),
 so batch sizes are compared by re-runs (optimize/batch_fit.py, perfdoctor/batch_plan.py).
@@ -31,7 +38,7 @@ from torch.utils.data import DataLoader
 from perfdoctor import rundir
 from perfdoctor.collect.appliers.base import Applier, ApplyContext, one_line
 from perfdoctor.collect.appliers.data import LoaderPatch, _where
-from perfdoctor.optimize.batch_knob import BATCH_ENV, BATCH_FROM_ENV
+from perfdoctor.optimize.batch_knob import ACCUMULATE_ENV, BATCH_ENV, BATCH_FROM_ENV
 from perfdoctor.run_schema import BatchProbe, encode_line
 
 _KIB = 1024
@@ -91,6 +98,10 @@ class BatchSize(Applier):
         self.changed: list[str] = []
         ctx.runtime.on_step_start(self._on_step_start)
         ctx.runtime.on_finalize(self._write_probe)
+        self.accumulate = _int_env(ACCUMULATE_ENV) or 1
+        self.accumulating: list[_Accumulation] = []
+        if self.accumulate > 1:
+            self._install_accumulation(ctx)
         if self.target is None:
             self.probe.knob = "argument"
             self.mark_applied("batch set by the script's own argument; peaks measured")
@@ -115,6 +126,22 @@ class BatchSize(Applier):
         else:
             self.mark_applied(change)
         return {"batch_size": self.target}
+
+    def _install_accumulation(self, ctx: ApplyContext) -> None:
+        applier = self
+        original_init = torch.optim.Optimizer.__init__
+
+        def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, *args, **kwargs)
+            applier.accumulating.append(_Accumulation(optimizer, applier.accumulate))
+
+        def module_zero_grad(module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+            if not any(acc.between for acc in applier.accumulating):
+                original_zero_grad(module, *args, **kwargs)
+
+        ctx.patcher.patch(torch.optim.Optimizer, "__init__", init)
+        original_zero_grad = ctx.patcher.patch(torch.nn.Module, "zero_grad", module_zero_grad)
+        self.probe.accumulate = self.accumulate
 
     def _on_step_start(self, index: int) -> None:
         if self.started or os.getpid() != self.pid:
@@ -141,12 +168,52 @@ class BatchSize(Applier):
             self.note(f"batch_probe.json not written: {one_line(exc, 100)}")
 
     def verify(self, final: bool) -> tuple[bool, str] | None:
+        if self.accumulate > 1:
+            updates = sum(acc.updates for acc in self.accumulating)
+            if not updates:
+                missing = f"no optimizer update after {self.accumulate} micro-batches"
+                return (False, missing) if final else None
         if self.target is None:
             return True, "the script's argument sets the batch"
         if not self.changed:
             missing = "no DataLoader with the training batch size was built"
             return (False, missing) if final else None
         return True, self.changed[0]
+
+
+class _Accumulation:
+    """One optimizer stepping once per `k` of the script's step() calls."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, k: int) -> None:
+        self.k, self.calls, self.updates = k, 0, 0
+        step, zero_grad = optimizer.step, optimizer.zero_grad
+        acc = self
+
+        def accumulated_step(*args: Any, **kwargs: Any) -> Any:
+            if args or kwargs.get("closure") is not None:  # LBFGS-style: evaluate every time
+                return step(*args, **kwargs)
+            acc.calls += 1
+            if acc.calls % acc.k:
+                return None
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for param in group["params"]:
+                        if param.grad is not None:
+                            param.grad.div_(acc.k)
+            acc.updates += 1
+            return step(*args, **kwargs)
+
+        def accumulated_zero_grad(*args: Any, **kwargs: Any) -> None:
+            if not acc.between:
+                zero_grad(*args, **kwargs)
+
+        optimizer.step = accumulated_step  # type: ignore[method-assign]
+        optimizer.zero_grad = accumulated_zero_grad  # type: ignore[method-assign]
+
+    @property
+    def between(self) -> bool:
+        """Inside an accumulation: the gradients must be kept."""
+        return self.calls % self.k != 0
 
 
 APPLIERS: tuple[type[Applier], ...] = (BatchSize,)
