@@ -177,12 +177,15 @@ def _draw_curve(
     ax.set_xlabel("batch size")
     ax.set_ylabel("samples/s", color="#4c72b0")
     ax.set_xscale("log", base=2)
+    ax.set_xticks([b for b, _, _ in points], [str(b) for b, _, _ in points])
+    ax.minorticks_off()
     if best is not None:
         ax.axvline(best, color="#55a868", linestyle=":", linewidth=1)
     mem = ax.twinx()
     peaks = [(b, m / 2**20) for b, _, m in points if m is not None]
     mem.plot([b for b, _ in peaks], [m for _, m in peaks], marker="s", color="#dd8452")
     mem.set_ylabel("peak memory (MiB)", color="#dd8452")
+    mem.minorticks_off()
     if limit is not None and peaks and limit / 2**20 < 3 * max(m for _, m in peaks):
         mem.axhline(limit / 2**20, color="#c44e52", linestyle="--", linewidth=1)
 
