@@ -373,6 +373,7 @@ def _snapshot_activations(diagnosis: Diagnosis, batch: int) -> float | None:
 def _confirm(planner: _Planner, plan: BatchPlan, b0: int, best: int, accumulate: int) -> None:
     """The fastest batch against the script's, in paired re-runs (A B, then B A). With
     --keep-effective-batch the faster one runs with its gradient accumulation."""
+    plan.recommended_batch = b0
     if best == b0:
         plan.confirmation = "the script's own batch is the fastest measured within memory"
         return
@@ -392,6 +393,8 @@ def _confirm(planner: _Planner, plan: BatchPlan, b0: int, best: int, accumulate:
     plan.confirmation = f"{verdict}: samples/s {reason} (batch {best} against {b0})"
     if speed is not None:
         plan.confirmation_speedup, plan.confirmation_low = speed.speedup, speed.low
+    if verdict == "accepted":
+        plan.recommended_batch = best
     planner.sink.note(f"batch plan: {plan.confirmation}")
 
 

@@ -399,6 +399,7 @@ class BatchPlan(_Record):
     confirmation: str | None = None  # the paired A/B verdict on samples/s
     confirmation_speedup: float | None = None
     confirmation_low: float | None = None
+    recommended_batch: int | None = None  # best_batch when the A/B confirmed it, else the script's
     wanted_batch: int | None = None
     wanted_fits: bool | None = None
     options: list[BatchPlanOption] | None = None

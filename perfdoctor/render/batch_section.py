@@ -104,6 +104,14 @@ def batch_section(report: Report) -> BatchSection | None:
         lines.append(line + ".")
     if plan.get("confirmation"):
         lines.append(f"A/B: {plan['confirmation']}.")
+    recommended = plan.get("recommended_batch")
+    if recommended is not None and plan.get("best_batch") not in (None, b0):
+        lines.append(
+            f"Recommended: batch {recommended} (the A/B confirmed it)."
+            if recommended != b0
+            else f"Recommended: keep batch {b0}: the A/B did not confirm batch "
+            f"{plan['best_batch']} faster."
+        )
     if plan.get("wanted_batch") is not None and plan.get("wanted_fits") is False:
         lines.append(f"Batch {plan['wanted_batch']} does not fit; the ways to make it fit below.")
     lines += [str(n) for n in plan.get("notes") or ()]

@@ -73,6 +73,7 @@ def _plan(**changes: Any) -> dict[str, Any]:
         ],
         "best_batch": 64,
         "confirmation": "accepted: samples/s faster: 1.21x ± 0.08 (batch 64 against 32)",
+        "recommended_batch": 64,
         "wanted_batch": 32,
         "wanted_fits": True,
         "recipe_note": "A different batch size changes the training recipe: scale the LR.",
@@ -96,7 +97,7 @@ def test_every_format_shows_the_fit_the_check_the_curve_and_the_recipe(monkeypat
         assert "325.7 MiB + 2.9 MiB per sample" in text
         assert "Check at batch 128" in text and "-0.3%" in text
         assert "Fastest within memory: batch 64" in text
-        assert "1.21x" in text
+        assert "1.21x" in text and "Recommended: batch 64" in text
         assert "training recipe" in text
         assert "509.7 MiB" in text  # the peak at batch 64, in the curve
     assert "<svg" in render_html(report).split(TITLE, 1)[1]
@@ -164,3 +165,10 @@ def test_chart_needs_two_points() -> None:
     report = _report(_plan(curve=[_plan()["curve"][0]]))
     section = batch_section(report)
     assert section is not None and curve_svg(section) is None
+
+
+def test_an_unconfirmed_batch_is_not_recommended() -> None:
+    plan = _plan(
+        confirmation="rejected: samples/s within noise: 0.99x ± 0.36", recommended_batch=32
+    )
+    assert "Recommended: keep batch 32" in render_markdown(_report(plan))
