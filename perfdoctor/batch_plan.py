@@ -157,7 +157,7 @@ class _Planner:
             target = replace(
                 self.target, argv=argv_with_batch(self.target.argv, self.knob.option, batch)
             )
-        elif batch != self.knob.batch:
+        else:  # the DataLoader rebuilt, at the script's own batch too (its check then holds)
             env.update({BATCH_ENV: str(batch), BATCH_FROM_ENV: str(self.knob.batch)})
         self.runner.run(
             label,
