@@ -346,6 +346,10 @@ def _point(
     status = sample.status if sample is not None else "unreadable"
     if sample is not None and sample.usable and status not in ("batch_not_changed",):
         status = "completed"
+    elif sample is not None and not sample.usable:
+        # Out of memory, or the script's own failure at that batch (e.g. a divergent loss):
+        # the point is left out of the fit and the choice, and the report says why.
+        planner.notes.append(f"batch {batch}: the run ended {status}: {sample.error or '?'}")
     return BatchPlanPoint(
         batch=batch,
         run=rel,
