@@ -312,6 +312,20 @@ def plan_batch(
             )
     for p in points:
         p.predicted_bytes = fit.predict(p.batch)
+    refit = batch_fit.fit_memory(
+        [batch_fit.MemoryPoint(p.batch, p.peak_bytes) for p in points if p.peak_bytes and _ok(p)]
+    )
+    if refit is not None and refit.points > fit.points and limit is not None:
+        # The check's point joins the fit for the limit: a run at the predicted limit that
+        # went over it moves the limit down (the prediction's error stays as measured).
+        plan.fixed_bytes, plan.per_sample_bytes = refit.fixed_bytes, refit.per_sample_bytes
+        plan.fit_worst_residual_frac = refit.worst_residual_frac
+        plan.limit_batch = batch_fit.max_batch(refit, limit)
+        if plan.limit_batch != limit_batch:
+            planner.notes.append(
+                f"refitted with the check's run: the limit is batch {plan.limit_batch}, "
+                f"not {limit_batch}"
+            )
     points.sort(key=lambda p: p.batch)
     plan.curve = points
     effective = want_batch or b0
