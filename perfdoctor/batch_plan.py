@@ -318,13 +318,13 @@ def plan_batch(
     if refit is not None and refit.points > fit.points and limit is not None:
         # The check's point joins the fit for the limit: a run at the predicted limit that
         # went over it moves the limit down (the prediction's error stays as measured).
-        plan.fixed_bytes, plan.per_sample_bytes = refit.fixed_bytes, refit.per_sample_bytes
-        plan.fit_worst_residual_frac = refit.worst_residual_frac
+        # The model shown stays the one the check tested; the note gives the refit.
         plan.limit_batch = batch_fit.max_batch(refit, limit)
         if plan.limit_batch != limit_batch:
             planner.notes.append(
-                f"refitted with the check's run: the limit is batch {plan.limit_batch}, "
-                f"not {limit_batch}"
+                f"refitted with the check's run ({format_bytes(int(refit.fixed_bytes))} + "
+                f"{format_bytes(int(refit.per_sample_bytes))} per sample): the limit is "
+                f"batch {plan.limit_batch}, not {limit_batch}"
             )
     points.sort(key=lambda p: p.batch)
     plan.curve = points
