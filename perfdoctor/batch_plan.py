@@ -439,6 +439,7 @@ def _fit_options(
         return
     if at_wanted is None:
         at_wanted = _point(planner, wanted, "extra", samples)
+        at_wanted.predicted_bytes = fit.predict(wanted)
         points.append(at_wanted)
         points.sort(key=lambda p: p.batch)
     base_peak, base_speed = at_wanted.peak_bytes, at_wanted.samples_s
@@ -451,6 +452,9 @@ def _fit_options(
         peak = planner.peak(sample, probe)
         speed = _samples_s(sample)
         refused = _refusal(sample, opt_id)
+        if refused is not None:  # nothing changed: its figures would be the noise's
+            options.append(BatchPlanOption(id=opt_id, batch=wanted, note=refused))
+            continue
         options.append(
             BatchPlanOption(
                 id=opt_id,
@@ -460,7 +464,6 @@ def _fit_options(
                 samples_s=speed,
                 time_cost_frac=(1 - speed / base_speed) if speed and base_speed else None,
                 fits=peak <= limit if peak else None,
-                note=refused,
             )
         )
     options.append(_accumulation(planner, wanted, limit, points, base_peak, base_speed))
