@@ -252,21 +252,31 @@ def _straggler_cause(
     )
 
 
-def _contended_cpu_ranks(facts: Facts) -> str:
-    """The caveat for CPU ranks on a machine other processes kept busy: the ranks share its
-    cores with that load, so the scheduler, not the rank's work, can make one rank slower.
-    GPU ranks compute on their own devices, so the load does not explain their excess."""
-    others = num(facts, "cpu_other_busy_cores")
-    if flag(facts, "device_is_cuda") is True or others is None:
+def _contended_cpu_ranks(facts: Facts, t: Mapping[str, float]) -> str:
+    """The caveat for CPU ranks that competed for the cores: other processes kept the
+    machine busy, or the CPU was saturated during the steps (ranks, workers and other load
+    together). Then the scheduler, not the rank's work, can make one rank the slower one.
+    GPU ranks compute on their own devices, so CPU load does not explain their excess."""
+    if flag(facts, "device_is_cuda") is True:
         return ""
+    others = num(facts, "cpu_other_busy_cores")
     cores = num(facts, "cpu_cores_logical")
-    if others < busy_limit(cores):
+    util = num(facts, "cpu_util_mean_frac")
+    busy = others is not None and others >= busy_limit(cores)
+    saturated = util is not None and util >= t["saturated_cpu_frac"]
+    if not busy and not saturated:
         return ""
     of_cores = f" of {cores:.0f}" if cores else ""
+    load = (
+        f"Other processes kept {others:.1f}{of_cores} cores busy during these steps "
+        f"({BUSY_MACHINE})"
+        if busy and others is not None
+        else f"The CPU was {pct(util or 0.0)} busy during these steps"
+    )
     return (
-        f" Other processes kept {others:.1f}{of_cores} cores busy during these steps "
-        f"({BUSY_MACHINE}), and the ranks share those cores: a rank the scheduler gave less "
-        "CPU looks like a straggler. Re-run on a quiet machine before acting on this."
+        f" {load}, and the ranks compete for those cores: a rank the scheduler gave less "
+        "CPU looks like a straggler. Re-run on a quiet machine, or with fewer ranks than "
+        "cores, before acting on this."
     )
 
 
@@ -301,7 +311,7 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     cause, fixes = _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
-    contended = _contended_cpu_ranks(facts)
+    contended = _contended_cpu_ranks(facts, t)
     return Finding(
         rule_id=RANK_STRAGGLER,
         severity="info" if contended else severity_for_gain(frac, floor="warning"),
@@ -338,7 +348,11 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
                 "fastest_rank_backward_ms_p50",
                 "comm_peer_wait_ms_p50",
                 "world_size",
-                *(("cpu_other_busy_cores", "cpu_cores_logical") if contended else ()),
+                *(
+                    ("cpu_other_busy_cores", "cpu_util_mean_frac", "cpu_cores_logical")
+                    if contended
+                    else ()
+                ),
             ),
         ),
         optimizations=fixes,
@@ -430,6 +444,7 @@ RULES = (
             "rank_timed_steps_min",
             "device_is_cuda",
             "cpu_other_busy_cores",
+            "cpu_util_mean_frac",
             "cpu_cores_logical",
         ),
         thresholds={
@@ -439,6 +454,7 @@ RULES = (
             "data_share_of_excess": 0.5,
             "forward_share_of_excess": 0.5,
             "slow_node_forward_ratio": 1.25,
+            "saturated_cpu_frac": 0.9,
         },
         source=(
             "> 10% of the step: TraceML's straggler score warning, (worst rank - median rank) / "
@@ -452,7 +468,11 @@ RULES = (
             "at least 1 ms per step: below that, a balanced 2-rank gloo run on a shared 2-core "
             "machine read 0.4 ms (11% of a 3.5 ms step), one process's scheduling, not work; "
             "at least 3 timed steps on every rank (a choice here: a 2-rank run whose rank 1 "
-            "crashed after one timed step fired on that one step's 12.5 ms of data wait)"
+            "crashed after one timed step fired on that one step's 12.5 ms of data wait); "
+            "only a caveat (info) on CPU ranks when busy-machine's limit is crossed or the CPU "
+            "is >= 90% busy: a balanced 2-rank gloo run on this 2-core machine at load 10 "
+            "(2026-11-28) named rank 1 a straggler by 11.5 ms (89% of the step) with the CPU "
+            "100% busy"
         ),
         description=(
             "A rank whose own work per step (its step less its time in collectives, where "
