@@ -61,6 +61,10 @@ def _rate(value: Any) -> str:
     )
 
 
+def _fits(value: Any) -> str:
+    return "fits" if value is True else "does not fit" if value is False else ""
+
+
 def batch_section(report: Report) -> BatchSection | None:
     plan = (report.series or {}).get("batch_plan")
     if not isinstance(plan, Mapping):
@@ -145,7 +149,7 @@ def batch_section(report: Report) -> BatchSection | None:
                 _bytes(o.get("saved_bytes")),
                 _rate(o.get("samples_s")),
                 f"{cost:+.0%}" if cost is not None else "-",
-                str(o.get("note") or ("fits" if o.get("fits") else "")),
+                str(o.get("note") or _fits(o.get("fits"))),
             )
         )
     return BatchSection(

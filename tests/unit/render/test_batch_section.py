@@ -124,6 +124,12 @@ def test_options_when_the_wanted_batch_does_not_fit() -> None:
                 "fits": True,
             },
             {
+                "id": "amp-bf16",
+                "batch": 128,
+                "peak_bytes": 700 * 2**20,
+                "fits": False,
+            },
+            {
                 "id": "grad-accumulation",
                 "batch": 64,
                 "peak_bytes": 534413312,
@@ -141,6 +147,7 @@ def test_options_when_the_wanted_batch_does_not_fit() -> None:
         "| activation-checkpointing | 128 | 600.0 MiB | 95.0 MiB | 45.0 | +19% | fits |" in markdown
     )
     assert "2 micro-batches of 64" in markdown
+    assert "| amp-bf16 | 128 | 700.0 MiB | - | - | - | does not fit |" in markdown
 
 
 def test_a_script_whose_batch_cannot_change_gets_one_line() -> None:
