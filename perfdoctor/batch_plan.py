@@ -321,10 +321,15 @@ def plan_batch(
         # The model shown stays the one the check tested; the note gives the refit.
         plan.limit_batch = batch_fit.max_batch(refit, limit)
         if plan.limit_batch != limit_batch:
+            before = (
+                f"not {limit_batch}"
+                if limit_batch is not None
+                else "the fit alone saw no growth with the batch"
+            )
             planner.notes.append(
                 f"refitted with the check's run ({format_bytes(int(refit.fixed_bytes))} + "
                 f"{format_bytes(int(refit.per_sample_bytes))} per sample): the limit is "
-                f"batch {plan.limit_batch}, not {limit_batch}"
+                f"batch {plan.limit_batch}; {before}"
             )
     points.sort(key=lambda p: p.batch)
     plan.curve = points
