@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -23,6 +24,21 @@ if TYPE_CHECKING:
 
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: str | None, option: str) -> int | None:
+    """ "8GiB", "8G", "512MB", "1.5T", "4096" -> bytes (binary multiples: memory is counted
+    in them); None when not given."""
+    if value is None:
+        return None
+    match = _SIZE.match(value)
+    if match is None or float(match[1]) <= 0:
+        raise UsageError(f"{option} takes a size such as 8GiB or 512MiB, not {value!r}")
+    power = " kmgt".index(match[2].lower() or " ")
+    return int(float(match[1]) * 1024**power)
 
 
 def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
@@ -77,6 +93,10 @@ class ProfileArgs:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    plan_batch: bool = False
+    memory_limit: str | None = None
+    want_batch: int | None = None
+    keep_effective_batch: bool = False
 
     @classmethod
     def from_params(
@@ -120,6 +140,9 @@ class ProfileArgs:
             raise UsageError("--ab-budget must be a number of seconds above 0")
         split_ids(self.only, "--only")
         split_ids(self.skip, "--skip")
+        parse_bytes(self.memory_limit, "--memory-limit")
+        if self.want_batch is not None and self.want_batch < 1:
+            raise UsageError("--want-batch must be at least 1")
         self._check_nodes()
 
     def _check_nodes(self) -> None:
@@ -199,6 +222,10 @@ class ProfileArgs:
             round_budget_s=self.round_budget,
             in_process=self.in_process,
             ab_budget_s=self.ab_budget,
+            plan_batch=self.plan_batch,
+            memory_limit_bytes=parse_bytes(self.memory_limit, "--memory-limit"),
+            want_batch=self.want_batch,
+            keep_effective_batch=self.keep_effective_batch,
         )
 
 
@@ -318,6 +345,39 @@ def profile_options(
             "--rdzv-endpoint", "--rdzv_endpoint", metavar="HOST:PORT", help="HOST:PORT of node 0."
         ),
     ] = None,
+    plan_batch: Annotated[
+        bool,
+        typer.Option(
+            "--plan-batch",
+            help="Measure peak memory and samples/s per batch size: which batch fits, "
+            "which is fastest.",
+        ),
+    ] = False,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-limit",
+            metavar="SIZE",
+            help="--plan-batch: the peak memory allowed (e.g. 8GiB; default: the device's "
+            "memory, or the available RAM, less a margin).",
+        ),
+    ] = None,
+    want_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--want-batch",
+            metavar="N",
+            help="--plan-batch: the batch you want; when it does not fit, the ways to make "
+            "it fit are measured.",
+        ),
+    ] = None,
+    keep_effective_batch: Annotated[
+        bool,
+        typer.Option(
+            "--keep-effective-batch",
+            help="--plan-batch: keep the effective batch (gradient accumulation).",
+        ),
+    ] = False,
 ) -> None:
     """The declaration of `perfdoctor profile`'s options, for typer: each parameter is a
     ProfileArgs field of the same name (a unit test holds them equal). Never called."""

@@ -31,7 +31,7 @@ from perfdoctor.analyze.rank_table import rank_summaries
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
 from perfdoctor.analyze.series import series_for
-from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir, TargetNotFound
+from perfdoctor.errors import EXIT_INTERRUPTED, BadRunDir, CorruptArtifact, TargetNotFound
 from perfdoctor.model import (
     BaselineSummary,
     Facts,
@@ -57,6 +57,7 @@ from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
 from perfdoctor.rundir import (
     BASELINE_LABEL,
+    BATCH_PLAN_FILE,
     LATEST_LINK,
     REPORT_HTML,
     REPORT_JSON,
@@ -64,6 +65,7 @@ from perfdoctor.rundir import (
     SCHEMA_VERSION,
     SESSION_FILE,
     is_child_dir,
+    read_json,
     repeat_dirs,
     write_file,
 )
@@ -309,6 +311,20 @@ def _baseline_summary(
     )
 
 
+def _batch_plan(session_dir: Path) -> dict[str, Any] | None:
+    """batch_plan.json (--plan-batch, batch_plan.py) as plain JSON for the report's batch
+    section (render/batch_section.py); None when the session has none or it is unreadable."""
+    path = session_dir / BATCH_PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path)
+    except (OSError, ValueError, CorruptArtifact) as err:
+        log.warning("unreadable %s: %s", path, err)
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -332,6 +348,9 @@ def analyze_session(session_dir: Path) -> Report:
         for key, value in series_for(run).items():
             if value:
                 series.setdefault(key, {})[label] = value
+    batch_plan = _batch_plan(session_dir)
+    if batch_plan is not None:
+        series["batch_plan"] = batch_plan
 
     if session is not None:
         target = session.target

@@ -102,6 +102,11 @@ class ProfileOptions:
     # measurement; False measures every fix by re-runs.
     in_process: bool = True
     ab_budget_s: float = 60.0
+    # --plan-batch (batch_plan.py): peak memory and samples/s per batch size, after the rest.
+    plan_batch: bool = False
+    memory_limit_bytes: int | None = None  # --memory-limit: the peak the plan may reach
+    want_batch: int | None = None  # --want-batch: the batch the user wants to fit
+    keep_effective_batch: bool = False  # --keep-effective-batch
 
 
 @dataclass(frozen=True)
@@ -205,12 +210,14 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         runner.run_baseline_repeats(timing_runs)
 
     if baseline.status in FAILED_STATUSES or not options.apply or baseline.steps_seen == 0:
+        _plan_batch(runner, baseline)
         return _finish(runner, baseline)
 
     diagnosis = diagnose.diagnose_session(session_dir)
     candidates = diagnose.auto_candidates(diagnosis, only=options.only, skip=options.skip)
     if not candidates:
         sink.note("no optimization to try automatically for this run")
+        _plan_batch(runner, baseline, diagnosis)
         return _finish(runner, baseline)
 
     # The baseline's report first: stopping during the variants (which take most of the
@@ -256,7 +263,37 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
                 [VariantPlan(label=STACKED_LABEL, optimizations=tuple(accepted), stacked=True)],
                 baseline_first=True,
             )
+    _plan_batch(runner, baseline, diagnosis)
     return _finish(runner, baseline)
+
+
+def _plan_batch(
+    runner: _Runner, baseline: RunManifest, diagnosis: diagnose.Diagnosis | None = None
+) -> None:
+    """--plan-batch after everything else (its runs come after the A/B rounds, so they pair
+    with nothing); without it, a finding of an applying session that the plan addresses is
+    pointed at it."""
+    from perfdoctor import batch_plan
+
+    options = runner.options
+    if baseline.status in FAILED_STATUSES or baseline.steps_seen == 0:
+        return
+    if not options.plan_batch:
+        if diagnosis is not None:
+            batch_plan.offer(diagnosis, runner.sink)
+        return
+    diagnosis = diagnosis or diagnose.diagnose_session(runner.session_dir)
+    batch_plan.plan_batch(
+        runner,
+        runner.sink,
+        diagnosis,
+        target=options.target,
+        cwd=options.cwd,
+        rounds=options.repeat,
+        memory_limit=options.memory_limit_bytes,
+        want_batch=options.want_batch,
+        keep_effective=options.keep_effective_batch,
+    )
 
 
 def coupled_variant(sizings: dict[str, Sizing], candidates: Sequence[str]) -> VariantPlan | None:
@@ -405,19 +442,24 @@ class _Runner:
         planned_runs: int,
         extra_round: tuple[int, int] | None = None,
         ab: ABDesign | None = None,
+        target: Target | None = None,
+        env: dict[str, str] | None = None,
+        profile: bool = True,
     ) -> RunManifest:
         """One child run. `extra_round`: (round, most rounds) when it belongs to an extra
-        A/B round, for the progress display; `ab`: an in-process A/B run's design."""
+        A/B round, for the progress display; `ab`: an in-process A/B run's design;
+        `target`, `env`, `profile`: a --plan-batch run's argv, batch and no profiler
+        (batch_plan.py)."""
         from perfdoctor.collect.launcher import launch
 
         run_dir = child_dir(self.session_dir, label, repeat)
         run_dir.mkdir(parents=True, exist_ok=True)
         # One trace per variant is enough; repeats only time, and an A/B run switches arms.
-        profiled = repeat == 1 and ab is None
+        profiled = repeat == 1 and ab is None and profile
         plan = self.options.plan if profiled else replace(self.options.plan, profiled_steps=0)
         spec = RunSpec(
             label=label,
-            target=self.options.target,
+            target=target or self.options.target,
             cwd=str(self.options.cwd),
             run_dir=str(run_dir),
             plan=plan,
@@ -425,7 +467,11 @@ class _Runner:
             optimizations=tuple(optimizations),
             profile=profiled and plan.profiled_steps > 0,
             nvtx=self.options.nvtx,
-            env={**_env_for(optimizations), **sizing_env(optimizations, self.sizings)},
+            env={
+                **_env_for(optimizations),
+                **sizing_env(optimizations, self.sizings),
+                **(env or {}),
+            },
             run_to_end=self.options.run_to_end and ab is None,
             ab=ab,
         )

@@ -357,6 +357,80 @@ class Observations(_Record):
     nonfinite_losses: int | None = None  # steps whose loss was NaN/inf
 
 
+# --------------------------------------------------------------------------- batch planning
+
+
+class BatchProbe(_Record):
+    """batch_probe.json: the peaks of one --plan-batch child run (collect/appliers/batch.py).
+    The RSS peaks are the kernel's high-water mark (VmHWM), reset when the first step
+    starts, so the setup (imports, loading the data) and the training are apart."""
+
+    batch_size: int | None = None  # what the run asked for (None: the script's own)
+    knob: str | None = None  # "argument" or "dataloader": how the batch was changed
+    rss_setup_peak_bytes: int | None = None  # VmHWM before the first step
+    rss_train_peak_bytes: int | None = None  # VmHWM from the first step to the end
+    rss_reset: bool | None = None  # the high-water mark could be reset (else whole process)
+    cuda_max_allocated_bytes: int | None = None  # from the first step (reset there)
+    cuda_max_reserved_bytes: int | None = None
+    cuda_total_bytes: int | None = None  # the device's memory
+    mem_available_bytes: int | None = None  # MemAvailable when the first step started
+    accumulate: int | None = None  # micro-batches per optimizer step (gradient accumulation)
+
+
+class BatchPlanPoint(_Record):
+    batch: int  # the batch size the run trained with
+    run: str | None = None  # the child run directory, relative to the session
+    samples_s: float | None = None  # samples per second at the median step
+    peak_bytes: int | None = None  # the peak the fit uses (RSS train peak, or CUDA reserved)
+    predicted_bytes: float | None = None  # the fit's prediction at this batch
+    role: str | None = None  # "fit", "verify" or "extra"
+    status: str | None = None  # the run's status ("completed", "script_crashed", ...)
+
+
+class BatchPlanOption(_Record):
+    id: str  # "amp-bf16", "activation-checkpointing", "grad-accumulation", ...
+    batch: int  # the batch it was measured at
+    peak_bytes: int | None = None
+    saved_bytes: int | None = None  # against the same batch without it
+    samples_s: float | None = None
+    time_cost_frac: float | None = None  # samples/s lost (+) or gained (-) against without
+    fits: bool | None = None  # its peak is within the limit
+    note: str | None = None
+
+
+class BatchPlan(_Record):
+    """batch_plan.json (session directory): what --plan-batch measured and chose."""
+
+    knob: str  # "argument", "dataloader" or "none"
+    knob_detail: str  # how the batch is changed, or why it cannot be
+    script_batch: int | None = None
+    device: str | None = None  # "cpu" or "cuda"
+    peak_kind: str | None = None  # what the peaks are: "rss" or "cuda_reserved"
+    limit_bytes: int | None = None
+    limit_source: str | None = None
+    fixed_bytes: float | None = None
+    per_sample_bytes: float | None = None
+    fit_worst_residual_frac: float | None = None
+    activations_per_sample_bytes: float | None = None  # from the baseline's memory snapshot
+    limit_batch: int | None = None  # the largest batch predicted to fit
+    verify_batch: int | None = None
+    verify_why: str | None = None
+    verify_error_frac: float | None = None  # (predicted - measured) / measured
+    curve: list[BatchPlanPoint] | None = None
+    best_batch: int | None = None
+    confirmation: str | None = None  # the paired A/B verdict on samples/s
+    confirmation_speedup: float | None = None
+    confirmation_low: float | None = None
+    recommended_batch: int | None = None  # best_batch when the A/B confirmed it, else the script's
+    wanted_batch: int | None = None
+    wanted_fits: bool | None = None
+    options: list[BatchPlanOption] | None = None
+    keep_effective_batch: bool | None = None
+    accumulation_steps: int | None = None  # micro-batches per step that keep the effective
+    recipe_note: str | None = None
+    notes: list[str] | None = None
+
+
 # --------------------------------------------------------------------------- progress.jsonl
 
 

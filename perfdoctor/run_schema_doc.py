@@ -27,6 +27,8 @@ FILES: tuple[tuple[str, Any], ...] = (
     ("steps.jsonl (one row per line)", StepRecord),
     ("progress.jsonl (one row per line)", run_schema.ProgressRow),
     ("samples.jsonl (one row per line, by `kind`)", run_schema.SampleRow),
+    ("batch_probe.json (--plan-batch runs)", run_schema.BatchProbe),
+    ("batch_plan.json (session, --plan-batch)", run_schema.BatchPlan),
 )
 
 

@@ -359,6 +359,16 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="any",
         numerics_tolerance="data-order",
     ),
+    _runtime(
+        id="batch-size",
+        title="Batch size chosen by --plan-batch",
+        risk="changes the training recipe (learning rate scaling, BatchNorm statistics)",
+        code_change="DataLoader(ds, batch_size=<planned>, ...)  # or --batch-size <planned>",
+        applies_when="only under --plan-batch: it measures peak memory and samples/s per batch",
+        device="any",
+        verify="the training DataLoader's batch_size is the planned one",
+        numerics_tolerance="data-order",
+    ),
     _manual(
         id="grad-accumulation",
         title="Smaller micro-batches with gradient accumulation",

@@ -12,7 +12,14 @@ import html
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLocation
-from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
+from perfdoctor.render import (
+    batch_section,
+    compute_section,
+    gpu_view,
+    loop_section,
+    measurement,
+    summary,
+)
 from perfdoctor.render import format as fmt
 from perfdoctor.render.charts import Chart, build_charts
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
@@ -117,6 +124,7 @@ def render_html(report: Report) -> str:
             _gpu(report),
             _memory(report),
             compute_section.html_block(report, esc, _table),
+            batch_section.html_section(report),
             _ranks(report),
             _loop(report),
             _findings(report),

@@ -12,7 +12,14 @@ import re
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Finding, Recommendation, Report
-from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
+from perfdoctor.render import (
+    batch_section,
+    compute_section,
+    gpu_view,
+    loop_section,
+    measurement,
+    summary,
+)
 from perfdoctor.render import format as fmt
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
@@ -59,6 +66,7 @@ def render_markdown(report: Report) -> str:
     lines += _gpu(report)
     lines += _memory(report)
     lines += compute_section.markdown_lines(report, md_text, _table)
+    lines += batch_section.markdown_lines(report)
     lines += _ranks(report)
     lines += _loop(report)
     lines += _findings(report)

@@ -19,7 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Finding, Recommendation, Report
-from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
+from perfdoctor.render import (
+    batch_section,
+    compute_section,
+    gpu_view,
+    loop_section,
+    measurement,
+    summary,
+)
 from perfdoctor.render import format as fmt
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
@@ -69,6 +76,9 @@ def render_terminal(report: Report, console: Console) -> None:
     compute = compute_section.terminal_panel(report)
     if compute is not None:
         console.print(compute)
+    batch = batch_section.terminal_panel(report)
+    if batch is not None:
+        console.print(batch)
     if report.ranks:
         console.print(_ranks_section(report))
     if loop_section.has_loop_section(report):

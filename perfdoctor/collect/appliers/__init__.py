@@ -15,6 +15,7 @@ from typing import Any
 from perfdoctor.collect.appliers import (
     allocator,
     backends,
+    batch,
     cpu,
     data,
     debug,
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 APPLIERS: dict[str, type[Applier]] = {
     cls.id: cls
-    for module in (precision, backends, transforms, data, optim, debug, cpu, allocator)
+    for module in (precision, backends, transforms, data, optim, debug, cpu, allocator, batch)
     for cls in module.APPLIERS
 }
 # Appliers that must install before others: the checkpoint wrapper has to sit inside the

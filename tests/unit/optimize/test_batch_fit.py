@@ -1,0 +1,115 @@
+"""Batch planning's arithmetic (optimize/batch_fit.py): the fit, the limit, the check's
+batch and the fastest batch within memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfdoctor.optimize import batch_fit
+from perfdoctor.optimize.batch_fit import CurvePoint, MemoryFit, MemoryPoint
+
+MIB = 2**20
+
+
+def test_fit_recovers_fixed_and_per_sample_and_predicts_an_unmeasured_batch() -> None:
+    # The figures of gpt_char_lm.py on the development machine (RSS train peaks).
+    points = [
+        MemoryPoint(16, 389_730_304),
+        MemoryPoint(32, 437_895_168),
+        MemoryPoint(64, 534_413_312),
+    ]
+    fit = batch_fit.fit_memory(points)
+    assert fit is not None and fit.points == 3
+    assert fit.per_sample_bytes == pytest.approx(3.01e6, rel=0.01)
+    assert fit.fixed_bytes == pytest.approx(341.5e6, rel=0.01)
+    assert fit.worst_residual_frac < 0.001
+    # batch 128 measured 729,485,312 bytes: within 15% (in fact 0.3%).
+    assert abs(batch_fit.prediction_error(fit.predict(128), 729_485_312)) < 0.01
+
+
+def test_fit_needs_two_distinct_batches_and_never_slopes_down() -> None:
+    assert batch_fit.fit_memory([MemoryPoint(8, 100), MemoryPoint(8, 120)]) is None
+    assert batch_fit.fit_memory([MemoryPoint(8, 100)]) is None
+    flat = batch_fit.fit_memory([MemoryPoint(8, 1000), MemoryPoint(16, 990)])
+    assert flat is not None and flat.per_sample_bytes == 0.0
+
+
+def test_limit_sources() -> None:
+    gib = 2**30
+    assert batch_fit.memory_limit_bytes(
+        on_cuda=True, device_total=80 * gib, available=None, user_limit=None
+    ) == (int(80 * gib * 0.95), "device memory less 5%")
+    assert batch_fit.memory_limit_bytes(
+        on_cuda=False, device_total=None, available=10 * gib, user_limit=None
+    )[0] == int(10 * gib * 0.9)
+    assert batch_fit.memory_limit_bytes(
+        on_cuda=False, device_total=None, available=10 * gib, user_limit=gib
+    ) == (gib, "--memory-limit")
+    assert (
+        batch_fit.memory_limit_bytes(
+            on_cuda=True, device_total=None, available=None, user_limit=None
+        )[0]
+        is None
+    )
+
+
+def test_max_batch() -> None:
+    fit = MemoryFit(100 * MIB, 10 * MIB, 3, 0.0)
+    assert batch_fit.max_batch(fit, 200 * MIB) == 10
+    assert batch_fit.max_batch(fit, 205 * MIB) == 10
+    assert batch_fit.max_batch(fit, 50 * MIB) == 0  # not even the fixed part fits
+    assert batch_fit.max_batch(MemoryFit(100 * MIB, 0.0, 2, 0.0), 200 * MIB) is None
+
+
+def test_measurement_batches() -> None:
+    assert batch_fit.measurement_batches(32) == (16, 32, 64)
+    assert batch_fit.measurement_batches(1) == (1, 2)
+    assert batch_fit.measurement_batches(3) == (2, 3, 6)
+
+
+def test_verification_batch_prefers_a_near_limit_else_an_unmeasured_size() -> None:
+    assert batch_fit.verification_batch(32, (16, 32, 64), 100) == (100, "at the predicted limit")
+    assert batch_fit.verification_batch(32, (16, 32, 64), 64) == (
+        63,
+        "just below the predicted limit",
+    )
+    far = batch_fit.verification_batch(32, (16, 32, 64), 6729)
+    assert far == (128, "a batch not measured for the fit")
+    assert batch_fit.verification_batch(32, (16, 32, 64), None) == (
+        128,
+        "a batch not measured for the fit",
+    )
+    assert batch_fit.verification_batch(32, (16, 32, 64), 0) is None
+
+
+def _curve() -> list[CurvePoint]:
+    return [
+        CurvePoint(16, 40.0, 390 * MIB),
+        CurvePoint(32, 55.0, 440 * MIB),
+        CurvePoint(64, 70.0, 530 * MIB),
+        CurvePoint(128, 90.0, 730 * MIB),
+    ]
+
+
+def test_fastest_within_memory_is_by_samples_per_second() -> None:
+    assert batch_fit.fastest_within(_curve(), None, 32).batch == 128  # type: ignore[union-attr]
+    # 128 does not fit under 600 MiB: 64 is the fastest that does.
+    assert batch_fit.fastest_within(_curve(), 600 * MIB, 32).batch == 64  # type: ignore[union-attr]
+    # A crashed run is never chosen.
+    curve = [*_curve()[:3], CurvePoint(128, 90.0, 730 * MIB, ok=False)]
+    assert batch_fit.fastest_within(curve, None, 32).batch == 64  # type: ignore[union-attr]
+    assert batch_fit.fastest_within(_curve(), 100 * MIB, 32) is None
+
+
+def test_the_script_batch_stays_unless_another_beats_it_clearly() -> None:
+    curve = [CurvePoint(32, 100.0, 10), CurvePoint(64, 104.0, 20)]
+    assert batch_fit.fastest_within(curve, None, 32).batch == 32  # type: ignore[union-attr]
+    curve = [CurvePoint(32, 100.0, 10), CurvePoint(64, 106.0, 20)]
+    assert batch_fit.fastest_within(curve, None, 32).batch == 64  # type: ignore[union-attr]
+
+
+def test_keep_effective_batch_only_takes_divisors() -> None:
+    best = batch_fit.fastest_within(_curve(), None, 32, keep_effective=64)
+    assert best is not None and best.batch == 64
+    assert batch_fit.accumulation_steps(64, 16) == 4
+    assert batch_fit.accumulation_steps(64, 48) is None
