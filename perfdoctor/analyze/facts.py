@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
@@ -72,6 +73,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_trace_facts(record))
     values.update(_rank_facts(record))
     values.update(_rank_comm_facts(record))
+    values.update(compile_facts(record))
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):

@@ -21,6 +21,7 @@ from perfdoctor.analyze.attribution import Attributor
 from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
+from perfdoctor.analyze.trace_compiled import CompiledRegions, compiled_regions
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_gpu import GpuSummary, summarize_gpu
 from perfdoctor.analyze.trace_index import find_steps
@@ -59,6 +60,7 @@ class TraceSummary:
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
     device_properties: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    compiled: CompiledRegions | None = None  # torch.compile'd regions (trace_compiled.py)
 
 
 def load_trace(path: Path, user_roots: Sequence[str | Path] = ()) -> TraceSummary:
@@ -122,4 +124,5 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
         notes=tuple(notes),
+        compiled=compiled_regions(ev, steps),
     )

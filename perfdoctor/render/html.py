@@ -15,6 +15,7 @@ from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLo
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.charts import Chart, build_charts
+from perfdoctor.render.compile_section import compile_html
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
 
@@ -116,6 +117,7 @@ def render_html(report: Report) -> str:
             _step(report),
             _gpu(report),
             _memory(report),
+            compile_html(report, esc),
             _ranks(report),
             _findings(report),
             _recommendations(report),

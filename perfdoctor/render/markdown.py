@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, measurement, summary
+from perfdoctor.render.compile_section import compile_markdown
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
@@ -58,6 +59,7 @@ def render_markdown(report: Report) -> str:
     lines += _step(report)
     lines += _gpu(report)
     lines += _memory(report)
+    lines += compile_markdown(report, md_text)
     lines += _ranks(report)
     lines += _findings(report)
     lines += _recommendations(report)

@@ -21,6 +21,7 @@ from rich.text import Text
 from perfdoctor.model import Finding, Recommendation, Report
 from perfdoctor.render import format as fmt
 from perfdoctor.render import gpu_view, measurement, summary
+from perfdoctor.render.compile_section import compile_panel
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
 MAX_WIDTH = 100
@@ -66,6 +67,9 @@ def render_terminal(report: Report, console: Console) -> None:
     memory = memory_section(report)
     if memory is not None:
         console.print(_memory_panel(memory))
+    compiled = compile_panel(report)
+    if compiled is not None:
+        console.print(compiled)
     if report.ranks:
         console.print(_ranks_section(report))
     if report.findings:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from perfdoctor.model import Facts
 from perfdoctor.rules import (
+    compile_cost,
     cpu,
     cudnn,
     debug,
@@ -44,6 +45,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *multigpu.RULES,
     *modeling.RULES,
     *jitter.RULES,
+    *compile_cost.RULES,
     *measurement.RULES,
 )
 
