@@ -101,8 +101,12 @@ def diagnose_compile(
     log: run_schema.CompileLog,
     regions: CompiledRegions | None,
     measured_steps: Sequence[int] = (),
+    profiled_scale: float | None = None,
 ) -> CompileDiagnosis:
-    """`measured_steps`: the step indices the run's figures are over (the timed steps)."""
+    """`measured_steps`: the step indices the run's figures are over (the timed steps).
+    `profiled_scale`: timed step / profiled step (medians). The profiler (with Python stacks)
+    slows eager Python more than compiled code, so eager time is priced as its share of the
+    profiled step, applied to the timed step."""
     frames = {f.compile_id: f for f in log.frames or [] if f.compile_id}
     measured = set(measured_steps)
 
@@ -111,7 +115,8 @@ def diagnose_compile(
         return (f.compile_s or 0.0) + (f.backward_compile_s or 0.0) if f else 0.0
 
     issues: list[CompileIssue] = []
-    eager = dict(regions.eager_ms_per_step) if regions else {}
+    scale = profiled_scale if profiled_scale and profiled_scale > 0 else 1.0
+    eager = {k: v * scale for k, v in regions.eager_ms_per_step.items()} if regions else {}
     entries = regions.entries_per_step if regions else {}
 
     # Graph breaks: one per (file, line, reason); priced by the eager time charged to every
@@ -248,7 +253,7 @@ def diagnose_compile(
         compile_s_total=all_s,
         compile_s_in_measured_steps=measured_s,
         measured_steps=n_measured,
-        compiled_ms_per_step=regions.compiled_ms_per_step if regions else None,
+        compiled_ms_per_step=regions.compiled_ms_per_step * scale if regions else None,
         eager_ms_per_step=(
             sum(v for k, v in eager.items() if k != ENTRY) if regions is not None else None
         ),
@@ -263,8 +268,9 @@ def _latest_failure(text: str) -> str:
     if text.startswith("["):
         try:
             items = json.loads(text)
-        except ValueError:
-            return text
+        except ValueError:  # cut short: the first string of the list
+            first = re.match(r'\[\s*"((?:[^"\\]|\\.)*)"', text)
+            return json.loads(f'"{first.group(1)}"') if first else text
         if isinstance(items, list) and items:
             return str(items[0])
     return text

@@ -19,6 +19,8 @@ COMPILE_FACTS = (
     "compile_time_s",
     "compile_top_issue",
     "compile_top_issue_ms_per_step",
+    "compile_top_break",
+    "compile_top_recompile",
     "cudagraph_skip_count",
 )
 
@@ -29,7 +31,10 @@ def compile_diagnosis(record: RunRecord) -> CompileDiagnosis | None:
         return None
     trace = record.trace
     regions = getattr(trace, "compiled", None) if trace is not None else None
-    return diagnose_compile(log, regions, [s.index for s in record.timed_steps])
+    timed = sorted(s.wall_ms for s in record.timed_steps if s.wall_ms is not None)
+    profiled = trace.step_ms_p50 if trace is not None else None
+    scale = timed[len(timed) // 2] / profiled if timed and profiled else None
+    return diagnose_compile(log, regions, [s.index for s in record.timed_steps], scale)
 
 
 def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) -> dict[str, Any]:
@@ -45,6 +50,10 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
     )
     top = d.issues[0] if d.issues and d.issues[0].cost_ms_per_step else None
 
+    def first(kind: str) -> str | None:
+        found = next((i for i in d.issues if i.kind == kind and i.cost_ms_per_step), None)
+        return f"{found.where} ({found.cause})" if found else None
+
     def frac(ms: float | None) -> float | None:
         return ms / step_ms if ms is not None and step_ms else None
 
@@ -59,6 +68,8 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
         "compile_time_s": d.compile_s_total,
         "compile_top_issue": f"{top.where} ({top.cause})" if top else None,
         "compile_top_issue_ms_per_step": top.cost_ms_per_step if top else None,
+        "compile_top_break": first("graph_break"),
+        "compile_top_recompile": first("recompile"),
         "cudagraph_skip_count": d.cudagraph_skips,
     }
 

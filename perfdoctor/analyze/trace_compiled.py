@@ -79,6 +79,8 @@ def compiled_regions(ev: TraceEvents, steps: Steps) -> CompiledRegions | None:
     graph_mask = ev.code_mask(lambda n: GRAPH_CALL.match(n) is not None)
     fwd_mask = ev.code_mask(lambda n: n == FORWARD_FN)
     bwd_mask = ev.code_mask(lambda n: n == BACKWARD_FN)
+    # Compiling (a recompile inside a profiled step) is dynamo_timed: not eager code.
+    compile_mask = ev.code_mask(lambda n: n.endswith("(dynamo_timed)"))
     acc_mask = ev.code_mask(lambda n: ACCUMULATE in n and n.startswith("autograd::engine"))
     windows = list(zip(steps.starts.tolist(), steps.ends.tolist(), strict=True))
     if not windows:
@@ -86,7 +88,12 @@ def compiled_regions(ev: TraceEvents, steps: Steps) -> CompiledRegions | None:
     eager: dict[str, float] = defaultdict(float)
     entries: dict[str, float] = defaultdict(float)
     compiled = region_total = unattributed = 0.0
-    codes, ts, end, tid = ops.name, ops.ts, ops.end, ops.tid
+    # Graph calls are cpu_op or user_annotation rows depending on the profiler's settings.
+    ann = ev.annotations
+    codes = np.concatenate([ops.name, ann.name])
+    ts = np.concatenate([ops.ts, ann.ts])
+    end = np.concatenate([ops.end, ann.end])
+    tid = np.concatenate([ops.tid, ann.tid])
     is_region = np.isin(codes, np.fromiter(region_codes, dtype=np.int32))
     for lo, hi in windows:
         inside = (ts >= lo) & (end <= hi)
@@ -94,7 +101,7 @@ def compiled_regions(ev: TraceEvents, steps: Steps) -> CompiledRegions | None:
             rows = np.flatnonzero(inside & (tid == thread))
             rows = rows[np.argsort(ts[rows], kind="stable")]
             f_eager, f_entries, f_graph, f_region, between = _forward(
-                rows, codes, ts, end, region_codes, graph_mask, fwd_mask
+                rows, codes, ts, end, region_codes, graph_mask, fwd_mask, compile_mask
             )
             for k, v in f_eager.items():
                 eager[k] += v
@@ -127,6 +134,7 @@ def _forward(
     region_codes: dict[int, str],
     graph_mask: np.ndarray,
     fwd_mask: np.ndarray,
+    compile_mask: np.ndarray,
 ) -> tuple[dict[str, float], dict[str, float], float, float, list[list[str]]]:
     """Eager segments of one thread's compiled regions in one step. Also, for the forward
     graphs that have a backward (inside a CompiledFunction), in order: the breaks charged
@@ -137,6 +145,7 @@ def _forward(
     regions: list[_Region] = []
     graphs: list[tuple[float, float, _Region]] = []
     autograd_fns: list[tuple[float, float]] = []
+    compiling: list[tuple[float, float]] = []
     for r in rows.tolist():
         t0, t1, code = float(ts[r]), float(end[r]), int(codes[r])
         while stack and stack[-1].end <= t0:
@@ -154,11 +163,14 @@ def _forward(
             graphs.append((t0, t1, owner))
         elif fwd_mask[code] and stack:
             autograd_fns.append((t0, t1))
+        elif compile_mask[code] and stack:
+            compiling.append((t0, t1))
     tops = [r for r in regions if r.parent is None]
     charges: list[tuple[float, str]] = []
     for top in tops:
         inner = [r for r in regions if top.ts <= r.ts < top.end]
         own = [g for g in graphs if top.ts <= g[0] < top.end]
+        own += [(a, b, top) for a, b in compiling if top.ts <= a < top.end]
         cuts = sorted(
             {top.ts, top.end}
             | {r.ts for r in inner}
@@ -187,7 +199,7 @@ def _forward(
         ]
         for j in range(len(with_backward) - 1)
     ]
-    graph_total = sum(g[1] - g[0] for g in graphs)
+    graph_total = sum(g[1] - g[0] for g in graphs)  # compiling is in neither total
     region_total = sum(t.end - t.ts for t in tops)
     return dict(eager), dict(entries), graph_total, region_total, between
 

@@ -14,6 +14,7 @@ Sources, each guarded (absent in some torch versions, then that part is just mis
 
 from __future__ import annotations
 
+import json
 import linecache
 import logging
 import re
@@ -132,7 +133,7 @@ class CompileWatch:
                 return
         art = metadata.get("artifact")
         if isinstance(art, dict) and art.get("name") in _ARTIFACTS:
-            text = payload if isinstance(payload, str) else ""
+            text = _newest(payload if isinstance(payload, str) else "")
             row = {"compile_id": cid, "step": self._step(), "text": text[:MAX_TEXT]}
             where = _BREAK_AT.match(text)
             if where is not None:  # the line as written, for the report's before/after
@@ -188,6 +189,18 @@ class CompileWatch:
         data = self.result()
         if data is not None:
             rundir.write_json(run_dir / rundir.COMPILE_FILE, data)
+
+
+def _newest(text: str) -> str:
+    """With several cached graphs a recompile's reasons are a JSON list, one failure per
+    cached graph, the newest first: kept whole it would be cut mid-list by MAX_TEXT."""
+    if not text.startswith("["):
+        return text
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return text
+    return str(items[0]) if isinstance(items, list) and items else text
 
 
 def _compile_id(metadata: dict[str, Any]) -> str | None:

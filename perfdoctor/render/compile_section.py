@@ -33,8 +33,9 @@ _KIND = {
 COLUMNS = ("#", "what", "where", "cause", "cost/step", "per step", "compiles")
 PRICE_NOTE = (
     "Graph breaks are priced by the eager time between compiled graphs in the profiled steps "
-    "(the `Torch-Compiled Region` spans), forward and backward; recompiles by the compile "
-    "time spent inside the timed steps, per step. A train/eval switch compiles one graph "
+    "(the `Torch-Compiled Region` spans), forward and backward, as a share of the profiled "
+    "step applied to the timed step (the profiler slows eager Python more); recompiles by "
+    "the compile time spent inside the timed steps, per step. A train/eval switch compiles one graph "
     "per mode, once: it is listed, not priced as a cost inside training."
 )
 
@@ -84,8 +85,8 @@ def compile_section(report: Report) -> CompileSection | None:
             f"{fmt.seconds(d.get('compile_s_in_measured_steps'))} over "
             f"{d.get('measured_steps', 0)} steps",
         ),
-        ("in compiled graphs, per profiled step", fmt.ms(d.get("compiled_ms_per_step"))),
-        ("eager between graphs, per profiled step", fmt.ms(d.get("eager_ms_per_step"))),
+        ("in compiled graphs, per step", fmt.ms(d.get("compiled_ms_per_step"))),
+        ("eager between graphs, per step", fmt.ms(d.get("eager_ms_per_step"))),
     ]
     if d.get("cudagraph_skips"):
         figures.append(("cudagraph skips", str(d.get("cudagraph_skips"))))

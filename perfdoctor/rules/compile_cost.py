@@ -26,7 +26,7 @@ def check_graph_breaks(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if not sites or frac is None or frac < t["min_step_frac"]:
         return None
     ms = num(facts, "compile_break_eager_ms_per_step") or 0.0
-    top = text(facts, "compile_top_issue")
+    top = text(facts, "compile_top_break")
     return Finding(
         rule_id=GRAPH_BREAKS,
         severity=_severity(frac, t),  # type: ignore[arg-type]
@@ -54,7 +54,7 @@ def check_recompile_cost(facts: Facts, t: Mapping[str, float]) -> Finding | None
     if frac is None or frac < t["min_step_frac"]:
         return None
     ms = num(facts, "compile_recompile_ms_per_step") or 0.0
-    top = text(facts, "compile_top_issue")
+    top = text(facts, "compile_top_recompile")
     return Finding(
         rule_id=RECOMPILE_COST,
         severity=_severity(frac, t),  # type: ignore[arg-type]
@@ -106,7 +106,7 @@ RULES = (
         title="torch.compile graph breaks priced in step time",
         area="model",
         needs=("compile_graph_break_sites", "compile_break_step_frac"),
-        uses=("compile_break_eager_ms_per_step", "compile_top_issue"),
+        uses=("compile_break_eager_ms_per_step", "compile_top_break"),
         thresholds={"min_step_frac": 0.05, "critical_frac": 0.20},
         source=_SOURCE,
         description="Eager time between compiled graphs, charged to each graph break.",
@@ -121,7 +121,7 @@ RULES = (
             "compile_recompile_ms_per_step",
             "compile_recompiles",
             "compile_time_s",
-            "compile_top_issue",
+            "compile_top_recompile",
         ),
         thresholds={"min_step_frac": 0.05, "critical_frac": 0.20},
         source=_SOURCE,

@@ -10,6 +10,8 @@ measure what removing it buys (benchmarks/README.md, "Compile diagnosis: planted
 from __future__ import annotations
 
 import os
+import statistics
+import time
 
 import torch
 import torch.nn as nn
@@ -63,11 +65,15 @@ model.compile()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(128, 64)
 y = torch.randint(0, 10, (128,))
+times: list[float] = []
 for step in range(STEPS):
+    t0 = time.perf_counter()
     model.step = step
     model.step_t.fill_(step)
     loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
     opt.step()
-print("done", float(loss))
+    times.append((time.perf_counter() - t0) * 1000.0)
+# For benchmarks/compile_planted_ab.py: the median step after the first compiles.
+print(f"planted median_step_ms={statistics.median(times[5:] or times):.3f}")
