@@ -35,8 +35,8 @@ PRICE_NOTE = (
     "Graph breaks are priced by the eager time between compiled graphs in the profiled steps "
     "(the `Torch-Compiled Region` spans), forward and backward, as a share of the profiled "
     "step applied to the timed step (the profiler slows eager Python more); recompiles by "
-    "the compile time spent inside the timed steps, per step. A train/eval switch compiles one graph "
-    "per mode, once: it is listed, not priced as a cost inside training."
+    "the compile time spent inside the timed steps, per step. A train/eval switch compiles "
+    "one graph per mode, once: it is listed, not priced as a cost inside training."
 )
 
 

@@ -53,7 +53,7 @@ class Net(nn.Module):
                 h = h / 100.0
         h = self.mid(h)
         h = _smooth(h) if NO_DISABLE else smooth_eager(h)  # PLANTED BREAK 2
-        if NO_STORM:
+        if NO_STORM:  # noqa: SIM108 (the planted line stays on its own line)
             h = h * (1.0 + 0.0 * self.step_t)
         else:
             h = h * (1.0 + 0.0 * self.step)  # PLANTED STORM
