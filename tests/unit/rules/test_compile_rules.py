@@ -1,0 +1,56 @@
+"""The compile rules (rules/compile_cost.py) over the compile facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfdoctor.rules import compile_cost
+from perfdoctor.rules.engine import evaluate_rules
+
+from .factsets import make_facts
+
+
+def _run(**facts):
+    results = evaluate_rules(make_facts(**facts), compile_cost.RULES)
+    return {f.rule_id: f for f in results.findings}, {s.rule_id for s in results.skipped}
+
+
+@pytest.mark.parametrize(
+    ("frac", "severity"), [(0.04, None), (0.05, "warning"), (0.19, "warning"), (0.2, "critical")]
+)
+def test_graph_breaks_fire_from_five_percent_of_the_step(frac: float, severity: str | None) -> None:
+    found, _ = _run(
+        compile_graph_break_sites=2,
+        compile_break_step_frac=frac,
+        compile_break_eager_ms_per_step=frac * 100,
+        compile_top_break="train.py:53 (a torch.compiler.disable'd function)",
+    )
+    finding = found.get(compile_cost.GRAPH_BREAKS)
+    assert (finding.severity if finding else None) == severity
+    if finding:
+        assert "train.py:53" in finding.explanation
+        assert finding.gain.step_time_frac == pytest.approx(frac)
+
+
+def test_recompile_cost_names_the_costliest_recompile() -> None:
+    found, _ = _run(
+        compile_recompile_step_frac=0.3,
+        compile_recompile_ms_per_step=120.0,
+        compile_top_recompile="train.py:57 (a Python number that changes between calls)",
+    )
+    finding = found[compile_cost.RECOMPILE_COST]
+    assert finding.severity == "critical"
+    assert "train.py:57" in finding.explanation
+
+
+def test_cudagraph_skips_fire_on_any_skip() -> None:
+    found, _ = _run(cudagraph_skip_count=1)
+    assert compile_cost.CUDAGRAPH_SKIPS in found
+    found, _ = _run(cudagraph_skip_count=0)
+    assert compile_cost.CUDAGRAPH_SKIPS not in found
+
+
+def test_without_compile_facts_the_rules_are_skipped() -> None:
+    found, skipped = _run()
+    assert not found
+    assert {compile_cost.GRAPH_BREAKS, compile_cost.RECOMPILE_COST} <= skipped
