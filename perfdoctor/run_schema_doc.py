@@ -27,6 +27,7 @@ FILES: tuple[tuple[str, Any], ...] = (
     ("steps.jsonl (one row per line)", StepRecord),
     ("progress.jsonl (one row per line)", run_schema.ProgressRow),
     ("samples.jsonl (one row per line, by `kind`)", run_schema.SampleRow),
+    ("compile.json (when the script compiled anything)", run_schema.CompileLog),
 )
 
 

@@ -155,19 +155,19 @@ def diagnose_compile(
     groups: dict[tuple[str, str], list[tuple[run_schema.RecompileEvent, str, str | None]]] = (
         defaultdict(list)
     )
-    for ev in log.recompiles or []:
-        text = _latest_failure(ev.text or "")
+    for rev in log.recompiles or []:
+        text = _latest_failure(rev.text or "")
         m = _GUARD.search(text)
         guard = m.group(2).strip() if m else text.splitlines()[0] if text else "?"
         code = m.group(3) if m and m.group(3) else None
         key = re.sub(r"(==|!=|<=|>=|<|>)\s*-?[\w.]+", r"\1 …", guard)
-        groups[(_frame_of(ev.compile_id), key)].append((ev, guard, code))
+        groups[(_frame_of(rev.compile_id), key)].append((rev, guard, code))
     n_measured = len(measured)
     for (_, key), rows in groups.items():
         ev0, guard, code_part = rows[0]
         text = _latest_failure(ev0.text or "")
         loc = _LOC.search(text)
-        file, line = (loc.group(1), int(loc.group(2))) if loc else (None, None)
+        rfile, rline = (loc.group(1), int(loc.group(2))) if loc else (None, None)
         code = _code_of(code_part, text)
         fix = recompile_fix(guard, code)
         cids = tuple(sorted({e.compile_id for e, _, _ in rows if e.compile_id}))
@@ -181,8 +181,8 @@ def diagnose_compile(
                 kind="recompile",
                 cause=fix.cause,
                 reason=f"guard failed: {key}",
-                file=file,
-                line=line,
+                file=rfile,
+                line=rline,
                 code=code,
                 fix=fix.advice,
                 rewritten=fix.rewritten,

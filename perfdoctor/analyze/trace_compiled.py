@@ -182,10 +182,10 @@ def _forward(
             mid = (a + b) / 2
             if any(g[0] <= mid < g[1] for g in own):
                 continue
-            owner = _innermost(inner, mid)
-            if owner is None:
+            inside = _innermost(inner, mid)
+            if inside is None:
                 continue
-            key = _charge(owner, a)
+            key = _charge(inside, a)
             eager[key] += b - a
             charges.append((a, key))
     with_backward = sorted(
