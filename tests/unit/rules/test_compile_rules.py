@@ -50,7 +50,15 @@ def test_cudagraph_skips_fire_on_any_skip() -> None:
     assert compile_cost.CUDAGRAPH_SKIPS not in found
 
 
-def test_without_compile_facts_the_rules_are_skipped() -> None:
-    found, skipped = _run()
-    assert not found
-    assert {compile_cost.GRAPH_BREAKS, compile_cost.RECOMPILE_COST} <= skipped
+def test_without_compile_facts_the_rules_are_skipped_saying_why() -> None:
+    facts = make_facts(
+        compile_graph_break_sites=None,
+        compile_break_step_frac=None,
+        compile_recompile_step_frac=None,
+        cudagraph_skip_count=None,
+    )
+    results = evaluate_rules(facts, compile_cost.RULES)
+    assert not results.findings
+    reasons = {s.rule_id: s.reason for s in results.skipped}
+    assert set(reasons) == {r.id for r in compile_cost.RULES}
+    assert all("did not run torch.compile" in r for r in reasons.values())
