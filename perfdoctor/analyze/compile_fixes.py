@@ -98,7 +98,9 @@ _SIZE = re.compile(r"size mismatch|tensor '.*' (size|stride)|\.size\(\)\[\d+\]",
 
 
 def recompile_fix(guard: str, code: str | None) -> Fix:
-    if re.search(r"\.training\b", guard):
+    # model.eval() flips `training`; torch.no_grad() for the evaluation flips the global
+    # grad mode (dynamo's global-state guard): either way one graph per mode, compiled once.
+    if re.search(r"\.training\b|grad_mode|GLOBAL_STATE", guard):
         return Fix(
             "train/eval switch",
             "expected: one graph per mode, each compiled once; no action",

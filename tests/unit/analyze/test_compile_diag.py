@@ -137,3 +137,25 @@ def test_profiled_eager_time_is_scaled_to_the_timed_step() -> None:
     d = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15), profiled_scale=0.5)
     disable = next(i for i in d.issues if i.where == "train.py:53")
     assert disable.cost_ms_per_step == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "0/0: L['self'].training == False   # x = self.net(x)",
+        "0/0: GLOBAL_STATE changed: grad_mode    # logits, loss = model(X, Y)",
+    ],
+)
+def test_an_evaluation_in_the_loop_is_a_mode_switch(guard: str) -> None:
+    log = run_schema.compile_log(
+        {
+            "frames": [
+                {"compile_id": "0/0", "step": 0, "compile_s": 5.0},
+                {"compile_id": "0/1", "step": 6, "compile_s": 5.0},
+            ],
+            "recompiles": [{"compile_id": "0/1", "step": 6, "text": guard}],
+        }
+    )
+    (issue,) = diagnose_compile(log, None, measured_steps=range(5, 15)).issues
+    assert issue.cause == "train/eval switch"
+    assert issue.cost_ms_per_step is None
