@@ -87,8 +87,10 @@ class CompileWatch:
         }
         self.dropped = 0
         self.handlers: list[tuple[logging.Logger, logging.Handler]] = []
+        self.unwrap: Callable[[], None] = lambda: None  # puts torch.compile back (tests)
 
     def install(self) -> bool:
+        self._wrap_compile()
         try:
             from torch._logging._internal import trace_log
         except ImportError:  # torch before the structured trace
@@ -100,11 +102,35 @@ class CompileWatch:
             self._add(logging.getLogger(name), _WarningHandler(self))
         return True
 
+    def _wrap_compile(self) -> None:
+        """Mark perfdoctor's global module hooks as frames dynamo never converts, the moment
+        the script first calls torch.compile (nn.Module.compile calls it too). Under
+        torch.compile(module) the wrapper's eager __call__ runs global hooks with dynamo's
+        frame callback set: dynamo compiled them as frames of their own (0 ops) and
+        recompiled them on every grad-mode switch (nanoGPT's evaluation under no_grad).
+        Inside a traced forward they are still inlined (they return while compiling)."""
+        import torch
+
+        original = torch.compile
+        if getattr(original, "_perfdoctor_wrapped", False):
+            return
+
+        def compile_skipping_our_hooks(*args: Any, **kwargs: Any) -> Any:
+            skip_our_frames()
+            return original(*args, **kwargs)
+
+        compile_skipping_our_hooks._perfdoctor_wrapped = True  # type: ignore[attr-defined]
+        compile_skipping_our_hooks.__wrapped__ = original  # type: ignore[attr-defined]
+        compile_skipping_our_hooks.__doc__ = original.__doc__
+        torch.compile = compile_skipping_our_hooks  # type: ignore[assignment]
+        self.unwrap = lambda: setattr(torch, "compile", original)
+
     def _add(self, logger: logging.Logger, handler: logging.Handler) -> None:
         logger.addHandler(handler)
         self.handlers.append((logger, handler))
 
     def uninstall(self) -> None:
+        """Stop recording (the compile wrapper stays: the script may compile again)."""
         for logger, handler in self.handlers:
             logger.removeHandler(handler)
         self.handlers.clear()
@@ -189,6 +215,47 @@ class CompileWatch:
         data = self.result()
         if data is not None:
             rundir.write_json(run_dir / rundir.COMPILE_FILE, data)
+
+
+_SKIPPED: set[Any] = set()
+
+
+def our_hook_codes() -> list[Any]:
+    """Code objects of perfdoctor's hooks that run on every module call."""
+    from perfdoctor.collect.probes_roots import RootFinder
+
+    return [RootFinder._global_pre.__code__, RootFinder._global_post.__code__]
+
+
+def skip_our_frames() -> None:
+    """Tell dynamo never to convert our hooks' frames, nor the frames they call: a recursive
+    skip (set_code_exec_strategy, 2.6+); before it, skip_code (the hook frame only)."""
+    try:
+        from torch._dynamo import eval_frame
+
+        skip = _recursive_skip(eval_frame) or getattr(eval_frame, "skip_code", None)
+        if skip is None:
+            import torch
+
+            skip = torch._C._dynamo.eval_frame.skip_code
+        for code in our_hook_codes():
+            if code not in _SKIPPED:
+                skip(code)
+                _SKIPPED.add(code)
+    except Exception:  # an older or newer dynamo without it: hooks still return at once
+        log.debug("could not mark perfdoctor's hooks as skipped frames", exc_info=True)
+
+
+def _recursive_skip(eval_frame: Any) -> Callable[[Any], None] | None:
+    setter = getattr(eval_frame, "set_code_exec_strategy", None)
+    try:
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:
+        return None
+    if setter is None:
+        return None
+    strategy = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    return lambda code: setter(code, strategy)
 
 
 def _newest(text: str) -> str:

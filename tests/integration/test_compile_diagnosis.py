@@ -33,19 +33,19 @@ def test_perfdoctors_hooks_add_no_graph_break_and_no_recompile(tmp_path: Path) -
     log = run_schema.compile_log(
         json.loads((session / rundir.BASELINE_LABEL / rundir.COMPILE_FILE).read_text())
     )
-    frames = [f.compile_id for f in log.frames or []]
-    assert frames, "dynamo compiled nothing"
-    assert all(cid.endswith("/0") for cid in frames), frames  # no recompile
+    frames = log.frames or []
+    assert any(f.graph_ops for f in frames), "dynamo captured nothing of the model"
     assert not log.graph_breaks, [b.text for b in log.graph_breaks or []]
-    assert not log.recompiles
     assert not (log.counters or {}).get("graph_break")
-    # Under torch.compile(module) the wrapper's eager __call__ runs the global module hooks
-    # with dynamo's frame callback set, so dynamo sees perfdoctor's hooks as frames of their
-    # own: they return at once while compiling (mechanics.md), so no op of theirs reaches a
-    # graph, and they neither break nor recompile anything.
-    ours = [f for f in log.frames or [] if "perfdoctor" in (f.co_filename or "")]
-    assert all(f.graph_ops == 0 for f in ours), ours
-    assert any(f.graph_ops for f in log.frames or [])  # the model itself was captured
+    # perfdoctor's global module hooks are never converted as frames of their own (under
+    # torch.compile(module) they were, and recompiled at each grad-mode switch).
+    ours = [f for f in frames if "perfdoctor" in (f.co_filename or "")]
+    assert not ours, ours
+    # The only recompiles are the script's own: the evaluation under no_grad recompiles
+    # each of its two compiled modules once, as it does without perfdoctor.
+    recompiled = [f for f in frames if not (f.compile_id or "").endswith("/0")]
+    assert len(recompiled) == 2, frames
+    assert all("grad_mode" in (r.text or "") for r in log.recompiles or [])
 
 
 def _line_of(marker: str) -> int:

@@ -1,5 +1,5 @@
-"""A compiled training loop, both ways users compile (torch.compile(module) and the in-place
-module.compile()), with the eager backend: dynamo traces perfdoctor's hooks exactly as with
+"""A compiled training loop with an evaluation in it, both ways users compile
+(torch.compile(module) and the in-place module.compile()), with the eager backend: dynamo traces perfdoctor's hooks exactly as with
 inductor, without C++ compiles. Used to prove the hooks add no graph break or recompile."""
 
 from __future__ import annotations
@@ -40,8 +40,13 @@ loader = torch.utils.data.DataLoader(
     batch_size=16,
 )
 for _ in range(4):
-    for x, y in loader:
+    for i, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(head(body(x)), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if i % 3 == 2:
+            with torch.no_grad():  # an evaluation in the loop: a grad-mode switch for dynamo
+                body.eval()
+                head(body(x))
+                body.train()

@@ -20,6 +20,7 @@ def watch():
     assert w.install()
     yield w
     w.uninstall()
+    w.unwrap()
     torch._dynamo.reset()
 
 
@@ -74,6 +75,7 @@ def test_nothing_compiled_writes_nothing(tmp_path) -> None:
     w = CompileWatch(lambda: 0)
     w.install()
     w.uninstall()
+    w.unwrap()
     w.write(tmp_path)
     assert not list(tmp_path.iterdir())
 
@@ -94,3 +96,11 @@ def test_nothing_compiled_writes_nothing(tmp_path) -> None:
 )
 def test_warnings_are_classified(message: str, kind: str | None) -> None:
     assert classify_warning(message) == kind
+
+
+def test_torch_compile_marks_perfdoctors_hooks_as_never_converted(watch) -> None:
+    from perfdoctor.collect import compile_watch
+
+    assert getattr(torch.compile, "_perfdoctor_wrapped", False)
+    torch.compile(_scaled, backend="eager")  # the first call marks them
+    assert set(compile_watch.our_hook_codes()) <= compile_watch._SKIPPED
