@@ -1,6 +1,7 @@
 """A compiled training loop with an evaluation in it, both ways users compile
 (torch.compile(module) and the in-place module.compile()), with the eager backend: dynamo
-traces perfdoctor's hooks exactly as with inductor, without C++ compiles. Used to prove the hooks add no graph break or recompile."""
+traces perfdoctor's hooks exactly as with inductor, without C++ compiles. Used to prove the
+hooks add no graph break or recompile."""
 
 from __future__ import annotations
 
