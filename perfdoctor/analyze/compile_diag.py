@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.compile_fixes import break_fix, cudagraph_fix, recompile_fix
-from perfdoctor.analyze.trace_compiled import ENTRY, CompiledRegions
+from perfdoctor.analyze.trace_compiled import CompiledRegions
 from perfdoctor.errors import CorruptArtifact
 
 Kind = Literal["graph_break", "recompile", "cudagraph_skip", "recompile_limit"]
@@ -168,6 +168,10 @@ def diagnose_compile(
         text = _latest_failure(ev0.text or "")
         loc = _LOC.search(text)
         rfile, rline = (loc.group(1), int(loc.group(2))) if loc else (None, None)
+        frame = frames.get(ev0.compile_id or "")
+        if rfile is None and frame is not None and frame.co_filename:
+            # A global-state guard (grad mode) names no line: the recompiled function's.
+            rfile, rline = frame.co_filename, frame.co_firstlineno
         code = _code_of(code_part, text)
         fix = recompile_fix(guard, code)
         cids = tuple(sorted({e.compile_id for e, _, _ in rows if e.compile_id}))
@@ -239,10 +243,15 @@ def diagnose_compile(
     notes: list[str] = []
     if regions is None:
         notes.append("no profiled compiled steps: graph breaks are counted, not priced")
-    if regions is not None and eager.get(ENTRY):
-        notes.append(
-            f"{eager[ENTRY]:.3f} ms/step entering compiled frames (guards), with or without breaks"
-        )
+    if regions is not None:
+        charged = {c for i in issues if i.kind == "graph_break" for c in i.compile_ids}
+        overhead = sum(v for k, v in eager.items() if k not in charged)
+        if overhead:
+            notes.append(
+                f"{overhead:.3f} ms/step of eager time inside compiled regions that no break "
+                "explains (guard checks, entering and leaving compiled frames, autograd "
+                "between graphs): there with or without breaks"
+            )
     if log.dropped:
         notes.append(f"{log.dropped} compile events not kept (over the cap)")
     return CompileDiagnosis(
@@ -255,7 +264,9 @@ def diagnose_compile(
         measured_steps=n_measured,
         compiled_ms_per_step=regions.compiled_ms_per_step * scale if regions else None,
         eager_ms_per_step=(
-            sum(v for k, v in eager.items() if k != ENTRY) if regions is not None else None
+            sum(i.cost_ms_per_step or 0.0 for i in issues if i.kind == "graph_break")
+            if regions is not None
+            else None
         ),
         cudagraph_skips=int(counters.get("inductor", {}).get("cudagraph_skips", 0)),
         notes=tuple(notes),

@@ -107,7 +107,9 @@ def test_breaks_and_recompiles_are_found_at_their_lines_priced_and_ranked() -> N
     assert "torch.compiler.disable" in disable.fix
     assert item.cost_ms_per_step == pytest.approx(0.5)
     assert item.rewritten == "    x = torch.where(h.max() > 1, <x as the branch changes it>, x)"
-    assert d.eager_ms_per_step == pytest.approx(2.6)  # guards of the first frame left out
+    # what the breaks were charged; 2/0's return path and the first frame's guards are not
+    assert d.eager_ms_per_step == pytest.approx(2.5)
+    assert any("0.150 ms/step" in n for n in d.notes)
     assert d.graph_breaks == 2 and d.recompiles == 10
 
 
@@ -151,7 +153,13 @@ def test_an_evaluation_in_the_loop_is_a_mode_switch(guard: str) -> None:
         {
             "frames": [
                 {"compile_id": "0/0", "step": 0, "compile_s": 5.0},
-                {"compile_id": "0/1", "step": 6, "compile_s": 5.0},
+                {
+                    "compile_id": "0/1",
+                    "step": 6,
+                    "compile_s": 5.0,
+                    "co_filename": "/proj/model.py",
+                    "co_firstlineno": 170,
+                },
             ],
             "recompiles": [{"compile_id": "0/1", "step": 6, "text": guard}],
         }
@@ -159,3 +167,4 @@ def test_an_evaluation_in_the_loop_is_a_mode_switch(guard: str) -> None:
     (issue,) = diagnose_compile(log, None, measured_steps=range(5, 15)).issues
     assert issue.cause == "train/eval switch"
     assert issue.cost_ms_per_step is None
+    assert issue.where == "model.py:170"  # the recompiled function, when the guard names no line
