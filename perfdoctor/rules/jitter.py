@@ -32,7 +32,9 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         hints.append("input shapes change (re-tuning or recompiling for each new shape)")
         optimizations.append("static-shapes")
         related = (SHAPE_CHANGES, RECOMPILATIONS)
-    elif (recompiles or 0) >= 1:
+    # compile.json, when there: recompiles that all ran before the measured steps do not
+    # make those steps uneven.
+    elif (recompiles or 0) >= 1 and num(facts, "compile_recompile_ms_per_step") != 0:
         # Shapes held still: blaming them would send the user padding batches for nothing.
         hints.append(
             f"torch.compile recompiled {recompiles:g} time(s) while the training input shapes "
@@ -170,6 +172,7 @@ RULES = (
             "step_ms_p90",
             "input_shape_changes",
             "recompile_count",
+            "compile_recompile_ms_per_step",
             "data_wait_frac",
             "cpu_other_busy_cores",
             "cpu_cores_logical",
