@@ -62,3 +62,22 @@ def test_without_compile_facts_the_rules_are_skipped_saying_why() -> None:
     reasons = {s.rule_id: s.reason for s in results.skipped}
     assert set(reasons) == {r.id for r in compile_cost.RULES}
     assert all("did not run torch.compile" in r for r in reasons.values())
+
+
+@pytest.mark.parametrize(("in_steps", "blamed"), [(0.0, False), (None, True), (40.0, True)])
+def test_jitter_names_recompiles_only_when_they_ran_in_the_measured_steps(
+    in_steps: float | None, blamed: bool
+) -> None:
+    from perfdoctor.rules import jitter
+
+    facts = make_facts(
+        step_jitter_ratio=2.5, recompile_count=1, compile_recompile_ms_per_step=in_steps
+    )
+    found = {f.rule_id: f for f in evaluate_rules(facts, jitter.RULES).findings}
+    assert ("recompiled" in found[jitter.STEP_JITTER].explanation) is blamed
+    recompiles = jitter.check_recompilations(
+        make_facts("gpu", recompile_count=3, compile_recompile_ms_per_step=in_steps),
+        {"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0},
+    )
+    assert recompiles is not None
+    assert ("inside training." in recompiles.explanation) is blamed
