@@ -237,7 +237,7 @@ def skip_our_frames() -> None:
         if skip is None:
             import torch
 
-            skip = torch._C._dynamo.eval_frame.skip_code
+            skip = getattr(torch._C._dynamo.eval_frame, "skip_code")  # noqa: B009 (older torch only)
         for code in our_hook_codes():
             if code not in _SKIPPED:
                 skip(code)
