@@ -57,19 +57,94 @@ def hta_view(path: Path) -> Any:
 
 
 def hta_view_of(ev: Any) -> Any:
-    """hta_view of an already parsed trace (TraceEvents)."""
+    """hta_view of an already parsed trace (TraceEvents).
+
+    HTA 0.5.0 filters only when the trace names two or more distinct ProfilerSteps; with
+    one or none it keeps the whole file: every GPU op, launched in the trace or not, over
+    first to last op (not the step's ops only). When it filters, the last step's start is
+    the latest ProfilerStep row among what HTA takes for CPU rows (no `stream` arg), and the
+    gpu_user_annotation copies of ProfilerStep on the GPU timeline are such rows: where the
+    GPU runs behind, the copy of the last step starts after the host's, and HTA keeps the
+    ops launched before it."""
     import numpy as np
 
     from perfdoctor.analyze.trace_gpu import summarize_gpu
     from perfdoctor.analyze.trace_index import Steps, find_steps
 
     steps = find_steps(ev)
-    if steps.count < 2:  # HTA filters nothing then
-        return summarize_gpu(ev, steps, hta_window=True)
-    last = np.array([float(steps.starts[-1])])
+    if len(set(steps.numbers)) < 2:  # HTA filters nothing then
+        empty = np.empty(0)
+        return summarize_gpu(ev, Steps((), empty, empty, empty, empty), hta_window=True)
+    last = np.array([max(float(steps.starts[-1]), _gpu_step_copies_last_start(ev))])
     everything = np.array([-np.inf])
     before_last = Steps((0,), everything, last, everything, last)
     return summarize_gpu(ev, before_last, launched_only=True, hta_window=True)
+
+
+def _gpu_step_copies_last_start(ev: Any) -> float:
+    """The latest start of a gpu_user_annotation copy of a ProfilerStep (-inf: none)."""
+    import numpy as np
+
+    from perfdoctor.analyze.trace_index import STEP_NAME, rows_named
+
+    table = ev.gpu_annotations
+    rows = rows_named(table, ev.code_mask(lambda n: STEP_NAME.match(n) is not None))
+    return float(table.ts[rows].max()) if rows.size else -np.inf
+
+
+# The five collective CPU ops torch-tb-profiler 0.4.3 calls Communication (event_parser.py).
+_TB_COMM_PREFIXES = ("nccl:", "gloo:")
+
+
+def tb_dataloader_us_per_step(ev: Any, runtime_seen: bool) -> float | None:
+    """The DataLoader figure as torch-tb-profiler 0.4.3 defines it (OverallParser): per
+    ProfilerStep, the DataLoader spans less the time a role of higher priority claims
+    (Kernel, Memcpy, Memset: any GPU op; Communication: nccl:/gloo: ops; Runtime: runtime
+    calls, only where the trace files them under the 2021 `Runtime` category it parses),
+    averaged over the steps. perfdoctor's own figure is the whole union of the spans, a
+    different quantity where they overlap those."""
+    import numpy as np
+
+    from perfdoctor.analyze import intervals
+    from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
+    from perfdoctor.analyze.trace_index import find_steps, rows_named
+
+    steps = find_steps(ev)
+    if not steps.count:
+        return None
+    ops = ev.cpu_ops
+    # Where tb gives a figure at all, the spans were 2021 `Operator` rows, which the parser
+    # files with the annotations (current traces' user_annotation spans tb drops: the tb
+    # harness reports no figure for them).
+    is_loader = ev.code_mask(lambda n: n.startswith(DATALOADER_PREFIXES))
+    spans = [(t, rows_named(t, is_loader)) for t in (ops, ev.annotations)]
+    if not any(rows.size for _, rows in spans):
+        return 0.0
+    dl_s, dl_e = intervals.union(
+        np.concatenate([t.ts[r] for t, r in spans]), np.concatenate([t.end[r] for t, r in spans])
+    )
+    comm = rows_named(ops, ev.code_mask(lambda n: n.startswith(_TB_COMM_PREFIXES)))
+    starts = [ev.gpu.ts, ops.ts[comm]]
+    ends = [ev.gpu.end, ops.end[comm]]
+    if runtime_seen:
+        starts.append(ev.runtime.ts)
+        ends.append(ev.runtime.end)
+    cl_s, cl_e = intervals.union(np.concatenate(starts), np.concatenate(ends))
+    left_s, left_e = intervals.subtract(dl_s, dl_e, cl_s, cl_e)
+    per_step = [
+        intervals.total(*intervals.clip(left_s, left_e, np.array([a]), np.array([b])))
+        for a, b in zip(steps.starts.tolist(), steps.ends.tolist(), strict=True)
+    ]
+    return float(np.mean(per_step))
+
+
+def tb_view(path: Path, ev: Any) -> dict[str, Any]:
+    """perfdoctor's events, counted as torch-tb-profiler counts them where it defines a
+    figure differently (like with like for oracle.py)."""
+    from perfdoctor.analyze.trace_events import read_trace_bytes
+
+    runtime_seen = b'"Runtime"' in read_trace_bytes(path)
+    return {"dataloader_us_per_step": tb_dataloader_us_per_step(ev, runtime_seen)}
 
 
 def fields() -> dict[str, list[str]]:
@@ -93,11 +168,15 @@ def main() -> int:
     try:
         if kind == "trace":
             from perfdoctor.analyze.trace import load_trace
+            from perfdoctor.analyze.trace_events import parse_trace
 
             summary = load_trace(path)
             got = plain(summary)
             got.pop("locations", None)  # source locations: large, not compared
-            got["hta_gpu"] = plain(hta_view(path))
+            got.pop("comm", None)  # per-collective details: not compared with the tools
+            ev = parse_trace(path)
+            got["hta_gpu"] = plain(hta_view_of(ev))
+            got["tb_view"] = plain(tb_view(path, ev))
         else:
             from perfdoctor.analyze.memory import load_memory
 

@@ -118,8 +118,12 @@ MAPPING: tuple[Pair, ...] = (
          "tb drops tail steps whose kernels it did not see"),
     Pair("tb_plugin", "step_us_avg", "derived:step_us_mean", "share",
          "tb: host ProfilerStep span, stretched to its kernels' end when runtime is seen"),
+    Pair("tb_plugin", "dataloader_us_per_step", "tb_view.dataloader_us_per_step", "share",
+         "tb: DataLoader spans inside steps less what Kernel > Memcpy > Memset > "
+         "Communication > Runtime claimed first (perfdoctor's events, tb's priority)"),
     Pair("tb_plugin", "dataloader_us_per_step", "derived:dataloader_us_per_step", "share",
-         "tb: union of enumerate(DataLoader)#*.__next__ spans inside steps"),
+         "a different quantity: perfdoctor's data wait is the whole union of the DataLoader "
+         "spans; tb's is what its priority order leaves of them", test=False),
     Pair("tb_plugin", "kernel_count", "gpu.kernel_count", "count",
          "tb: every kernel event in the file"),
     Pair("tb_plugin", "memcpy_count", "gpu.memcpy_count", "count",
@@ -163,7 +167,30 @@ _GPU_STEP_COPY = (
     "tb_plugin counts the trace's gpu_user_annotation copy of ProfilerStep#1 as a third step "
     "(and averages over it); the trace has two ProfilerStep spans"
 )
+_DLRM_OUTSIDE = (
+    "tb_plugin counts every kernel event in the file; perfdoctor those launched in the one "
+    "profiled step (this rank's trace also holds the kernels of the step before it)"
+)
+_TRACELENS_H100 = "tracelens_h100_Qwen1.5-0.5B-Chat__1016005.json.gz"
+_TRACELENS_GPU_STEP_COPY = (
+    "tb_plugin counts the trace's gpu_user_annotation copy of ProfilerStep#6 as a second "
+    "step (and averages over it); the trace has one ProfilerStep span"
+)
+_TRACELENS_OUTSIDE = (
+    "tb_plugin counts every kernel/memset event in the file; perfdoctor those launched in "
+    "the one profiled step"
+)
 ON_PURPOSE: dict[tuple[str, str, str], str] = {
+    ("param_dlrm_worker1_step_12.1694128201556.pt.trace.json.gz", "tb_plugin", "kernel_count"): (
+        _DLRM_OUTSIDE
+    ),
+    ("param_dlrm_worker3_step_12.1694128201557.pt.trace.json.gz", "tb_plugin", "kernel_count"): (
+        _DLRM_OUTSIDE
+    ),
+    (_TRACELENS_H100, "tb_plugin", "steps"): _TRACELENS_GPU_STEP_COPY,
+    (_TRACELENS_H100, "tb_plugin", "step_us_avg"): _TRACELENS_GPU_STEP_COPY,
+    (_TRACELENS_H100, "tb_plugin", "kernel_count"): _TRACELENS_OUTSIDE,
+    (_TRACELENS_H100, "tb_plugin", "memset_count"): _TRACELENS_OUTSIDE,
     ("hta_trace_diff_test_test.json.gz", "tb_plugin", "kernel_count"): _UNLAUNCHED,
     ("hta_trace_diff_test_test.json.gz", "tb_plugin", "memcpy_count"): _UNLAUNCHED,
     ("hta_trace_diff_test_test.json.gz", "tb_plugin", "memset_count"): _UNLAUNCHED,
@@ -207,6 +234,12 @@ EXCLUDED: dict[tuple[str, str, str], str] = {
         _CUDA_SYNC_ROWS
     ),
     ("hta_triton_example_triton_example.json.gz", "hta", "idle_frac"): _TRITON_CPU_OP,
+    # 16 back-to-back ops with float timestamps: HTA's rounded intervals (start up, end
+    # down) open 27 us of gaps between them; rounding them so gives its 0.2143% exactly.
+    ("tracelens_mi300_torch_compile_triton_trace.json.gz", "hta", "idle_frac"): (
+        "HTA rounds float us timestamps to whole us (start up, end down): the gaps that "
+        "opens between this trace's back-to-back ops are its whole idle time"
+    ),
 }
 
 # The perfdoctor fields each derived value needs ("not yet" when one is missing).
@@ -251,6 +284,8 @@ def missing_fields(pair: Pair, fields: dict[str, list[str]]) -> list[str]:
     """The attributes of `needs(pair)` perfdoctor's dataclasses do not have (yet)."""
     gone = []
     for path in needs(pair):
+        if path.startswith("tb_view."):
+            continue  # the harness's own view of perfdoctor's events (_oracle_pd.tb_view)
         if path.startswith(("gpu.", "hta_gpu.")):
             cls, name = "GpuSummary", path.split(".", 1)[1]
         else:

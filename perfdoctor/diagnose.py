@@ -21,6 +21,12 @@ from perfdoctor.analyze.facts import (
     gpu_timeline,
     profiler_window_missed,
 )
+from perfdoctor.analyze.loop_account import (
+    counted_optimizer_steps,
+    loop_account,
+    loop_summary,
+    loop_warning,
+)
 from perfdoctor.analyze.rank_table import rank_summaries
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import RunSample, breakdown_ms, pool_figures, timed_steps
@@ -273,10 +279,7 @@ def _baseline_summary(
     or more) the pooled step figures each variant is compared with. Both through
     run_stats.pool_figures, as each variant's figures are (optimize/verdicts.py)."""
     timed = timed_steps(record.steps)
-    # optimizer.step calls over the whole run (a GAN's two optimizers count twice here, once
-    # in steps); without optimizer observations, the steps themselves.
-    known = [o.steps for o in record.observed.optimizers or () if o.steps is not None]
-    optimizer_steps = sum(known) if known else len(record.steps)
+    optimizer_steps = counted_optimizer_steps(record)
     # The profiled run's own figures whatever its end: a crashed script's report is partial,
     # not empty (the comparison pools, which drop failed runs, are taken elsewhere).
     figures = pool_figures([replace(run_sample_from_record(record), status="completed")])
@@ -293,6 +296,7 @@ def _baseline_summary(
         # The medians the *_frac facts come from (analyze/facts.py), so table and facts agree.
         breakdown_ms=breakdown_ms(timed),
         peak_memory_bytes=figures.peak_memory_bytes,
+        closure_steps=record.observed.closure_calls or 0,
     )
     pooled = pool_figures(pool)
     if pooled.runs < 2:
@@ -349,13 +353,17 @@ def analyze_session(session_dir: Path) -> Report:
     missed = profiler_window_missed(record.observed)
     if missed:
         warnings.append(missed)
+    account = loop_account(record)
+    unrepresentative = loop_warning(account)
+    if unrepresentative:
+        warnings.append(unrepresentative)
     if (
         record.ranks_launched > 1
         and not _process_group_seen(record.observed)
         and _launched_as_ranks(record.observed)
     ):
         warnings.append(
-            f"{record.ranks_launched} ranks were started (--nproc-per-node), but the script "
+            f"{record.ranks_launched} ranks were started by torchrun, but the script "
             "never initialised a process group (torch.distributed.init_process_group): each "
             "rank trained alone, and the figures are rank 0's"
         )
@@ -387,10 +395,12 @@ def analyze_session(session_dir: Path) -> Report:
         run_dir_bytes=_dir_bytes(session_dir),
         series=series,
         gpu=gpu_timeline(diagnosis.facts),
+        compute=diagnosis.facts.settings.get("compute") or {},
         script_end=_script_end(manifest, session, record.observed),
         # Lightning reuses version_1 once it is removed: each entry once, in order.
         removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
         ranks=rank_summaries(record),
+        loop=loop_summary(account),
     )
 
 

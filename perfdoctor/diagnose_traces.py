@@ -238,6 +238,7 @@ def build_trace_report(
         run_dir_bytes=None,
         series=_series(record),
         gpu=gpu_timeline(facts),
+        compute=facts.settings.get("compute") or {},
         source="trace",
         inputs=record.inputs,
         ranks=summaries,

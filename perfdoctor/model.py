@@ -198,6 +198,10 @@ class StepRecord:
     comm_ms: float | None = None
     # In-process A/B runs: the arm this step ran in (None in the warm-up and elsewhere).
     arm: str | None = None
+    # What the step held besides training (collect/loop_probes.py); absent when none.
+    eval_forward_ms: float | None = None  # root forwards of a model in eval mode
+    nograd_forward_ms: float | None = None  # root forwards under no_grad, model in train mode
+    save_ms: float | None = None  # torch.save calls (checkpoints)
 
     @property
     def step_ms(self) -> float:
@@ -381,6 +385,8 @@ class BaselineSummary:
     pooled_step_ms_p50: float | None = None
     pooled_step_ms_p90: float | None = None
     pooled: str = ""  # e.g. "median of 40 steps over 2 runs"
+    # optimizer.step(closure) (LBFGS): the closure calls counted as steps (0: none seen).
+    closure_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -441,6 +447,9 @@ class Report:
     # The GPU timeline beyond the flat facts (docs/report-schema.md `gpu`): the window, the
     # op counts and the top kernels; {} without GPU activity in the trace.
     gpu: Mapping[str, Any] = field(default_factory=dict)
+    # FLOPs, MFU and the kernels' precision mix (docs/report-schema.md `compute`): the per-op
+    # table, the counter's count, the peak used; {} when nothing was counted.
+    compute: Mapping[str, Any] = field(default_factory=dict)
     # "run": a perfdoctor run directory; "trace": `perfdoctor diagnose` over traces recorded
     # elsewhere (no spec, no manifest, no variants; step figures are the profiled steps').
     source: Literal["run", "trace"] = "run"
@@ -454,3 +463,6 @@ class Report:
     # Entries perfdoctor's own re-runs created in the script's log folders, removed again
     # (lightning_logs/version_3, ...), each once, relative to the script's working directory.
     removed_outputs: tuple[str, ...] = ()
+    # The whole loop's wall time and whether the timed steps stand for it (docs/report-schema.md
+    # `loop`, analyze/loop_account.py); {} when there were no timed steps to compare with.
+    loop: Mapping[str, Any] = field(default_factory=dict)

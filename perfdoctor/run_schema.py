@@ -69,6 +69,8 @@ class CpuInfo(_Record):
     physical_cores: int | None = None
     affinity_cores: int | None = None  # cores this process may run on
     name: str | None = None
+    mhz: float | None = None  # max clock (cpufreq), else /proc/cpuinfo's current one
+    isa_flags: list[str] | None = None  # vector ISA flags: "avx512f", "avx2", "fma", ...
 
 
 class ObservedDevice(_Record):
@@ -206,6 +208,11 @@ class CudaMemoryInfo(_Record):
     # The memory_stats() key names, in runs recorded before the short ones.
     num_alloc_retries: int | None = None
     num_ooms: int | None = None
+    # memory_stats num_device_alloc / num_device_free (cudaMalloc / cudaFree calls) and
+    # PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING = 1 in the child.
+    device_allocs: int | None = None
+    device_frees: int | None = None
+    caching_disabled: bool | None = None
 
 
 class MemoryHistoryInfo(_Record):
@@ -240,6 +247,7 @@ class ProcessInfo(_Record):
     local_rank: int | None = None
     node_rank: int | None = None
     exit_code: int | None = None
+    shared_model: bool | None = None  # the trained model's parameters are in shared memory
 
 
 class HostSyncCalls(_Record):
@@ -285,12 +293,25 @@ class AppliedRow(_Record):
     detail: str | None = None
 
 
+class FlopCountInfo(_Record):
+    """One step's FLOPs, counted by FlopCounterMode inside the last warm-up step."""
+
+    method: str | None = None  # "torch.utils.flop_counter.FlopCounterMode"
+    step: int | None = None  # the counted step's index
+    flops_per_step: int | None = None
+    by_op: dict[str, int] | None = None  # aten op -> FLOPs, the largest first
+    counted_step_ms: float | None = None  # wall time of the counted step
+    previous_step_ms: float | None = None  # the warm-up step before it (the counting cost)
+    skipped: str | None = None  # why nothing was counted
+
+
 class Observations(_Record):
     """observations.json: what the child saw of the script. Every key is optional (None =
     absent = not observed); keys not listed here are kept in the raw file and ignored."""
 
     step_detection: str | None = None  # "optimizer", "backward" or "time": what a step is
     step_detection_note: str | None = None  # why a fallback signal was chosen
+    closure_calls: int | None = None  # closure calls in optimizer.step(closure): each a step
     steps_seen: int | None = None  # steps with a row in steps.jsonl
     plan: PlanInfo | None = None  # the step plan the child ran
     plan_complete: bool | None = None  # every planned step ran
@@ -315,6 +336,7 @@ class Observations(_Record):
     profiler: ProfilerInfo | None = None
     dist: DistInfo | None = None
     communication: CommunicationInfo | None = None
+    flop_count: FlopCountInfo | None = None
     compile: CompileInfo | None = None
     inputs: InputsInfo | None = None
     cuda_memory: CudaMemoryInfo | None = None

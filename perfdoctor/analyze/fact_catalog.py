@@ -52,6 +52,26 @@ FACTS: dict[str, FactDoc] = {
     "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
     "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
     "steps_timed": _f("count", "steps", "steps in the timed window"),
+    # ---- the whole loop (analyze/loop_account.py) ------------------------------------
+    "loop_long_step_frac": _f(
+        "fraction",
+        "steps",
+        "excess over a timed step of the long loop-work steps (evaluation, no_grad forwards, "
+        "torch.save in them), over the wall time of every step of the run",
+    ),
+    "loop_timed_step_frac": _f(
+        "fraction", "steps", "a timed step (median) over the loop's wall time per step"
+    ),
+    "loop_long_steps": _f("count", "steps", "long loop-work steps (3x a timed step or more)"),
+    "loop_period_steps": _f("count", "steps", "steps between long loop-work steps (2+ seen)"),
+    "loop_long_step_recurs": _f(
+        "bool", "steps", "the long loop work came back within the run (not only step 0)"
+    ),
+    "loop_long_step_cost": _f(
+        "name",
+        "steps",
+        "what most of the long steps' excess went to: eval_forward, nograd_forward, save or other",
+    ),
     "step_detection": _f(
         "name", "manifest", "optimizer, backward or time; profiler_step for a trace alone"
     ),
@@ -171,6 +191,19 @@ FACTS: dict[str, FactDoc] = {
     "rank_timed_steps_min": _f(
         "count", "steps", "the fewest timed steps any rank recorded (a crash can leave one)"
     ),
+    "job_late_rank": _f(
+        "rank",
+        "trace",
+        "of several ranks' traces, the rank the others wait for: the shortest collective "
+        "kernels, collective by collective (analyze/job_ranks.py)",
+    ),
+    "job_late_rank_last_arrivals": _f("count", "trace", "collectives job_late_rank came last to"),
+    "job_collectives_matched": _f("count", "trace", "collectives matched across the traces"),
+    "job_held_ms_per_step": _f(
+        "ms", "trace", "the median other rank's wait for later ranks less job_late_rank's"
+    ),
+    "ranks_traced": _f("count", "trace", "ranks whose traces were given"),
+    "ranks_untraced": _f("count", "trace", "world size less ranks_traced"),
     "comm_peer_wait_ms_p50": _f(
         "ms",
         "steps",
@@ -284,7 +317,7 @@ FACTS: dict[str, FactDoc] = {
         "frac", "trace", "GPU window idle with work queued but waiting (events, streams, peers)"
     ),
     "gpu_compute_frac": _gpu("frac", "trace", "GPU window with a non-communication kernel"),
-    "gpu_comm_frac": _gpu("frac", "trace", "GPU window with a communication (NCCL) kernel"),
+    "gpu_comm_frac": _gpu("frac", "trace", "GPU window with a communication kernel"),
     "gpu_comm_exposed_frac": _gpu(
         "frac", "trace", "GPU window with communication and no compute kernel beside it"
     ),
@@ -320,7 +353,65 @@ FACTS: dict[str, FactDoc] = {
     "pageable_htod_frac": _gpu("frac", "trace", "share of HtoD bytes from pageable memory"),
     "tensor_core_kernel_frac": _gpu("frac", "trace", "share of kernel time in tensor-core kernels"),
     "triton_kernel_count_per_step": _gpu("count", "trace", "Triton kernels per step"),
-    "comm_kernel_frac": _gpu("frac", "trace", "share of kernel time in NCCL kernels"),
+    "comm_kernel_frac": _gpu(
+        "frac",
+        "trace",
+        "share of kernel time in communication kernels (NCCL/RCCL, DeepEP, symmetric memory)",
+    ),
+    # ---- trace: collectives (analyze/comm_trace.py, comm_wait.py) ------------------------
+    "comm_families": _gpu("name", "trace", "communication libraries seen: nccl, deepep, ..."),
+    "comm_collective_mix": _gpu("name", "trace", "collective types by share of comm time"),
+    "comm_dominant_collective": _gpu("name", "trace", "the collective with the most time"),
+    "comm_parallelism": _gpu(
+        "name",
+        "trace",
+        "what the mix points at: data_parallel, fsdp, expert_parallel, all_to_all, pipeline, "
+        "tensor_parallel",
+    ),
+    "comm_group_size": _gpu("count", "trace", "the largest process group a collective used"),
+    "comm_link_name": _gpu("name", "trace", "the per-GPU link assumed from the device name"),
+    "comm_link_gbs": _gpu("GB/s", "trace", "that link's bandwidth per direction"),
+    "comm_busbw_gbs_p50": _gpu(
+        "GB/s", "trace", "median nccl-tests bus bandwidth of the dominant collective (>= 1 MiB)"
+    ),
+    "comm_busbw_link_frac": _gpu("frac", "trace", "comm_busbw_gbs_p50 / comm_link_gbs"),
+    "comm_size_r": _gpu("ratio", "trace", "Pearson r of duration against message size"),
+    "comm_wait_verdict": _gpu(
+        "name", "trace", "dominant collective: transfer, waiting (for a peer) or unknown"
+    ),
+    "comm_wait_reason": _gpu("name", "trace", "why comm_wait_verdict says so"),
+    "comm_transfer_share": _gpu(
+        "frac", "trace", "of the communication kernels' time, the transfer (not the wait)"
+    ),
+    "gpu_comm_exposed_transfer_frac": _gpu(
+        "frac", "trace", "gpu_comm_exposed_frac x comm_transfer_share: what overlap can hide"
+    ),
+    # ---- precision and FLOPs (compute_facts.py) --------------------------------------
+    "matmul_kernel_frac": _gpu(
+        "frac", "trace", "share of kernel time in GEMM/conv/attention kernels"
+    ),
+    "lowp_matmul_kernel_frac": _gpu(
+        "frac", "trace", "of GEMM/conv/attention kernel time: fp4/MX/fp8/int8/bf16/fp16"
+    ),
+    "fp32_matmul_kernel_frac": _gpu(
+        "frac", "trace", "share of kernel time in fp32 SIMT or TF32 GEMM/conv/attention kernels"
+    ),
+    "unknown_precision_matmul_frac": _gpu(
+        "frac", "trace", "of GEMM/conv/attention kernel time: precision not known"
+    ),
+    "compute_precision": _gpu(
+        "name", "trace", "the class with most GEMM/conv/attention time ('bf16 on matrix cores')"
+    ),
+    "flops_per_step": _f("count", "trace", "FLOPs of one step (FlopCounterMode or shapes)"),
+    "flops_source": _f("name", "trace", "where flops_per_step came from, or why it is absent"),
+    "achieved_tflops": _f("TFLOP/s", "trace", "FLOPs per second of step wall time"),
+    "mfu_frac": _f("frac", "trace", "achieved FLOP/s / the device's dense peak (per precision)"),
+    "mfu_peak_tflops": _f("TFLOP/s", "trace", "the MFU denominator (FLOP-weighted)"),
+    "mfu_peak": _f("name", "trace", "the denominator in words: 'N TFLOP/s dense bf16, H100 SXM'"),
+    "mfu_missing": _f("name", "trace", "why there is no MFU (unknown device, no peak)"),
+    "flop_count_cost_ms": _f(
+        "ms", "obs", "the counted warm-up step's wall time minus the warm-up step before it"
+    ),
     # ---- memory (CUDA snapshot / manifest) ---------------------------------------------
     "peak_allocated_bytes": _gpu("bytes", "memory", "peak allocated device memory"),
     "peak_reserved_bytes": _gpu("bytes", "memory", "peak reserved device memory"),
@@ -358,6 +449,96 @@ FACTS: dict[str, FactDoc] = {
         "samples",
         "cores the run's processes kept busy on average: the process tree perfdoctor "
         "started (the training process or a launcher, its workers, every rank), CPU %/100",
+    ),
+    # ---- trace: allocator, capture, workload kind, GPU-side step (timeline_facts.py) ----
+    "alloc_call_count": _gpu(
+        "count",
+        "trace",
+        "device malloc/free runtime calls in the profiled steps (cudaMalloc, cudaFree, "
+        "hipMalloc, hipFree, *Async, cuMem*/hipMem* for expandable segments; whole trace "
+        "without steps)",
+    ),
+    "alloc_syncing_free_count": _gpu(
+        "count", "trace", "of them, frees that synchronize the device (cudaFree, hipFree)"
+    ),
+    "alloc_call_frac": _gpu(
+        "frac", "trace", "host time in those calls (their union) / the steps' span"
+    ),
+    "alloc_calls_per_step": _gpu("count", "trace", "device malloc/free calls per step"),
+    "alloc_call_ms_per_step": _gpu("ms", "trace", "host time in malloc/free calls per step"),
+    "empty_cache_call_count": _f(
+        "count", "trace", "torch.cuda.empty_cache calls recorded (Python frames, ops) in the steps"
+    ),
+    "gpu_idle_alloc_frac": _gpu(
+        "frac",
+        "trace",
+        "GPU window idle while a host thread sat in a device malloc/free call (taken out of "
+        "gpu_idle_host_busy_frac)",
+    ),
+    "caching_allocator_disabled": _gpu(
+        "bool",
+        "obs",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING set in the run's "
+        "environment: every tensor is a cudaMalloc/cudaFree",
+    ),
+    "device_alloc_count": _gpu(
+        "count", "obs", "memory_stats num_device_alloc over the run (cudaMalloc calls)"
+    ),
+    "trace_kernel_launch_count": _f(
+        "count", "trace", "kernel and graph launch calls on the host, whole trace"
+    ),
+    "trace_copy_call_count": _f("count", "trace", "memcpy/memset calls on the host, whole trace"),
+    "trace_cpu_op_count": _f("count", "trace", "CPU ops recorded, whole trace"),
+    "trace_kernel_count": _f("count", "trace", "kernels on the GPU timeline, whole trace"),
+    "trace_gpu_op_count": _f(
+        "count", "trace", "kernels, copies and memsets on the GPU timeline, whole trace"
+    ),
+    "trace_gpu_unlaunched_count": _f(
+        "count", "trace", "GPU ops whose launch call is not in the trace"
+    ),
+    "trace_profiler_range_count": _f(
+        "count",
+        "trace",
+        "cuda_profiler_range events: kernels measured by CUPTI's range profiler (counters) "
+        "instead of recorded on a timeline",
+    ),
+    "workload_kind": _f(
+        "name",
+        "trace",
+        "training (backward ops or an optimizer step seen) or inference (neither, and generate, "
+        "vLLM/SGLang, KV-cache or no_grad/inference_mode seen); None when the trace does not say",
+    ),
+    "workload_kind_evidence": _f("text", "trace", "what decided workload_kind, in words"),
+    "graphs_or_compiled": _f(
+        "bool", "trace", "CUDA/HIP graph launches or torch.compile frames in the trace"
+    ),
+    "gpu_step_count": _gpu(
+        "count", "trace", "ProfilerStep copies on the GPU timeline (gpu_user_annotation)"
+    ),
+    "gpu_step_ms_p50": _gpu(
+        "ms",
+        "trace",
+        "median GPU-side step: start to start of the GPU copies of ProfilerStep#N (the last "
+        "one's own span); differs from the host's when the host runs ahead",
+    ),
+    "memory_history_entries": _gpu(
+        "count",
+        "memory",
+        "allocator history entries in the snapshot; 0: its figures are the state at the "
+        "snapshot, not a peak",
+    ),
+    "oom_request_bytes": _gpu(
+        "bytes", "memory", "the request of the snapshot's last out-of-memory (its `oom` entry)"
+    ),
+    "oom_device_free_bytes": _gpu(
+        "bytes", "memory", "free device memory when that request failed (device_free)"
+    ),
+    "memory_cache_fragmented": _gpu(
+        "bool",
+        "memory",
+        "the cache's free blocks added up to the failed request but none held it (True); the "
+        "largest free block could hold it, or the free bytes were too few anyway (False); "
+        "None without a failed request: free cached memory is then cached, reusable",
     ),
 }
 

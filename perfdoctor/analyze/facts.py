@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze import rank_table, run_stats, straggler
+from perfdoctor.analyze import job_ranks, rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.comm_facts import comm_facts
 from perfdoctor.analyze.compile_facts import compile_facts
+from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.loop_account import loop_facts
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
     memory_peak_locations,
@@ -73,9 +76,11 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_trace_facts(record))
     values.update(_rank_facts(record))
     values.update(_rank_comm_facts(record))
+    values.update(loop_facts(record))  # analyze/loop_account.py
     values.update(compile_facts(record))
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
+    values.update(compute_facts(record, values))  # after the step and autocast facts
     if values.get("optimizer_impl") is None and values.get("single_tensor_optimizer"):
         values["optimizer_impl"] = "single_tensor"  # the child's naming (collect/observe.py)
     return values
@@ -542,7 +547,10 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
     elif trace is None and record.memory is not None:
         is_cuda = True  # a CUDA memory snapshot alone
     elif trace is not None:
-        is_cuda = bool(has_gpu_rows or props)
+        # Launch calls alone make it a CUDA run too: a trace whose GPU side was lost.
+        is_cuda = bool(
+            has_gpu_rows or props or trace.timeline_facts.get("trace_kernel_launch_count")
+        )
     else:
         is_cuda = None
     cc = device.compute_capability if device is not None else None
@@ -575,6 +583,9 @@ def _trace_record_facts(record: Any) -> dict[str, Scalar]:
             out["peak_allocated_frac"] = peak / int(out["device_total_memory_bytes"])  # type: ignore[arg-type]
     if len(summaries) > 1:
         out.update(_trace_rank_facts(summaries))
+        job = getattr(record, "job", None)
+        world = out["world_size"] if isinstance(out["world_size"], int) else None
+        out.update(job_ranks.job_facts(job, len(record.timed_steps), len(summaries), world))
     return out
 
 
@@ -726,6 +737,8 @@ def _memory_facts(record: RunRecord, device_total: Any) -> dict[str, Scalar]:
             "alloc_retries": retries,
             "oom_events": ooms,
             "memory_history_truncated": truncated,
+            "caching_allocator_disabled": obs_mem.caching_disabled,
+            "device_alloc_count": obs_mem.device_allocs,
         }
     )
     return out
@@ -786,7 +799,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
     }
     g = t.gpu
     if g is None:
-        return out
+        return {**out, **t.timeline_facts}
     per_step_known = t.steps > 0
     out.update(
         {
@@ -826,6 +839,8 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
             "comm_kernel_frac": g.comm_kernel_frac,
         }
     )
+    out.update(t.timeline_facts)  # after the GPU facts: it refines gpu_idle_host_busy_frac
+    out.update(comm_facts(t.comm, g.comm_exposed_frac))
     return out
 
 
@@ -942,6 +957,7 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
             "history_entries": record.memory.history_entries,
             "top_sites_bytes": [s.bytes for s in record.memory.top_sites],
         }
+    settings["compute"] = compute_settings(record)
     settings["warnings"] = list(dict.fromkeys(warnings))
     return settings
 

@@ -1,59 +1,19 @@
-"""What a GPU kernel is, from its name: tensor-core GEMM/conv, Triton, NCCL.
+"""What a GPU kernel is, from its name: tensor/matrix-core GEMM/conv/attention, Triton,
+communication.
 
-Tensor cores. torch-tb-profiler's allowlist (NVIDIA PyProf era: h884, s1688, hmma, 16816,
-xmma_gemm, ...) misses what Hopper and current libraries emit, and then reports "0% tensor
-cores" on an H100 running bf16 GEMMs all day. Patterns recognised here:
-
-* cuBLAS/cuBLASLt on Hopper: `nvjet_*` (e.g. nvjet_tst_128x64_64x4_1x2_h_bz_coopA_NTN);
-* cuBLAS/cuDNN "xmma" kernels: `sm90_xmma_gemm_*`, `sm80_xmma_*`, `xmma_implicit_gemm`, ...;
-* Hopper warpgroup MMA: `gmma`, `wgmma`;
-* CUTLASS: `*tensorop*` (cutlass_80_tensorop_s1688gemm_*, cutlass3x_sm90_tensorop_gemm_*);
-* MMA instruction shapes in cuBLAS/cuDNN names: hmma, imma, 884 / 1688 / 16816 / 16832 /
-  8816 (volta_h884gemm, turing_fp16_s1688gemm, ampere_bf16_s16816gemm, ...), matched only as
-  whole numbers so that ids and template arguments do not match by accident;
-* attention: flash (flash_fwd_kernel, pytorch_flash::), fmha (fmha_cutlassF_*, the
-  memory-efficient kernels), cudnn SDPA (`sdpa`), which run on tensor cores on sm80+;
-* torch-tb-profiler's cuDNN convolution names (dgrad_1x1_stride_2x2, conv1x1, ...).
-
-Triton kernels are the uncertain case: whether `tl.dot` used tensor cores depends on dtypes
-and TF32 settings that the name does not carry. So only Inductor *template* matmuls
-(`triton_tem_*mm*`, generated from tl.dot GEMM templates) are counted; pointwise and
-reduction kernels (`triton_poi_*`, `triton_red_*`, `triton_per_*`) never are, even when a
-fused op name inside them happens to contain "mm". The share is therefore a lower bound
-on Triton-heavy (torch.compile) runs; NVML GPM tensor activity is the ground truth on Hopper.
+Tensor cores: kernel_precision.py classifies GEMM, convolution and attention kernels by the
+precision they compute in and whether they run on tensor cores (NVIDIA) or MFMA matrix cores
+(AMD); torch-tb-profiler's allowlist (h884, s1688, hmma, xmma_gemm, ...) knows neither FP8, MX
+block-scaled nor ROCm names, and then calls an FP8 or hipBLASLt bf16 run "0% tensor cores".
 """
 
 from __future__ import annotations
 
-import re
-
-_TC_SUBSTRINGS = (
-    "nvjet",
-    "xmma",
-    "gmma",  # also matches wgmma
-    "tensorop",
-    "hmma",
-    "imma",
-    "flash",
-    "fmha",
-    "sdpa",
-    "dgrad_1x1_stride_2x2",
-    "first_layer_wgrad_kernel",
-    "conv1x1",
-    "conv2d_c1_k1",
-    "direct_group",
-)
-# MMA shapes as whole numbers: s1688gemm, h884, 16816 -- not 1688 inside 116880.
-_TC_SHAPES = re.compile(r"(?<![0-9])(?:884|1688|16816|16832|8816)(?![0-9])")
-_TRITON_TEMPLATE_MM = re.compile(r"^triton_tem_.*mm")
-_COMM = re.compile(r"^nccl|ncclKernel|ncclDevKernel|^hccl|^rccl")
+from perfdoctor.analyze import collectives, kernel_precision
 
 
 def is_tensor_core_kernel(name: str) -> bool:
-    low = name.lower()
-    if low.startswith("triton"):
-        return _TRITON_TEMPLATE_MM.match(low) is not None
-    return any(s in low for s in _TC_SUBSTRINGS) or _TC_SHAPES.search(low) is not None
+    return kernel_precision.is_tensor_core_kernel(name)
 
 
 def is_triton_kernel(name: str) -> bool:
@@ -61,7 +21,8 @@ def is_triton_kernel(name: str) -> bool:
 
 
 def is_comm_kernel(name: str) -> bool:
-    return _COMM.search(name) is not None
+    """NCCL/RCCL, DeepEP and other all-to-all, symmetric-memory kernels (collectives.py)."""
+    return collectives.is_comm_kernel(name)
 
 
 # Launch calls of CUDA (runtime, driver: cuLaunchKernel for Triton, graphs) and of ROCm's

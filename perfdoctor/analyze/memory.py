@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.analyze.memory_events import cache_fragmented, last_oom
 from perfdoctor.analyze.memory_sites import (
     CATEGORIES,
     AllocationSite,
@@ -104,6 +105,10 @@ class MemorySummary:
     segments: int = 0
     expandable_segments: bool | None = None
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
+    # The last out-of-memory of the history (analyze/memory_events.py): the failed request
+    # and the device's free memory then; None without an `oom` entry.
+    oom_request_bytes: int | None = None
+    oom_device_free_bytes: int | None = None
 
     @property
     def activation_bytes_frac(self) -> float | None:
@@ -241,6 +246,7 @@ def _summarize_device(
     retries = stats.get("num_alloc_retries", data.get("num_alloc_retries"))
     ooms = sum(1 for e in entries if e.get("action") == "oom")
     ooms = max(ooms, _int(stats.get("num_ooms", data.get("num_ooms"))))
+    failed = last_oom(entries)
     truncated = bool(max_entries) and len(entries) >= int(max_entries or 0)
     if truncated:
         notes.append(
@@ -264,6 +270,8 @@ def _summarize_device(
         "segments": segs.count,
         "expandable_segments": expandable if isinstance(expandable, bool) else None,
         "allocator_conf": conf if isinstance(conf, str) else None,
+        "oom_request_bytes": failed.size if failed else None,
+        "oom_device_free_bytes": failed.device_free if failed else None,
     }
     stacks = any(e.get("frames") or e.get("category") for e in entries)
     if not entries:
@@ -477,6 +485,10 @@ SNAPSHOT_FACTS = (
     "largest_free_block_frac",
     "expandable_segments",
     "memory_history_truncated",
+    "memory_history_entries",
+    "oom_request_bytes",
+    "oom_device_free_bytes",
+    "memory_cache_fragmented",
 )
 
 
@@ -499,6 +511,14 @@ def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> d
         "largest_free_block_frac": summary.largest_free_block_frac,
         "expandable_segments": summary.expandable_segments,
         "memory_history_truncated": summary.history_truncated,
+        "memory_history_entries": summary.history_entries,
+        "oom_request_bytes": summary.oom_request_bytes,
+        "oom_device_free_bytes": summary.oom_device_free_bytes,
+        "memory_cache_fragmented": cache_fragmented(
+            summary.oom_request_bytes,
+            summary.free_bytes - summary.free_internal_bytes,
+            summary.largest_free_block_bytes,
+        ),
     }
 
 
@@ -571,6 +591,10 @@ def memory_series(summary: MemorySummary | None) -> dict[str, Any]:
             "segments": summary.segments,
             "expandable_segments": summary.expandable_segments,
             "history_entries": summary.history_entries,
+            "oom_events": summary.oom_events,
+            "alloc_retries": summary.alloc_retries,
+            "oom_request_bytes": summary.oom_request_bytes,
+            "oom_device_free_bytes": summary.oom_device_free_bytes,
             "categories_at_peak": dict(summary.categories_at_peak),
             "top_sites": sites,
             "top_sites_overall": [_site_json(s) for s in summary.top_sites_overall],

@@ -43,3 +43,23 @@ MATMUL_OPS = frozenset(
         "aten::_int_mm",
     }
 )
+# Attention ops whose shapes give their FLOPs (op_flops.py); forward and backward.
+ATTENTION_OPS = frozenset(
+    {
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_flash_attention_forward",
+        "aten::_efficient_attention_forward",
+        "aten::_scaled_dot_product_flash_attention_backward",
+        "aten::_scaled_dot_product_efficient_attention_backward",
+        "aten::_scaled_dot_product_cudnn_attention_backward",
+        "aten::_flash_attention_backward",
+        "aten::_efficient_attention_backward",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    }
+)
+# Grouped GEMMs (MoE experts): one op, many GEMMs, whose sizes the offsets give.
+GROUPED_MM_OPS = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm"})

@@ -18,9 +18,12 @@ import numpy as np
 
 from perfdoctor.analyze import trace_host
 from perfdoctor.analyze.attribution import Attributor
+from perfdoctor.analyze.comm_trace import CommSummary, summarize_comm
+from perfdoctor.analyze.compute_summary import ComputeSummary, summarize_compute
 from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
+from perfdoctor.analyze.timeline_facts import timeline_facts
 from perfdoctor.analyze.trace_compiled import CompiledRegions, compiled_regions
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_gpu import GpuSummary, summarize_gpu
@@ -60,6 +63,10 @@ class TraceSummary:
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
     device_properties: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    comm: CommSummary | None = None  # the collectives, by type (comm_trace.py)
+    # Allocator, capture, workload kind, GPU-side step (analyze/timeline_facts.py): facts.
+    timeline_facts: Mapping[str, Any] = field(default_factory=dict)
+    compute: ComputeSummary | None = None  # precision mix, FLOPs, MFU (compute_summary.py)
     compiled: CompiledRegions | None = None  # torch.compile'd regions (trace_compiled.py)
 
 
@@ -87,6 +94,7 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
     copies = trace_host.host_to_device_copies(ev, steps, attributor)
     step_ms = steps.durations_ms()
     window = steps.total_us
+    gpu = summarize_gpu(ev, steps)
     locations = {
         "host_sync": syncs.locations,
         "data_loading": loading.locations,
@@ -118,11 +126,14 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         misaligned_lowp_gemm_count=shares.misaligned_lowp_gemms,
         dataloader_ms_per_step=steps.per_step(loading.total_us / 1000.0),
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
-        gpu=summarize_gpu(ev, steps),
+        gpu=gpu,
         has_stacks=has_stacks,
         has_shapes=bool(ev.shapes),
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
         notes=tuple(notes),
+        comm=summarize_comm(ev),
+        timeline_facts=timeline_facts(ev, steps, gpu),
+        compute=summarize_compute(ev, steps),
         compiled=compiled_regions(ev, steps),
     )

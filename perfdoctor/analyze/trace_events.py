@@ -31,12 +31,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
-from perfdoctor.analyze.op_names import CONV_OPS, MATMUL_OPS
+from perfdoctor.analyze.op_names import ATTENTION_OPS, CONV_OPS, GROUPED_MM_OPS, MATMUL_OPS
 from perfdoctor.analyze.trace_meta import (
     DeviceInfo,
     DistributedInfo,
@@ -57,6 +57,7 @@ GPU_MEMCPY = "gpu_memcpy"
 GPU_MEMSET = "gpu_memset"
 CUDA_RUNTIME = "cuda_runtime"
 CUDA_DRIVER = "cuda_driver"
+CUDA_PROFILER_RANGE = "cuda_profiler_range"
 
 # Every spelling seen in real traces -> the current name. 2021-era kineto (torch 1.8-1.9)
 # wrote the capitalised names; "Python function" is older still.
@@ -96,7 +97,8 @@ GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
 
 # Ops whose record_shapes payload is decoded: GEMMs and convolutions (precision, alignment).
-SHAPE_OPS = CONV_OPS | MATMUL_OPS
+# Attention and grouped GEMMs: their FLOPs (op_flops.py).
+SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS
 
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
@@ -113,9 +115,27 @@ class _Args(msgspec.Struct, gc=False):
     # Raw: kept as an undecoded slice; empty when the key is absent.
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     bytes: int | float | str | None = None
     device: _Id = None
     stream: _Id = None
+    # What record_param_comms (torch >= 2.1) and, since 2.2, the NCCL kernels themselves
+    # record of a collective: its name, message sizes, group size and element type.
+    collective_name: Any = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+
+
+class CommArgs(NamedTuple):
+    """A collective's recorded parameters (None where the trace does not say)."""
+
+    collective: str | None
+    in_nelems: int | None
+    out_nelems: int | None
+    group_size: int | None
+    dtype: str | None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -195,6 +215,8 @@ class TraceEvents:
     # cuda_runtime + cuda_driver (hip* calls on ROCm); extra: correlation, external_id, driver
     runtime: Table
     shapes: dict[int, tuple[list[Any], list[Any]]]  # cpu_ops row -> (Input type, Input Dims)
+    # cpu_ops row -> "Concrete Inputs" (scalars as strings: stride, is_causal) of SHAPE_OPS
+    concrete: dict[int, list[Any]] = field(default_factory=dict)
     device_properties: tuple[dict[str, Any], ...] = ()  # deviceProperties / computeProperties
     distributed: dict[str, Any] | None = None  # distributedInfo as written
     # gpu_user_annotation: record_function spans on the GPU timeline (pid = device,
@@ -205,6 +227,12 @@ class TraceEvents:
     # thread code -> (pid, tid) as written in the trace
     threads: tuple[tuple[Any, Any], ...] = ()
     base_time_ns: int | float | None = None  # baseTimeNanoseconds
+    # cpu_ops / gpu row -> the collective's recorded parameters, for the rows that have them
+    comm_cpu: dict[int, CommArgs] = field(default_factory=dict)
+    comm_gpu: dict[int, CommArgs] = field(default_factory=dict)
+    # Kernels recorded by CUPTI's range profiler (per-kernel counters, experimental_config
+    # profiler_metrics) instead of as kernel activities: a trace with no kernel timeline.
+    profiler_range_count: int = 0
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -355,8 +383,12 @@ class EventBuilder:
         self.flows = _Columns("flow_id", "flow_start")
         self.need_flows = False
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.comm_cpu: dict[int, CommArgs] = {}
+        self.comm_gpu: dict[int, CommArgs] = {}
+        self.concrete: dict[int, list[Any]] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
+        self.profiler_ranges = 0  # cuda_profiler_range: CUPTI range-profiler (counter) mode
         self.device_properties: tuple[dict[str, Any], ...] = ()
         self.distributed: dict[str, Any] | None = None
         self.base_time_ns: int | float | None = None
@@ -383,6 +415,7 @@ class EventBuilder:
         if paired:
             for ev in self._pair(paired):
                 groups[ev.cat].append(ev)
+        self.profiler_ranges += len(groups.get(CUDA_PROFILER_RANGE, ()))
         canon: dict[str, list[_Event]] = defaultdict(list)
         old_ops: list[_Event] = []
         for cat, evs in groups.items():
@@ -412,7 +445,7 @@ class EventBuilder:
                 # Kept past this chunk, whose buffer is reused: no undecoded slices of it.
                 if ev.args is not None:
                     ev.args = msgspec.structs.replace(
-                        ev.args, input_type=_NO_RAW, input_dims=_NO_RAW
+                        ev.args, input_type=_NO_RAW, input_dims=_NO_RAW, concrete=_NO_RAW
                     )
                 stack.append(ev)
             elif stack:
@@ -434,6 +467,7 @@ class EventBuilder:
         self.cpu.add(events, self.names, self.tids, external_id=_external_ids(args))
         if not events:
             return
+        _collect_comm(args, offset, self.comm_cpu)
         index = self.names.index
         shape_codes = [index[n] for n in SHAPE_OPS if n in index]
         if not shape_codes:
@@ -443,6 +477,9 @@ class EventBuilder:
             types, dims = _decode_shapes(args[row])
             if types or dims:
                 self.shapes[offset + row] = (types, dims)
+            concrete = _decode_concrete(args[row])
+            if concrete:
+                self.concrete[offset + row] = concrete
 
     def _add_gpu_annotations(self, events: list[_Event]) -> None:
         args = _args_of(events)
@@ -468,6 +505,7 @@ class EventBuilder:
     def _add_gpu(self, events: list[_Event]) -> None:
         args = _args_of(events)
         n = len(events)
+        _collect_comm(args, self.gpu.rows, self.comm_gpu)
         self.gpu.add(
             events,
             self.names,
@@ -541,11 +579,42 @@ class EventBuilder:
             gpu=gpu,
             runtime=runtime,
             shapes=self.shapes,
+            concrete=self.concrete,
             device_properties=self.device_properties,
             distributed=self.distributed,
             gpu_annotations=self.gpu_annotations.table(),
             threads=threads,
             base_time_ns=self.base_time_ns,
+            profiler_range_count=self.profiler_ranges,
+            comm_cpu=self.comm_cpu,
+            comm_gpu=self.comm_gpu,
+        )
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and np.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> None:
+    """The rows (offset + index) whose args name a collective or its message size."""
+    for i, a in enumerate(args):
+        if a.collective_name is None and a.in_msg_nelems is None:
+            continue
+        name = a.collective_name
+        out[offset + i] = CommArgs(
+            collective=name if isinstance(name, str) else None,
+            in_nelems=_int_or_none(a.in_msg_nelems),
+            out_nelems=_int_or_none(a.out_msg_nelems),
+            group_size=_int_or_none(a.group_size),
+            dtype=a.dtype if isinstance(a.dtype, str) else None,
         )
 
 
@@ -602,6 +671,13 @@ def _link_by_flows(gpu: Table, runtime: Table, flows: Table, threads: tuple[Any,
             found = by_place.get((is_start, key_of[int(table.tid[row])], float(table.ts[row])))
             if found is not None:
                 corr[row] = found
+
+
+def _decode_concrete(args: _Args) -> list[Any]:
+    try:
+        return _SHAPE_DECODER.decode(args.concrete) if len(args.concrete) else []
+    except DECODE_ERRORS:
+        return []
 
 
 def _decode_shapes(args: _Args) -> tuple[list[Any], list[Any]]:

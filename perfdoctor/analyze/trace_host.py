@@ -12,6 +12,7 @@ import numpy as np
 
 from perfdoctor.analyze import intervals
 from perfdoctor.analyze.attribution import Attributor, merge_locations
+from perfdoctor.analyze.collectives import is_comm_op
 from perfdoctor.analyze.kernels import SYNC_CALLS, is_memcpy_call
 from perfdoctor.analyze.trace_events import GPU_KIND_MEMCPY, Table, TraceEvents
 from perfdoctor.analyze.trace_index import (
@@ -30,7 +31,6 @@ from perfdoctor.model import SourceLocation
 # only it is counted (aten::item alone for traces that lack the inner op).
 SCALAR_READ_OPS = frozenset({"aten::_local_scalar_dense"})
 SCALAR_READ_FALLBACK = frozenset({"aten::item"})
-COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 FACTORY_OPS = frozenset(
     {
         "aten::zeros",
@@ -261,10 +261,11 @@ def _top_level_rows(ops: Table) -> np.ndarray:
 
 
 def comm_time(ev: TraceEvents, steps: Steps) -> float:
-    """Host time inside collective ops (nccl:/gloo:/c10d::) in the steps: the union over
-    every thread, so that a collective seen on two threads at once (gloo's worker and the
-    caller, DDP's reducer and the main thread) counts once and the share stays <= 1."""
-    mask = ev.code_mask(lambda n: n.startswith(COMM_PREFIXES))
+    """Host time inside collective ops (collectives.is_comm_op: nccl:/gloo:/c10d::) in the
+    steps: the union over every thread, so that a collective seen on two threads at once
+    (gloo's worker and the caller, DDP's reducer and the main thread) counts once and the
+    share stays <= 1."""
+    mask = ev.code_mask(is_comm_op)
     spans = [(t, rows_named(t, mask)) for t in (ev.cpu_ops, ev.annotations)]
     per_thread = list(union_by_thread(spans).values())
     if not per_thread:

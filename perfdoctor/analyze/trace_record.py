@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.analyze import intervals
+from perfdoctor.analyze import intervals, job_ranks
 from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
+from perfdoctor.analyze.job_ranks import JobWaits
 from perfdoctor.analyze.memory import load_memory
 from perfdoctor.analyze.record import RankRecord, RunRecord
 from perfdoctor.analyze.run_stats import median_or_none
@@ -55,6 +56,9 @@ class TraceRunRecord(RunRecord):
     # "multi" (_MultiProcessingDataLoaderIter: workers > 0), "single" (num_workers=0), None
     dataloader_iter: str | None = None
     rank_summaries: tuple[RankSummary, ...] = ()
+    # Which traced rank the others wait for in their collectives (job_ranks.py); the
+    # record's own trace is that rank's.
+    job: JobWaits | None = None
 
 
 @dataclass(frozen=True)
@@ -219,10 +223,20 @@ def _read_rank(source: RankInput) -> _RankTrace:
     )
 
 
-def rank_summary(rt: _RankTrace) -> RankSummary:
+def rank_summary(
+    rt: _RankTrace, job: JobWaits | None = None, job_step_ms: float | None = None
+) -> RankSummary:
     walls = [s.wall_ms for s in rt.steps]
     waits = [s.data_wait_ms for s in rt.steps if s.data_wait_ms is not None]
     p50 = median_or_none(walls)
+    own = max(0.0, p50 - (rt.comm_ms_per_step or 0.0)) if p50 is not None else None
+    if (
+        job is not None
+        and job_step_ms is not None
+        and rt.rank is not None
+        and rt.rank in job.wait_ms
+    ):
+        own = job_ranks.own_ms(job, rt.rank, len(rt.steps), job_step_ms)
     wait_p50 = median_or_none(waits)
     total = sum(walls)
     gpu = rt.summary.gpu
@@ -237,7 +251,7 @@ def rank_summary(rt: _RankTrace) -> RankSummary:
         data_wait_frac=sum(waits) / total if waits and total > 0 else None,
         gpu_busy_frac=getattr(gpu, "busy_frac", None),
         comm_frac=comm / p50 if comm is not None and p50 else None,
-        own_ms_p50=max(0.0, p50 - (comm or 0.0)) if p50 is not None else None,
+        own_ms_p50=own,
         windows=rt.source.windows,
     )
 
@@ -270,6 +284,14 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
         )
         by_worker = sorted(ranks, key=lambda r: r.source.worker)
         ranks = [replace(r, rank=i) for i, r in enumerate(by_worker)]
+    job = _job(ranks)
+    if job is not None:
+        ranks = job_ranks.ordered_for_job(ranks, lambda r: r.rank, job.late_rank)
+        world = _world(ranks)
+        notes.insert(0, job_ranks.job_note(job, len(ranks[0].steps), len(ranks), world))
+    job_step = median_or_none(
+        [p for r in ranks if (p := median_or_none([s.wall_ms for s in r.steps])) is not None]
+    )
     head = ranks[0] if ranks else None
     others = tuple(
         RankRecord(
@@ -307,5 +329,31 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
         distributed=head.distributed if head else None,
         # "multi" wins: one rank loading in-process among worker-fed ranks is the odd one.
         dataloader_iter="multi" if "multi" in iters else ("single" if iters else None),
-        rank_summaries=tuple(rank_summary(r) for r in ranks) if len(ranks) > 1 else (),
+        rank_summaries=tuple(rank_summary(r, job, job_step) for r in ranks)
+        if len(ranks) > 1
+        else (),
+        job=job,
     )
+
+
+def _job(ranks: list[_RankTrace]) -> JobWaits | None:
+    """Who the traced ranks wait for, from their collective kernels (job_ranks.py)."""
+    sequences = {
+        r.rank: r.summary.comm.sequence
+        for r in ranks
+        if r.rank is not None and r.summary.comm is not None
+    }
+    if len(sequences) < 2 or len(sequences) < len(ranks):
+        return None
+    # Collectives are matched by order: only across traces of the same steps (each rank's
+    # profiler window, by its ProfilerStep numbers, where the traces have them).
+    numbered = [set(r.summary.step_numbers) for r in ranks if r.summary.step_numbers]
+    if len(numbered) == len(ranks) and not set.intersection(*numbered):
+        return None
+    return job_ranks.job_waits(sequences)
+
+
+def _world(ranks: list[_RankTrace]) -> int | None:
+    sizes = [r.distributed.get("world_size") for r in ranks if r.distributed]
+    known = [w for w in sizes if isinstance(w, int) and not isinstance(w, bool)]
+    return max(known) if known else None

@@ -88,7 +88,37 @@ def cpu_info() -> dict[str, Any]:
     except Exception:
         info["physical_cores"] = None
     info["name"] = _cpu_name()
+    info.update(_cpu_clock_and_isa())
     return info
+
+
+# The /proc/cpuinfo flags that set a core's FMA width (device_peaks.cpu_peak).
+_ISA_FLAGS = ("avx512f", "avx2", "fma", "asimd", "avx512_bf16", "amx_bf16")
+
+
+def _cpu_clock_and_isa() -> dict[str, Any]:
+    """The clock (the kernel's max frequency, else the current "cpu MHz") and vector ISA."""
+    out: dict[str, Any] = {}
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as fh:
+            out["mhz"] = int(fh.read().strip()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "cpu MHz" and "mhz" not in out:
+                    out["mhz"] = float(value)
+                elif key in ("flags", "Features") and "isa_flags" not in out:
+                    have = set(value.split())
+                    out["isa_flags"] = [f for f in _ISA_FLAGS if f in have]
+                if "mhz" in out and "isa_flags" in out:
+                    break
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _cpu_name() -> str:
@@ -144,6 +174,28 @@ def cuda_memory(torch: Any) -> dict[str, Any]:
             lambda: int(torch.cuda.memory_stats(index).get("num_alloc_retries", 0))
         ),
         "ooms": _safe(lambda: int(torch.cuda.memory_stats(index).get("num_ooms", 0))),
+        **allocator_calls(torch, index),
+    }
+
+
+# The caching allocator is off when one of these is "1" (c10 CUDACachingAllocator reads the
+# HIP name on ROCm builds): every tensor is then a cudaMalloc and every free a cudaFree.
+NO_CACHING_ENV = ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING")
+
+
+def allocator_calls(torch: Any, index: int) -> dict[str, Any]:
+    """Device malloc/free calls over the run (memory_stats num_device_alloc/free, present in
+    torch >= 2.1) and whether caching was turned off in the environment."""
+    stats = _safe(lambda: dict(torch.cuda.memory_stats(index)), {}) or {}
+
+    def count(key: str) -> int | None:
+        value = stats.get(key)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    return {
+        "device_allocs": count("num_device_alloc"),
+        "device_frees": count("num_device_free"),
+        "caching_disabled": any(os.environ.get(k) == "1" for k in NO_CACHING_ENV),
     }
 
 

@@ -19,6 +19,8 @@ from perfdoctor.analyze.frames import Location, UserCode
 from perfdoctor.collect import observe
 from perfdoctor.collect.comm_watch import CommWatch
 from perfdoctor.collect.device_clock import DeviceStepClock
+from perfdoctor.collect.flop_count import StepFlopCounter
+from perfdoctor.collect.loop_probes import loop_fields
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
 from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
@@ -126,6 +128,9 @@ class Probes:
         self.nvtx, self.nvtx_info = Nvtx.create(spec.nvtx)
         self.sync_watch = SyncCallWatcher(torch, user_code)
         self.comm = CommWatch(torch)
+        self.flops = StepFlopCounter(
+            torch, self.plan.warmup, os.environ.get("PERFDOCTOR_FLOP_COUNT", "1") != "0"
+        )
         self.roots = RootFinder(torch, self.tracker, user_code)
         self.roots.nvtx = self.nvtx
         self.cuda_used = False
@@ -213,6 +218,7 @@ class Probes:
             self.profiler.on_step_start(index)
         if self.nvtx is not None:
             self._step_nvtx = self.nvtx.start(f"perfdoctor/step {index}")
+        self.flops.step_started(index)  # last, so the counter sees the step's ops only
         self.runtime.publish_step_start(index, phase)
 
     def _mark_device_step(self, index: int) -> None:
@@ -240,6 +246,7 @@ class Probes:
             self.memory.start(clear=True)
 
     def step_closed(self, step: ClosedStep) -> None:
+        self.flops.step_closed(step.index, step.wall_s)
         if self.nvtx is not None:
             self.nvtx.end(self._step_nvtx)
             self._step_nvtx = None
@@ -266,6 +273,7 @@ class Probes:
             # return at once (StepTracker.stopped).
             self.roots.remove_hooks()
         self.sync_watch.uninstall()
+        self.flops.stop("the plan ended")
         if self.memory.info.get("recorded") and self.plan.profiled:
             self.memory.dump("profiled window")
         self.memory.stop()
@@ -393,6 +401,7 @@ class Probes:
         except BaseException:  # PlanComplete cannot come from finish; be sure anyway
             log.debug("tracker.finish failed", exc_info=True)
         self.roots.grad_use.finish(script_ended_normally=script_ended_normally)
+        self.flops.stop("the script ended")
         self.sync_watch.uninstall()
         if self.profiler is not None:
             self.profiler.close()
@@ -453,6 +462,7 @@ class Probes:
             "profiler": self._profiler_info(),
             "dist": observe.dist_info(torch),
             "communication": self.comm.info(),
+            "flop_count": self.flops.info,
             "compile": observe.compile_info(),
             "inputs": {
                 "distinct_shapes_after_warmup": self.roots.distinct_shapes(),
@@ -470,6 +480,8 @@ class Probes:
             obs["locations"] = self._locations()
         if self.step_detection_note:
             obs["step_detection_note"] = self.step_detection_note
+        if self._closure_calls:
+            obs["closure_calls"] = self._closure_calls
         if self.step_log.nonfinite_losses:
             obs["nonfinite_losses"] = self.step_log.nonfinite_losses
         return obs
@@ -518,6 +530,7 @@ class Probes:
             "cuda_allocated_bytes": None,
             "cuda_max_allocated_bytes": None,
             "comm_ms": self.comm.step_ms(step.start, step.end),
+            **loop_fields(step),
         }
         if self.cuda_used:
             cuda = self.torch.cuda

@@ -16,6 +16,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from perfdoctor.collect.loop_probes import install_save_timer
 from perfdoctor.collect.probes_closure import timed_closure
 from perfdoctor.collect.probes_roots import _is_compiling_fn
 
@@ -35,6 +36,7 @@ def install(probes: Probes) -> None:
     _install_zero_grad(probes, torch, is_compiling)
     _install_autocast(probes, torch, is_compiling)
     _install_profiler_watch(probes, torch)
+    install_save_timer(probes.tracker, torch, is_compiling)
 
 
 def _record_failure(probes: Probes, what: str) -> None:

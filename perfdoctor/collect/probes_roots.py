@@ -243,6 +243,7 @@ class RootFinder:
         self._stack: list[float | None] = []
         self._root_ids: set[int] = set()
         self._nvtx_handle: Any = None
+        self._forward_kind: str | None = None  # of the depth-0 forward in flight
         self.hook_mode = "discovery"  # then "per-root", or "global" (see resolve)
         self.found_on_stack = False
 
@@ -445,6 +446,14 @@ class RootFinder:
     def _enter(self, module: Any, args: Any, kwargs: Any) -> float:
         """A depth-0 forward of a root (or, before roots are known, of a candidate)."""
         t0 = self._tracker.forward_start()  # may stop the script: before depth moves
+        # Forwards that train nothing (evaluation, rollouts) are named in the loop account.
+        self._forward_kind = (
+            "eval"
+            if not getattr(module, "training", True)
+            else None
+            if self._torch.is_grad_enabled()
+            else "no_grad"
+        )
         shape = first_tensor_shape(self._torch, args, kwargs)
         if shape:
             # The batch is what the model received, not what the DataLoader was built with
@@ -465,7 +474,7 @@ class RootFinder:
         return t0
 
     def _exit(self, t0: float, output: Any) -> None:
-        self._tracker.forward_end(t0)
+        self._tracker.forward_end(t0, self._forward_kind)
         if self.nvtx is not None:
             self.nvtx.end(self._nvtx_handle)
         if self.resolved and self._torch.is_grad_enabled():

@@ -69,6 +69,12 @@ class ClosedStep:
     losses: tuple[Any, ...]
     batch_size: int | None
     closed_by: str  # data / forward / backward / repeat / time / fallback / end
+    # Work in the step that is no training (the loop account, analyze/loop_account.py): root
+    # forwards of a model in eval mode, root forwards under no_grad of a model in train mode
+    # (rollouts, generation), and torch.save calls (checkpoints).
+    eval_forward_s: float = 0.0
+    nograd_forward_s: float = 0.0
+    save_s: float = 0.0
 
     @property
     def wall_s(self) -> float:
@@ -92,6 +98,9 @@ class _OpenStep:
     sources: set[Any] = field(default_factory=set)
     data_driven: bool = False  # a DataLoader batch was fetched before the first step event
     closure_driven: bool = False  # a closure call of optimizer.step(closure) opened it
+    eval_forward_s: float = 0.0
+    nograd_forward_s: float = 0.0
+    save_s: float = 0.0
 
     def close(self, end: float, closed_by: str) -> ClosedStep:
         return ClosedStep(
@@ -108,6 +117,9 @@ class _OpenStep:
             losses=tuple(self.losses),
             batch_size=self.batch_size,
             closed_by=closed_by,
+            eval_forward_s=self.eval_forward_s,
+            nograd_forward_s=self.nograd_forward_s,
+            save_s=self.save_s,
         )
 
 
@@ -201,13 +213,19 @@ class StepTracker:
             step.batch_size = int(size)
             step.batch_from_model = True
 
-    def forward_end(self, t0: float) -> None:
+    def forward_end(self, t0: float, kind: str | None = None) -> None:
+        """`kind`: "eval" (the model in eval mode), "no_grad" (no graph built), None (a
+        training forward)."""
         step = self._open
         if step is None or self.stopped:
             return
         elapsed = self._clock() - t0
         step.forward_s += elapsed
         step.forward_calls += 1
+        if kind == "eval":
+            step.eval_forward_s += elapsed
+        elif kind == "no_grad":
+            step.nograd_forward_s += elapsed
         if self._in_optimizer and not self._closure_depth:
             self._nested_s += elapsed
 
@@ -300,6 +318,12 @@ class StepTracker:
         step = self._open
         if step is not None and not self.stopped:
             self._join(step, key)
+
+    def save_time(self, elapsed: float) -> None:
+        """A torch.save call took `elapsed` seconds (a checkpoint, in the open step)."""
+        step = self._open
+        if step is not None and not self.stopped:
+            step.save_s += elapsed
 
     def zero_grad(self) -> None:
         """Gradients cleared after a backward without any optimizer step: manual updates."""

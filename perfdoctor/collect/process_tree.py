@@ -285,7 +285,19 @@ class _ProcessProbes:
             "local_rank": int(env["LOCAL_RANK"]) if env.get("LOCAL_RANK", "").isdigit() else None,
             "node_rank": int(env["GROUP_RANK"]) if env.get("GROUP_RANK", "").isdigit() else None,
             "exit_code": exit_code,
+            "shared_model": self._shared_model(),
         }
+
+    def _shared_model(self) -> bool | None:
+        """Whether the trained model's parameters live in shared memory (Hogwild's
+        `model.share_memory()`); None when no root model was found."""
+        roots = list(getattr(getattr(self.probes, "roots", None), "roots", None) or ())
+        if not roots:
+            return None
+        try:
+            return any(p.is_shared() for root in roots for p in root.parameters())
+        except Exception:
+            return None
 
 
 def watch_process_errors() -> None:

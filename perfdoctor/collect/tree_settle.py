@@ -21,6 +21,7 @@ Never imports torch (the parent side of collect/).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import rundir
+from perfdoctor.analyze.process_origin import origin, trains
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +156,24 @@ def settle(run_dir: Path) -> list[str]:
     root_steps = _count_lines(run_dir / rundir.STEPS_FILE)
     root_obs = _read_obs(run_dir) or {}
     entries: list[dict[str, Any]] = []
-    if root_steps:
+    # A starting process whose steps are only time windows (a Hogwild parent's test loop after
+    # joining its trainers) does not lead when a started process trained: its "steps" would
+    # describe evaluation.
+    root_leads = bool(root_steps) and (
+        trains(root_obs.get("step_detection"))
+        or not any(trains(t.observations.get("step_detection")) for t in trainers)
+    )
+    if root_leads:
         entries.append({**_root_process(root_obs), "record": ".", "steps": root_steps})
         others = trainers
     else:
+        trainers.sort(key=lambda t: not trains(t.observations.get("step_detection")))
         lead, others = trainers[0], trainers[1:]
-        _promote(lead, run_dir, root_obs)
+        _promote(lead, run_dir, root_obs, root_steps)
         entries.append({**lead.process, "record": ".", "steps": lead.steps})
     ranks = [t.rank for t in others]
     by_rank = (
-        not root_steps
+        not root_leads
         and trainers[0].rank == 0
         and all(r is not None for r in ranks)
         and len(set(ranks)) == len(ranks)
@@ -182,13 +192,15 @@ def settle(run_dir: Path) -> list[str]:
     if failed is not None and not root_obs.get("error"):
         _note_failure(run_dir, failed, len(trainers) > 1)
     rundir.write_json(run_dir / rundir.PROCESSES_FILE, {"processes": entries})
-    if len(entries) > 1 or not root_steps:
-        warnings.append(_trained_note(entries))
+    if len(entries) > 1 or not root_leads:
+        warnings.append(_trained_note(entries, root_steps if not root_leads else 0))
     return warnings
 
 
-def _trained_note(entries: list[dict[str, Any]]) -> str:
-    """'trained in 2 processes: rank 0 (pid 12, this record), rank 1 (pid 13, ranks/1)'."""
+def _trained_note(entries: list[dict[str, Any]], root_windows: int = 0) -> str:
+    """'trained in 2 processes: rank 0 (pid 12, this record), rank 1 (pid 13, ranks/1)',
+    then how they were started and, when the starting process ran steps that were no
+    training (`root_windows` time windows), that it does not lead."""
     parts = []
     for entry in entries:
         rank, pid, record = entry.get("rank"), entry.get("pid"), entry.get("record")
@@ -199,7 +211,18 @@ def _trained_note(entries: list[dict[str, Any]]) -> str:
         pid_text = f"pid {pid}, " if pid else ""
         parts.append(f"{who} ({pid_text}{entry.get('steps')} steps{node}, {where})")
     count = len(entries)
-    return f"trained in {count} process{'es' if count != 1 else ''}: " + ", ".join(parts)
+    text = f"trained in {count} process{'es' if count != 1 else ''}: " + ", ".join(parts)
+    how = origin(entries)
+    if how:
+        text += f"; {how}"
+    if root_windows:
+        # First: the terminal shortens long warnings, and this says whose figures these are.
+        text = (
+            f"the starting process did not train ({root_windows} time-window step(s) of "
+            "forwards with no optimizer step or backward, e.g. a test loop): the lead record "
+            f"is a trainer's; {text}"
+        )
+    return text
 
 
 def _trainers(base: Path) -> list[_Trainer]:
@@ -217,7 +240,7 @@ def _trainers(base: Path) -> list[_Trainer]:
     return found
 
 
-def _promote(lead: _Trainer, run_dir: Path, root_obs: dict[str, Any]) -> None:
+def _promote(lead: _Trainer, run_dir: Path, root_obs: dict[str, Any], root_steps: int) -> None:
     """The lead's record becomes the child dir's; the starting process's ending is kept."""
     merged = dict(lead.observations)
     for key in _ROOT_KEYS:
@@ -229,6 +252,10 @@ def _promote(lead: _Trainer, run_dir: Path, root_obs: dict[str, Any]) -> None:
         merged["starting_process"] = {
             "steps_seen": root_obs.get("steps_seen"),
             "exit_code": root_obs.get("exit_code"),
+            "step_detection": root_obs.get("step_detection") if root_steps else None,
+            # The starting process's own steps (a test loop's time windows): a cost of the
+            # run outside training, for the loop account.
+            "steps_wall_ms": _wall_ms(run_dir / rundir.STEPS_FILE) if root_steps else None,
         }
     for name in _MOVED_FILES:
         src = lead.dir / name
@@ -290,6 +317,20 @@ def _read_obs(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _wall_ms(path: Path) -> float | None:
+    """The summed wall_ms of a steps.jsonl (None when unreadable)."""
+    total = 0.0
+    try:
+        with path.open("rb") as fh:
+            for line in fh:
+                if line.strip():
+                    wall = json.loads(line).get("wall_ms")
+                    total += float(wall) if isinstance(wall, (int, float)) else 0.0
+    except (OSError, ValueError, AttributeError):
+        return None
+    return round(total, 3)
 
 
 def _count_lines(path: Path) -> int:

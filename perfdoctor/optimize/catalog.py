@@ -472,6 +472,48 @@ _ENTRIES: tuple[Optimization, ...] = (
         applies_when="the data-loading time sits in the user's own Dataset/collate code",
         device="any",
     ),
+    # ------------------------------------------------------------------ allocator
+    _manual(
+        id="keep-allocator-caching",
+        title="Keep PyTorch's caching allocator on",
+        risk="none: caching is the default",
+        code_change="unset PYTORCH_NO_CUDA_MEMORY_CACHING PYTORCH_NO_HIP_MEMORY_CACHING",
+        applies_when="every tensor is a cudaMalloc/cudaFree (hipMalloc/hipFree) in the step",
+        device="cuda",
+    ),
+    _manual(
+        id="no-empty-cache-in-loop",
+        title="Do not call torch.cuda.empty_cache() in the loop",
+        risk="reserved memory stays with this process (other processes on the GPU see less)",
+        code_change="# delete torch.cuda.empty_cache() from the training/inference loop",
+        applies_when="empty_cache returns the cache every step, so the next one re-allocates",
+        device="cuda",
+    ),
+    # ------------------------------------------------------------------ inference serving
+    _manual(
+        id="serving-cuda-graphs",
+        title="Serve with CUDA graphs: drop the engine's eager flag",
+        risk="graph capture at start-up; extra memory for the captured batch sizes",
+        code_change=(
+            "LLM(model, enforce_eager=False, compilation_config={'cudagraph_capture_sizes': "
+            "[1, 2, 4, 8, 16, 32]})  # vLLM; SGLang: drop --disable-cuda-graph, "
+            "set --cuda-graph-max-bs"
+        ),
+        applies_when="an inference engine that compiles and captures graphs runs eagerly "
+        "(launch-bound decode)",
+        device="cuda",
+    ),
+    _manual(
+        id="serving-batch",
+        title="Serve more requests per batch",
+        risk="higher latency per request",
+        code_change=(
+            "LLM(model, max_num_seqs=256, max_num_batched_tokens=8192)  # vLLM; "
+            "SGLang: --max-running-requests; HF: generate() over a batch of prompts"
+        ),
+        applies_when="an inference GPU under-used with memory to spare",
+        device="any",
+    ),
 )
 
 CATALOG: dict[str, Optimization] = {entry.id: entry for entry in _ENTRIES}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
+from perfdoctor.render.gpu_step import gpu_step_text
 
 DEFINITIONS = (
     "Measured on the GPU's own timeline over every profiled step; HTA drops the last step "
@@ -22,6 +23,7 @@ _TIMELINE = (
     ("gpu_busy_frac", "busy", "a kernel, copy or memset running on any stream"),
     ("gpu_idle_host_busy_frac", "idle: host busy", "nothing queued; the host in Python/launches"),
     ("gpu_idle_host_data_frac", "idle: input data", "nothing queued; the host in the DataLoader"),
+    ("gpu_idle_alloc_frac", "idle: malloc/free", "the host in cudaMalloc/cudaFree (a free syncs)"),
     ("gpu_idle_host_sync_frac", "idle: after a sync", "blocked in a sync that drained the queue"),
     (
         "gpu_idle_host_unrecorded_frac",
@@ -33,8 +35,8 @@ _TIMELINE = (
 )
 _COMM = (
     ("gpu_compute_frac", "compute kernels", "non-communication kernels running"),
-    ("gpu_comm_frac", "communication kernels", "NCCL kernels running"),
-    ("gpu_comm_exposed_frac", "exposed communication", "NCCL with no compute beside it"),
+    ("gpu_comm_frac", "communication kernels", "collective kernels running"),
+    ("gpu_comm_exposed_frac", "exposed communication", "collectives with no compute beside"),
 )
 
 
@@ -68,7 +70,8 @@ def window_text(report: Report) -> str:
     tail = report.facts.get("gpu_tail_ms")
     if isinstance(tail, (int, float)) and tail > 0:
         parts.append(f"the GPU ran {fmt.ms(float(tail))} past the host's last profiled step")
-    return "; ".join(parts)
+    parts.append(gpu_step_text(report))
+    return "; ".join(p for p in parts if p)
 
 
 def timeline_rows(report: Report) -> list[Row]:
@@ -120,7 +123,7 @@ def kernel_rows(report: Report) -> list[KernelRow]:
     for k in report.gpu.get("top_kernels") or []:
         if not isinstance(k, dict):
             continue
-        kind = "NCCL" if k.get("comm") else ("tensor cores" if k.get("tensor_core") else "")
+        kind = "comm" if k.get("comm") else ("tensor cores" if k.get("tensor_core") else "")
         rows.append(
             KernelRow(
                 name=fmt.one_line(str(k.get("name", "")), 90),

@@ -12,8 +12,8 @@ import html
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Evidence, Finding, Recommendation, Report, SourceLocation
+from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.charts import Chart, build_charts
 from perfdoctor.render.compile_section import compile_html
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
@@ -117,8 +117,10 @@ def render_html(report: Report) -> str:
             _step(report),
             _gpu(report),
             _memory(report),
+            compute_section.html_block(report, esc, _table),
             compile_html(report, esc),
             _ranks(report),
+            _loop(report),
             _findings(report),
             _recommendations(report),
             "" if summary.is_trace(report) else _variants(report),
@@ -301,6 +303,15 @@ def _ranks(report: Report) -> str:
         + f"<p>{esc(summary.rank_spread_text(report))}</p>"
         + f'<p class="muted">{esc(summary.rank_note(report))}</p></section>'
     )
+
+
+def _loop(report: Report) -> str:
+    rows = [[esc(c) for c in row] for row in loop_section.loop_rows(report)]
+    if not rows:
+        return ""
+    verdict = esc(loop_section.loop_verdict(report))
+    table = _table(list(loop_section.COLUMNS), rows, numeric=(1, 2))
+    return f"<section><h2>{esc(loop_section.TITLE)}</h2>{table}<p>{verdict}</p></section>"
 
 
 def _evidence_row(item: Evidence) -> list[str]:

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.compile_section import compile_markdown
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
@@ -59,8 +59,10 @@ def render_markdown(report: Report) -> str:
     lines += _step(report)
     lines += _gpu(report)
     lines += _memory(report)
+    lines += compute_section.markdown_lines(report, md_text, _table)
     lines += compile_markdown(report, md_text)
     lines += _ranks(report)
+    lines += _loop(report)
     lines += _findings(report)
     lines += _recommendations(report)
     if not summary.is_trace(report):  # a trace has no variants: nothing was applied
@@ -165,6 +167,21 @@ def _ranks(report: Report) -> list[str]:
         md_text(summary.rank_spread_text(report)),
         "",
         md_text(summary.rank_note(report)),
+        "",
+    ]
+
+
+def _loop(report: Report) -> list[str]:
+    rows = [[md_text(c) for c in row] for row in loop_section.loop_rows(report)]
+    if not rows:
+        return []
+    verdict = md_text(loop_section.loop_verdict(report))
+    return [
+        f"## {loop_section.TITLE}",
+        "",
+        *_table(list(loop_section.COLUMNS), rows, "lrr"),
+        "",
+        verdict,
         "",
     ]
 

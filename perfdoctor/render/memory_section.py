@@ -13,6 +13,7 @@ from typing import Any
 
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
+from perfdoctor.render import memory_wording as wording
 from perfdoctor.rundir import BASELINE_LABEL
 
 _CATEGORY_NAMES = {
@@ -83,14 +84,14 @@ def _section(label: str, row: Mapping[str, Any], s: Mapping[str, Any]) -> Memory
     if isinstance(s.get("peak_during"), str):
         when += f", during {s['peak_during']}"
     figures: list[tuple[str, str]] = [
-        ("peak allocated", f"{fmt.nbytes(peak)}{when}"),
-        ("peak reserved", fmt.nbytes(_num(s.get("peak_reserved_bytes")))),
+        (wording.allocated_label(s), f"{fmt.nbytes(peak)}{when}"),
+        (wording.reserved_label(s), fmt.nbytes(_num(s.get("peak_reserved_bytes")))),
     ]
     if peak is not None and reserved_at_peak:
         gap = max(reserved_at_peak - peak, 0.0)
         figures.append(
             (
-                "reserved, not allocated, at the peak",
+                wording.unallocated_label(s),
                 f"{fmt.nbytes(gap)} ({fmt.percent(gap / reserved_at_peak)} of reserved)",
             )
         )
@@ -108,10 +109,14 @@ def _section(label: str, row: Mapping[str, Any], s: Mapping[str, Any]) -> Memory
             (
                 "free in the cache at the snapshot",
                 f"{fmt.nbytes(free)} in {s.get('segments', '?')} segments, "
-                f"{fmt.nbytes(internal)} of it rounding inside blocks",
+                f"{fmt.nbytes(internal)} of it rounding inside blocks; "
+                + wording.cached_free_verdict(s),
             )
         )
         figures.append(("largest free block", f"{fmt.nbytes(largest)}{largest_share}"))
+    failure = wording.failure_row(s)
+    if failure is not None:
+        figures.append(failure)
     expandable = s.get("expandable_segments")
     if isinstance(expandable, bool):
         figures.append(("expandable_segments", "on" if expandable else "off"))

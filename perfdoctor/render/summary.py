@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from perfdoctor.analyze import straggler
 from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
 from perfdoctor.model import (
+    BaselineSummary,
     Finding,
     GainEstimate,
     RankSummary,
@@ -23,6 +24,8 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render import loop_section, memory_wording, workload_view
+from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 BREAKDOWN_PARTS = ("data", "forward", "backward", "optimizer", "other")
@@ -78,6 +81,9 @@ def run_notes(report: Report) -> tuple[str, ...]:
     """Where perfdoctor stopped the script (or that it ran to its end), and which output
     folders of perfdoctor's own re-runs it removed."""
     notes: list[str] = []
+    unrepresentative = loop_section.headline_note(report)
+    if unrepresentative:
+        notes.append(unrepresentative)
     end = report.script_end
     if end.get("stopped_by_perfdoctor"):
         step = end.get("step")
@@ -159,7 +165,10 @@ def _trace_headline(report: Report) -> Headline:
     if report.findings:
         top = report.findings[0]
         recs = recommendations_for(report, top)
-        return Headline(_slow_sentence(top), _fix_sentence(top, recs), TRACE_MEASURED)
+        slow = _slow_sentence(top)
+        if top.rule_id != "rank-straggler":
+            slow = job_prefix(report) + slow
+        return Headline(slow, _fix_sentence(top, recs), TRACE_MEASURED)
     if not report.baseline.steps_timed and report.facts.get("trace_steps") is not None:
         return Headline(
             slow="No bottleneck rule fired; the trace has no ProfilerStep spans, so the rules "
@@ -173,7 +182,12 @@ def _trace_headline(report: Report) -> Headline:
         report.facts.get("peak_reserved_bytes"),
     )
     if report.baseline.steps_timed == 0 and isinstance(peak, int):
-        memory = f"Peak allocated {fmt.nbytes(peak)}"
+        if memory_wording.has_history(report.facts):
+            memory = f"Peak allocated {fmt.nbytes(peak)}"
+        else:
+            memory = (
+                f"At the snapshot (no allocator history, so no peak): {fmt.nbytes(peak)} allocated"
+            )
         if isinstance(reserved, int):
             memory += f", reserved {fmt.nbytes(reserved)}"
         return Headline(
@@ -299,7 +313,7 @@ RANK_NOTE_NO_COMM = (
 def rank_note(report: Report) -> str:
     """What the ranks table's figures are: from traces, or from a run's timed steps."""
     if is_trace(report):
-        return RANK_NOTE
+        return RANK_NOTE + job_rank_note(report)
     fallback = report.facts.get("straggler_own_basis") == "outside_forward_backward"
     return RANK_NOTE_RUN + (RANK_NOTE_NO_COMM if fallback else "")
 
@@ -324,6 +338,8 @@ def _straggler_found(report: Report) -> bool:
 def _own_work_words(report: Report) -> str:
     if report.facts.get("straggler_own_basis") == "outside_forward_backward":
         return "its wall time outside forward and backward"
+    if report.facts.get("job_collectives_matched") is not None:
+        return JOB_OWN_WORDS
     return "its step less its time in collectives"
 
 
@@ -550,9 +566,20 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("steps timed", fmt.number(base.steps_timed)),
         ("optimizer steps", fmt.number(base.optimizer_steps)),
         ("micro-batches per step", fmt.number(micro)),
-        ("steps counted by", _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)),
+        ("steps counted by", step_counting(base)),
     ]
     return rows
+
+
+def step_counting(base: BaselineSummary) -> str:
+    """What a step is; closure calls of optimizer.step(closure) are steps of their own, so
+    the optimizer steps beside them (finished step() calls) can be fewer."""
+    if base.closure_steps:
+        return (
+            f"closure calls inside optimizer.step(closure) ({fmt.number(base.closure_steps)} "
+            "calls, each a forward and backward)"
+        )
+    return _DETECTION_NOTES.get(base.step_detection or "", fmt.MISSING)
 
 
 def breakdown_title(report: Report) -> str:
@@ -574,12 +601,18 @@ def baseline_pool_text(report: Report) -> str:
 
 def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
     base, facts = report.baseline, report.facts
-    memory: list[tuple[str, str]] = [("peak memory", fmt.nbytes(base.peak_memory_bytes))]
+    peak = memory_wording.has_history(facts)
+    memory: list[tuple[str, str]] = [
+        ("peak memory" if peak else "memory at the snapshot", fmt.nbytes(base.peak_memory_bytes))
+    ]
     reserved, frag = facts.get("peak_reserved_bytes"), facts.get("fragmentation_frac")
     if isinstance(reserved, int):
-        memory.append(("peak reserved", fmt.nbytes(reserved)))
-    if isinstance(frag, float):
-        memory.append(("fragmentation", fmt.percent(frag)))
+        memory.append(
+            ("peak reserved" if peak else "reserved at the snapshot", fmt.nbytes(reserved))
+        )
+    frag_row = memory_wording.step_table_row(facts)
+    if isinstance(frag, float) and frag_row is not None:
+        memory.append(frag_row)
     if facts.get("trace_steps") is None and base.peak_memory_bytes is not None:
         return memory  # a memory snapshot alone: no step to show
     loader = {True: "worker processes", False: "in-process (num_workers=0)"}
@@ -603,7 +636,7 @@ def _trace_step_rows(report: Report) -> list[tuple[str, str]]:
         ("profiled steps", fmt.number(base.steps_timed)),
         ("steps counted by", "ProfilerStep spans" if base.steps_timed else fmt.MISSING),
     ]
-    return rows
+    return workload_view.frame_step_rows(report, rows)
 
 
 def breakdown_rows(breakdown_ms: Mapping[str, float]) -> list[tuple[str, float, float]]:

@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Finding, Recommendation, Report
+from perfdoctor.render import compute_section, gpu_view, loop_section, measurement, summary
 from perfdoctor.render import format as fmt
-from perfdoctor.render import gpu_view, measurement, summary
 from perfdoctor.render.compile_section import compile_panel
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
@@ -67,11 +67,16 @@ def render_terminal(report: Report, console: Console) -> None:
     memory = memory_section(report)
     if memory is not None:
         console.print(_memory_panel(memory))
+    compute = compute_section.terminal_panel(report)
+    if compute is not None:
+        console.print(compute)
     compiled = compile_panel(report)
     if compiled is not None:
         console.print(compiled)
     if report.ranks:
         console.print(_ranks_section(report))
+    if loop_section.has_loop_section(report):
+        console.print(_loop_section(report))
     if report.findings:
         console.print(_findings_section(report))
     if report.recommendations:
@@ -130,6 +135,17 @@ def _ranks_section(report: Report) -> Group:
     for row in summary.rank_rows(report):
         table.add_row(*(Text(cell) for cell in row))
     return Group(table, Text(summary.rank_spread_text(report)), Text(""))
+
+
+def _loop_section(report: Report) -> Group:
+    table = Table(
+        title=loop_section.TITLE, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False
+    )
+    for i, column in enumerate(loop_section.COLUMNS):
+        table.add_column(column, justify="left" if i == 0 else "right", ratio=1 if i == 0 else None)
+    for row in loop_section.loop_rows(report):
+        table.add_row(*(Text(cell) for cell in row))
+    return Group(table, Text(loop_section.loop_verdict(report)), Text(""))
 
 
 def _headline_panel(report: Report) -> Panel:

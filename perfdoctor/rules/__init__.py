@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from perfdoctor.model import Facts
 from perfdoctor.rules import (
+    allocator,
+    capture,
     compile_cost,
     cpu,
     cudnn,
@@ -18,6 +20,7 @@ from perfdoctor.rules import (
     jitter,
     launch,
     layout,
+    loop,
     measurement,
     memory,
     modeling,
@@ -25,13 +28,17 @@ from perfdoctor.rules import (
     optimizer,
     precision,
     sync,
+    timeline_causes,
     utilization,
 )
 from perfdoctor.rules.base import Rule
 from perfdoctor.rules.engine import RuleResults, describe, evaluate_rules
+from perfdoctor.rules.workload_framing import frame_for_workload
 
 ALL_RULES: tuple[Rule, ...] = (
+    *capture.RULES,
     *input_pipeline.RULES,
+    *timeline_causes.RULES,
     *debug.RULES,
     *cpu.RULES,
     *precision.RULES,
@@ -42,11 +49,13 @@ ALL_RULES: tuple[Rule, ...] = (
     *layout.RULES,
     *optimizer.RULES,
     *memory.RULES,
+    *allocator.RULES,
     *multigpu.RULES,
     *modeling.RULES,
     *jitter.RULES,
     *compile_cost.RULES,
     *measurement.RULES,
+    *loop.RULES,
 )
 
 
@@ -56,7 +65,7 @@ def evaluate(
     overrides: Mapping[str, Mapping[str, float]] | None = None,
 ) -> RuleResults:
     """Findings ranked by expected gain (one headline per root cause) and skipped rules."""
-    return evaluate_rules(facts, rules, overrides)
+    return frame_for_workload(facts, evaluate_rules(facts, rules, overrides), rules)
 
 
 def describe_rules(rules: Sequence[Rule] = ALL_RULES) -> list[dict[str, object]]:

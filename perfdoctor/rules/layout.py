@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from perfdoctor.model import Facts, Finding, GainEstimate
 from perfdoctor.rules.base import Rule, compute_capability, ev, flag, num, pct, severity_for_gain
+from perfdoctor.rules.lowp import LOWP_SOURCE, computes_in_low_precision
 
 CHANNELS_LAST = "channels-last"
 
@@ -23,7 +24,9 @@ def check_channels_last(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         return None
     if flag(facts, "model_channels_last") is not False or convs < 1 or conv < t["conv_frac"]:
         return None
-    low_precision = flag(facts, "autocast_used") is True
+    low_precision = flag(facts, "autocast_used") is True or computes_in_low_precision(
+        facts, t["lowp_kernel_frac"]
+    )
     saving = t["assumed_saving_lowp"] if low_precision else t["assumed_saving_fp32"]
     gain = conv * saving
     precision_note = (
@@ -67,17 +70,19 @@ RULES = (
             "conv_ms_frac",
             "model_channels_last",
         ),
-        uses=("autocast_used",),
+        uses=("autocast_used", "lowp_matmul_kernel_frac"),
         thresholds={
             "min_compute_capability": 7.0,
             "conv_frac": 0.3,
             "assumed_saving_lowp": 0.2,
             "assumed_saving_fp32": 0.05,
+            "lowp_kernel_frac": 0.5,
         },
         source=(
             "no surveyed tool detects it (prior-art.md (b); Composer applies it blindly); "
             "CC >= 7 for NHWC tensor-core kernels per NVIDIA's cuDNN performance guide; convs "
-            ">= 30% of op time and the savings are choices here, measured by the re-run"
+            ">= 30% of op time and the savings are choices here, measured by the re-run; "
+            f"{LOWP_SOURCE}"
         ),
         description=(
             "Convolutions dominate on a tensor-core GPU and the model is NCHW. CUDA only: on "

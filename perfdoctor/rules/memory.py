@@ -16,6 +16,7 @@ from perfdoctor.rules.base import (
     seen,
     where,
 )
+from perfdoctor.rules.memory_oom import oom_request_text
 from perfdoctor.units import format_bytes
 
 MEMORY_NEAR_CAPACITY = "memory-near-capacity"
@@ -105,7 +106,7 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
     if "expandable-segments" not in fixes and not _expandable_on(facts):
         fixes = (*fixes, "expandable-segments")
     what = (
-        f"ran out of memory {ooms:g} time(s)"
+        f"ran out of memory {ooms:g} time(s)" + oom_request_text(facts)
         if ooms >= t["min_oom_events"]
         else f"had to free its cache and retry cudaMalloc {retries:g} times"
     )
@@ -124,7 +125,13 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
                 if retries is not None
                 else ()
             ),
-            *seen(facts, "peak_allocated_frac", "fragmentation_frac"),
+            *seen(
+                facts,
+                "peak_allocated_frac",
+                "fragmentation_frac",
+                "oom_request_bytes",
+                "oom_device_free_bytes",
+            ),
         ),
         locations=locations(facts, "memory_peak"),
         optimizations=fixes,
@@ -172,6 +179,8 @@ def check_fragmentation(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         return None
     if _expandable_on(facts):
         return None  # the fix this finding proposes is already in place
+    if flag(facts, "memory_cache_fragmented") is False:
+        return None  # the failed request would not have fit the free blocks' total anyway
     retries = num(facts, "alloc_retries") or 0.0
     reserved_frac = reserved / total
     if reserved_frac < t["reserved_frac"] and retries < 1:
@@ -349,6 +358,8 @@ RULES = (
             "fragmentation_frac",
             "activation_bytes_frac",
             "expandable_segments",
+            "oom_request_bytes",
+            "oom_device_free_bytes",
         ),
         thresholds={"min_retries": 2.0, "min_oom_events": 1.0, **_PRESSURE_THRESHOLDS},
         source=(
@@ -390,7 +401,12 @@ RULES = (
             "peak_reserved_bytes",
             "device_total_memory_bytes",
         ),
-        uses=("alloc_retries", "largest_free_block_frac", "expandable_segments"),
+        uses=(
+            "alloc_retries",
+            "largest_free_block_frac",
+            "expandable_segments",
+            "memory_cache_fragmented",
+        ),
         thresholds={"fragmentation_frac": 0.25, "reserved_frac": 0.90},
         source=(
             "PyTorch CUDA semantics docs (expandable_segments against fragmentation); "

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from perfdoctor.analyze.straggler import DEFINITION as STRAGGLER_DEFINITION
 from perfdoctor.analyze.straggler import FALLBACK_DEFINITION as STRAGGLER_FALLBACK
 from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.rules import comm_advice
 from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_gain, text
 from perfdoctor.rules.measurement import BUSY_MACHINE, busy_limit
 
@@ -116,6 +117,8 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             step_time_frac=gain,
             method=f"communication share x {t['assumed_hidden']:g} (assumed hidden or saved)",
         ),
+        # Accumulation and a larger batch cut the same collectives: one carries the estimate.
+        optimizations=("grad-accumulation",),
     )
 
 
@@ -131,29 +134,42 @@ def _exposed_gpu_communication(
     facts: Facts, t: Mapping[str, float], exposed: float, gpu_comm: float
 ) -> Finding | None:
     """Communication kernels the compute does not hide: the GPU does nothing else meanwhile.
-    A rank's NCCL kernel also spins while it waits for a slower peer, so part of this is
-    another rank's lateness: the wait the per-rank steps measure comes off first."""
+    A rank's collective kernel also spins while it waits for a slower peer, so part of this
+    is another rank's lateness: the wait the per-rank steps measure comes off first; without
+    it, only the transfer part one rank's trace shows is promised (rules/comm_advice.py)."""
     wait = num(facts, "comm_peer_wait_frac")
     if wait:
         exposed = max(0.0, exposed - wait)
     if exposed <= t["comm_frac"]:
         return None
     overlap = num(facts, "gpu_comm_overlap_frac")
-    # Exposed communication is GPU time nothing else uses: all of it is what perfect overlap
-    # would hide (the same bound launch-bound takes for the host wait it would remove).
-    gain = exposed
+    if wait:
+        # The ranks' own figures took the wait out: the rest is transfer, all of which
+        # perfect overlap would hide (the bound launch-bound takes for its host wait).
+        gain = comm_advice.CommGain(
+            exposed,
+            "exposed communication share of the GPU window: what full overlap would hide",
+            "",
+        )
+    else:
+        gain = comm_advice.exposed_gain(facts, t, exposed)
+    fix = comm_advice.advice(facts)
+    mix = text(facts, "comm_collective_mix")
+    mix_text = f" ({mix})" if mix else ""
     overlap_text = f"; {pct(overlap)} of it overlaps compute kernels" if overlap is not None else ""
+    waiting = text(facts, "comm_wait_verdict") == "waiting"
     return Finding(
         rule_id=COMMUNICATION_HEAVY,
-        severity=severity_for_gain(gain, floor="warning"),
-        title=f"Exposed communication: {pct(exposed)} of the GPU time runs only NCCL kernels",
+        severity=severity_for_gain(gain.frac, floor="warning"),
+        title=f"Exposed communication: {pct(exposed)} of the GPU time runs only communication "
+        "kernels" + (", mostly waiting for a peer" if waiting else ""),
         explanation=(
-            f"Communication kernels run {pct(gpu_comm)} of the GPU window{overlap_text}, so "
-            f"for {pct(exposed)} of it the GPU does nothing but communicate."
+            f"Communication kernels{mix_text} run {pct(gpu_comm)} of the GPU window"
+            f"{overlap_text}, so for {pct(exposed)} of it the GPU does nothing but communicate."
             + _peer_wait_text(facts)
-            + " DDP hides the all-reduce behind backward only "
-            "when buckets are ready early: keep find_unused_parameters off, try "
-            "gradient_as_bucket_view=True and a bucket_cap_mb that fits the model. " + _COMM_ADVICE
+            + gain.wait_text
+            + " "
+            + fix.text
         ),
         evidence=(
             ev(
@@ -166,6 +182,16 @@ def _exposed_gpu_communication(
             ev("gpu_comm_frac", gpu_comm),
             *seen(
                 facts,
+                "gpu_comm_exposed_transfer_frac",
+                "comm_transfer_share",
+                "comm_wait_verdict",
+                "comm_busbw_gbs_p50",
+                "comm_link_gbs",
+                "comm_busbw_link_frac",
+                "comm_size_r",
+                "comm_collective_mix",
+                "comm_families",
+                "comm_parallelism",
                 "comm_peer_wait_frac",
                 "gpu_comm_overlap_frac",
                 "comm_kernel_frac",
@@ -173,10 +199,8 @@ def _exposed_gpu_communication(
                 "dist_backend",
             ),
         ),
-        gain=GainEstimate(
-            step_time_frac=gain,
-            method="exposed communication share of the GPU window: what full overlap would hide",
-        ),
+        optimizations=fix.optimizations,
+        gain=GainEstimate(step_time_frac=gain.frac, method=gain.method),
     )
 
 
@@ -252,21 +276,62 @@ def _straggler_cause(
     )
 
 
-def _contended_cpu_ranks(facts: Facts) -> str:
-    """The caveat for CPU ranks on a machine other processes kept busy: the ranks share its
-    cores with that load, so the scheduler, not the rank's work, can make one rank slower.
-    GPU ranks compute on their own devices, so the load does not explain their excess."""
-    others = num(facts, "cpu_other_busy_cores")
-    if flag(facts, "device_is_cuda") is True or others is None:
+def _contended_cpu_ranks(facts: Facts, t: Mapping[str, float]) -> str:
+    """The caveat for CPU ranks that competed for the cores: other processes kept the
+    machine busy, or the CPU was saturated during the steps (ranks, workers and other load
+    together). Then the scheduler, not the rank's work, can make one rank the slower one.
+    GPU ranks compute on their own devices, so CPU load does not explain their excess."""
+    if flag(facts, "device_is_cuda") is True:
         return ""
+    others = num(facts, "cpu_other_busy_cores")
     cores = num(facts, "cpu_cores_logical")
-    if others < busy_limit(cores):
+    util = num(facts, "cpu_util_mean_frac")
+    busy = others is not None and others >= busy_limit(cores)
+    saturated = util is not None and util >= t["saturated_cpu_frac"]
+    if not busy and not saturated:
         return ""
     of_cores = f" of {cores:.0f}" if cores else ""
+    load = (
+        f"Other processes kept {others:.1f}{of_cores} cores busy during these steps "
+        f"({BUSY_MACHINE})"
+        if busy and others is not None
+        else f"The CPU was {pct(util or 0.0)} busy during these steps"
+    )
     return (
-        f" Other processes kept {others:.1f}{of_cores} cores busy during these steps "
-        f"({BUSY_MACHINE}), and the ranks share those cores: a rank the scheduler gave less "
-        "CPU looks like a straggler. Re-run on a quiet machine before acting on this."
+        f" {load}, and the ranks compete for those cores: a rank the scheduler gave less "
+        "CPU looks like a straggler. Re-run on a quiet machine, or with fewer ranks than "
+        "cores, before acting on this."
+    )
+
+
+def _meeting(facts: Facts) -> str:
+    """Where the ranks meet: the collective the trace shows most of, DDP's all-reduce else."""
+    mix = text(facts, "comm_collective_mix")
+    if mix and num(facts, "job_collectives_matched") is not None:
+        return f"The ranks meet in their collectives every step ({mix})"
+    return "Under DDP the ranks meet in the gradient all-reduce every step"
+
+
+def _job_text(facts: Facts, rank: float) -> str:
+    """For ranks diagnosed from their traces (analyze/job_ranks.py): how the rank was found,
+    and that the report's other findings are its own trace's."""
+    matched = num(facts, "job_collectives_matched")
+    last = num(facts, "job_late_rank_last_arrivals")
+    if matched is None or last is None:
+        return ""
+    untraced = num(facts, "ranks_untraced")
+    partial = (
+        f" {untraced:.0f} ranks of the job were not traced: one of them may hold this rank "
+        "up in turn."
+        if untraced
+        else ""
+    )
+    return (
+        f" Across the traces, rank {rank:.0f}'s collective kernels are the shortest at "
+        f"{last:.0f} of {matched:.0f} collectives: it arrives last and waits for nobody. "
+        "The other ranks' communication time is mostly this wait, so their own traces read "
+        f"as communication-bound; this report diagnoses rank {rank:.0f}'s trace, and its "
+        f"other findings are what holds the job up.{partial}"
     )
 
 
@@ -279,7 +344,9 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     if excess < t["min_excess_ms"]:
         return None  # tiny steps: a fraction of a millisecond is one process's scheduling
     steps = num(facts, "rank_timed_steps_min")
-    if steps is not None and steps < t["min_timed_steps"]:
+    matched = num(facts, "job_collectives_matched")
+    # Traced ranks: the collectives matched across them are the pattern, however few steps.
+    if steps is not None and steps < t["min_timed_steps"] and matched is None:
         return None  # a rank that crashed after a step or two: one slow step is no pattern
     world = num(facts, "world_size")
     if world is not None and world <= 1:
@@ -288,31 +355,37 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
     own, fast_own = num(facts, "straggler_own_ms_p50"), num(facts, "fastest_rank_own_ms_p50")
     against = f"rank {fastest:.0f}" if fastest is not None else "the others"
     fallback = text(facts, "straggler_own_basis") == "outside_forward_backward"
+    traced_job = num(facts, "job_collectives_matched") is not None
     own_work = (
         "own work is the wall time outside forward and backward: no collective time was recorded"
         if fallback
-        else "own work is the step less the time in collectives"
+        else (
+            "own work is the job's step less the rank's wait for later ranks in collectives"
+            if traced_job
+            else "own work is the step less the time in collectives"
+        )
     )
     compared = (
         f" ({own:.1f} ms against {fast_own:.1f} ms on {against}, the fastest; {own_work})"
         if own is not None and fast_own is not None
         else f" ({own_work})"
     )
-    cause, fixes = _straggler_cause(facts, t, rank, excess)
+    # Traced ranks: what slows the late rank is its own trace's findings, not a guess.
+    cause, fixes = ("", ()) if traced_job else _straggler_cause(facts, t, rank, excess)
     node = num(facts, "straggler_node_rank")
     where = f" (node {node:.0f})" if node is not None else ""
-    contended = _contended_cpu_ranks(facts)
+    contended = _contended_cpu_ranks(facts, t)
     return Finding(
         rule_id=RANK_STRAGGLER,
         severity="info" if contended else severity_for_gain(frac, floor="warning"),
         title=f"Rank {rank:.0f}{where} is a straggler: every rank waits {excess:.1f} ms per step "
         "for it",
         explanation=(
-            "Under DDP the ranks meet in the gradient all-reduce every step, so all of them run "
+            f"{_meeting(facts)}, so all of them run "
             f"at the pace of the slowest. Rank {rank:.0f} does {excess:.1f} ms more own work "
             f"per step than the other ranks{compared}: {pct(frac)} of "
-            f"the step, which the others spend waiting in the all-reduce (time in the "
-            f"collective that is no transfer).{cause}{contended}"
+            f"the step, which the others spend waiting in the collectives (time in the "
+            f"collective that is no transfer).{_job_text(facts, rank)}{cause}{contended}"
         ),
         evidence=(
             ev("straggler_excess_frac", frac, t["excess_frac"], ">"),
@@ -338,7 +411,15 @@ def check_rank_straggler(facts: Facts, t: Mapping[str, float]) -> Finding | None
                 "fastest_rank_backward_ms_p50",
                 "comm_peer_wait_ms_p50",
                 "world_size",
-                *(("cpu_other_busy_cores", "cpu_cores_logical") if contended else ()),
+                "job_late_rank_last_arrivals",
+                "job_collectives_matched",
+                "job_held_ms_per_step",
+                "ranks_untraced",
+                *(
+                    ("cpu_other_busy_cores", "cpu_util_mean_frac", "cpu_cores_logical")
+                    if contended
+                    else ()
+                ),
             ),
         ),
         optimizations=fixes,
@@ -387,6 +468,19 @@ RULES = (
             "gpu_comm_exposed_frac",
             "gpu_comm_frac",
             "gpu_comm_overlap_frac",
+            "gpu_comm_exposed_transfer_frac",
+            "comm_transfer_share",
+            "comm_wait_verdict",
+            "comm_wait_reason",
+            "comm_busbw_gbs_p50",
+            "comm_link_gbs",
+            "comm_busbw_link_frac",
+            "comm_size_r",
+            "comm_collective_mix",
+            "comm_families",
+            "comm_parallelism",
+            "job_late_rank",
+            "ranks_untraced",
             "comm_kernel_frac",
             "comm_step_frac",
             "world_size",
@@ -396,15 +490,20 @@ RULES = (
         source=(
             "> 10%: torch-tb-profiler profiler/data.py rule 4 (communication / step time); "
             "exposed = HTA get_comm_comp_overlap's complement on the GPU timeline; "
-            "the 0.5 saving is an assumption the re-run measures"
+            "the 0.5 saving is an assumption the re-run measures, and on a GPU trace whose "
+            "message sizes do not split transfer from waiting for a peer, the share of the "
+            "exposed time one rank's trace may promise; transfer vs waiting: "
+            "analyze/comm_wait.py (nccl-tests busbw against the link)"
         ),
         description=(
-            "On a GPU trace: NCCL kernel time that no compute kernel overlaps, as a share of "
-            "the GPU window. Without communication kernels: the host's time in nccl/gloo "
+            "On a GPU trace: communication kernel time (NCCL/RCCL, DeepEP, symmetric memory) "
+            "that no compute kernel overlaps, as a share of the GPU window; the gain is its "
+            "transfer part. Without communication kernels: the host's time in nccl/gloo "
             "collectives as a share of the step."
         ),
         check=check_communication,
-        optimizations=("grad-accumulation", "larger-batch"),
+        selects_optimizations=True,
+        optimizations=("grad-accumulation",),
     ),
     Rule(
         id=RANK_STRAGGLER,
@@ -428,8 +527,13 @@ RULES = (
             "world_size",
             "straggler_node_rank",
             "rank_timed_steps_min",
+            "job_collectives_matched",
+            "job_late_rank_last_arrivals",
+            "job_held_ms_per_step",
+            "ranks_untraced",
             "device_is_cuda",
             "cpu_other_busy_cores",
+            "cpu_util_mean_frac",
             "cpu_cores_logical",
         ),
         thresholds={
@@ -439,6 +543,7 @@ RULES = (
             "data_share_of_excess": 0.5,
             "forward_share_of_excess": 0.5,
             "slow_node_forward_ratio": 1.25,
+            "saturated_cpu_frac": 0.9,
         },
         source=(
             "> 10% of the step: TraceML's straggler score warning, (worst rank - median rank) / "
@@ -452,7 +557,11 @@ RULES = (
             "at least 1 ms per step: below that, a balanced 2-rank gloo run on a shared 2-core "
             "machine read 0.4 ms (11% of a 3.5 ms step), one process's scheduling, not work; "
             "at least 3 timed steps on every rank (a choice here: a 2-rank run whose rank 1 "
-            "crashed after one timed step fired on that one step's 12.5 ms of data wait)"
+            "crashed after one timed step fired on that one step's 12.5 ms of data wait); "
+            "only a caveat (info) on CPU ranks when busy-machine's limit is crossed or the CPU "
+            "is >= 90% busy: a balanced 2-rank gloo run on this 2-core machine at load 10 "
+            "(2026-11-28) named rank 1 a straggler by 11.5 ms (89% of the step) with the CPU "
+            "100% busy"
         ),
         description=(
             "A rank whose own work per step (its step less its time in collectives, where "

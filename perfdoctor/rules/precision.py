@@ -18,6 +18,7 @@ from perfdoctor.rules.base import (
     text,
     where,
 )
+from perfdoctor.rules.lowp import LOWP_SOURCE, computes_in_low_precision
 from perfdoctor.units import format_bytes
 
 FP32_ON_TENSOR_CORES = "fp32-on-tensor-cores"
@@ -44,6 +45,8 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     if cc is None or share is None or cc < t["min_compute_capability"]:
         return None
     if flag(facts, "autocast_used") is True or share < t["fp32_frac"]:
+        return None
+    if computes_in_low_precision(facts, t["lowp_kernel_frac"]):
         return None
     gain = share * t["assumed_speedup_saving"]
     amp = _amp_id(facts, t["bf16_compute_capability"])
@@ -72,7 +75,13 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
             ev("fp32_matmul_conv_frac", share, t["fp32_frac"], ">="),
             ev("gpu_compute_capability", cc, t["min_compute_capability"], ">="),
             ev("autocast_used", False),
-            *seen(facts, "tensor_core_kernel_frac", "tensor_active_frac"),
+            *seen(
+                facts,
+                "lowp_matmul_kernel_frac",
+                "compute_precision",
+                "tensor_core_kernel_frac",
+                "tensor_active_frac",
+            ),
         ),
         optimizations=tuple(optimizations),
         gain=GainEstimate(
@@ -93,6 +102,8 @@ def check_tf32_off(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if cc is None or matmul is None or fp32 is None or cc < t["min_compute_capability"]:
         return None
     if flag(facts, "tf32_matmul_enabled") is not False:
+        return None
+    if computes_in_low_precision(facts, t["lowp_kernel_frac"]):
         return None
     # fp32 matmul share is at most both shares: convs use TF32 by default already.
     share = min(matmul, fp32)
@@ -221,18 +232,21 @@ RULES = (
             "tensor_active_frac",
             "peak_allocated_bytes",
             "activation_bytes_frac",
+            "lowp_matmul_kernel_frac",
+            "compute_precision",
         ),
         thresholds={
             "min_compute_capability": 7.0,
             "bf16_compute_capability": 8.0,
             "fp32_frac": 0.2,
             "assumed_speedup_saving": 0.5,
+            "lowp_kernel_frac": 0.5,
         },
         source=(
             "CC >= 7 and tensor-core-eligible op time: torch-tb-profiler profiler/data.py rule 6 "
             "and DLProf 'eligible ops but none FP16'; tb_plugin fires only at 0% tensor-core "
             "time, perfdoctor at >= 20% of op time in fp32 matmul/conv (choice here, so partial "
-            "fp32 use is caught); bf16 needs CC >= 8 (Ampere)"
+            f"fp32 use is caught); bf16 needs CC >= 8 (Ampere); {LOWP_SOURCE}"
         ),
         description=(
             "Recommends bf16 autocast (Ampere+) or fp16 with GradScaler (Volta/Turing) when "
@@ -255,15 +269,17 @@ RULES = (
             "matmul_ms_frac",
             "fp32_matmul_conv_frac",
         ),
+        uses=("autocast_used", "lowp_matmul_kernel_frac"),
         thresholds={
             "min_compute_capability": 8.0,
             "fp32_matmul_frac": 0.1,
             "assumed_speedup_saving": 0.5,
+            "lowp_kernel_frac": 0.5,
         },
         source=(
             "torch/profiler/_pattern_matcher.py FP32MatMulPattern (any fp32 aten::mm with "
             "allow_tf32 off on sm_80+); perfdoctor requires >= 10% of op time so that a "
-            "negligible matmul does not warn"
+            f"negligible matmul does not warn; {LOWP_SOURCE}"
         ),
         description="fp32 matmuls with TF32 disabled on a GPU whose tensor cores support TF32.",
         check=check_tf32_off,

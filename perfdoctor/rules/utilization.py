@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from perfdoctor.model import Evidence, Facts, Finding, GainEstimate
-from perfdoctor.rules.base import Rule, ev, num, pct, seen
+from perfdoctor.rules import timeline_causes
+from perfdoctor.rules.base import Rule, ev, num, pct, seen, text
 from perfdoctor.rules.input_pipeline import INPUT_BOUND
 from perfdoctor.rules.launch import LAUNCH_BOUND
 from perfdoctor.rules.launch_cost import (
@@ -18,6 +19,7 @@ from perfdoctor.rules.launch_cost import (
     TYPICAL_LAUNCH_US,
     launch_cap,
 )
+from perfdoctor.rules.lowp import LOWP_SOURCE, computes_in_low_precision
 from perfdoctor.rules.memory import MEMORY_UNDERUSED
 from perfdoctor.rules.multigpu import COMMUNICATION_HEAVY
 from perfdoctor.rules.sync import HOST_SYNCS
@@ -105,7 +107,7 @@ def _host_busy_causes(facts: Facts, t: Mapping[str, float], host_busy: float) ->
 
 
 def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
-    data_wait = num(facts, "data_wait_frac")
+    data_wait = timeline_causes.input_share(facts)
     host_wait = num(facts, "gpu_idle_host_wait_frac")
     sync_ms = num(facts, "host_sync_ms_per_step")
     step_ms = num(facts, "step_ms_p50")
@@ -177,6 +179,10 @@ def _causes(facts: Facts, t: Mapping[str, float]) -> list[_Cause]:
                 fixable=False,
             )
         )
+    causes.extend(
+        _Cause(c.name, c.share, c.rule_id, c.optimizations, c.advice)
+        for c in timeline_causes.extra_causes(facts)
+    )
     return causes
 
 
@@ -257,26 +263,51 @@ def _top_kernels_text(facts: Facts, count: int = 3) -> str:
     return " The kernels that take the most time: " + "; ".join(names) + "." if names else ""
 
 
+def _precision_text(facts: Facts, lowp_kernel_frac: float) -> str:
+    """What the GEMMs already compute in, when that is low precision (no advice to give)."""
+    lowp = num(facts, "lowp_matmul_kernel_frac")
+    label = text(facts, "compute_precision")
+    if lowp is None or label is None or lowp < lowp_kernel_frac:
+        return ""
+    return (
+        f" The GEMM, convolution and attention kernels already compute in low precision "
+        f"({pct(lowp)} of their time; mostly {label})."
+    )
+
+
 def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     busy = num(facts, "gpu_busy_frac")
     compute = num(facts, "gpu_compute_frac")
     if busy is None or busy < t["busy_frac"]:
         return None
-    tensor_cores = num(facts, "tensor_core_kernel_frac")
-    few_tensor_cores = tensor_cores is not None and tensor_cores < t["low_tensor_core_frac"]
+    # The kernels say what the GEMMs compute in: fp32 GEMM/conv/attention kernels (SIMT or
+    # TF32) are what autocast moves; a run already in bf16/fp8 gets no precision advice, and
+    # kernels of unknown precision are not counted as fp32.
+    fp32_matmul = num(facts, "fp32_matmul_kernel_frac")
+    few_tensor_cores = (
+        fp32_matmul is not None
+        and fp32_matmul >= t["fp32_matmul_kernel_frac"]
+        and not computes_in_low_precision(facts, t["lowp_kernel_frac"])
+    )
     # Before Ampere (a V100 is 7.0) there is neither bf16 nor TF32: fp16 is the way in, as
     # the recommendation (amp-fp16 standing in for amp-bf16) says.
     cc = num(facts, "gpu_compute_capability")
+    # AMD's matrix cores run fp32 GEMMs as fp32 MFMA (TF32 is an MI300-only hipBLASLt
+    # option PyTorch does not switch on by allow_tf32): bf16 is the way in there.
+    amd = text(facts, "gpu_vendor") == "amd"
     lower = (
         "fp16 autocast (with a GradScaler; this GPU has neither bf16 nor TF32)"
         if cc is not None and cc < 8.0
+        else "bf16 autocast"
+        if amd
         else "bf16 autocast (or TF32 for fp32 matmuls)"
     )
     precision = (
-        f" Only {pct(tensor_cores)} of the kernel time runs on tensor cores: {lower} moves "
-        "GEMMs and convolutions onto them."
-        if few_tensor_cores and tensor_cores is not None
-        else ""
+        f" {pct(fp32_matmul)} of the kernel time is GEMM, convolution and attention kernels "
+        f"computing in fp32 ({'vector or fp32 MFMA' if amd else 'SIMT or TF32'}): {lower} "
+        f"moves them onto {'bf16 matrix cores' if amd else 'tensor cores'}."
+        if few_tensor_cores and fp32_matmul is not None
+        else _precision_text(facts, t["lowp_kernel_frac"])
     )
     return Finding(
         rule_id=GPU_BOUND,
@@ -294,9 +325,20 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(
             ev("gpu_busy_frac", busy, t["busy_frac"], ">="),
-            *seen(facts, "gpu_compute_frac", "gpu_comm_exposed_frac", "tensor_core_kernel_frac"),
+            *seen(
+                facts,
+                "gpu_compute_frac",
+                "gpu_comm_exposed_frac",
+                "fp32_matmul_kernel_frac",
+                "lowp_matmul_kernel_frac",
+                "tensor_core_kernel_frac",
+            ),
         ),
-        optimizations=("amp-bf16", "tf32", "compile") if few_tensor_cores else ("compile",),
+        optimizations=(
+            (("amp-bf16", "compile") if amd else ("amp-bf16", "tf32", "compile"))
+            if few_tensor_cores
+            else ("compile",)
+        ),
         gain=GainEstimate(method="not estimated: depends on which kernels get faster"),
     )
 
@@ -312,13 +354,19 @@ RULES = (
             "gpu_comm_exposed_frac",
             "tensor_core_kernel_frac",
             "gpu_compute_capability",
+            "fp32_matmul_kernel_frac",
+            "lowp_matmul_kernel_frac",
+            "compute_precision",
+            "autocast_used",
+            "gpu_vendor",
         ),
-        thresholds={"busy_frac": 0.85, "low_tensor_core_frac": 0.3},
+        thresholds={"busy_frac": 0.85, "fp32_matmul_kernel_frac": 0.2, "lowp_kernel_frac": 0.5},
         source=(
             "85% busy: the complement of HTA's idle share at which its docs stop looking at "
             "idle time and point at kernel optimisation (choice here); the top kernels are "
-            "HTA's get_gpu_kernel_breakdown and tb_plugin's Kernel view; 30% tensor-core time: "
-            "choice here, below which AMP/TF32 are worth trying"
+            "HTA's get_gpu_kernel_breakdown and tb_plugin's Kernel view; fp32 GEMM/conv/attention "
+            "kernels >= 20% of kernel time (kernel names, analyze/kernel_precision.py): choice "
+            f"here, from which AMP/TF32 are worth trying; {LOWP_SOURCE}"
         ),
         description=(
             "When idle time is not the problem, says so, names the kernels that take the time "
@@ -341,6 +389,9 @@ RULES = (
             "gpu_idle_host_busy_frac",
             "gpu_idle_host_sync_frac",
             "gpu_idle_host_unrecorded_frac",
+            "gpu_idle_host_data_frac",
+            "gpu_idle_alloc_frac",
+            "gpu_idle_launch_gap_frac",
             "gpu_window_launch_count",
             "gpu_window_ms",
             "launch_call_us_mean",

@@ -115,15 +115,23 @@ def test_two_rank_logdir_gets_the_rank_view(tmp_path: Path) -> None:
     assert "world size 128" in result.stdout
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     ranks = report["ranks"]
-    assert [r["rank"] for r in ranks] == [0, 1]
+    # The rank the other waits for comes first: the report diagnoses its trace.
+    assert [r["rank"] for r in ranks] == [1, 0]
     assert all(r["steps"] == 2 and r["step_ms_p50"] > 0 for r in ranks)
     assert report["facts"]["ranks_launched"] == 2
     assert report["facts"]["straggler_rank"] in (0, 1)
     assert _listing(tmp_path / "logdir") == before
-    # NCCL SendRecv dominates these ranks and a quarter of the GPU time is exposed
-    # communication (HTA: non-compute 23-29%): that is the root cause, not launch overhead.
-    assert report["findings"][0]["rule_id"] == "communication-heavy"
-    assert 0.2 < report["facts"]["gpu_comm_exposed_frac"] < 0.35
+    # NCCL SendRecv (all-to-all) dominates these ranks and a quarter of the GPU time is
+    # exposed communication (HTA: non-compute 23-29%). Rank 1 arrives last of the two traced
+    # ranks, but 126 ranks of the job were not traced and may keep it waiting: two ranks'
+    # traces never promise the whole exposed share back (issue 22), only half of it.
+    facts = report["facts"]
+    assert 0.2 < facts["gpu_comm_exposed_frac"] < 0.35
+    assert facts["job_late_rank"] == 1 and facts["ranks_untraced"] == 126
+    comm = next(f for f in report["findings"] if f["rule_id"] == "communication-heavy")
+    assert comm["gain"]["step_time_frac"] <= 0.5 * facts["gpu_comm_exposed_frac"] + 1e-3
+    assert "126 ranks were not traced" in comm["explanation"]
+    assert facts["comm_dominant_collective"] == "all_to_all"
     assert "tiny-kernels" not in {f["rule_id"] for f in report["findings"]}
 
 

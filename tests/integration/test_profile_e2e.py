@@ -133,9 +133,32 @@ def source_line(script: str, line: int) -> str:
     return (SAMPLES / script).read_text().splitlines()[line - 1]
 
 
+# Code objects Python names with angle brackets: a sampled frame can stop in one of them
+# (the blur's generator expressions in cnn_slow_dataloader.py are hot lines of their own).
+ANONYMOUS_SCOPES: dict[str, tuple[type[ast.AST], ...]] = {
+    "<genexpr>": (ast.GeneratorExp,),
+    "<listcomp>": (ast.ListComp,),
+    "<setcomp>": (ast.SetComp,),
+    "<dictcomp>": (ast.DictComp,),
+    "<lambda>": (ast.Lambda,),
+}
+
+
+def anonymous_scope_holds(script: str, function: str, line: int) -> bool:
+    kinds = ANONYMOUS_SCOPES[function]
+    tree = ast.parse((SAMPLES / script).read_text())
+    return any(
+        isinstance(node, kinds) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+    )
+
+
 def assert_in_sample(location: dict[str, Any], script: str) -> None:
     """The location names a real line inside the named function of the sample file."""
     assert Path(location["file"]).name == script, location
+    if location["function"] in ANONYMOUS_SCOPES:
+        assert anonymous_scope_holds(script, location["function"], location["line"]), location
+        return
     first, last = function_span(script, location["function"])
     assert first <= location["line"] <= last, location
 
@@ -222,11 +245,16 @@ def test_debug_mlp_anomaly_off_variant_is_applied_verified_and_judged(
     # Timing on a shared machine is noisy: the verdict is judged, not predicted here.
     assert variant["verdict"] in ("accepted", "rejected")
     assert variant["reason"].strip()
-    assert variant["speedup"] is not None and variant["speedup"] > 0
+    # A 3 s A/B budget at load 10 can end before 3 paired blocks: then no speedup, and the
+    # reason says so rather than printing a figure from too few pairs.
     # Switchable: measured in one process, against the baseline arm of the same child run.
     assert variant["method"] == "in-process"
     assert (debug_mlp.session / "ab" / "manifest.json").is_file()
     assert (debug_mlp.session / "ab" / "ab.json").is_file()
+    if variant["speedup"] is None:
+        assert variant["reason"].startswith("cannot tell: fewer than 3 paired blocks"), variant
+        return
+    assert variant["speedup"] > 0
     assert variant["pairs"] >= 3
     low, high = variant["interval"]
     assert low <= variant["speedup"] <= high
@@ -330,3 +358,18 @@ def test_a_script_that_changes_directory_profiles_with_the_default_out(tmp_path:
     session = tmp_path / "perfdoctor-runs" / "latest"
     assert json.loads((session / "report.json").read_text())["baseline"]["steps_timed"] == 3
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_cnn_profile_reports_flops_and_mfu(cnn: Profiled) -> None:
+    """Issue 22: FLOPs counted in a warm-up step (FlopCounterMode), the achieved rate over the
+    timed steps, MFU against the CPU's estimated peak, and the section in every report."""
+    facts = cnn.report["facts"]
+    assert facts["flops_source"] == "FlopCounterMode, one warm-up step"
+    # The CNN's convolutions and linear layers, forward and backward: far above zero.
+    assert facts["flops_per_step"] > 1e6
+    assert facts["achieved_tflops"] > 0
+    if facts["mfu_missing"] is None:
+        assert 0 < facts["mfu_frac"] < 1
+        assert "TFLOP/s estimated" in facts["mfu_peak"] and "CPU" in facts["mfu_peak"]
+    assert cnn.report["compute"]["counter"]["flops_per_step"] == facts["flops_per_step"]
+    assert "Compute: FLOPs, MFU and precision" in (cnn.session / "report.md").read_text()

@@ -135,8 +135,7 @@ def test_the_report_says_world_size_2(ddp: dict[str, Any]) -> None:
     # starves can look slower, and then the finding must say the load may explain it.
     findings = {f["rule_id"]: f for f in report["findings"]}
     if "rank-straggler" in findings:
-        assert "busy-machine" in findings, findings["rank-straggler"]
-        assert findings["rank-straggler"]["severity"] == "info"
+        assert findings["rank-straggler"]["severity"] == "info", findings["rank-straggler"]
         assert "Re-run on a quiet machine" in findings["rank-straggler"]["explanation"]
     assert not any("process group" in w for w in report["warnings"])
     # Two ranks on this machine's cores: no advice to raise each rank's threads to all cores.

@@ -117,6 +117,7 @@ def _ours(group: str, file: str) -> dict[str, Any]:
     # would make it: one decode for every metric, here and in the corpus tests.
     ours = pd_child.plain(trace_summary(path))
     ours["hta_gpu"] = pd_child.plain(pd_child.hta_view_of(parsed_trace(path)))
+    ours["tb_view"] = pd_child.plain(pd_child.tb_view(path, parsed_trace(path)))
     return ours
 
 

@@ -7,10 +7,8 @@ diagnosis must not promise that removing syncs (or anything else) wins it back.
 
 hta_critical_path_alexnet: a 12.9 s window (no ProfilerStep: first to last GPU op) with 79
 kernels and 16 copies; the GPU is busy 0.5% and the host busy nearly all the rest, in
-cuDNN/cuBLAS set-up (one aten::conv2d lasts 10.8 s, 6.5 s of it in cudaFree). The ops that
-launch its 95 kernels and copies hold the host about 4% of the window once the runtime calls
-CUDA graphs do not remove (frees, allocations, syncs, a 3 s lazy-loading launch) are left out:
-compile or CUDA graphs can win back at most that, not 99% of the step.
+cuDNN/cuBLAS set-up (one aten::conv2d lasts 10.8 s, 6.5 s of it in cudaFree). The allocator's
+calls are the biggest idle share (66%), and compile or CUDA graphs win back none of it.
 """
 
 from __future__ import annotations
@@ -67,14 +65,11 @@ def test_alexnet_promises_no_more_than_its_launches_cost(tmp_path: Path) -> None
     assert done.report is not None
     findings = done.report.findings
     (idle,) = [f for f in findings if "gpu-underutilized" in (f.rule_id, *f.related)]
-    assert "host work between launches" in idle.title
+    # 6.5 s of cudaFree and 2 s of cudaMalloc with the GPU idle (issue 22 part 2): the
+    # allocator is the biggest idle share, ahead of the host's other work between launches.
+    assert "device memory allocation" in idle.title
+    assert "allocator-churn" in (idle.rule_id, *idle.related)
     assert idle.gain is not None and idle.gain.step_time_frac is None
-    # The launching ops' host time, without the cudaFree / cudaMalloc / stream creation and
-    # the one 3 s lazy-loading launch inside them (calls over 50 µs): about 4%, under the 5%
-    # a cause must reach to be named as one.
-    (cap,) = [e for e in idle.evidence if e.name == "launch_ops_host_frac"]
-    assert isinstance(cap.value, float) and cap.value < 0.05
-    assert "95 kernel/memcpy launches" in cap.note and "CUDA graphs remove" in cap.note
     # No finding promises compile / CUDA graphs anything.
     for f in findings:
         if {"compile", "compile-cudagraphs"} & set(f.optimizations) and f.gain is not None:

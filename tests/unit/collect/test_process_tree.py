@@ -97,7 +97,8 @@ def test_settle_promotes_rank_0_and_files_the_others_by_rank(tmp_path: Path) -> 
     ]
     assert warnings == [
         "trained in 2 processes: rank 0 (pid 20, 5 steps, this record), "
-        "rank 1 (pid 30, 4 steps, ranks/1)"
+        "rank 1 (pid 30, 4 steps, ranks/1); 2 worker(s) started with (torch.)multiprocessing "
+        "(spawn), with a process group (torch.distributed)"
     ]
 
 

@@ -23,6 +23,8 @@ CPU_TUNED: dict[str, Scalar] = {
     "cpu_cores_physical": 2,
     "steps_timed": 20,
     "step_detection": "optimizer",
+    "loop_long_step_frac": 0.0,  # a loop that only trains (analyze/loop_account.py)
+    "loop_timed_step_frac": 1.0,
     # step timing
     "step_ms_p50": 12.0,
     "step_ms_p90": 13.1,

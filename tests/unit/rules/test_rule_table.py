@@ -25,6 +25,8 @@ STRAGGLER: dict[str, Scalar] = {
     "fastest_rank_own_ms_p50": 0.5,
     "straggler_data_wait_ms_p50": 10.2,
     "fastest_rank_data_wait_ms_p50": 0.2,
+    # The CPU not saturated: a rank's excess is its own, not the scheduler's.
+    "cpu_util_mean_frac": 0.5,
 }
 
 BUSY_2_CORES: dict[str, Scalar] = {"cpu_other_busy_cores": 1.2, "cpu_cores_logical": 2}
@@ -281,12 +283,39 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {"gpu_idle_host_wait_frac": 0.60, "gpu_idle_host_busy_frac": 0.40, "kernel_us_p50": 8.0},
         "critical",
     ),
-    # communication: exposed NCCL time on the GPU timeline leads on GPU traces
+    # communication: exposed collective time on the GPU timeline leads on GPU traces; one
+    # rank that cannot split transfer from waiting for a peer promises half of it
     (
         "communication-heavy",
         "gpu",
         {"comm_frac": 0.01, "gpu_comm_frac": 0.35, "gpu_comm_exposed_frac": 0.28},
+        "warning",
+    ),
+    # ... and all of it where the message sizes show transfer
+    (
+        "communication-heavy",
+        "gpu",
+        {
+            "comm_frac": 0.01,
+            "gpu_comm_frac": 0.35,
+            "gpu_comm_exposed_frac": 0.28,
+            "comm_transfer_share": 1.0,
+            "comm_wait_verdict": "transfer",
+        },
         "critical",
+    ),
+    # ... and only the transfer part where they show waiting for a peer
+    (
+        "communication-heavy",
+        "gpu",
+        {
+            "comm_frac": 0.01,
+            "gpu_comm_frac": 0.35,
+            "gpu_comm_exposed_frac": 0.28,
+            "comm_transfer_share": 0.2,
+            "comm_wait_verdict": "waiting",
+        },
+        "warning",
     ),
     (
         "communication-heavy",
@@ -295,8 +324,20 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     # GPU utilization
-    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.1}, "warning"),
-    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.6}, "info"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.5}, "warning"),
+    ("gpu-bound", "gpu", {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.1}, "info"),
+    # Already in bf16/fp8 by its kernels (an FP8 MoE run, hipBLASLt bf16): no precision advice.
+    (
+        "gpu-bound",
+        "gpu",
+        {
+            "gpu_busy_frac": 0.96,
+            "fp32_matmul_kernel_frac": 0.3,
+            "lowp_matmul_kernel_frac": 0.6,
+            "tensor_core_kernel_frac": 0.02,
+        },
+        "info",
+    ),
     ("gpu-bound", "gpu", {"gpu_busy_frac": 0.84}, None),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.4}, "warning"),
     ("gpu-underutilized", "gpu", {"gpu_busy_frac": 0.2}, "critical"),
@@ -425,6 +466,9 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("busy-machine", "cpu", {"cpu_other_busy_cores": 0.49}, None),
     ("busy-machine", "gpu", {"cpu_other_busy_cores": 3.9}, None),  # 16 cores: limit 4
     ("busy-machine", "gpu", {"cpu_other_busy_cores": 4.0}, "warning"),
+    # loop-work-outside-steps: long loop-work steps hold >= 20% of the loop
+    ("loop-work-outside-steps", "cpu", {"loop_long_step_frac": 0.2}, "warning"),
+    ("loop-work-outside-steps", "cpu", {"loop_long_step_frac": 0.19}, None),
     # multi-GPU
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 4}, "warning"),
     ("data-parallel", "gpu", {"uses_data_parallel": True, "device_count": 1}, None),
@@ -481,6 +525,18 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         {**STRAGGLER, "straggler_excess_frac": 0.5, **BUSY_2_CORES, "device_is_cuda": True},
         "critical",
     ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "cpu_util_mean_frac": 0.95},
+        "info",
+    ),
+    (
+        "rank-straggler",
+        "cpu",
+        {**STRAGGLER, "straggler_excess_frac": 0.5, "cpu_util_mean_frac": 0.6},
+        "critical",
+    ),
     # model structure / health
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 3}, "info"),
     ("conv-bias-before-bn", "gpu_cnn", {"conv_bias_before_bn_count": 0}, None),
@@ -525,6 +581,58 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     ("shape-changes", "cpu", {"input_shape_changes": 5, "model_compiled": True}, "warning"),
+    # device malloc/free in the step (issue 22 part 2)
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.3, "alloc_call_count": 360, "alloc_syncing_free_count": 180},
+        "critical",
+    ),
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.08, "alloc_syncing_free_count": 5},
+        "warning",
+    ),
+    ("allocator-churn", "gpu", {"caching_allocator_disabled": True}, "warning"),
+    (
+        "allocator-churn",
+        "gpu",
+        {"gpu_idle_alloc_frac": 0.02, "empty_cache_call_count": 3},
+        "warning",
+    ),
+    ("allocator-churn", "gpu", {"gpu_idle_alloc_frac": 0.04}, None),
+    ("allocator-churn", "gpu", {}, None),
+    # a trace that lost a side of the GPU work (issue 22 part 4)
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 260, "trace_gpu_op_count": 0},
+        "critical",
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 0, "trace_gpu_op_count": 40, "trace_cpu_op_count": 0},
+        "warning",
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 260, "trace_gpu_op_count": 300, "trace_kernel_count": 280},
+        None,
+    ),
+    (
+        "trace-capture-incomplete",
+        "gpu",
+        {"trace_kernel_launch_count": 9, "trace_gpu_op_count": 0},
+        None,
+    ),
+    # the GPU timeline's input share without ProfilerStep spans (issue 22 part 3)
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.3}, "critical"),
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.08}, "warning"),
+    ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.05}, None),
+    ("gpu-idle-input", "gpu", {"gpu_idle_host_data_frac": 0.3}, None),
 ]
 
 
@@ -722,7 +830,7 @@ def test_host_communication_shows_the_timed_share_the_ranks_table_shows() -> Non
 def test_gpu_bound_on_a_v100_points_at_fp16_not_bf16_or_tf32() -> None:
     """HTA's trace_diff test trace (Tesla V100, sm 7.0): the finding said "bf16 autocast (or
     TF32)", neither of which a V100 has, while the recommendation was amp-fp16."""
-    low = {"gpu_busy_frac": 0.96, "tensor_core_kernel_frac": 0.0}
+    low = {"gpu_busy_frac": 0.96, "fp32_matmul_kernel_frac": 0.6}
     v100 = run_rule("gpu-bound", "gpu", {**low, "gpu_compute_capability": "7.0"})
     assert v100 is not None
     assert "fp16 autocast" in v100.explanation and "bf16 autocast" not in v100.explanation

@@ -1,0 +1,241 @@
+"""A rank's collectives from its trace: each communication kernel's collective, size and bus
+bandwidth, then per collective type transfer or waiting (comm_wait.py), and the parallelism
+the mix points at.
+
+Each kernel's collective and message size come from, in order: its own args (kineto >= 2.2
+writes `Collective name`, `In msg nelems`, ... on NCCL kernels); the host op that launched
+it (record_param_comms with those args, or the nccl:* / c10d:: span around the launch call,
+found on the launching thread by time); its name. The host op matters: an NCCL all-to-all
+runs as `SendRecv` kernels, a DLRM trace's `nccl:all_to_all` says what they are.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.analyze import collectives as coll
+from perfdoctor.analyze.comm_bandwidth import Link, bus_factor, link_for, message_bytes
+from perfdoctor.analyze.comm_wait import UNKNOWN, Sample, Verdict, classify
+from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, CommArgs, TraceEvents
+from perfdoctor.analyze.trace_index import launch_rows
+
+# The parallelism a collective mix points at, when its collectives take at least this share
+# of the communication time (a choice: a clear majority of the traffic).
+MIX_MAJORITY = 0.5
+# An all-to-all share at least this large is worth its own advice even beside an all-reduce
+# (a choice: DLRM's embedding all-to-all took 58% beside a 26% all-reduce).
+ALL_TO_ALL_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class KindStats:
+    kind: str
+    count: int
+    total_us: float
+    share: float  # of the communication kernels' time
+    sized: int  # kernels with a known message size
+    bytes_total: float | None
+    wait: Verdict
+
+
+@dataclass(frozen=True)
+class CommSummary:
+    families: tuple[str, ...]  # nccl, rccl, deepep, symmetric_memory, ...
+    kinds: tuple[KindStats, ...]  # most time first
+    link: Link | None
+    group_size: int | None  # the largest group recorded
+    comm_us: float
+    # Of the communication kernels' time whose verdict is known, the transfer part; and the
+    # share of the communication time those kernels cover.
+    transfer_frac: float | None
+    verdict_coverage: float
+    parallelism: str | None
+    # Every communication kernel in start order as (collective type, duration µs): what
+    # job_ranks.py matches across the ranks of a job.
+    sequence: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def dominant(self) -> str | None:
+        return self.kinds[0].kind if self.kinds else None
+
+    def share_of(self, kind: str) -> float:
+        return sum(k.share for k in self.kinds if k.kind == kind)
+
+    def mix_text(self) -> str:
+        return ", ".join(f"{k.kind.replace('_', '-')} {k.share:.0%}" for k in self.kinds[:4])
+
+
+def _host_spans(ev: TraceEvents) -> dict[int, tuple[np.ndarray, np.ndarray, list[tuple]]]:
+    """Per host thread, the collective ops and spans: (starts, ends, [(name, args)]) by
+    start."""
+    found: dict[int, list[tuple[float, float, str, CommArgs | None]]] = defaultdict(list)
+    mask = ev.code_mask(coll.is_comm_op)
+    for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
+        if len(table) == 0:
+            continue
+        for row in np.flatnonzero(mask[table.name]).tolist():
+            found[int(table.tid[row])].append(
+                (
+                    float(table.ts[row]),
+                    float(table.end[row]),
+                    ev.names[int(table.name[row])],
+                    args.get(row),
+                )
+            )
+    out = {}
+    for tid, spans in found.items():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        out[tid] = (
+            np.array([s[0] for s in spans]),
+            np.array([s[1] for s in spans]),
+            [(s[2], s[3]) for s in spans],
+        )
+    return out
+
+
+def _enclosing(
+    spans: tuple[np.ndarray, np.ndarray, list[tuple]], at: float
+) -> tuple[str | None, CommArgs | None]:
+    """The host collective around time `at`: the innermost span's name, and the args of
+    the innermost span that has any."""
+    starts, ends, info = spans
+    last = int(np.searchsorted(starts, at, side="right"))
+    name: str | None = None
+    args: CommArgs | None = None
+    # Back from the latest span starting before `at`: collective spans are few per thread
+    # and seldom nest more than three deep (record_param_comms in c10d:: in nccl:*).
+    for i in range(last - 1, max(-1, last - 9), -1):
+        if ends[i] < at:
+            continue
+        op_name, op_args = info[i]
+        if name is None and op_name != "record_param_comms":
+            name = op_name
+        if args is None and op_args is not None:
+            args = op_args
+        if name is not None and args is not None:
+            break
+    return name, args
+
+
+def _parallelism(kinds: dict[str, float], families: set[str]) -> str | None:
+    """The parallelism the mix points at (by share of the communication time)."""
+    if not kinds:
+        return None
+    a2a = kinds.get(coll.ALL_TO_ALL, 0.0)
+    if families & {"deepep", "pplx"} and a2a > 0:
+        return "expert_parallel"
+    if kinds.get(coll.ALL_GATHER, 0.0) + kinds.get(coll.REDUCE_SCATTER, 0.0) >= MIX_MAJORITY:
+        return "fsdp"
+    if a2a >= ALL_TO_ALL_SHARE:
+        return "all_to_all"
+    if kinds.get(coll.SEND_RECV, 0.0) >= MIX_MAJORITY:
+        return "pipeline"
+    # Symmetric-memory and custom all-reduce kernels serve tensor parallelism (many small
+    # all-reduces inside each layer), not DDP's bucketed gradient all-reduce.
+    if families & {"symmetric_memory", "custom_all_reduce"} and (
+        kinds.get(coll.ALL_REDUCE, 0.0) >= MIX_MAJORITY
+    ):
+        return "tensor_parallel"
+    if kinds.get(coll.ALL_REDUCE, 0.0) >= MIX_MAJORITY:
+        return "data_parallel"
+    return None
+
+
+def _device_name(ev: TraceEvents, device: int) -> str | None:
+    props = ev.devices
+    named = [d.name for d in props if d.index == device and d.name]
+    return named[0] if named else next((d.name for d in props if d.name), None)
+
+
+def summarize_comm(ev: TraceEvents) -> CommSummary | None:
+    """The communication kernels of the busiest device; None when it ran none."""
+    gpu = ev.gpu
+    if len(gpu) == 0:
+        return None
+    devices = gpu.col("device")
+    busiest = max(np.unique(devices).tolist(), key=lambda d: float(gpu.dur[devices == d].sum()))
+    device_name = _device_name(ev, int(busiest))
+    # ROCm's RCCL keeps NCCL's kernel names: on an AMD device they are RCCL's.
+    on_amd = any(d.vendor == "AMD" for d in ev.devices)
+    is_comm = ev.code_mask(coll.is_comm_kernel)
+    rows = np.flatnonzero(
+        (devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL) & is_comm[gpu.name]
+    )
+    if rows.size == 0:
+        return None
+    rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
+    launch = launch_rows(ev, rows)
+    spans = _host_spans(ev)
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    bytes_by: dict[str, float] = defaultdict(float)
+    families: set[str] = set()
+    groups: list[int] = []
+    sequence: list[tuple[str, float]] = []
+    world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
+    for i, row in enumerate(rows.tolist()):
+        name = ev.names[int(gpu.name[row])]
+        family = coll.kernel_family(name) or "other"
+        families.add("rccl" if on_amd and family == "nccl" else family)
+        args = ev.comm_gpu.get(row)
+        host_name = None
+        if launch[i] >= 0:
+            tid = int(ev.runtime.tid[launch[i]])
+            if tid in spans:
+                host_name, host_args = _enclosing(spans[tid], float(ev.runtime.ts[launch[i]]))
+                args = args or host_args
+        recorded = args.collective if args is not None else None
+        kind = coll.collective_kind(name, recorded or host_name)
+        ranks = (args.group_size if args is not None else None) or world
+        size = (
+            message_bytes(kind, args.in_nelems, args.out_nelems, args.dtype)
+            if args is not None
+            else None
+        )
+        sequence.append((kind, float(gpu.dur[row])))
+        if ranks:
+            groups.append(ranks)
+        if size is not None:
+            bytes_by[kind] += size
+        samples[kind].append(
+            Sample(
+                dur_us=float(gpu.dur[row]),
+                size_bytes=float(size) if size is not None else None,
+                bus_factor=bus_factor(kind, ranks) if ranks and size is not None else None,
+            )
+        )
+    comm_us = float(sum(s.dur_us for group in samples.values() for s in group))
+    group_size = max(groups) if groups else None
+    link = link_for(device_name, group_size)
+    stats = []
+    for kind, group in samples.items():
+        total = float(sum(s.dur_us for s in group))
+        sized = sum(1 for s in group if s.size_bytes is not None)
+        stats.append(
+            KindStats(
+                kind=kind,
+                count=len(group),
+                total_us=total,
+                share=total / comm_us if comm_us > 0 else 0.0,
+                sized=sized,
+                bytes_total=bytes_by.get(kind) if sized else None,
+                wait=classify(group, link.gbs if link else None),
+            )
+        )
+    stats.sort(key=lambda k: -k.total_us)
+    judged = [k for k in stats if k.wait.verdict != UNKNOWN and k.wait.transfer_us is not None]
+    judged_us = sum(k.total_us for k in judged)
+    transfer = sum(k.wait.transfer_us or 0.0 for k in judged)
+    return CommSummary(
+        families=tuple(sorted(families)),
+        kinds=tuple(stats),
+        link=link,
+        group_size=group_size,
+        comm_us=comm_us,
+        transfer_frac=transfer / judged_us if judged_us > 0 else None,
+        verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
+        parallelism=_parallelism({k.kind: k.share for k in stats}, families),
+        sequence=tuple(sequence),
+    )

@@ -1,0 +1,107 @@
+"""Work between optimizer steps that the step figures leave out: a rollout, an evaluation, a
+checkpoint in a few long steps that hold much of the loop's wall time (analyze/loop_account.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perfdoctor.analyze.loop_account import LONG_SHARE_FLAG
+from perfdoctor.model import Facts, Finding
+from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, text
+
+LOOP_WORK = "loop-work-outside-steps"
+
+_COSTS = {
+    "eval_forward": (
+        "evaluation (forwards of a model in eval mode)",
+        "evaluate less often or on fewer batches, or under torch.inference_mode()",
+    ),
+    "nograd_forward": (
+        "no_grad forwards of the model in train mode (rollouts, generation)",
+        "fewer, larger forwards (more environments per vectorised step), or "
+        "torch.inference_mode() around them; the environment's own time is the script's",
+    ),
+    "save": (
+        "checkpointing (torch.save)",
+        "checkpoint less often, or hand the state to a background thread",
+    ),
+    "other": (
+        "the script's own code between optimizer steps (an environment, logging, callbacks)",
+        "profile that code on its own (py-spy, cProfile): perfdoctor's step figures do not "
+        "cover it",
+    ),
+}
+
+
+def _who(period: float | None, count: float | None) -> str:
+    if period:
+        return f"One step in every {period:g} takes"
+    return "One step takes" if count == 1 else "A few steps take"
+
+
+def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    share = num(facts, "loop_long_step_frac")
+    if share is None or share < t["long_step_frac"]:
+        return None
+    cost = text(facts, "loop_long_step_cost") or "other"
+    what, advice = _COSTS.get(cost, _COSTS["other"])
+    period = num(facts, "loop_period_steps")
+    # Only a heavy first step: it may be a one-off (an evaluation at iteration 0) or every
+    # cycle's (a rollout): said, but not ranked as a cause.
+    recurs = flag(facts, "loop_long_step_recurs") is not False
+    timed = num(facts, "loop_timed_step_frac")
+    recur = f" every {period:g} steps" if period else ""
+    timed_text = f" A timed step is {pct(timed)} of the loop's wall time per step." if timed else ""
+    return Finding(
+        rule_id=LOOP_WORK,
+        severity="warning" if recurs else "info",
+        title=f"Long steps{recur} hold {pct(share)} of the loop: mostly {what.split(' (')[0]}",
+        explanation=(
+            f"{_who(period, num(facts, 'loop_long_steps'))} 3x "
+            "a timed step or more, and their excess is "
+            f"{pct(share)} of the loop's wall time, mostly {what}. The step figures are "
+            "medians of the timed steps, so they describe the steps between these, and the "
+            f"other findings speed up only that part.{timed_text} To speed up the loop: "
+            f"{advice}. To measure it whole, time a full cycle (--steps at least the period)."
+            + (
+                ""
+                if recurs
+                else " Only the first step held this work in this run: if the loop does not "
+                "repeat it, it is a one-off start-up cost and none of this applies."
+            )
+        ),
+        evidence=(
+            ev("loop_long_step_frac", share, t["long_step_frac"], ">="),
+            *seen(facts, "loop_timed_step_frac", "loop_long_steps", "loop_period_steps"),
+        ),
+    )
+
+
+RULES = (
+    Rule(
+        id=LOOP_WORK,
+        title="Work between optimizer steps the step figures leave out",
+        area="jitter",
+        needs=("loop_long_step_frac",),
+        uses=(
+            "loop_long_step_cost",
+            "loop_period_steps",
+            "loop_timed_step_frac",
+            "loop_long_steps",
+            "loop_long_step_recurs",
+        ),
+        thresholds={"long_step_frac": LONG_SHARE_FLAG},
+        source=(
+            "choice here: a fifth of the loop left out of the step figures is enough to change "
+            "which cost leads; on CleanRL ppo.py (CartPole, 4 envs x 128 steps, 16 minibatch "
+            "steps per update) the rollouts held 67% of the loop (benchmarks/README.md, "
+            "issue 24 section)"
+        ),
+        description=(
+            "Long steps with evaluation, no_grad forwards or torch.save in them, whose excess "
+            "is a large share of the loop's wall time: the step figures miss that work."
+        ),
+        check=check_loop_work,
+    ),
+)

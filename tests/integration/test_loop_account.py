@@ -1,0 +1,80 @@
+"""The whole loop on real child runs: heavy work between optimizer steps (a rollout, an
+evaluation with a checkpoint) is measured and flagged when the timed steps miss it; a Hogwild
+parent that only tests does not lead; an LBFGS run's step counts agree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_in_process import profile_in_process
+
+pytestmark = pytest.mark.integration
+
+SCRIPTS = Path(__file__).parent / "scripts"
+# Warm-up 0-1, timed 2-7, profiler start-up 8, profiled 9-10: with --every 8 the heavy work
+# lands in steps 0 and 8, both outside the timed window.
+PLAN = ["--warmup", "2", "--steps", "6", "--profile-steps", "2", "--no-apply"]
+WAIT_S = "180"
+
+
+def profile(tmp: Path, script: str, *args: str) -> dict[str, Any]:
+    runs = tmp / "runs"
+    proc = profile_in_process(
+        "--out", runs, "--timeout", WAIT_S, *PLAN, SCRIPTS / script, *args, cwd=tmp
+    )
+    session = (runs / "latest").resolve()
+    assert (session / "report.json").is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {
+        "proc": proc,
+        "session": session,
+        "report": json.loads((session / "report.json").read_text()),
+        "md": (session / "report.md").read_text(),
+    }
+
+
+def test_a_rollout_every_8_steps_is_measured_and_flagged(tmp_path: Path) -> None:
+    run = profile(tmp_path, "periodic_work.py", "--mode", "rollout", "--every", "8")
+    loop = run["report"]["loop"]
+    assert [s["index"] for s in loop["long_steps"]] == [0, 8], loop
+    assert loop["period"] == 8 and loop["representative"] is False
+    assert loop["costs_ms"]["nograd_forward_ms"] > 0 and loop["costs_ms"]["other_ms"] > 0
+    assert "eval_forward_ms" not in loop["costs_ms"]
+    assert any("do not represent the loop" in w for w in run["report"]["warnings"])
+    assert "## Where the loop's time goes" in run["md"]
+    assert "loop-work-outside-steps" in [f["rule_id"] for f in run["report"]["findings"]]
+
+
+def test_an_evaluation_and_checkpoint_every_8_steps_are_named(tmp_path: Path) -> None:
+    run = profile(tmp_path, "periodic_work.py", "--mode", "eval", "--every", "8")
+    loop = run["report"]["loop"]
+    assert [s["index"] for s in loop["long_steps"]] == [0, 8], loop
+    assert loop["costs_ms"]["eval_forward_ms"] > 0 and loop["costs_ms"]["save_ms"] > 0
+    assert "nograd_forward_ms" not in loop["costs_ms"]
+    assert loop["representative"] is False
+
+
+def test_a_hogwild_parent_that_only_tests_does_not_lead(tmp_path: Path) -> None:
+    run = profile(tmp_path, "hogwild_test_loop.py", "--test-rows", "200000")
+    assert run["proc"].returncode == 0, run["proc"].stdout[-3000:]
+    report = run["report"]
+    listed = json.loads((run["session"] / "baseline" / "processes.json").read_text())
+    lead = listed["processes"][0]
+    assert lead["record"] == "." and lead["kind"] == "multiprocessing-spawn", listed
+    assert report["baseline"]["step_detection"] == "optimizer"
+    assert report["baseline"]["optimizer_steps"] > 0
+    assert not any("--nproc-per-node" in w for w in report["warnings"])
+    assert any("Hogwild trainer(s)" in w and "did not train" in w for w in report["warnings"])
+    # The parent's test loop is named in the loop account, apart from the lead's loop.
+    assert report["loop"]["costs_ms"]["starting_process_ms"] > 0
+    assert "the starting process's forwards, no training (a test loop)" in run["md"]
+
+
+def test_lbfgs_step_counts_agree(tmp_path: Path) -> None:
+    run = profile(tmp_path, "lbfgs.py", "--steps", "3")
+    base = run["report"]["baseline"]
+    assert base["closure_steps"] >= 11  # every planned step was a closure call
+    assert base["optimizer_steps"] < base["closure_steps"]
+    assert "closure calls inside optimizer.step(closure)" in run["md"]
