@@ -221,10 +221,16 @@ _SKIPPED: set[Any] = set()
 
 
 def our_hook_codes() -> list[Any]:
-    """Code objects of perfdoctor's hooks that run on every module call."""
-    from perfdoctor.collect.probes_roots import RootFinder
+    """Code objects of perfdoctor's hooks that run on every module call: the global module
+    hooks, and the wrapper of the root's own hooks (its one __call__ serves the pre and the
+    post hook, so dynamo recompiled it for the second: a guard on the wrapped function)."""
+    from perfdoctor.collect.probes_roots import InertWhenCopied, RootFinder
 
-    return [RootFinder._global_pre.__code__, RootFinder._global_post.__code__]
+    return [
+        RootFinder._global_pre.__code__,
+        RootFinder._global_post.__code__,
+        InertWhenCopied.__call__.__code__,
+    ]
 
 
 def skip_our_frames() -> None:
