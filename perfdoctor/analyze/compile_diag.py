@@ -252,6 +252,15 @@ def diagnose_compile(
                 "explains (guard checks, entering and leaving compiled frames, autograd "
                 "between graphs): there with or without breaks"
             )
+        graphs_ms = regions.compiled_ms_per_step * scale
+        if overhead > graphs_ms > 0:
+            # The "compile is slower" answer for small models: nothing to fix in the code.
+            notes.insert(
+                0,
+                f"Entering and leaving compiled code costs more per step ({overhead:.3f} ms) "
+                f"than the compiled graphs run ({graphs_ms:.3f} ms): the model's work is too "
+                "small for torch.compile to pay; larger batches or layers amortise it.",
+            )
     if log.dropped:
         notes.append(f"{log.dropped} compile events not kept (over the cap)")
     return CompileDiagnosis(

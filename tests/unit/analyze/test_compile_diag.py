@@ -168,3 +168,16 @@ def test_an_evaluation_in_the_loop_is_a_mode_switch(guard: str) -> None:
     assert issue.cause == "train/eval switch"
     assert issue.cost_ms_per_step is None
     assert issue.where == "model.py:170"  # the recompiled function, when the guard names no line
+
+
+def test_a_model_too_small_for_compile_is_said_so() -> None:
+    regions = CompiledRegions(
+        steps=3,
+        compiled_ms_per_step=0.06,
+        region_ms_per_step=0.3,
+        eager_ms_per_step={"0/0": 0.19, "entry": 0.01},
+        entries_per_step={"0/0": 1.0},
+    )
+    log = run_schema.compile_log({"frames": [{"compile_id": "0/0", "step": 0, "compile_s": 3}]})
+    d = diagnose_compile(log, regions, measured_steps=range(3, 11))
+    assert d.notes[0].startswith("Entering and leaving compiled code costs more per step")
