@@ -622,3 +622,69 @@ def convert(data: Any, kind: Any) -> Any:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as err:
         raise SchemaMismatch(str(err)) from err
+
+
+# --------------------------------------------------------------------------- compile.json
+# What torch.compile did in the child (collect/compile_watch.py): dynamo's structured-trace
+# events (the ones TORCH_TRACE / tlparse read), kept small, each with the step it came in.
+
+
+class CompiledFrame(_Record):
+    """One dynamo compilation of a frame (structured trace `compilation_metrics`)."""
+
+    compile_id: str | None = None  # "frame/attempt", e.g. "1/0"; attempt > 0: a recompile
+    step: int | None = None  # optimizer steps closed when it was compiled
+    co_name: str | None = None  # the function; torch_dynamo_resume_in_*: after a graph break
+    co_filename: str | None = None
+    co_firstlineno: int | None = None
+    compile_s: float | None = None  # entire_frame_compile_time_s (dynamo + backend)
+    backend_s: float | None = None  # backend_compile_time_s (AOT + inductor)
+    backward_compile_s: float | None = None  # the backward graph's inductor time
+    graph_ops: int | None = None  # graph_op_count: 0 means no graph (eager only)
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    restart_reasons: list[str] | None = None
+
+
+class GraphBreakEvent(_Record):
+    """A `dynamo_graph_break_reason` artifact: logged each time a frame with a break compiles."""
+
+    compile_id: str | None = None
+    step: int | None = None
+    text: str | None = None  # "Graph break in user code at FILE:LINE\nGraph Break Reason: ..."
+    code: str | None = None  # the user's line at FILE:LINE, as written
+
+
+class RecompileEvent(_Record):
+    """A `recompile_reasons` artifact: the guards that failed, before compile `compile_id`."""
+
+    compile_id: str | None = None
+    step: int | None = None
+    text: str | None = None
+
+
+class CompileLogLine(_Record):
+    """A warning dynamo or inductor logged: cudagraph skips and re-recordings, the recompile
+    limit."""
+
+    kind: str | None = None  # "cudagraph_skip", "cudagraph_rerecord", "recompile_limit"
+    step: int | None = None
+    message: str | None = None
+
+
+class CompileLog(_Record):
+    """compile.json: written when the script compiled anything (absent otherwise)."""
+
+    torch: str | None = None
+    frames: list[CompiledFrame] | None = None
+    graph_breaks: list[GraphBreakEvent] | None = None
+    recompiles: list[RecompileEvent] | None = None
+    log_lines: list[CompileLogLine] | None = None
+    # torch._dynamo.utils.counters at the end: {"graph_break": {reason: n}, "stats":
+    # {"unique_graphs": n, ...}, "inductor": {"cudagraph_skips": n, ...}}
+    counters: dict[str, dict[str, int]] | None = None
+    dropped: int | None = None  # events not kept (the cap on each list)
+
+
+def compile_log(data: Any) -> CompileLog:
+    return convert(data, CompileLog)

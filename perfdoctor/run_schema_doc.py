@@ -29,6 +29,7 @@ FILES: tuple[tuple[str, Any], ...] = (
     ("samples.jsonl (one row per line, by `kind`)", run_schema.SampleRow),
     ("batch_probe.json (--plan-batch runs)", run_schema.BatchProbe),
     ("batch_plan.json (session, --plan-batch)", run_schema.BatchPlan),
+    ("compile.json (when the script compiled anything)", run_schema.CompileLog),
 )
 
 

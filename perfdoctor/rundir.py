@@ -66,6 +66,7 @@ SAMPLES_FILE = "samples.jsonl"
 STDOUT_FILE = "stdout.log"
 STDERR_FILE = "stderr.log"
 MEMORY_SNAPSHOT_FILE = "memory_snapshot.pickle"
+COMPILE_FILE = "compile.json"  # what torch.compile did (collect/compile_watch.py)
 AB_FILE = "ab.json"  # in-process A/B: blocks and verdicts (collect/ab_switch.py)
 PROGRESS_FILE = "progress.jsonl"  # child -> parent live progress (one line per step)
 BATCH_PROBE_FILE = "batch_probe.json"  # --plan-batch: a child run's peaks (run_schema)

@@ -237,6 +237,26 @@ FACTS: dict[str, FactDoc] = {
     "rank_comm_frac_max_rank": _f("index", "steps", "the rank (record k) with the largest share"),
     "rank_comm_frac_min": _f("frac", "steps", "the smallest such share over the processes"),
     "recompile_count": _f("count", "obs", "torch.compile recompilations seen"),
+    # ---- compile.json + the trace's compiled regions (analyze/compile_facts.py) ----------
+    "compile_frames": _f("count", "compile", "frame compilations dynamo logged (recompiles too)"),
+    "compile_graph_break_sites": _f("count", "compile", "distinct graph-break sites"),
+    "compile_break_eager_ms_per_step": _f(
+        "ms", "trace", "eager time per profiled step between compiled graphs, charged to breaks"
+    ),
+    "compile_break_step_frac": _f("frac", "trace", "that time over the median timed step"),
+    "compile_recompiles": _f("count", "compile", "recompilations (compile attempt > 0)"),
+    "compile_recompile_ms_per_step": _f(
+        "ms",
+        "compile",
+        "recompile seconds inside the timed steps, per timed step (mode switches left out)",
+    ),
+    "compile_recompile_step_frac": _f("frac", "compile", "that time over the median timed step"),
+    "compile_time_s": _f("s", "compile", "all compile time of the run (dynamo + backend)"),
+    "compile_top_issue": _f("text", "compile", "the costliest break or recompile: file:line"),
+    "compile_top_issue_ms_per_step": _f("ms", "compile", "its cost per step"),
+    "compile_top_break": _f("text", "compile", "the costliest graph break: file:line (cause)"),
+    "compile_top_recompile": _f("text", "compile", "the costliest recompile: file:line (cause)"),
+    "cudagraph_skip_count": _f("count", "compile", "CUDA-graph skips (reduce-overhead)"),
     "input_shape_changes": _f(
         "count", "obs", "most distinct training input shapes of one root after warm-up"
     ),

@@ -19,6 +19,7 @@ import numpy as np
 from perfdoctor.analyze import job_ranks, rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.comm_facts import comm_facts
+from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.loop_account import loop_facts
@@ -76,6 +77,7 @@ def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dic
     values.update(_rank_facts(record))
     values.update(_rank_comm_facts(record))
     values.update(loop_facts(record))  # analyze/loop_account.py
+    values.update(compile_facts(record))
     if getattr(record, "source", "run") == "trace":
         values.update(_trace_record_facts(record))
     values.update(compute_facts(record, values))  # after the step and autocast facts

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.analyze.compile_facts import compile_series
 from perfdoctor.analyze.memory import memory_series
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import breakdown_ms, finite_numbers
@@ -30,6 +31,7 @@ def series_for(record: RunRecord) -> dict[str, Any]:
         "breakdown_ms": breakdown_ms(record.timed_steps),
         "samples": _sample_series(record.samples),
         "memory": _memory_series(record),
+        "compile": compile_series(record),
     }
 
 

@@ -24,6 +24,7 @@ from perfdoctor.analyze.dataloading import data_loading
 from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
 from perfdoctor.analyze.timeline_facts import timeline_facts
+from perfdoctor.analyze.trace_compiled import CompiledRegions, compiled_regions
 from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
 from perfdoctor.analyze.trace_gpu import GpuSummary, summarize_gpu
 from perfdoctor.analyze.trace_index import find_steps
@@ -66,6 +67,7 @@ class TraceSummary:
     # Allocator, capture, workload kind, GPU-side step (analyze/timeline_facts.py): facts.
     timeline_facts: Mapping[str, Any] = field(default_factory=dict)
     compute: ComputeSummary | None = None  # precision mix, FLOPs, MFU (compute_summary.py)
+    compiled: CompiledRegions | None = None  # torch.compile'd regions (trace_compiled.py)
 
 
 def load_trace(path: Path, user_roots: Sequence[str | Path] = ()) -> TraceSummary:
@@ -133,4 +135,5 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         comm=summarize_comm(ev),
         timeline_facts=timeline_facts(ev, steps, gpu),
         compute=summarize_compute(ev, steps),
+        compiled=compiled_regions(ev, steps),
     )

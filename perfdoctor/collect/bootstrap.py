@@ -158,6 +158,7 @@ def main(argv: list[str]) -> int:
 
     probes = Probes(runtime, torch, user_code, origin)
     probes.install()
+    compile_watch = _watch_compile(probes)
     probes.attach_ab(applied)
     process_tree.follow_forks(runtime, probes, applied, torch)  # fork children: their own record
 
@@ -200,6 +201,7 @@ def main(argv: list[str]) -> int:
     finally:
         _SigtermState.finalizing = True
         _finalize(spec, runtime, probes, applied, outcome, torch)
+        _write_compile_log(compile_watch, run_dir)
         if parent_death.orphaned():
             # perfdoctor is gone: nothing of the run may outlive it, and nobody waits for
             # this process's exit status (parent_death.py).
@@ -210,6 +212,27 @@ def main(argv: list[str]) -> int:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
     return outcome.exit_code
+
+
+def _watch_compile(probes: Any) -> Any:
+    try:
+        from perfdoctor.collect.compile_watch import CompileWatch
+
+        watch = CompileWatch(lambda: probes.tracker.steps_closed)
+        return watch if watch.install() else None
+    except Exception:
+        log.debug("compile watch not installed", exc_info=True)
+        return None
+
+
+def _write_compile_log(watch: Any, run_dir: Path) -> None:
+    if watch is None:
+        return
+    try:
+        watch.uninstall()
+        watch.write(run_dir)
+    except Exception:
+        log.warning("compile.json not written", exc_info=True)
 
 
 def _stop_point(probes: Any, user_code: UserCode, exc: PlanComplete) -> dict[str, Any]:

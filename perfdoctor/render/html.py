@@ -22,6 +22,7 @@ from perfdoctor.render import (
 )
 from perfdoctor.render import format as fmt
 from perfdoctor.render.charts import Chart, build_charts
+from perfdoctor.render.compile_section import compile_html
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 from perfdoctor.rundir import REPORT_JSON, REPORT_MD
 
@@ -125,6 +126,7 @@ def render_html(report: Report) -> str:
             _memory(report),
             compute_section.html_block(report, esc, _table),
             batch_section.html_section(report),
+            compile_html(report, esc),
             _ranks(report),
             _loop(report),
             _findings(report),

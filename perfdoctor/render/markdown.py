@@ -21,6 +21,7 @@ from perfdoctor.render import (
     summary,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render.compile_section import compile_markdown
 from perfdoctor.render.memory_section import CATEGORY_NOTE, memory_section
 
 # CommonMark lets any ASCII punctuation be backslash-escaped; these are the ones that start
@@ -67,6 +68,7 @@ def render_markdown(report: Report) -> str:
     lines += _memory(report)
     lines += compute_section.markdown_lines(report, md_text, _table)
     lines += batch_section.markdown_lines(report)
+    lines += compile_markdown(report, md_text)
     lines += _ranks(report)
     lines += _loop(report)
     lines += _findings(report)

@@ -28,6 +28,7 @@ from perfdoctor.render import (
     summary,
 )
 from perfdoctor.render import format as fmt
+from perfdoctor.render.compile_section import compile_panel
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
 
 MAX_WIDTH = 100
@@ -79,6 +80,9 @@ def render_terminal(report: Report, console: Console) -> None:
     batch = batch_section.terminal_panel(report)
     if batch is not None:
         console.print(batch)
+    compiled = compile_panel(report)
+    if compiled is not None:
+        console.print(compiled)
     if report.ranks:
         console.print(_ranks_section(report))
     if loop_section.has_loop_section(report):

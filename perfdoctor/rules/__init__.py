@@ -12,6 +12,7 @@ from perfdoctor.model import Facts
 from perfdoctor.rules import (
     allocator,
     capture,
+    compile_cost,
     cpu,
     cudnn,
     debug,
@@ -52,6 +53,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *multigpu.RULES,
     *modeling.RULES,
     *jitter.RULES,
+    *compile_cost.RULES,
     *measurement.RULES,
     *loop.RULES,
 )

@@ -28,6 +28,7 @@ _SOURCE_REASONS = {
     "obs": "the child did not observe it",
     "steps": "not enough timed steps to measure it",
     "manifest": "not in the run manifest",
+    "compile": "the script did not run torch.compile (no compile.json)",
 }
 _MAX_MERGED_LOCATIONS = 8
 

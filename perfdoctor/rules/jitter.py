@@ -32,7 +32,9 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         hints.append("input shapes change (re-tuning or recompiling for each new shape)")
         optimizations.append("static-shapes")
         related = (SHAPE_CHANGES, RECOMPILATIONS)
-    elif (recompiles or 0) >= 1:
+    # compile.json, when there: recompiles that all ran before the measured steps do not
+    # make those steps uneven.
+    elif (recompiles or 0) >= 1 and num(facts, "compile_recompile_ms_per_step") != 0:
         # Shapes held still: blaming them would send the user padding batches for nothing.
         hints.append(
             f"torch.compile recompiled {recompiles:g} time(s) while the training input shapes "
@@ -100,8 +102,13 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
         severity="critical" if limit else "warning",
         title=f"torch.compile recompiled {count:g} times",
         explanation=(
-            f"The compiled model was recompiled {count:g} times, each costing seconds of "
-            "compilation inside training."
+            f"The compiled model was recompiled {count:g} times, "
+            + (
+                # compile.json says when: none inside the measured steps (issue 24 item 4)
+                "none of them inside the measured steps (not a cost inside training)."
+                if num(facts, "compile_recompile_ms_per_step") == 0
+                else "each costing seconds of compilation inside training."
+            )
             + (
                 f"{fallback} The training input shapes stayed the same ({shapes:g} distinct "
                 "after warm-up), so they are not the cause: a switch between model.train() "
@@ -165,6 +172,7 @@ RULES = (
             "step_ms_p90",
             "input_shape_changes",
             "recompile_count",
+            "compile_recompile_ms_per_step",
             "data_wait_frac",
             "cpu_other_busy_cores",
             "cpu_cores_logical",
@@ -191,7 +199,8 @@ RULES = (
         title="torch.compile recompilations",
         area="jitter",
         needs=("model_compiled", "recompile_count"),
-        uses=("input_shape_changes",),  # stable shapes: the cause is a mode switch or a value
+        # stable shapes: the cause is a mode switch or a value; compile.json: when they ran
+        uses=("input_shape_changes", "compile_recompile_ms_per_step"),
         thresholds={"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0},
         source=(
             "torch._dynamo config.recompile_limit (8) falls back to eager (mechanics.md §3.0); "

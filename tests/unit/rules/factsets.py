@@ -76,6 +76,11 @@ CPU_TUNED: dict[str, Scalar] = {
     "dist_backend": None,
     "world_size": 1,
     "recompile_count": 0,
+    # compiled without a break, a recompile or a cudagraph skip (analyze/compile_facts.py)
+    "compile_graph_break_sites": 0,
+    "compile_break_step_frac": 0.0,
+    "compile_recompile_step_frac": 0.0,
+    "cudagraph_skip_count": 0,
     "input_shape_changes": 1,
     # trace (CPU side)
     "trace_steps": 3,

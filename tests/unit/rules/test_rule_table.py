@@ -552,6 +552,18 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("recompilations", "gpu", {"recompile_count": 8}, "critical"),
     ("recompilations", "gpu", {"recompile_count": 1}, None),
     ("recompilations", "gpu", {"recompile_count": 3, "model_compiled": False}, None),
+    # torch.compile priced (rules/compile_cost.py)
+    (
+        "compile-graph-breaks",
+        "cpu",
+        {"compile_graph_break_sites": 2, "compile_break_step_frac": 0.25},
+        "critical",
+    ),
+    ("compile-graph-breaks", "cpu", {"compile_graph_break_sites": 2}, None),
+    ("compile-recompile-cost", "cpu", {"compile_recompile_step_frac": 0.1}, "warning"),
+    ("compile-recompile-cost", "cpu", {"compile_recompile_step_frac": 0.049}, None),
+    ("cudagraph-skips", "gpu", {"cudagraph_skip_count": 2}, "warning"),
+    ("cudagraph-skips", "gpu", {}, None),
     ("shape-changes", "gpu_cnn", {"input_shape_changes": 5}, "warning"),
     ("shape-changes", "gpu_cnn", {"input_shape_changes": 3}, "warning"),
     ("shape-changes", "gpu_cnn", {"input_shape_changes": 2}, None),

@@ -1,0 +1,76 @@
+"""torch.compile diagnosis on real child runs: perfdoctor's own hooks add no graph break and
+no recompile, and the planted breaks and storm are found at their lines and ranked by cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_in_process import profile_in_process
+
+from perfdoctor import run_schema, rundir
+
+pytestmark = pytest.mark.integration
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _profile(tmp: Path, script: str, *plan: str, env: dict[str, str] | None = None) -> Path:
+    runs = tmp / "runs"
+    proc = profile_in_process(
+        "--out", runs, "--timeout", "400", "--no-apply", "--quiet", *plan, SCRIPTS / script,
+        cwd=tmp, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return next(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def test_perfdoctors_hooks_add_no_graph_break_and_no_recompile(tmp_path: Path) -> None:
+    # Warm-up, timed and profiled steps: every probe perfdoctor has runs on the compiled
+    # forward (root hooks, step probes, the profiler window's record_functions).
+    session = _profile(tmp_path, "compile_hooks.py", "--warmup", "2", "--steps", "4",
+                       "--profile-steps", "2")  # fmt: skip
+    log = run_schema.compile_log(
+        json.loads((session / rundir.BASELINE_LABEL / rundir.COMPILE_FILE).read_text())
+    )
+    frames = log.frames or []
+    assert any(f.graph_ops for f in frames), "dynamo captured nothing of the model"
+    assert not log.graph_breaks, [b.text for b in log.graph_breaks or []]
+    assert not (log.counters or {}).get("graph_break")
+    # perfdoctor's global module hooks are never converted as frames of their own (under
+    # torch.compile(module) they were, and recompiled at each grad-mode switch).
+    ours = [f for f in frames if "perfdoctor" in (f.co_filename or "")]
+    assert not ours, ours
+    # The only recompiles are the script's own: the evaluation under no_grad recompiles
+    # each of its two compiled modules once, as it does without perfdoctor.
+    recompiled = [f for f in frames if not (f.compile_id or "").endswith("/0")]
+    assert len(recompiled) == 2, frames
+    assert all("grad_mode" in (r.text or "") for r in log.recompiles or [])
+
+
+def _line_of(marker: str) -> int:
+    lines = (SCRIPTS / "compile_planted.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if marker in line)
+
+
+def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked(tmp_path: Path) -> None:
+    session = _profile(
+        tmp_path, "compile_planted.py", "--warmup", "3", "--steps", "6", "--profile-steps", "2",
+        env={"PLANTED_STEPS": "40"},
+    )  # fmt: skip
+    report = json.loads((session / rundir.REPORT_JSON).read_text())
+    issues = report["series"]["compile"]["baseline"]["issues"]
+    priced = [i for i in issues if i["cost_ms_per_step"]]
+    where = [(i["kind"], i["line"]) for i in priced]
+    assert where[:3] == [
+        ("recompile", _line_of("PLANTED STORM")),
+        ("graph_break", _line_of("PLANTED BREAK 2")),
+        ("graph_break", _line_of("PLANTED BREAK 1")),
+    ], issues
+    storm, disable, item = priced[:3]
+    assert "self.step_t" in storm["rewritten"]
+    assert storm["per_step"] == pytest.approx(1.0)  # a recompile every measured step
+    assert "torch.compiler.disable" in disable["fix"]
+    assert "torch.where" in item["rewritten"]
+    rules = {f["rule_id"] for f in report["findings"]}
+    assert {"compile-recompile-cost", "compile-graph-breaks"} <= rules

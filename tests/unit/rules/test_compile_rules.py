@@ -1,0 +1,83 @@
+"""The compile rules (rules/compile_cost.py) over the compile facts."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfdoctor.rules import compile_cost
+from perfdoctor.rules.engine import evaluate_rules
+
+from .factsets import make_facts
+
+
+def _run(**facts):
+    results = evaluate_rules(make_facts(**facts), compile_cost.RULES)
+    return {f.rule_id: f for f in results.findings}, {s.rule_id for s in results.skipped}
+
+
+@pytest.mark.parametrize(
+    ("frac", "severity"), [(0.04, None), (0.05, "warning"), (0.19, "warning"), (0.2, "critical")]
+)
+def test_graph_breaks_fire_from_five_percent_of_the_step(frac: float, severity: str | None) -> None:
+    found, _ = _run(
+        compile_graph_break_sites=2,
+        compile_break_step_frac=frac,
+        compile_break_eager_ms_per_step=frac * 100,
+        compile_top_break="train.py:53 (a torch.compiler.disable'd function)",
+    )
+    finding = found.get(compile_cost.GRAPH_BREAKS)
+    assert (finding.severity if finding else None) == severity
+    if finding:
+        assert "train.py:53" in finding.explanation
+        assert finding.gain.step_time_frac == pytest.approx(frac)
+
+
+def test_recompile_cost_names_the_costliest_recompile() -> None:
+    found, _ = _run(
+        compile_recompile_step_frac=0.3,
+        compile_recompile_ms_per_step=120.0,
+        compile_top_recompile="train.py:57 (a Python number that changes between calls)",
+    )
+    finding = found[compile_cost.RECOMPILE_COST]
+    assert finding.severity == "critical"
+    assert "train.py:57" in finding.explanation
+
+
+def test_cudagraph_skips_fire_on_any_skip() -> None:
+    found, _ = _run(cudagraph_skip_count=1)
+    assert compile_cost.CUDAGRAPH_SKIPS in found
+    found, _ = _run(cudagraph_skip_count=0)
+    assert compile_cost.CUDAGRAPH_SKIPS not in found
+
+
+def test_without_compile_facts_the_rules_are_skipped_saying_why() -> None:
+    facts = make_facts(
+        compile_graph_break_sites=None,
+        compile_break_step_frac=None,
+        compile_recompile_step_frac=None,
+        cudagraph_skip_count=None,
+    )
+    results = evaluate_rules(facts, compile_cost.RULES)
+    assert not results.findings
+    reasons = {s.rule_id: s.reason for s in results.skipped}
+    assert set(reasons) == {r.id for r in compile_cost.RULES}
+    assert all("did not run torch.compile" in r for r in reasons.values())
+
+
+@pytest.mark.parametrize(("in_steps", "blamed"), [(0.0, False), (None, True), (40.0, True)])
+def test_jitter_names_recompiles_only_when_they_ran_in_the_measured_steps(
+    in_steps: float | None, blamed: bool
+) -> None:
+    from perfdoctor.rules import jitter
+
+    facts = make_facts(
+        step_jitter_ratio=2.5, recompile_count=1, compile_recompile_ms_per_step=in_steps
+    )
+    found = {f.rule_id: f for f in evaluate_rules(facts, jitter.RULES).findings}
+    assert ("recompiled" in found[jitter.STEP_JITTER].explanation) is blamed
+    recompiles = jitter.check_recompilations(
+        make_facts("gpu", recompile_count=3, compile_recompile_ms_per_step=in_steps),
+        {"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0},
+    )
+    assert recompiles is not None
+    assert ("inside training." in recompiles.explanation) is blamed
