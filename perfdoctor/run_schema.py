@@ -69,6 +69,8 @@ class CpuInfo(_Record):
     physical_cores: int | None = None
     affinity_cores: int | None = None  # cores this process may run on
     name: str | None = None
+    # Native bf16/fp16 instructions present (collect/cpu_features.py); None = unreadable
+    low_precision_flags: list[str] | None = None
 
 
 class ObservedDevice(_Record):
@@ -109,6 +111,7 @@ class OptimizerInfo(_Record):
     fused: bool | None = None
     foreach: bool | None = None
     param_count: int | None = None
+    param_tensors: int | None = None  # tensors it steps (foreach batches them)
     param_groups: int | None = None
     lr: float | str | None = None  # str: a tensor learning rate, as its str()
     steps: int | None = None

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
+from perfdoctor.analyze.cpu_precision import cpu_precision_facts
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
@@ -235,6 +236,7 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
         "device_total_memory_bytes": total,
         "cpu_cores_logical": cpu.logical_cores or (device.cpu_cores_logical if device else None),
         "cpu_cores_physical": cpu.physical_cores or (device.cpu_cores_physical if device else None),
+        **cpu_precision_facts(cpu.low_precision_flags),
         "step_detection": detection or obs.step_detection,
     }
 
@@ -660,10 +662,12 @@ def _observation_facts(obs: Observations) -> dict[str, Scalar]:
         "tf32_matmul_enabled": torch.tf32_matmul,
         "autocast_used": autocast.used if autocast else None,
         "autocast_dtype": autocast.dtype if autocast else None,
+        "autocast_device_type": autocast.device_type if autocast else None,
         "grad_scaler_used": autocast.grad_scaler if autocast else None,
         "optimizer_class": opt.class_name if opt else None,
         "optimizer_count": len(optimizers) if obs.optimizers is not None else None,
         "optimizer_impl": opt.impl if opt else None,
+        "optimizer_param_tensors": opt.param_tensors if opt else None,
         "zero_grad_set_to_none": obs.zero_grad.set_to_none if obs.zero_grad else None,
         # Trainable parameters where the child counted them, else all of them.
         "model_param_count": sum_roots(

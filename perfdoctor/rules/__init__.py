@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from perfdoctor.model import Facts
 from perfdoctor.rules import (
     cpu,
+    cpu_precision,
     cudnn,
     debug,
     input_pipeline,
@@ -34,6 +35,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *debug.RULES,
     *cpu.RULES,
     *precision.RULES,
+    *cpu_precision.RULES,
     *launch.RULES,
     *sync.RULES,
     *utilization.RULES,

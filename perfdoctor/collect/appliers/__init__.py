@@ -16,6 +16,7 @@ from perfdoctor.collect.appliers import (
     allocator,
     backends,
     cpu,
+    cpu_precision,
     data,
     debug,
     optim,
@@ -35,7 +36,17 @@ log = logging.getLogger(__name__)
 
 APPLIERS: dict[str, type[Applier]] = {
     cls.id: cls
-    for module in (precision, backends, transforms, data, optim, debug, cpu, allocator)
+    for module in (
+        precision,
+        backends,
+        transforms,
+        data,
+        optim,
+        debug,
+        cpu,
+        cpu_precision,
+        allocator,
+    )
     for cls in module.APPLIERS
 }
 # Appliers that must install before others: the checkpoint wrapper has to sit inside the
