@@ -16,8 +16,6 @@ import torch
 
 from perfdoctor.collect.appliers.base import Applier, ApplyContext, is_compiling
 
-_OWN_ENABLED = "_perfdoctor_script_enabled"  # the script's `enabled`, kept on the instance
-
 
 class CpuFp32(Applier):
     id = "cpu-fp32"
@@ -32,12 +30,18 @@ class CpuFp32(Applier):
 
         @functools.wraps(original_enter)
         def enter(region: Any) -> Any:
-            if not is_compiling() and str(getattr(region, "device", "")) == "cpu":
-                own = region.__dict__.setdefault(_OWN_ENABLED, bool(region._enabled))
-                region._enabled = own and not applier.active
-                if own and applier.active:
-                    applier.disabled_entries += 1
-            return original_enter(region)
+            own = bool(getattr(region, "_enabled", False))
+            cpu = str(getattr(region, "device", "")) == "cpu"
+            if not (own and cpu and applier.active) or is_compiling():
+                return original_enter(region)
+            applier.disabled_entries += 1
+            # __enter__ reads `_enabled` once (__exit__ restores the state it saved), so the
+            # script's own flag is back on the instance as soon as the region is entered.
+            region._enabled = False
+            try:
+                return original_enter(region)
+            finally:
+                region._enabled = own
 
         ctx.patcher.patch(autocast_cls, "__enter__", enter)
         self.mark_applied("CPU autocast regions entered with enabled=False (fp32)")

@@ -1,0 +1,525 @@
+"""Headlines on public training scripts nobody on the team wrote (issue 24).
+
+Each script is extracted at a pinned commit from a git mirror of its repository (a directory
+holding `<owner>+<name>/repo`, a bare git dir, e.g. what `git clone --mirror` gives), or from a
+directory of checkouts (`<owner>+<name>/` work trees) given with --checkouts. Nothing of them is
+copied into this repository. Each runs in a fresh temporary directory with tiny sizes and data
+generated there, under `python -m perfdoctor profile --no-apply`, one at a time; the table
+compares the report's headline with the one judged right by hand (CORPUS below).
+
+    python benchmarks/public_scripts.py --mirror DIR [--only NAME,...] [--timeout 600]
+
+Needs, besides torch: lightning (Fabric examples), gymnasium and tyro (CleanRL, the Fabric RL
+example), tensorboard (SummaryWriter in the RL scripts). A script whose imports are missing
+reports "skipped" with the missing module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import ROOT, machine_line, out
+
+EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
+NANOGPT = ("karpathy/nanoGPT", "3adf61e154c3fe3fca428ad6bc3818b27a3b8291")
+MINGPT = ("karpathy/minGPT", "37baab71b9abea1b76ab957409a1cc2fbfba8a26")
+MAKEMORE = ("karpathy/makemore", "988aa59e4d8fefa526d06f3b453ad116258398d4")
+CLEANRL = ("vwxyzjn/cleanrl", "fe8d8a03c41a7ef5b523e2e354bd01c363e786bb")
+LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
+
+Setup = Callable[[Path], None]
+
+
+# --------------------------------------------------------------------------- generated data
+
+
+def _words(n: int, vocab: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"w{rng.randrange(vocab)}" for _ in range(n)]
+
+
+def _text_lines(n_words: int, seed: int) -> str:
+    words = _words(n_words, 400, seed)
+    return "\n".join(" ".join(words[i : i + 20]) for i in range(0, len(words), 20)) + "\n"
+
+
+def wikitext_dir(sub: str) -> Setup:
+    """word_language_model's corpus layout: train/valid/test.txt of made-up words."""
+
+    def setup(root: Path) -> None:
+        data = root / sub
+        data.mkdir(parents=True, exist_ok=True)
+        for name, n in (("train", 30000), ("valid", 3000), ("test", 3000)):
+            (data / f"{name}.txt").write_text(_text_lines(n, hash(name) & 0xFFFF))
+
+    return setup
+
+
+def wikitext2_file(root: Path) -> None:
+    """lightning.pytorch.demos.WikiText2 skips its download when data/wikitext-2.txt exists."""
+    (root / "data").mkdir(exist_ok=True)
+    (root / "data" / "wikitext-2.txt").write_text(_text_lines(30000, 7))
+
+
+def run_in(rel_cwd: str, *argv: str) -> Setup:
+    """Runs one of the repository's own data-generating scripts."""
+
+    def setup(root: Path) -> None:
+        subprocess.run([sys.executable, *argv], cwd=root / rel_cwd, check=True, timeout=300)
+
+    return setup
+
+
+def nanogpt_char_data(root: Path) -> None:
+    """data/shakespeare_char as prepare.py leaves it (uint16 ids, meta.pkl), made-up text."""
+    import numpy as np
+
+    data = root / "data" / "shakespeare_char"
+    data.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    rng.integers(0, 65, 200_000, dtype=np.uint16).tofile(data / "train.bin")
+    rng.integers(0, 65, 20_000, dtype=np.uint16).tofile(data / "val.bin")
+    chars = [chr(32 + i) for i in range(65)]
+    stoi = {c: i for i, c in enumerate(chars)}
+    meta = {"vocab_size": 65, "itos": dict(enumerate(chars)), "stoi": stoi}
+    with open(data / "meta.pkl", "wb") as f:
+        pickle.dump(meta, f)
+
+
+def text_file(rel: str, n_words: int = 20000) -> Setup:
+    def setup(root: Path) -> None:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(_text_lines(n_words, 3))
+
+    return setup
+
+
+def names_file(rel: str) -> Setup:
+    def setup(root: Path) -> None:
+        rng = random.Random(5)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        names = [
+            "".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(5000)
+        ]
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("\n".join(names) + "\n")
+
+    return setup
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    repo: tuple[str, str]  # (owner/name, commit)
+    script: str  # path in the repository
+    args: tuple[str, ...] = ()
+    cwd: str = ""  # run directory inside the extracted tree ("" = the script's folder)
+    setup: tuple[Setup, ...] = ()
+    nproc: int = 1
+    env: tuple[tuple[str, str], ...] = ()
+    profile_args: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()  # what to extract ("" = the whole tree)
+    # The headline judged right by hand: a rule id, "qualified" (the report must say its figures
+    # are not representative), or "none" (no finding above info is right). One line why.
+    expected: str = "none"
+    why: str = ""
+    also_ok: tuple[str, ...] = field(default=())
+
+
+_NANO = (
+    "--dataset=shakespeare_char",
+    "--device=cpu",
+    "--dtype=float32",
+    "--eval_iters=2",
+    "--eval_interval=1000",
+    "--log_interval=10",
+    "--block_size=64",
+    "--batch_size=8",
+    "--n_layer=2",
+    "--n_head=2",
+    "--n_embd=64",
+    "--max_iters=400",
+    "--lr_decay_iters=400",
+    "--dropout=0.0",
+    "--always_save_checkpoint=False",
+    "--out_dir=out",
+)
+_WLM = ("--data", "data/wikitext-2", "--epochs", "1", "--emsize", "64", "--nhid", "64")
+_WLM_DATA = wikitext_dir("word_language_model/data/wikitext-2")
+_RL_TORCH = ("--total-timesteps", "4096", "--num-envs", "2", "--per-rank-batch-size", "64")
+
+CORPUS: tuple[Case, ...] = (
+    Case(
+        "examples/wlm-lstm",
+        EXAMPLES,
+        "word_language_model/main.py",
+        _WLM,
+        setup=(_WLM_DATA,),
+        expected="none",
+        why="small LSTM, manual SGD, no loader: compute-bound, nothing to fix",
+    ),
+    Case(
+        "examples/wlm-gru-optim",
+        EXAMPLES,
+        "word_language_model/main.py",
+        (*_WLM, "--model", "GRU", "--use-optimizer"),
+        setup=(_WLM_DATA,),
+        expected="none",
+        why="same with torch.optim: compute-bound",
+    ),
+    Case(
+        "examples/wlm-transformer",
+        EXAMPLES,
+        "word_language_model/main.py",
+        (*_WLM, "--model", "Transformer", "--nhead", "2"),
+        setup=(_WLM_DATA,),
+        expected="none",
+        why="small transformer, compute-bound",
+    ),
+    Case(
+        "examples/time-seq-lbfgs",
+        EXAMPLES,
+        "time_sequence_prediction/train.py",
+        ("--steps", "40"),
+        setup=(run_in("time_sequence_prediction", "generate_sine_wave.py"),),
+        expected="none",
+        why="LBFGS closure over the full batch: compute-bound",
+    ),
+    Case(
+        "examples/regression",
+        EXAMPLES,
+        "regression/main.py",
+        expected="none",
+        why="4-weight linear model: per-step overhead only, no fix applies",
+    ),
+    Case(
+        "nanogpt/cpu",
+        NANOGPT,
+        "train.py",
+        _NANO,
+        cwd=".",
+        setup=(nanogpt_char_data,),
+        expected="none",
+        why="tiny GPT, memmap batches are cheap: compute-bound",
+    ),
+    Case(
+        "nanogpt/grad-accum",
+        NANOGPT,
+        "train.py",
+        (*_NANO, "--gradient_accumulation_steps=4"),
+        cwd=".",
+        setup=(nanogpt_char_data,),
+        expected="none",
+        why="as nanogpt/cpu with 4 micro-batches per step",
+    ),
+    Case(
+        "nanogpt/compiled",
+        NANOGPT,
+        "train.py",
+        (*_NANO[:-1], "--out_dir=out", "--compile=True"),
+        cwd=".",
+        setup=(nanogpt_char_data,),
+        expected="none",
+        why="compiled tiny GPT; the eval at iter 0 recompiles (train/eval)",
+    ),
+    Case(
+        "mingpt/adder",
+        MINGPT,
+        "projects/adder/adder.py",
+        ("--trainer.max_iters=400", "--system.work_dir=out"),
+        cwd=".",
+        env=(("PYTHONPATH", "."),),
+        expected="none",
+        why="gpt-nano with 4 workers on 2 cores: __getitem__ is trivial",
+    ),
+    Case(
+        "mingpt/chargpt",
+        MINGPT,
+        "projects/chargpt/chargpt.py",
+        (
+            "--trainer.max_iters=400",
+            "--system.work_dir=out",
+            "--model.model_type=gpt-nano",
+            "--data.block_size=64",
+            "--trainer.batch_size=16",
+        ),
+        cwd="projects/chargpt",
+        setup=(text_file("projects/chargpt/input.txt"),),
+        env=(("PYTHONPATH", "../.."),),
+        expected="none",
+        why="gpt-nano char LM, 4 workers, trivial __getitem__",
+    ),
+    Case(
+        "makemore/transformer",
+        MAKEMORE,
+        "makemore.py",
+        ("-i", "names.txt", "--max-steps", "400", "--num-workers", "4"),
+        cwd=".",
+        setup=(names_file("names.txt"),),
+        expected="none",
+        why="small transformer, 4 workers on 2 cores for a trivial dataset",
+    ),
+    Case(
+        "makemore/rnn",
+        MAKEMORE,
+        "makemore.py",
+        ("-i", "names.txt", "--max-steps", "400", "--type", "rnn", "--num-workers", "0"),
+        cwd=".",
+        setup=(names_file("names.txt"),),
+        expected="none",
+        why="tiny RNN, in-process loading of a cheap dataset",
+    ),
+    Case(
+        "makemore/mlp",
+        MAKEMORE,
+        "makemore.py",
+        ("-i", "names.txt", "--max-steps", "400", "--type", "mlp", "--num-workers", "0"),
+        cwd=".",
+        setup=(names_file("names.txt"),),
+        expected="none",
+        why="tiny MLP: per-step overhead dominates",
+    ),
+    Case(
+        "makemore/bow",
+        MAKEMORE,
+        "makemore.py",
+        ("-i", "names.txt", "--max-steps", "400", "--type", "bow", "--num-workers", "0"),
+        cwd=".",
+        setup=(names_file("names.txt"),),
+        expected="none",
+        why="tiny bag-of-words model",
+    ),
+    Case(
+        "lightning/fabric-lm",
+        LIGHTNING,
+        "examples/fabric/language_model/train.py",
+        setup=(wikitext2_file,),
+        cwd=".",
+        expected="none",
+        why="Fabric + demo Transformer on CPU, in-process loader",
+    ),
+    Case(
+        "lightning/trainer-transformer",
+        LIGHTNING,
+        "examples/pytorch/basics/transformer.py",
+        setup=(wikitext2_file,),
+        cwd=".",
+        expected="none",
+        why="Lightning Trainer + demo Transformer on CPU",
+    ),
+    Case(
+        "lightning/rl-ppo-torch",
+        LIGHTNING,
+        "examples/fabric/reinforcement_learning/train_torch.py",
+        _RL_TORCH,
+        cwd="examples/fabric/reinforcement_learning",
+        expected="qualified",
+        why="PPO: rollouts between the updates are outside the timed steps",
+    ),
+    Case(
+        "lightning/rl-ppo-torchrun",
+        LIGHTNING,
+        "examples/fabric/reinforcement_learning/train_torch.py",
+        _RL_TORCH,
+        cwd="examples/fabric/reinforcement_learning",
+        nproc=2,
+        expected="qualified",
+        why="2 gloo ranks of PPO on 2 cores: rollouts outside the steps",
+    ),
+    Case(
+        "cleanrl/ppo",
+        CLEANRL,
+        "cleanrl/ppo.py",
+        ("--total-timesteps", "8192", "--num-envs", "2", "--num-steps", "128"),
+        cwd=".",
+        expected="qualified",
+        why="each update is a 256-step rollout then 40 minibatch steps",
+    ),
+    Case(
+        "cleanrl/dqn",
+        CLEANRL,
+        "cleanrl/dqn.py",
+        ("--total-timesteps", "6000", "--learning-starts", "500", "--train-frequency", "1"),
+        cwd=".",
+        expected="qualified",
+        why="one env step per optimizer step: the env dominates the step",
+    ),
+    Case(
+        "cleanrl/c51",
+        CLEANRL,
+        "cleanrl/c51.py",
+        ("--total-timesteps", "6000", "--learning-starts", "500", "--train-frequency", "1"),
+        cwd=".",
+        expected="qualified",
+        why="as dqn: the env step is inside each training step",
+    ),
+)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def extract(git_dir: Path, commit: str, paths: Sequence[str], dest: Path) -> list[str]:
+    """The files under `paths` at `commit` into dest; returns the paths whose blobs the
+    mirror lacks (a mirror may leave its largest files out: the generated data stands in)."""
+    listing = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "-z", commit, "--"]
+        + [p for p in paths if p],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    entries = []
+    for item in filter(None, listing.split("\0")):
+        meta, path = item.split("\t", 1)
+        _, kind, sha = meta.split()
+        if kind == "blob":
+            entries.append((sha, path))
+    batch = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha, _ in entries).encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+    missing: list[str] = []
+    pos = 0
+    for _sha, path in entries:
+        end = batch.index(b"\n", pos)
+        header = batch[pos:end].split()
+        pos = end + 1
+        if header[-1] == b"missing":
+            missing.append(path)
+            continue
+        size = int(header[2])
+        target = dest / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(batch[pos : pos + size])
+        pos += size + 1
+    return missing
+
+
+def git_dir_for(args: argparse.Namespace, repo: str) -> Path:
+    slug = repo.replace("/", "+")
+    if args.checkouts is not None:
+        return Path(args.checkouts) / slug / ".git"
+    return Path(args.mirror) / slug / "repo"
+
+
+def headline(report: dict[str, object]) -> tuple[str, str, str]:
+    """(rule id, severity, title) of the report's first finding; '-' when none."""
+    findings = report.get("findings") or []
+    assert isinstance(findings, list)
+    if not findings:
+        return "-", "-", "-"
+    first = findings[0]
+    return str(first.get("rule_id")), str(first.get("severity")), str(first.get("title"))
+
+
+def qualified(report: dict[str, object]) -> bool:
+    """The report says its timed steps do not stand for the loop, or the machine distorted
+    them (a busy-machine finding or a caveat on the headline)."""
+    ids = {str(f.get("rule_id")) for f in report.get("findings") or []}  # type: ignore[union-attr]
+    return bool(ids & {"busy-machine", "steps-unrepresentative", "time-outside-steps"})
+
+
+def judge(case: Case, report: dict[str, object]) -> bool:
+    rule, severity, _ = headline(report)
+    if case.expected == "qualified":
+        return qualified(report)
+    if case.expected == "none":
+        return rule == "-" or severity == "info" or rule in case.also_ok or (rule == "busy-machine")
+    return rule == case.expected or rule in case.also_ok
+
+
+def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, object]:
+    tree = work / "src"
+    tree.mkdir()
+    extract(git_dir_for(args, case.repo[0]), case.repo[1], case.paths or ("",), tree)
+    for step in case.setup:
+        step(tree)
+    script = tree / case.script
+    cwd = tree / case.cwd if case.cwd else script.parent
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0"})
+    for key, value in case.env:
+        env[key] = str((cwd / value).resolve()) if key == "PYTHONPATH" else value
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    cmd = [
+        sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--quiet",
+        "--steps", str(args.steps), "--warmup", "5", "--profile-steps", "3",
+        "--timeout", str(args.timeout), "-o", str(work / "runs"), "--json",
+        *(("--nproc-per-node", str(case.nproc)) if case.nproc > 1 else ()),
+        *case.profile_args, str(script), *case.args,
+    ]  # fmt: skip
+    load = f"{os.getloadavg()[0]:.2f}"
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=args.timeout + 120)  # fmt: skip
+    row: dict[str, object] = {"name": case.name, "rc": proc.returncode, "load": load,
+                              "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return row
+    rule, severity, title = headline(report)
+    row.update(rule=rule, severity=severity, title=title, ok=judge(case, report))
+    row["findings"] = [
+        (f.get("rule_id"), f.get("severity"), f.get("title")) for f in report.get("findings", [])
+    ]
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirror", type=Path, help="folder of <owner>+<name>/repo git dirs")
+    parser.add_argument("--checkouts", type=Path, help="folder of <owner>+<name> checkouts")
+    parser.add_argument("--only", default="", help="comma-separated case names")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--jsonl", type=Path, help="append each row as JSON here")
+    args = parser.parse_args(argv)
+    if args.mirror is None and args.checkouts is None:
+        parser.error("give --mirror or --checkouts")
+    only = {n for n in args.only.split(",") if n}
+    out(machine_line())
+    out("| script | ran | headline | severity | expected | match | load | why expected |")
+    out("|---|---|---|---|---|---|---|---|")
+    matched = total = 0
+    for case in CORPUS:
+        if only and case.name not in only:
+            continue
+        with tempfile.TemporaryDirectory(prefix="pd-public-") as tmp:
+            try:
+                row = run_case(case, args, Path(tmp))
+            except (subprocess.SubprocessError, OSError) as exc:
+                row = {"name": case.name, "rc": "-", "error": [str(exc)], "load": "?"}
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        total += 1
+        matched += bool(row.get("ok"))
+        ran = "yes" if "rule" in row else f"no ({'; '.join(row.get('error', []))[:80]})"  # type: ignore[arg-type]
+        out(
+            f"| {case.name} | {ran} | {row.get('rule', '-')} | {row.get('severity', '-')} | "
+            f"{case.expected} | {'yes' if row.get('ok') else 'no'} | {row.get('load')} | "
+            f"{case.why} |"
+        )
+    out(f"\nheadline right or qualified: {matched}/{total}")
+
+
+if __name__ == "__main__":
+    main()
