@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from _common import ROOT, machine_line, out
 
@@ -143,6 +144,8 @@ class Case:
 _NANO = (
     "--dataset=shakespeare_char",
     "--device=cpu",
+    "--compile=False",
+    "--gradient_accumulation_steps=1",
     "--dtype=float32",
     "--eval_iters=2",
     "--eval_interval=1000",
@@ -428,11 +431,34 @@ def headline(report: dict[str, object]) -> tuple[str, str, str]:
     return str(first.get("rule_id")), str(first.get("severity")), str(first.get("title"))
 
 
-def qualified(report: dict[str, object]) -> bool:
-    """The report says its timed steps do not stand for the loop, or the machine distorted
-    them (a busy-machine finding or a caveat on the headline)."""
-    ids = {str(f.get("rule_id")) for f in report.get("findings") or []}  # type: ignore[union-attr]
-    return bool(ids & {"busy-machine", "steps-unrepresentative", "time-outside-steps"})
+def qualified(report: dict[str, Any]) -> bool:
+    """The report says its timed steps do not stand for the whole loop (the `loop` account,
+    report.json, issue 24 item 2: `representative` false)."""
+    loop = report.get("loop") or {}
+    return isinstance(loop, dict) and loop.get("representative") is False
+
+
+def advice_problems(report: dict[str, Any]) -> list[str]:
+    """Advice that would not work as written or does not fit the machine (issue 24 items 3
+    and 4), as the report gives it."""
+    facts = report.get("facts") or {}
+    facts = facts.get("values", facts) if isinstance(facts, dict) else {}
+    recs = report.get("recommendations") or []
+    ids = {str(f.get("rule_id")) for f in report.get("findings") or []}
+    problems = []
+    for rec in recs:
+        opt_id, title, code = (
+            rec.get("optimization_id"),
+            rec.get("title", ""),
+            rec.get("code_change", ""),
+        )
+        if "busy-machine" in ids and opt_id in ("cpu-threads", "dataloader-workers"):
+            problems.append(f"{opt_id} on a busy machine")
+        if opt_id == "fused-optimizer" and ("fused=True" in title) != ("fused=True" in code):
+            problems.append("optimizer title and snippet disagree")
+        if opt_id == "grad-accumulation" and facts.get("uses_ddp") and "no_sync" not in code:
+            problems.append("DDP accumulation without no_sync")
+    return problems
 
 
 def judge(case: Case, report: dict[str, object]) -> bool:
@@ -475,12 +501,26 @@ def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, obje
     except json.JSONDecodeError:
         row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return row
+    if args.keep is not None:
+        keep = Path(args.keep) / case.name.replace("/", "__")
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "report.json").write_text(proc.stdout)
     rule, severity, title = headline(report)
     row.update(rule=rule, severity=severity, title=title, ok=judge(case, report))
+    row["advice_problems"] = advice_problems(report)
+    facts = report.get("facts") or {}
+    row["other_cores"] = (facts.get("values", facts) or {}).get("cpu_other_busy_cores")
+    row["recommendations"] = [
+        (r.get("optimization_id"), r.get("title")) for r in report.get("recommendations", [])
+    ]
     row["findings"] = [
         (f.get("rule_id"), f.get("severity"), f.get("title")) for f in report.get("findings", [])
     ]
     return row
+
+
+def _cores(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -491,13 +531,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--jsonl", type=Path, help="append each row as JSON here")
+    parser.add_argument("--keep", type=Path, help="keep each case's report.json under here")
     args = parser.parse_args(argv)
     if args.mirror is None and args.checkouts is None:
         parser.error("give --mirror or --checkouts")
     only = {n for n in args.only.split(",") if n}
     out(machine_line())
-    out("| script | ran | headline | severity | expected | match | load | why expected |")
-    out("|---|---|---|---|---|---|---|---|")
+    out(
+        "| script | ran | headline | severity | expected | match | advice | other cores | "
+        "load | why expected |"
+    )
+    out("|---|---|---|---|---|---|---|---|---|---|")
     matched = total = 0
     for case in CORPUS:
         if only and case.name not in only:
@@ -515,7 +559,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         ran = "yes" if "rule" in row else f"no ({'; '.join(row.get('error', []))[:80]})"  # type: ignore[arg-type]
         out(
             f"| {case.name} | {ran} | {row.get('rule', '-')} | {row.get('severity', '-')} | "
-            f"{case.expected} | {'yes' if row.get('ok') else 'no'} | {row.get('load')} | "
+            f"{case.expected} | {'yes' if row.get('ok') else 'no'} | "
+            f"{'; '.join(row.get('advice_problems') or []) or 'ok'} | "  # type: ignore[arg-type]
+            f"{_cores(row.get('other_cores'))} | {row.get('load')} | "
             f"{case.why} |"
         )
     out(f"\nheadline right or qualified: {matched}/{total}")
