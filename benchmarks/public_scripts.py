@@ -216,8 +216,10 @@ CORPUS: tuple[Case, ...] = (
         _NANO,
         cwd=".",
         setup=(nanogpt_char_data,),
-        expected="none",
-        why="tiny GPT, memmap batches are cheap: compute-bound",
+        expected="single-tensor-optimizer",
+        why="nanoGPT asks for fused AdamW on CUDA only: the CPU's single-tensor AdamW is "
+        "~20% of a tiny model's step (15 tensors)",
+        also_ok=("busy-machine",),
     ),
     Case(
         "nanogpt/grad-accum",
@@ -226,8 +228,9 @@ CORPUS: tuple[Case, ...] = (
         (*_NANO, "--gradient_accumulation_steps=4"),
         cwd=".",
         setup=(nanogpt_char_data,),
-        expected="none",
-        why="as nanogpt/cpu with 4 micro-batches per step",
+        expected="single-tensor-optimizer",
+        why="as nanogpt/cpu; 4 micro-batches per step shrink the optimizer's share",
+        also_ok=("busy-machine", "-"),
     ),
     Case(
         "nanogpt/compiled",
@@ -505,6 +508,12 @@ def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, obje
         keep = Path(args.keep) / case.name.replace("/", "__")
         keep.mkdir(parents=True, exist_ok=True)
         (keep / "report.json").write_text(proc.stdout)
+    judged(row, case, report)
+    return row
+
+
+def judged(row: dict[str, object], case: Case, report: dict[str, Any]) -> None:
+    """The table's columns of one case from its report.json (also for --table-from)."""
     rule, severity, title = headline(report)
     row.update(rule=rule, severity=severity, title=title, ok=judge(case, report))
     row["advice_problems"] = advice_problems(report)
@@ -516,11 +525,24 @@ def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, obje
     row["findings"] = [
         (f.get("rule_id"), f.get("severity"), f.get("title")) for f in report.get("findings", [])
     ]
-    return row
 
 
 def _cores(value: object) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _recorded(jsonl: Path, keep: Path | None) -> dict[str, dict[str, object]]:
+    """The last row per case of an earlier run, judged again where its report was kept."""
+    cases = {case.name: case for case in CORPUS}
+    rows: dict[str, dict[str, object]] = {}
+    for line in jsonl.read_text().splitlines():
+        row = json.loads(line)
+        name = str(row.get("name"))
+        report_path = keep / name.replace("/", "__") / "report.json" if keep else None
+        if name in cases and report_path is not None and report_path.exists():
+            judged(row, cases[name], json.loads(report_path.read_text()))
+        rows[name] = row
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -532,8 +554,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--jsonl", type=Path, help="append each row as JSON here")
     parser.add_argument("--keep", type=Path, help="keep each case's report.json under here")
+    parser.add_argument(
+        "--table-from",
+        type=Path,
+        help="print the table from a --jsonl file of an earlier run (its --keep reports "
+        "judged again against CORPUS) instead of running",
+    )
     args = parser.parse_args(argv)
-    if args.mirror is None and args.checkouts is None:
+    if args.table_from is None and args.mirror is None and args.checkouts is None:
         parser.error("give --mirror or --checkouts")
     only = {n for n in args.only.split(",") if n}
     out(machine_line())
@@ -543,17 +571,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     out("|---|---|---|---|---|---|---|---|---|---|")
     matched = total = 0
+    recorded = _recorded(args.table_from, args.keep) if args.table_from else {}
     for case in CORPUS:
-        if only and case.name not in only:
+        if (only and case.name not in only) or (args.table_from and case.name not in recorded):
             continue
-        with tempfile.TemporaryDirectory(prefix="pd-public-") as tmp:
-            try:
-                row = run_case(case, args, Path(tmp))
-            except (subprocess.SubprocessError, OSError) as exc:
-                row = {"name": case.name, "rc": "-", "error": [str(exc)], "load": "?"}
-        if args.jsonl:
-            with open(args.jsonl, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        if args.table_from:
+            row = recorded[case.name]
+        else:
+            with tempfile.TemporaryDirectory(prefix="pd-public-") as tmp:
+                try:
+                    row = run_case(case, args, Path(tmp))
+                except (subprocess.SubprocessError, OSError) as exc:
+                    row = {"name": case.name, "rc": "-", "error": [str(exc)], "load": "?"}
+            if args.jsonl:
+                with open(args.jsonl, "a") as f:
+                    f.write(json.dumps(row) + "\n")
         total += 1
         matched += bool(row.get("ok"))
         ran = "yes" if "rule" in row else f"no ({'; '.join(row.get('error', []))[:80]})"  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from perfdoctor.analyze import rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.load_window import with_run_load
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
     memory_peak_locations,
@@ -743,7 +744,10 @@ def _first_known(*values: int | None) -> int | None:
 def _samples_summary(record: RunRecord) -> SamplesSummary | None:
     if not record.samples:
         return None
-    return run_stats.timed_samples_summary(record.samples, record.progress, len(record.timed_steps))
+    summary = run_stats.timed_samples_summary(
+        record.samples, record.progress, len(record.timed_steps)
+    )
+    return with_run_load(summary, record.samples)  # a window between two sampler ticks
 
 
 def _sample_facts(s: SamplesSummary | None) -> dict[str, Scalar]:
