@@ -464,13 +464,27 @@ def advice_problems(report: dict[str, Any]) -> list[str]:
     return problems
 
 
-def judge(case: Case, report: dict[str, object]) -> bool:
+def judge(case: Case, report: dict[str, Any]) -> str:
+    """ "yes": the headline is the one judged right; "load": it is another one, but it says
+    that other processes' load distorted it (busy-machine, or a finding that names it):
+    honestly qualified on a busy machine; "no" otherwise."""
     rule, severity, _ = headline(report)
     if case.expected == "qualified":
-        return qualified(report)
-    if case.expected == "none":
-        return rule == "-" or severity == "info" or rule in case.also_ok or (rule == "busy-machine")
-    return rule == case.expected or rule in case.also_ok
+        return "yes" if qualified(report) else "no"
+    if case.expected == "none" and (rule == "-" or severity == "info"):
+        return "yes"
+    if rule == case.expected or rule in case.also_ok:
+        return "yes"
+    findings = report.get("findings") or []
+    top = findings[0] if findings else {}
+    names = {e.get("name") for e in top.get("evidence") or []}
+    if (
+        rule == "busy-machine"
+        or "cpu_other_busy_cores" in names
+        or ("(busy-machine)" in str(top.get("explanation", "")))
+    ):
+        return "load"
+    return "no"
 
 
 def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, object]:
@@ -525,6 +539,10 @@ def judged(row: dict[str, object], case: Case, report: dict[str, Any]) -> None:
     row["findings"] = [
         (f.get("rule_id"), f.get("severity"), f.get("title")) for f in report.get("findings", [])
     ]
+
+
+def _match(ok: object) -> str:
+    return {"yes": "yes", "load": "qualified (load)", True: "yes"}.get(ok, "no")  # type: ignore[call-overload]
 
 
 def _cores(value: object) -> str:
@@ -587,16 +605,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                 with open(args.jsonl, "a") as f:
                     f.write(json.dumps(row) + "\n")
         total += 1
-        matched += bool(row.get("ok"))
+        matched += row.get("ok") in ("yes", "load", True)
         ran = "yes" if "rule" in row else f"no ({'; '.join(row.get('error', []))[:80]})"  # type: ignore[arg-type]
         out(
             f"| {case.name} | {ran} | {row.get('rule', '-')} | {row.get('severity', '-')} | "
-            f"{case.expected} | {'yes' if row.get('ok') else 'no'} | "
+            f"{case.expected} | {_match(row.get('ok'))} | "
             f"{'; '.join(row.get('advice_problems') or []) or 'ok'} | "  # type: ignore[arg-type]
             f"{_cores(row.get('other_cores'))} | {row.get('load')} | "
             f"{case.why} |"
         )
-    out(f"\nheadline right or qualified: {matched}/{total}")
+    out(f"\nheadline right or honestly qualified: {matched}/{total}")
 
 
 if __name__ == "__main__":

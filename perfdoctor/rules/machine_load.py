@@ -67,7 +67,10 @@ def is_cpu_side(area: Area, facts: Facts) -> bool:
 
 
 def _mentions_load(finding: Finding) -> bool:
-    return any(e.name == LOAD_FACT for e in finding.evidence)
+    """The rule weighed the load itself (step-jitter names it as a cause)."""
+    return any(e.name == LOAD_FACT for e in finding.evidence) or (
+        f"({BUSY_MACHINE})" in finding.explanation
+    )
 
 
 def qualify(rule: Rule, finding: Finding, facts: Facts) -> Finding:

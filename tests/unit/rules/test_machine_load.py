@@ -70,3 +70,9 @@ def test_other_cpu_side_findings_carry_the_caveat_once() -> None:
 def test_the_busy_machine_finding_itself_is_not_qualified() -> None:
     finding = _finding("busy-machine", **BUSY)
     assert finding is not None and "distorted" not in finding.explanation
+
+
+def test_a_rule_that_names_the_load_itself_is_not_told_twice() -> None:
+    finding = _finding("step-jitter", step_jitter_ratio=3.0, steps_timed=20, **BUSY)
+    assert finding is not None
+    assert finding.explanation.count("busy-machine") == 1
