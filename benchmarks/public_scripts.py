@@ -21,6 +21,7 @@ import json
 import os
 import pickle
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -456,7 +457,12 @@ def advice_problems(report: dict[str, Any]) -> list[str]:
             rec.get("code_change", ""),
         )
         if "busy-machine" in ids and opt_id in ("cpu-threads", "dataloader-workers"):
-            problems.append(f"{opt_id} on a busy machine")
+            # Fewer workers than the script's (workers-exceed-cores) take no more cores.
+            asked = re.search(r"num_workers=(\d+)", code)
+            had = facts.get("dataloader_num_workers")
+            fewer = asked is not None and isinstance(had, int) and int(asked.group(1)) < had
+            if not fewer:
+                problems.append(f"{opt_id} on a busy machine")
         if opt_id == "fused-optimizer" and ("fused=True" in title) != ("fused=True" in code):
             problems.append("optimizer title and snippet disagree")
         if opt_id == "grad-accumulation" and facts.get("uses_ddp") and "no_sync" not in code:

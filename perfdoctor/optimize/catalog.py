@@ -248,6 +248,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         conflicts=policies.worker_conflicts,
         skip_auto=policies.skip_workers_set_by_script,
         sizing=size_dataloader_workers,
+        tailor=snippets.dataloader_workers_for_script,
     ),
     _runtime(
         id="pin-memory",

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from perfdoctor.model import Facts
 from perfdoctor.optimize.policies import _FOREACH_ONLY_CLASSES, _FUSED_CLASSES
 from perfdoctor.optimize.sizing import cpu_threads_target
+from perfdoctor.rules.cpu import _compute_cores
 
 TitleHook = Callable[[Facts, str], str]
 
@@ -88,6 +89,26 @@ def cpu_threads_for_script(facts: Facts, code_change: str) -> str:
         else "  # the usable cores"
     )
     return f"torch.set_num_threads({target}){why}"
+
+
+def dataloader_workers_for_script(facts: Facts, code_change: str) -> str:
+    """Where the script's own num_workers leaves the training process no core
+    (dataloader-workers-exceed-cores), the change is fewer workers, by number, with the
+    threads that fit beside them: the catalog's text sizes workers up for a loader that
+    waits, which is not what that finding asks for."""
+    workers = facts.get("dataloader_num_workers")
+    if not isinstance(workers, int) or workers <= 0 or not facts.get("cpu_cores_logical"):
+        return code_change
+    usable, _, _ = _compute_cores(facts)
+    room = usable - 1  # one core kept for the training process (rules/cpu.py)
+    if workers <= room:
+        return code_change
+    fits = max(1, room)
+    return (
+        f"DataLoader(ds, batch_size=..., num_workers={fits})  # was {workers}: "
+        f"{usable} usable core(s), one kept for the training process\n"
+        f"torch.set_num_threads({max(1, usable - fits)})"
+    )
 
 
 # The title hooks, by optimization id (recommend.py asks here; the catalog keeps its titles).

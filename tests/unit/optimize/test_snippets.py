@@ -233,3 +233,41 @@ def _mse(a: Any, b: Any) -> Any:
 
 def _indent(code: str) -> str:
     return "".join(f"    {line}\n" for line in code.splitlines())
+
+
+# --------------------------------------------------------------------------- DataLoader
+
+
+class _Dataset(torch.utils.data.Dataset):  # type: ignore[misc,name-defined]
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.tensor([float(i)])
+
+
+def test_too_many_workers_snippet_lowers_them_to_what_fits() -> None:
+    """4 workers on 2 cores (minGPT's and makemore's default): the snippet sets 1 worker and
+    1 thread, and the DataLoader it builds runs."""
+    facts = _facts(cpu_cores_logical=2, dataloader_num_workers=4, torch_num_threads=2)
+    code = _rec("dataloader-workers", facts).code_change
+    before = torch.get_num_threads()
+    try:
+        scope = _run(
+            f"loader = {code}".replace("batch_size=...", "batch_size=4"),
+            {"DataLoader": torch.utils.data.DataLoader, "ds": _Dataset()},
+        )
+        loader = scope["loader"]
+        assert loader.num_workers == 1 and torch.get_num_threads() == 1
+        assert [b.shape[0] for b in loader] == [4, 4]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_loader_without_workers_keeps_the_sizing_text() -> None:
+    facts = _facts(dataloader_num_workers=0)
+    from perfdoctor.optimize.catalog import CATALOG
+
+    assert (
+        _rec("dataloader-workers", facts).code_change == CATALOG["dataloader-workers"].code_change
+    )
