@@ -297,8 +297,9 @@ CORPUS: tuple[Case, ...] = (
         ("-i", "names.txt", "--max-steps", "400", "--type", "mlp", "--num-workers", "0"),
         cwd=".",
         setup=(names_file("names.txt"),),
-        expected="none",
-        why="tiny MLP: per-step overhead dominates",
+        expected="single-tensor-optimizer",
+        why="tiny MLP: makemore's AdamW (single-tensor on CPU) is ~40% of the step",
+        also_ok=("busy-machine",),
     ),
     Case(
         "makemore/bow",
