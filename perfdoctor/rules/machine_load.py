@@ -21,9 +21,10 @@ from perfdoctor.rules.measurement import BUSY_MACHINE, busy_limit
 # Areas whose figures are host (CPU) time whatever the device: the host loads data, launches
 # kernels, syncs and sets the step's pace.
 HOST_AREAS: frozenset[Area] = frozenset({"input", "cpu", "launch", "jitter", "sync"})
-# On a CPU run the compute itself shares the cores too; memory findings do not move with
-# load, busy-machine is the load itself, and multi-gpu's straggler rule qualifies itself.
-_NEVER: frozenset[Area] = frozenset({"measurement", "memory", "multi-gpu"})
+# On a CPU run the compute itself shares the cores too, gloo's collectives among it (a rank
+# the scheduler delays keeps the others waiting in the all-reduce); memory findings do not
+# move with load, and busy-machine is the load itself. rank-straggler names the load itself.
+_NEVER: frozenset[Area] = frozenset({"measurement", "memory"})
 LOAD_FACT = "cpu_other_busy_cores"
 
 

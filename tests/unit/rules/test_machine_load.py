@@ -76,3 +76,18 @@ def test_a_rule_that_names_the_load_itself_is_not_told_twice() -> None:
     finding = _finding("step-jitter", step_jitter_ratio=3.0, steps_timed=20, **BUSY)
     assert finding is not None
     assert finding.explanation.count("busy-machine") == 1
+
+
+def test_collectives_of_cpu_ranks_on_a_busy_machine_are_qualified() -> None:
+    facts: dict[str, Scalar] = {
+        "uses_ddp": True,
+        "world_size": 2,
+        "ranks_launched": 2,
+        "comm_frac": 0.45,
+    }
+    quiet = evaluate(make_facts("cpu", **facts, **QUIET)).findings
+    busy = evaluate(make_facts("cpu", **facts, **BUSY)).findings
+    heavy_quiet = [f for f in quiet if f.rule_id == "communication-heavy"]
+    heavy_busy = [f for f in busy if f.rule_id == "communication-heavy"]
+    assert heavy_quiet[0].severity == "critical"
+    assert heavy_busy[0].severity != "critical" and "distorted" in heavy_busy[0].explanation
