@@ -363,8 +363,9 @@ CORPUS: tuple[Case, ...] = (
         "cleanrl/dqn.py",
         ("--total-timesteps", "6000", "--learning-starts", "500", "--train-frequency", "1"),
         cwd=".",
-        expected="qualified",
-        why="one env step per optimizer step: the env dominates the step",
+        expected="none",
+        why="one env step per optimizer step, every step alike: the window stands for the "
+        "loop; a tiny Q-network has nothing to fix",
     ),
     Case(
         "cleanrl/c51",
@@ -372,7 +373,7 @@ CORPUS: tuple[Case, ...] = (
         "cleanrl/c51.py",
         ("--total-timesteps", "6000", "--learning-starts", "500", "--train-frequency", "1"),
         cwd=".",
-        expected="qualified",
+        expected="none",
         why="as dqn: the env step is inside each training step",
     ),
 )
