@@ -460,7 +460,8 @@ def advice_problems(report: dict[str, Any]) -> list[str]:
         )
         if "busy-machine" in ids and opt_id in ("cpu-threads", "dataloader-workers"):
             # Fewer workers than the script's (workers-exceed-cores) take no more cores.
-            asked = re.search(r"num_workers=(\d+)", code)
+            statements = "\n".join(line.split("#")[0] for line in code.splitlines())
+            asked = re.search(r"num_workers=(\d+)", statements)
             had = facts.get("dataloader_num_workers")
             fewer = asked is not None and isinstance(had, int) and int(asked.group(1)) < had
             if not fewer:
