@@ -9,9 +9,9 @@ compares the report's headline with the one judged right by hand (CORPUS below).
 
     python benchmarks/public_scripts.py --mirror DIR [--only NAME,...] [--timeout 600]
 
-Needs, besides torch: lightning (Fabric examples), gymnasium and tyro (CleanRL, the Fabric RL
-example), tensorboard (SummaryWriter in the RL scripts). A script whose imports are missing
-reports "skipped" with the missing module.
+Needs, besides torch: lightning (Fabric examples), gymnasium 0.29 and tyro (CleanRL, the
+Fabric RL example), tensorboard (SummaryWriter in the RL scripts). A script that crashes (a
+missing module among them) shows "ran: no" with its error.
 """
 
 from __future__ import annotations
