@@ -71,6 +71,8 @@ class CpuInfo(_Record):
     name: str | None = None
     mhz: float | None = None  # max clock (cpufreq), else /proc/cpuinfo's current one
     isa_flags: list[str] | None = None  # vector ISA flags: "avx512f", "avx2", "fma", ...
+    # Native bf16/fp16 instructions present (collect/cpu_features.py); None = unreadable
+    low_precision_flags: list[str] | None = None
 
 
 class ObservedDevice(_Record):
@@ -111,6 +113,7 @@ class OptimizerInfo(_Record):
     fused: bool | None = None
     foreach: bool | None = None
     param_count: int | None = None
+    param_tensors: int | None = None  # tensors it steps (foreach batches them)
     param_groups: int | None = None
     lr: float | str | None = None  # str: a tensor learning rate, as its str()
     steps: int | None = None

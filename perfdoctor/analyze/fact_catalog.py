@@ -51,6 +51,8 @@ FACTS: dict[str, FactDoc] = {
     "device_total_memory_bytes": _gpu("bytes", "manifest", "memory of the training device"),
     "cpu_cores_logical": _f("count", "obs", "logical CPU cores available to the child"),
     "cpu_cores_physical": _f("count", "obs", "physical CPU cores"),
+    "cpu_native_bf16": _f("bool", "obs", "the CPU has AVX512-BF16 or AMX-BF16 instructions"),
+    "cpu_native_fp16": _f("bool", "obs", "the CPU has AVX512-FP16 or AMX-FP16 instructions"),
     "steps_timed": _f("count", "steps", "steps in the timed window"),
     # ---- the whole loop (analyze/loop_account.py) ------------------------------------
     "loop_long_step_frac": _f(
@@ -144,6 +146,8 @@ FACTS: dict[str, FactDoc] = {
     "tf32_matmul_enabled": _f("bool", "obs", "fp32 matmuls may use TF32"),
     "autocast_used": _f("bool", "obs", "the script runs under torch.autocast"),
     "autocast_dtype": _f("name", "obs", "float16 or bfloat16"),
+    "autocast_device_type": _f("name", "obs", "device_type of the script's autocast (cpu, cuda)"),
+    "optimizer_param_tensors": _f("count", "obs", "parameter tensors the (first) optimizer steps"),
     "grad_scaler_used": _f("bool", "obs", "the script built a GradScaler"),
     "optimizer_class": _f("name", "obs", "class of the (first) optimizer"),
     "optimizer_count": _f("count", "obs", "optimizers that stepped"),

@@ -21,7 +21,9 @@ from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.comm_facts import comm_facts
 from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
+from perfdoctor.analyze.cpu_precision import cpu_precision_facts
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.load_window import with_run_load
 from perfdoctor.analyze.loop_account import loop_facts
 from perfdoctor.analyze.memory import (
     SNAPSHOT_FACTS,
@@ -242,6 +244,7 @@ def _device_facts(record: RunRecord) -> dict[str, Scalar]:
         "device_total_memory_bytes": total,
         "cpu_cores_logical": cpu.logical_cores or (device.cpu_cores_logical if device else None),
         "cpu_cores_physical": cpu.physical_cores or (device.cpu_cores_physical if device else None),
+        **cpu_precision_facts(cpu.low_precision_flags),
         "step_detection": detection or obs.step_detection,
     }
 
@@ -673,10 +676,12 @@ def _observation_facts(obs: Observations) -> dict[str, Scalar]:
         "tf32_matmul_enabled": torch.tf32_matmul,
         "autocast_used": autocast.used if autocast else None,
         "autocast_dtype": autocast.dtype if autocast else None,
+        "autocast_device_type": autocast.device_type if autocast else None,
         "grad_scaler_used": autocast.grad_scaler if autocast else None,
         "optimizer_class": opt.class_name if opt else None,
         "optimizer_count": len(optimizers) if obs.optimizers is not None else None,
         "optimizer_impl": opt.impl if opt else None,
+        "optimizer_param_tensors": opt.param_tensors if opt else None,
         "zero_grad_set_to_none": obs.zero_grad.set_to_none if obs.zero_grad else None,
         # Trainable parameters where the child counted them, else all of them.
         "model_param_count": sum_roots(
@@ -754,7 +759,10 @@ def _first_known(*values: int | None) -> int | None:
 def _samples_summary(record: RunRecord) -> SamplesSummary | None:
     if not record.samples:
         return None
-    return run_stats.timed_samples_summary(record.samples, record.progress, len(record.timed_steps))
+    summary = run_stats.timed_samples_summary(
+        record.samples, record.progress, len(record.timed_steps)
+    )
+    return with_run_load(summary, record.samples)  # a window between two sampler ticks
 
 
 def _sample_facts(s: SamplesSummary | None) -> dict[str, Scalar]:

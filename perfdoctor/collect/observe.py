@@ -13,6 +13,8 @@ import platform
 import sys
 from typing import Any
 
+from perfdoctor.collect.cpu_features import native_low_precision_flags
+
 log = logging.getLogger(__name__)
 
 
@@ -89,6 +91,7 @@ def cpu_info() -> dict[str, Any]:
         info["physical_cores"] = None
     info["name"] = _cpu_name()
     info.update(_cpu_clock_and_isa())
+    info["low_precision_flags"] = _safe(native_low_precision_flags)
     return info
 
 
@@ -256,6 +259,7 @@ def describe_root(module: Any, torch: Any) -> dict[str, Any]:
         "class": type(inner if inner is not None else module).__name__,
         "wrapper": type(module).__name__ if inner is not None else None,
         "param_count": int(sum(p.numel() for p in params)),
+        "param_tensors": len(params),
         "trainable_param_count": int(sum(p.numel() for p in trainable)),
         "conv_count": len(convs),
         "channels_last": (
@@ -304,6 +308,7 @@ def describe_optimizer(opt: Any, torch: Any) -> dict[str, Any]:
         "fused": fused,
         "foreach": foreach,
         "param_count": int(sum(p.numel() for p in params)),
+        "param_tensors": len(params),
         "param_groups": len(getattr(opt, "param_groups", [])),
         "lr": group.get("lr"),
     }

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from perfdoctor.model import Facts
-from perfdoctor.optimize import policies
+from perfdoctor.optimize import policies, snippets
 from perfdoctor.optimize.policies import ConflictHook, SkipAutoHook, StandInHook, TailorHook
 from perfdoctor.optimize.sizing import Sizing, size_dataloader_workers
 
@@ -248,6 +248,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         conflicts=policies.worker_conflicts,
         skip_auto=policies.skip_workers_set_by_script,
         sizing=size_dataloader_workers,
+        tailor=snippets.dataloader_workers_for_script,
     ),
     _runtime(
         id="pin-memory",
@@ -334,6 +335,17 @@ _ENTRIES: tuple[Optimization, ...] = (
         numerics_tolerance="tf32",
         conflicts=policies.thread_conflicts,
         skip_auto=policies.skip_threads_already_set,
+        tailor=snippets.cpu_threads_for_script,
+    ),
+    _runtime(
+        id="cpu-fp32",
+        title="fp32 instead of bf16/fp16 autocast on this CPU",
+        risk="none for numerics (fp32 is the reference); more memory for activations",
+        code_change=snippets.CPU_FP32,
+        applies_when="CPU autocast to bf16/fp16 on a CPU without native bf16/fp16 instructions",
+        device="cpu",
+        verify="the script's CPU autocast regions are entered with enabled=False",
+        numerics_tolerance="low-precision",
     ),
     # ------------------------------------------------------------------ allocator
     Optimization(
@@ -374,6 +386,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         title="Smaller micro-batches with gradient accumulation",
         risk="more steps per update; BatchNorm sees smaller batches",
         code_change=(
+            "accum = 4  # micro-batches per optimizer step\n"
             "for i, (x, y) in enumerate(loader):\n"
             "    (loss_fn(model(x), y) / accum).backward()\n"
             "    if (i + 1) % accum == 0:\n"
@@ -382,6 +395,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         applies_when="peak memory at the device limit, or communication-bound DDP",
         device="any",
         numerics_tolerance="data-order",
+        tailor=snippets.grad_accumulation_for_script,
     ),
     _manual(
         id="ddp-over-dataparallel",

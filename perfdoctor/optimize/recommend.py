@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from perfdoctor.model import Facts, Finding, GainEstimate, Recommendation, SourceLocation
 from perfdoctor.optimize.catalog import CATALOG, Optimization
+from perfdoctor.optimize.snippets import title_for
 from perfdoctor.rules.base import SEVERITY_RANK, num
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
         recommendations.append(
             Recommendation(
                 optimization_id=opt_id,
-                title=opt.title,
+                title=title_for(opt_id, opt.title, facts),
                 kind=opt.kind,
                 risk=opt.risk,
                 code_change=code_change_for(opt, facts),

@@ -17,6 +17,8 @@ from perfdoctor.rules.base import (
     seen,
     severity_for_gain,
 )
+from perfdoctor.rules.machine_load import Contention, contention
+from perfdoctor.rules.measurement import BUSY_MACHINE
 
 THREADS_BELOW_CORES = "cpu-threads-below-cores"
 CPU_OVERSUBSCRIBED = "cpu-oversubscribed"
@@ -45,6 +47,9 @@ def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding |
     usable, workers, target = _compute_cores(facts)
     if threads >= target:
         return None
+    busy = contention(facts)
+    if busy is not None:
+        return _threads_on_busy_machine(facts, threads, target, busy)
     parallel = t["assumed_parallel_fraction"]
     gain = compute_share(facts) * parallel * (1.0 - threads / target)
     workers_note = f" ({usable} usable cores minus {workers} DataLoader workers)" if workers else ""
@@ -75,6 +80,38 @@ def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding |
                 "the non-data share of the step"
             ),
         ),
+        optimizations=("cpu-threads",),
+    )
+
+
+def _threads_on_busy_machine(
+    facts: Facts, threads: float, target: int, busy: Contention
+) -> Finding:
+    """The cores the script leaves idle are not free when other processes keep them busy:
+    more threads then wait for the same cores (cpu-threads measured 0.25-0.30x on this
+    machine under such load), so the finding stays, as information, with no change to try."""
+    return Finding(
+        rule_id=THREADS_BELOW_CORES,
+        severity="info",
+        title=(
+            f"Training uses {threads:.0f} CPU thread(s) of {target}, but other processes "
+            f"kept {busy.others:.1f}{busy.of_cores} cores busy"
+        ),
+        explanation=(
+            f"torch runs intra-op work on {threads:.0f} thread(s) and the machine has "
+            f"{target} core(s) for it, but other processes kept {busy.others:.1f}"
+            f"{busy.of_cores} cores busy during these steps ({BUSY_MACHINE}): more threads "
+            "would compete with that load for the same cores, and on a machine this busy "
+            "they made steps slower, not faster. Keep the thread count while the machine is "
+            f"shared; on a quiet machine torch.set_num_threads({target}) is worth a "
+            "re-measure."
+        ),
+        evidence=(
+            ev("torch_num_threads", int(threads), target, "<"),
+            busy.evidence("busy machine: more threads are not advised"),
+            *seen(facts, "cpu_cores_logical", "cpu_cores_physical", "dataloader_num_workers"),
+        ),
+        gain=GainEstimate(method="not estimated: the free cores are taken by other processes"),
     )
 
 
@@ -179,6 +216,7 @@ RULES = (
             "data_wait_frac",
             "cpu_busy_cores",
             "ranks_launched",
+            "cpu_other_busy_cores",
         ),
         thresholds={"assumed_parallel_fraction": 0.75},
         source=(
@@ -194,6 +232,8 @@ RULES = (
         check=check_threads_below_cores,
         device="cpu",
         optimizations=("cpu-threads",),
+        # None on a busy machine: the cores it would take are other processes'.
+        selects_optimizations=True,
     ),
     Rule(
         id=CPU_OVERSUBSCRIBED,

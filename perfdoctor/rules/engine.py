@@ -16,6 +16,7 @@ from typing import TypeVar
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.model import Facts, Finding, GainEstimate, SkippedRule
 from perfdoctor.rules.base import SEVERITY_RANK, Rule, flag
+from perfdoctor.rules.machine_load import qualify
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -120,7 +121,8 @@ def evaluate_rules(
         if finding is None:
             passed.append(rule.id)
         else:
-            fired.append((rule, finding))
+            # A CPU-side share measured on a busy machine says so (rules/machine_load.py).
+            fired.append((rule, qualify(rule, finding, facts)))
     return RuleResults(
         findings=merge_and_rank(fired, rules), skipped=tuple(skipped), passed=tuple(passed)
     )

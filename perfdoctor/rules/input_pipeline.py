@@ -17,6 +17,7 @@ from perfdoctor.rules.base import (
     severity_for_gain,
     where,
 )
+from perfdoctor.rules.machine_load import contention, load_sentence
 
 INPUT_BOUND = "input-bound"
 PAGEABLE_HTOD = "pageable-htod-copies"
@@ -62,7 +63,17 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     iterable = flag(facts, "dataloader_is_iterable") is True
     optimizations: list[str] = []
     advice: str
-    if cpu_saturated:
+    busy = contention(facts)
+    if busy is not None:
+        # Workers starved by other processes wait for cores, not for their own code: more
+        # workers take more of the same cores, and a cheaper __getitem__ may not be the cause.
+        who = f"its {workers:.0f} workers" if workers else "the training process"
+        advice = (
+            f"The batches are prepared by {who}, which shared the CPU with other "
+            "processes: part of this wait is the load, not the data code, so neither more "
+            "workers nor cheaper data code is advised from this run." + load_sentence(busy)
+        )
+    elif cpu_saturated:
         advice = (
             f"The CPU is already {pct(cpu_util or 0.0)} busy with {workers:.0f} workers, so "
             "more workers will not help: "
@@ -99,7 +110,10 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("dataloader-workers")
     if is_cuda(facts) and flag(facts, "dataloader_pin_memory") is False:
         optimizations.append("pin-memory")
-    optimizations.append("faster-data-pipeline")
+    if busy is None:
+        optimizations.append("faster-data-pipeline")
+    else:
+        optimizations = [o for o in optimizations if o != "dataloader-workers"]
     locs = locations(facts, "data_loading")
     all_locs = locations(facts, "data_loading", "dataloader_construct", limit=6)
     wait_ms = num(facts, "data_wait_ms_p50")
@@ -108,7 +122,8 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         per_step += " over the trace's profiled steps (its DataLoader spans)"
     return Finding(
         rule_id=INPUT_BOUND,
-        severity="critical" if wait >= t["critical_frac"] else "warning",
+        # A share the load inflated is not critical (rules/machine_load.py).
+        severity="critical" if wait >= t["critical_frac"] and busy is None else "warning",
         title=f"Input-bound: {pct(wait)} of each step waits for the DataLoader",
         explanation=(
             f"The training loop waited for the next batch {pct(wait)} of the step time{per_step}"
@@ -125,6 +140,7 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "cpu_util_mean_frac",
                 "step_timing_source",
             ),
+            *((busy.evidence("busy machine: workers and threads starved"),) if busy else ()),
         ),
         locations=all_locs,
         optimizations=tuple(optimizations),
@@ -212,6 +228,8 @@ RULES = (
             "step_timing_source",
             "cpu_util_mean_frac",
             "device_is_cuda",
+            "cpu_other_busy_cores",
+            "cpu_cores_logical",
         ),
         thresholds={"warning_frac": 0.05, "critical_frac": 0.20, "cpu_saturated_frac": 0.85},
         source=(

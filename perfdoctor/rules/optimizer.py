@@ -39,27 +39,40 @@ def check_single_tensor(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     single = _impl(facts) == "single-tensor" or flag(facts, "single_tensor_optimizer") is True
     if share is None or not single or share < t["optimizer_frac"]:
         return None
+    cls = text(facts, "optimizer_class") or "the optimizer"
+    tensors = num(facts, "optimizer_param_tensors")
+    one_tensor = tensors is not None and tensors < t["min_param_tensors"]
+    if one_tensor and cls in _KNOWN_WITHOUT_FUSED:
+        # foreach batches the parameters; with one tensor there is nothing to batch, and the
+        # class has no fused kernel: no change to this optimizer would make its step cheaper.
+        return None
     gain = share * t["assumed_saving"]
     locs = locations(facts, "optimizer_construct")
-    cls = text(facts, "optimizer_class") or "the optimizer"
     return Finding(
         rule_id=SINGLE_TENSOR_OPTIMIZER,
         severity=severity_for_gain(gain),
         title=f"{cls} steps one tensor at a time ({pct(share)} of the step)",
         explanation=(
             f"optimizer.step takes {pct(share)} of the step and {cls} runs its single-tensor "
-            "loop, one set of small kernels per parameter. foreach=True batches the parameters"
             + (
-                " and fused=True does the whole update in one kernel."
-                if cls not in _KNOWN_WITHOUT_FUSED
-                else f" ({cls} has no fused=True)."
+                "loop over its one parameter tensor, several small kernels for one update: "
+                "fused=True does the whole update in one kernel (foreach=True would batch "
+                "nothing here)."
+                if one_tensor
+                else "loop, one set of small kernels per parameter. foreach=True batches the "
+                "parameters"
+                + (
+                    " and fused=True does the whole update in one kernel."
+                    if cls not in _KNOWN_WITHOUT_FUSED
+                    else f" ({cls} has no fused=True)."
+                )
             )
             + where(locs)
         ),
         evidence=(
             ev("optimizer_impl", _impl(facts) or "single-tensor"),
             ev("optimizer_frac", share, t["optimizer_frac"], ">="),
-            *seen(facts, "optimizer_class", "single_tensor_optimizer"),
+            *seen(facts, "optimizer_class", "single_tensor_optimizer", "optimizer_param_tensors"),
         ),
         locations=locs,
         gain=GainEstimate(
@@ -110,12 +123,14 @@ RULES = (
         title="Single-tensor optimizer implementation",
         area="optimizer",
         needs=("optimizer_impl", "optimizer_frac"),
-        uses=("single_tensor_optimizer", "optimizer_class"),
-        thresholds={"optimizer_frac": 0.05, "assumed_saving": 0.5},
+        uses=("single_tensor_optimizer", "optimizer_class", "optimizer_param_tensors"),
+        thresholds={"optimizer_frac": 0.05, "assumed_saving": 0.5, "min_param_tensors": 2.0},
         source=(
             "torch/profiler/_pattern_matcher.py OptimizerSingleTensorPattern (any "
             "_single_tensor_* op); perfdoctor requires optimizer.step >= 5% of the step "
-            "(same 5% floor as the other time rules) so that a cheap step does not warn"
+            "(same 5% floor as the other time rules) so that a cheap step does not warn; "
+            "foreach needs >= 2 parameter tensors to batch anything (torch/optim/_multi_tensor: "
+            "it groups a list of tensors per device and dtype)"
         ),
         description=(
             "An optimizer running its per-parameter loop (the CPU default) where the step is a "

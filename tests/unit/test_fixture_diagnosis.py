@@ -20,6 +20,9 @@ EXPECTED = {
     "tabular_mlp_debug_cpu": {"anomaly-detection-on", "grad-without-backward"},
     "gpt_char_lm_cpu": {"cpu-threads-below-cores"},
 }
+# Recorded while other processes kept 1.0 of the 2 cores busy: the idle core the threads
+# finding points at was theirs, so it is information with no change to try (machine_load.py).
+BUSY_RECORDINGS = {"gpt_char_lm_cpu"}
 
 
 def _diagnose(name: str):
@@ -41,11 +44,21 @@ def test_known_inefficiency_is_found(name: str) -> None:
     assert EXPECTED[name] <= _all_rule_ids(results)
     for finding in results.findings:
         if finding.rule_id in EXPECTED[name]:
-            assert finding.severity in ("warning", "critical")
+            busy = name in BUSY_RECORDINGS
+            assert finding.severity in (("info",) if busy else ("warning", "critical"))
             assert finding.evidence, finding.rule_id
     # Every finding that names a fix leads to a recommendation.
     recommended = {r.optimization_id for r in recommend(results.findings, facts)}
-    assert recommended
+    assert recommended or name in BUSY_RECORDINGS
+
+
+def test_a_busy_recording_takes_no_more_threads() -> None:
+    facts, results = _diagnose("gpt_char_lm_cpu")
+    assert (facts.get("cpu_other_busy_cores") or 0) >= 0.5
+    threads = next(f for f in results.findings if f.rule_id == "cpu-threads-below-cores")
+    assert threads.optimizations == () and "other processes" in threads.title
+    recommended = {r.optimization_id for r in recommend(results.findings, facts)}
+    assert "cpu-threads" not in recommended
 
 
 def test_input_bound_points_at_the_datasets_own_lines() -> None:

@@ -17,6 +17,7 @@ from perfdoctor.collect.appliers import (
     backends,
     batch,
     cpu,
+    cpu_precision,
     data,
     debug,
     optim,
@@ -36,7 +37,18 @@ log = logging.getLogger(__name__)
 
 APPLIERS: dict[str, type[Applier]] = {
     cls.id: cls
-    for module in (precision, backends, transforms, data, optim, debug, cpu, allocator, batch)
+    for module in (
+        precision,
+        backends,
+        transforms,
+        data,
+        optim,
+        debug,
+        cpu,
+        cpu_precision,
+        allocator,
+        batch,
+    )
     for cls in module.APPLIERS
 }
 # Appliers that must install before others: the checkpoint wrapper has to sit inside the

@@ -81,6 +81,45 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 0}, None),
     # CPU threads: target = min(physical, logical) - workers
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1}, "warning"),
+    # a busy machine: the idle cores are other processes' (rules/machine_load.py)
+    ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, **BUSY_2_CORES}, "info"),
+    ("input-bound", "cpu", {"data_wait_frac": 0.30, **BUSY_2_CORES}, "warning"),
+    # cpu-autocast-emulated: the CPU flags decide
+    (
+        "cpu-autocast-emulated",
+        "cpu",
+        {"autocast_used": True, "autocast_dtype": "bfloat16", "cpu_native_bf16": False},
+        "warning",
+    ),
+    (
+        "cpu-autocast-emulated",
+        "cpu",
+        {"autocast_used": True, "autocast_dtype": "bfloat16", "cpu_native_bf16": True},
+        None,
+    ),
+    (
+        "cpu-autocast-emulated",
+        "cpu",
+        {"autocast_used": True, "autocast_dtype": "float16", "cpu_native_fp16": False},
+        "warning",
+    ),
+    (
+        "cpu-autocast-emulated",
+        "cpu",
+        {"autocast_used": True, "autocast_dtype": "float16", "cpu_native_bf16": False},
+        None,
+    ),
+    (
+        "cpu-autocast-emulated",
+        "cpu",
+        {
+            "autocast_used": True,
+            "autocast_dtype": "bfloat16",
+            "cpu_native_bf16": False,
+            "autocast_device_type": "cuda",
+        },
+        None,
+    ),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 2}, None),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "dataloader_num_workers": 1}, None),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "cpu_cores_physical": 1}, None),
@@ -379,6 +418,29 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         "cpu",
         {"optimizer_impl": "single-tensor", "optimizer_frac": 0.04},
         None,
+    ),
+    # one parameter tensor: foreach batches nothing; only a fused kernel could help
+    (
+        "single-tensor-optimizer",
+        "cpu",
+        {
+            "optimizer_impl": "single-tensor",
+            "optimizer_frac": 0.2,
+            "optimizer_param_tensors": 1,
+            "optimizer_class": "RMSprop",
+        },
+        None,
+    ),
+    (
+        "single-tensor-optimizer",
+        "cpu",
+        {
+            "optimizer_impl": "single-tensor",
+            "optimizer_frac": 0.2,
+            "optimizer_param_tensors": 1,
+            "optimizer_class": "Adam",
+        },
+        "warning",
     ),
     ("single-tensor-optimizer", "cpu", {"optimizer_impl": "foreach", "optimizer_frac": 0.2}, None),
     ("zero-grad-zeroing", "cpu", {"zero_grad_set_to_none": False}, "info"),
