@@ -30,6 +30,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -269,12 +270,18 @@ class _Codes:
 
     def __init__(self) -> None:
         self.index: dict[Any, int] = {}
+        self.chars = 0  # total length of the interned strings (trace_budget.py)
 
     def codes(self, values: Any) -> np.ndarray:
         index = self.index
         setdefault = index.setdefault
+        before = len(index)
         # A bound setdefault in a comprehension is the cheapest interning loop in CPython.
-        return np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
+        out = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
+        if len(index) > before:
+            added = islice(reversed(index), len(index) - before)
+            self.chars += sum(len(v) for v in added if isinstance(v, str))
+        return out
 
     def ordered(self) -> list[Any]:
         out: list[Any] = [None] * len(self.index)
@@ -360,6 +367,21 @@ class EventBuilder:
         self.device_properties: tuple[dict[str, Any], ...] = ()
         self.distributed: dict[str, Any] | None = None
         self.base_time_ns: int | float | None = None
+
+    def all_columns(self) -> tuple[_Columns, ...]:
+        return (
+            self.cpu,
+            self.annotations,
+            self.gpu_annotations,
+            self.python,
+            self.gpu,
+            self.runtime,
+            self.flows,
+        )
+
+    @property
+    def names_bytes(self) -> int:
+        return self.names.chars
 
     def set_metadata(self, doc: _TraceFile) -> None:
         props = doc.deviceProperties if doc.deviceProperties else doc.computeProperties
