@@ -300,7 +300,7 @@ def _last_cut(buf: bytearray, start: int, end: int, n: int) -> int | None:
             return pos
 
 
-def _finish(doc: bytes, sink: EventBuilder, name: str) -> None:
+def _finish(doc: bytes | bytearray, sink: EventBuilder, name: str) -> None:
     try:
         decoded = TRACE_DECODER.decode(doc)
     except DECODE_ERRORS as err:
