@@ -37,10 +37,7 @@ SHAPE_ENTRY_BYTES = 400
 def retained_bytes(builder: EventBuilder) -> int:
     """An estimate of what the builder keeps: column arrays exactly, Python objects by
     count."""
-    total = 0
-    for columns in builder.all_columns():
-        for parts in columns.parts.values():
-            total += sum(part.nbytes for part in parts)
+    total = sum(columns.nbytes for columns in builder.all_columns())
     total += builder.names_bytes + NAME_OVERHEAD_BYTES * len(builder.names.index)
     total += NAME_OVERHEAD_BYTES * len(builder.tids.index)
     total += OPEN_SPAN_BYTES * sum(len(stack) for stack in builder.open_spans.values())

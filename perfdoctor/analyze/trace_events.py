@@ -316,6 +316,7 @@ class _Columns:
         self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
         self.extras = extras
         self.rows = 0
+        self.nbytes = 0  # of every part so far (trace_budget.py), kept as they are added
 
     def add(self, events: list[_Event], names: _Codes, tids: _Codes, **extra: np.ndarray) -> None:
         n = len(events)
@@ -326,6 +327,7 @@ class _Columns:
         parts["tid"].append(tids.codes((e.pid, e.tid) for e in events))
         for key, values in extra.items():
             parts[key].append(values)
+        self.nbytes += sum(parts[key][-1].nbytes for key in ("name", "ts", "dur", "tid", *extra))
         self.rows += n
 
     def table(self) -> Table:
