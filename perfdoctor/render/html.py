@@ -77,7 +77,7 @@ th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line
 th { color: var(--muted); font-weight: 600; }
 .id { white-space: nowrap; }  /* ids such as dataloader-workers read as one word */
 td.num, th.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-.barcol { display: inline-block; width: 160px; }
+.barcol { display: inline-block; width: min(160px, 22vw); }  /* fits a phone's width */
 .bar { background: var(--bar); height: 10px; border-radius: 3px; min-width: 2px; }
 .wrap { overflow-x: auto; }
 .finding { border-left: 4px solid var(--line); padding: 4px 0 4px 14px; margin: 14px 0; }

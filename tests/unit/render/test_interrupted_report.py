@@ -70,4 +70,6 @@ def test_the_html_wraps_warnings_and_shows_the_notes() -> None:
     html = render_html(_interrupted(1))
     assert '<ul class="warnings">' in html
     assert ".warnings pre { white-space: pre-wrap;" in html
+    # The step breakdown's bar column shrinks with the window: at 480 px it was cut off.
+    assert ".barcol { display: inline-block; width: min(160px, 22vw); }" in html
     assert "not drawn: 1 step recorded" in html
