@@ -53,6 +53,7 @@ from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
 from perfdoctor.optimize.sequential import extended_confidence
 from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
+from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
 from perfdoctor.rundir import (
@@ -563,6 +564,13 @@ def _scalars_beside(session_dir: Path, report: Report, meanwhile: Callable[[], A
 
 
 def write_reports(session_dir: Path, report: Report) -> WrittenReports:
+    """_write_reports with stop signals held until it is done (report_signals.py)."""
+    with deferred_stop_signals():
+        hold_for_tests()
+        return _write_reports(session_dir, report)
+
+
+def _write_reports(session_dir: Path, report: Report) -> WrittenReports:
     """The TensorBoard scalars, then report.json, report.md and report.html, side by side.
 
     `run_dir_bytes` is the session's size once they are all written; render the returned

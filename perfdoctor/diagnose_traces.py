@@ -24,6 +24,7 @@ from perfdoctor.analyze.trace_record import TraceRunRecord, load_trace_run
 from perfdoctor.errors import PerfdoctorError
 from perfdoctor.model import BaselineSummary, Facts, Report, SkippedRule
 from perfdoctor.optimize.recommend import recommend
+from perfdoctor.report_signals import deferred_stop_signals
 from perfdoctor.rules import ALL_RULES, evaluate
 from perfdoctor.rules.engine import missing_reason
 from perfdoctor.rundir import REPORT_HTML, REPORT_JSON, REPORT_MD, SCHEMA_VERSION, write_file
@@ -286,8 +287,9 @@ def write_trace_reports(report: Report) -> dict[str, Path]:
     out = Path(report.run_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name, renderer in file_renderers(REPORT_RENDERERS).items():
-        path = out / name
-        write_file(path, str(renderer.render(report)).encode("utf-8", "backslashreplace"))
-        paths[path.name] = path
+    with deferred_stop_signals():  # a stop waits for the reports (report_signals.py)
+        for name, renderer in file_renderers(REPORT_RENDERERS).items():
+            path = out / name
+            write_file(path, str(renderer.render(report)).encode("utf-8", "backslashreplace"))
+            paths[path.name] = path
     return paths

@@ -49,6 +49,7 @@ from perfdoctor.optimize.sequential import (
 )
 from perfdoctor.optimize.sizing import Sizing, sizing_env
 from perfdoctor.optimize.switchable import SWITCHABLE
+from perfdoctor.report_signals import deferred_stop_signals
 from perfdoctor.rundir import (
     BASELINE_LABEL,
     LATEST_LINK,
@@ -324,8 +325,11 @@ def in_process_candidates(
 
 
 def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
-    analyzed = diagnose.analyze_session(runner.session_dir)
-    report = diagnose.write_reports(runner.session_dir, analyzed).report
+    # A stop that lands here waits for the report, then ends the session (report_signals).
+    with deferred_stop_signals():
+        analyzed = diagnose.analyze_session(runner.session_dir)
+        report = diagnose.write_reports(runner.session_dir, analyzed).report
+        runner.reported = True
     if baseline.status == "timeout":
         raise RunTimeout(
             f"the script ran past --timeout {runner.options.timeout_s:g}s and was stopped; "
@@ -348,7 +352,8 @@ def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
 
 
 def _write_session_reports(session_dir: Path) -> Report:
-    return diagnose.write_reports(session_dir, diagnose.analyze_session(session_dir)).report
+    with deferred_stop_signals():
+        return diagnose.write_reports(session_dir, diagnose.analyze_session(session_dir)).report
 
 
 def _stopped(runner: _Runner, err: KeyboardInterrupt) -> ProfileStopped:
@@ -358,6 +363,10 @@ def _stopped(runner: _Runner, err: KeyboardInterrupt) -> ProfileStopped:
     `except KeyboardInterrupt`); a second Ctrl-C while the report is written still ends it.
     """
     by, code = interrupt_name(err), interrupt_exit_code(err)
+    if runner.reported:  # the stop was held until the final report was written
+        return ProfileStopped(
+            f"stopped by {by} once the report was written: {runner.session_dir}", exit_code=code
+        )
     during = runner.current_run
     runner.session = replace(
         runner.session, interrupted={"by": by, "exit_code": code, "during": during}
@@ -431,6 +440,7 @@ class _Runner:
         self.deadline: float | None = None
         self.run_s: list[float] = []  # wall time of each run so far
         self.baseline_on_cuda = False  # set once the baseline is diagnosed
+        self.reported = False  # the final report is written
         save_session(session_dir, session)
 
     def run(

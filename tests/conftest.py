@@ -12,3 +12,14 @@ import sys
 # starts. The tests run Python as users do, with the cache (`__pycache__` is git-ignored).
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# Limits on waits stretch with the machine's load (tests/load_limits.py): a test bounds a
+# hang, never the machine's speed. Modules import `scaled` directly; this fixture is the same.
+import pytest  # noqa: E402
+from load_limits import scaled  # noqa: E402
+
+
+@pytest.fixture
+def scaled_limit():
+    """scaled(limit_s): a quiet-machine limit stretched by the current load."""
+    return scaled

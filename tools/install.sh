@@ -7,13 +7,24 @@
 #
 # A torch that is already installed is kept as it is (a GPU user's CUDA build stays). Only
 # where there is none do we install the CPU build of torch 2.13.0, so a fresh CPU machine does
-# not download a CUDA build of several GB.
+# not download a CUDA build of several GB: on Linux the public index's torch is such a CUDA
+# build, so unless the configured index already serves a CPU build (`+cpu`, a mirror of
+# PyTorch's CPU index), torch comes from PyTorch's CPU index (PERFDOCTOR_TORCH_CPU_INDEX
+# overrides it, e.g. with a local mirror). pip's dry run reads the wheel's metadata only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+TORCH="torch==2.13.0"
+TORCH_CPU_INDEX=${PERFDOCTOR_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install -q "torch==2.13.0"
+  if "$PY" -m pip install --dry-run -q --ignore-installed --no-deps --report - "$TORCH" \
+      2>/dev/null | "$PY" tools/torch_build.py; then
+    "$PY" -m pip install -q "$TORCH"
+  else
+    # The CPU index holds torch's own dependencies too (filelock, sympy, ...).
+    "$PY" -m pip install -q "$TORCH" --index-url "$TORCH_CPU_INDEX"
+  fi
 fi
 
 if [[ "${1:-}" == "--dev" ]]; then

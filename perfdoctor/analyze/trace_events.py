@@ -30,6 +30,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -297,12 +298,18 @@ class _Codes:
 
     def __init__(self) -> None:
         self.index: dict[Any, int] = {}
+        self.chars = 0  # total length of the interned strings (trace_budget.py)
 
     def codes(self, values: Any) -> np.ndarray:
         index = self.index
         setdefault = index.setdefault
+        before = len(index)
         # A bound setdefault in a comprehension is the cheapest interning loop in CPython.
-        return np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
+        out = np.fromiter((setdefault(v, len(index)) for v in values), dtype=np.int64)
+        if len(index) > before:
+            added = islice(reversed(index), len(index) - before)
+            self.chars += sum(len(v) for v in added if isinstance(v, str))
+        return out
 
     def ordered(self) -> list[Any]:
         out: list[Any] = [None] * len(self.index)
@@ -337,6 +344,7 @@ class _Columns:
         self.parts: dict[str, list[np.ndarray]] = defaultdict(list)
         self.extras = extras
         self.rows = 0
+        self.nbytes = 0  # of every part so far (trace_budget.py), kept as they are added
 
     def add(self, events: list[_Event], names: _Codes, tids: _Codes, **extra: np.ndarray) -> None:
         n = len(events)
@@ -347,6 +355,7 @@ class _Columns:
         parts["tid"].append(tids.codes((e.pid, e.tid) for e in events))
         for key, values in extra.items():
             parts[key].append(values)
+        self.nbytes += sum(parts[key][-1].nbytes for key in ("name", "ts", "dur", "tid", *extra))
         self.rows += n
 
     def table(self) -> Table:
@@ -392,6 +401,21 @@ class EventBuilder:
         self.device_properties: tuple[dict[str, Any], ...] = ()
         self.distributed: dict[str, Any] | None = None
         self.base_time_ns: int | float | None = None
+
+    def all_columns(self) -> tuple[_Columns, ...]:
+        return (
+            self.cpu,
+            self.annotations,
+            self.gpu_annotations,
+            self.python,
+            self.gpu,
+            self.runtime,
+            self.flows,
+        )
+
+    @property
+    def names_bytes(self) -> int:
+        return self.names.chars
 
     def set_metadata(self, doc: _TraceFile) -> None:
         props = doc.deviceProperties if doc.deviceProperties else doc.computeProperties

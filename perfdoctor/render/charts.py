@@ -300,6 +300,15 @@ def _first_run_note(count: int) -> str:
     return " (first run of each)" if count > 1 else ""
 
 
+def _too_few_points(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]]) -> str:
+    """Why a per-step line chart is not drawn ("" when it is): a single step draws no line,
+    only axes around nothing (an interrupted run's report, issue 25 item 3)."""
+    most = max((len(xs) for _, xs, _ in lines), default=0)
+    if most >= 2:
+        return ""
+    return f"not drawn: {most} step recorded, a line needs 2 or more (see the table above)"
+
+
 def _on_cuda(report: Report) -> bool:
     return report.device is not None and report.device.kind == "cuda"
 
@@ -320,6 +329,8 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
     title = "Step time over steps" + _first_run_note(len(lines))
     if not lines:
         return Chart("step_time", title, None, "not measured: no per-step timing was recorded")
+    if too_few := _too_few_points(lines):
+        return Chart("step_time", title, None, too_few)
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
@@ -635,12 +646,15 @@ def _loss_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str
     title = "Loss per step (same seed in every variant)"
     if not lines:
         return Chart("loss", title, None, "not measured: no loss value was captured")
+    if too_few := _too_few_points(lines):
+        return Chart("loss", title, None, too_few)
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
         for label, xs, ys in lines:
             ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
         ax.set_xlabel("step")
+        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.set_ylabel("loss")
         _legend(ax, len(lines))
 

@@ -77,14 +77,15 @@ section, .card {
 .headline dd { margin: 0; }
 .note { color: var(--warn); font-weight: 600; margin: 10px 0 0; }
 .run-note { color: var(--muted); margin: 8px 0 0; }
-.grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 18px; }
+.grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(320px, 100%), 1fr));
+  gap: 18px; }
 table { border-collapse: collapse; width: 100%; font-size: 0.92rem; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
   vertical-align: top; overflow-wrap: break-word; }
 th { color: var(--muted); font-weight: 600; }
 .id { white-space: nowrap; }  /* ids such as dataloader-workers read as one word */
 td.num, th.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
-.barcol { display: inline-block; width: 160px; }
+.barcol { display: inline-block; width: min(160px, 22vw); }  /* fits a phone's width */
 .bar { background: var(--bar); height: 10px; border-radius: 3px; min-width: 2px; }
 .wrap { overflow-x: auto; }
 .finding { border-left: 4px solid var(--line); padding: 4px 0 4px 14px; margin: 14px 0; }
@@ -100,7 +101,10 @@ td.num, th.num { text-align: right; white-space: nowrap; font-variant-numeric: t
 .verdict { font-weight: 700; }
 .verdict.accepted { color: var(--ok); } .verdict.rejected { color: var(--warn); }
 .verdict.failed { color: var(--crit); } .verdict.reference { color: var(--muted); }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 16px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(480px, 100%), 1fr));
+  gap: 16px; }
+/* A warning is a sentence (or a traceback): wrapped, never cut off behind a scrollbar. */
+.warnings pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 figure { margin: 0; }
 figure .plot { background: #ffffff; border-radius: 8px; padding: 6px; }
 figure svg { width: 100%; height: auto; display: block; }
@@ -492,7 +496,7 @@ def _warnings(report: Report) -> str:
     if not report.warnings:
         return ""
     items = "".join(f"<li><pre>{esc(w)}</pre></li>" for w in report.warnings)
-    return f"<section><h2>Warnings</h2><ul>{items}</ul></section>"
+    return f'<section><h2>Warnings</h2><ul class="warnings">{items}</ul></section>'
 
 
 def _environment(report: Report) -> str:

@@ -116,17 +116,32 @@ def run_notes(report: Report) -> tuple[str, ...]:
     return tuple(notes)
 
 
+# Findings about the measurement, not the script (rules/measurement.py): no headline of their
+# own on a run without timed steps.
+_MEASUREMENT_CAVEATS = frozenset({"busy-machine"})
+
+
+def step_findings(report: Report) -> list[Finding]:
+    """The findings about the script itself (not caveats about how it was measured)."""
+    return [f for f in report.findings if f.rule_id not in _MEASUREMENT_CAVEATS]
+
+
 def _headline(report: Report) -> Headline:
     if is_trace(report):
         return _trace_headline(report)
     note = _STATUS_NOTES.get(report.status)
     status_note = note.format(code=report.exit_code) if note else None
-    if not report.findings and not report.baseline.steps_timed:
+    if not report.baseline.steps_timed and not step_findings(report):
         # Nothing ran long enough to be judged: saying "no bottleneck" would read as a clean
-        # bill of health.
+        # bill of health, and a caveat about the machine's load is not what made it slow.
         return Headline(
-            slow="Not measured: the script stopped before its first timed training step.",
-            fix="Make the script reach its training loop (its output is in stderr.log and "
+            slow="Not measured: the run was stopped before its first timed training step."
+            if report.status in ("interrupted", "timeout")
+            else "Not measured: the script stopped before its first timed training step.",
+            fix="Profile it again and let it run through its plan (--warmup and --steps set "
+            "how many steps that is)."
+            if report.status in ("interrupted", "timeout")
+            else "Make the script reach its training loop (its output is in stderr.log and "
             "stdout.log of the run directory), then profile it again.",
             measured=_measured_overall(report),
             status_note=status_note,

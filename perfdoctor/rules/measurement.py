@@ -27,12 +27,16 @@ def check_busy_machine(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     if others < limit:
         return None
     of_cores = f" of {cores:.0f}" if cores else ""
+    # The samples cover the timed steps when there were any; otherwise (a run stopped or
+    # crashed before them) the whole run, and the sentence must not claim timed steps.
+    timed = num(facts, "steps_timed")
+    during = "During the timed steps" if timed else "While the run ran (it had no timed steps)"
     return Finding(
         rule_id=BUSY_MACHINE,
         severity="warning",
         title=f"Other processes kept {others:.1f}{of_cores} cores busy while this ran",
         explanation=(
-            f"During the timed steps, processes outside this run used {others:.1f}{of_cores} "
+            f"{during}, processes outside this run used {others:.1f}{of_cores} "
             "CPU cores on average. They compete with the training process, its DataLoader "
             "workers and its CPU threads, so the step times here (and every A/B verdict, "
             "which compares runs made at different moments) move with that load rather than "
@@ -40,7 +44,9 @@ def check_busy_machine(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         evidence=(
             ev("cpu_other_busy_cores", round(others, 2), round(limit, 2), ">="),
-            *seen(facts, "cpu_busy_cores", "child_cpu_busy_cores", "cpu_cores_logical"),
+            *seen(
+                facts, "cpu_busy_cores", "child_cpu_busy_cores", "cpu_cores_logical", "steps_timed"
+            ),
         ),
     )
 
@@ -51,7 +57,7 @@ RULES = (
         title="The machine was busy with other processes",
         area="measurement",
         needs=("cpu_other_busy_cores",),
-        uses=("cpu_cores_logical", "cpu_busy_cores", "child_cpu_busy_cores"),
+        uses=("cpu_cores_logical", "cpu_busy_cores", "child_cpu_busy_cores", "steps_timed"),
         thresholds=dict(BUSY_THRESHOLDS),
         source=(
             "measured on this shared 2-core machine (2026-11-23): gpt_char_lm.py took "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from load_limits import scaled
 from test_launcher import TINY_PLAN, completed_module_run
 
 from perfdoctor import rundir
@@ -95,7 +96,7 @@ def run_child(tmp_path: Path, name: str, *argv: str, **options: Any) -> ChildRun
         env=child_env(),
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=scaled(180),
         check=False,
     )
     return ChildRun(proc.returncode, proc.stdout, proc.stderr, spec_path.parent)

@@ -16,6 +16,7 @@ from subprocess import CompletedProcess
 
 import pytest
 from cli_in_process import run_in_process
+from load_limits import scaled
 
 from perfdoctor import errors
 
@@ -28,7 +29,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=scaled(180),
     )
 
 
@@ -122,7 +123,7 @@ def test_output_that_fills_up_during_the_run_is_one_line_and_73(tmp_path: Path) 
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=scaled(180),
         preexec_fn=limit_file_size,
     )
     assert_one_clear_line(proc, errors.EXIT_OUTPUT_UNWRITABLE, "cannot write")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor import errors
 
@@ -23,7 +24,7 @@ def perfdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_in_process
+from load_limits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("PERFDOCTOR_GPU_CORPUS") or REPO.parent / "shared" / "gpu-corpus")
@@ -49,7 +50,7 @@ def diagnose(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from load_limits import scaled
 from test_process_tree import assert_nothing_left, needs_torchrun, processes
 
 from perfdoctor.rundir import load_manifest
@@ -108,7 +109,7 @@ def start(command: list[str], cwd: Path) -> subprocess.Popen[bytes]:
 
 def finish(proc: subprocess.Popen[bytes]) -> bytes:
     try:
-        return proc.communicate(timeout=WAIT_S)[1]
+        return proc.communicate(timeout=scaled(WAIT_S))[1]
     finally:
         proc.kill()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import profile_in_process
+from load_limits import scaled
 
 from perfdoctor import rundir
 
@@ -44,7 +45,7 @@ def profile(
 ) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "runs"
     proc = profile_in_process(
-        *options, "--quiet", "--timeout", "600",
+        *options, "--quiet", "--timeout", f"{scaled(600):.0f}",
         "--steps", str(timed), "--warmup", "2", "--profile-steps", "0",
         "--out", out, SCRIPTS / script, *args,
         cwd=tmp_path,

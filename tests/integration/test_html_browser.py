@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from load_limits import scaled
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
@@ -64,7 +65,7 @@ def _run_browser(page: Path, profile: Path, *extra: str) -> subprocess.Completed
         page.as_uri(),
     ]
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False
+        command, capture_output=True, text=True, timeout=scaled(BROWSER_TIMEOUT_S), check=False
     )
 
 

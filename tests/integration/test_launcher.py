@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from load_limits import scaled
 
 from perfdoctor.collect.launcher import Progress, launch
 from perfdoctor.collect.target import validate_target
@@ -211,12 +212,12 @@ def test_ctrl_c_ends_the_child_writes_the_manifest_and_reraises(tmp_path: Path) 
     )
     proc = subprocess.Popen([sys.executable, "-c", driver, json.dumps(to_jsonable(spec))])
     workers_file = tmp_path / "workers.txt"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + scaled(90)
     while not workers_file.is_file() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.2)  # the file is written before the script prints; let it finish writing
     os.kill(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
+    assert proc.wait(timeout=scaled(60)) == 130
 
     manifest = load_manifest(Path(spec.run_dir))
     assert manifest.status == "interrupted"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import profile_in_process
+from load_limits import scaled
 from test_process_tree import assert_nothing_left, processes
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ WAIT_S = 180
 def profile(tmp: Path, *target: str) -> dict[str, Any]:
     runs = tmp / "runs"
     proc = profile_in_process(
-        "--out", runs, "--timeout", str(WAIT_S), *PLAN, *target,
+        "--out", runs, "--timeout", f"{scaled(WAIT_S):.0f}", *PLAN, *target,
         cwd=tmp,
         env={"HF_HUB_OFFLINE": "1"},
     )  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 from cli_in_process import profile_in_process
+from load_limits import scaled
 
 from perfdoctor.rundir import load_manifest, load_steps, rank_dir
 
@@ -33,7 +34,8 @@ WAIT_S = 180
 def profile(tmp: Path, script: str, *args: str, options: tuple[str, ...] = ()) -> dict[str, Any]:
     runs = tmp / "runs"
     proc = profile_in_process(
-        "--out", runs, "--timeout", str(WAIT_S), *PLAN, *options, SCRIPTS / script, *args,
+        "--out", runs, "--timeout", f"{scaled(WAIT_S):.0f}", *PLAN, *options,
+        SCRIPTS / script, *args,
         cwd=tmp,
     )  # fmt: skip
     session = (runs / "latest").resolve()
@@ -85,7 +87,7 @@ def run_two_nodes(
                 text=True,
             )
         )
-    logs = [proc.communicate(timeout=WAIT_S)[0] for proc in nodes]
+    logs = [proc.communicate(timeout=scaled(WAIT_S))[0] for proc in nodes]
     # Each node's own tail: one joined tail kept only node 0's when a rank of it crashed.
     tails = [f"--- node {node} ---\n{log[-4000:]}" for node, log in zip((1, 0), logs, strict=True)]
     assert [proc.returncode for proc in nodes] == [0, 0], "\n".join(tails)
@@ -199,7 +201,7 @@ def test_a_wrapped_command_keeps_a_failing_ranks_exit_code_and_error(tmp_path: P
 def profile_command(tmp: Path, *command: str) -> dict[str, Any]:
     runs = tmp / "runs"
     proc = profile_in_process(
-        "--out", runs, "--timeout", str(WAIT_S), *PLAN, "--", *command, cwd=tmp
+        "--out", runs, "--timeout", f"{scaled(WAIT_S):.0f}", *PLAN, "--", *command, cwd=tmp
     )
     session = (runs / "latest").resolve()
     log = proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -256,7 +258,11 @@ def test_several_nodes_need_an_endpoint_and_no_apply(tmp_path: Path) -> None:
     script = str(SCRIPTS / "ddp_train.py")
     for extra in ([], ["--rdzv-endpoint", "127.0.0.1:1"], ["--node-rank", "2", "--no-apply"]):
         done = subprocess.run(
-            [*base, *extra, script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+            [*base, *extra, script],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
         )
         assert done.returncode == 2, (extra, done.stderr)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import profile_in_process, report_json
+from load_limits import scaled
 
 from perfdoctor.render.json_report import report_from_dict, report_to_dict
 
@@ -80,7 +81,7 @@ def profile_sample(
 ) -> Profiled:
     runs = tmp / "runs"
     proc = profile_in_process(
-        "--out", runs, "--timeout", "240", *PLAN, *options,
+        "--out", runs, "--timeout", f"{scaled(240):.0f}", *PLAN, *options,
         SAMPLES / script, "--device", "cpu", "--max-steps", "1000", *SCRIPT_ARGS[script],
         cwd=tmp,
         env=env,
@@ -114,7 +115,9 @@ def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
         "--only",
         "anomaly-off",
         "--ab-budget",
-        "3",
+        # At load 15 on 2 cores a 3 s budget ended before one A/B block was done (speedup
+        # None): the budget stretches with the load, as every wait here does.
+        f"{scaled(3):.0f}",
         "--profile-steps",
         "0",
     )
@@ -353,7 +356,9 @@ def test_a_script_that_changes_directory_profiles_with_the_default_out(tmp_path:
         "    opt.zero_grad()\n"
     )
     args = ["--no-apply", "--steps", "3", "--warmup", "1", "--profile-steps", "0"]
-    proc = profile_in_process(*args, "--timeout", "120", "--quiet", "train.py", cwd=tmp_path)
+    proc = profile_in_process(
+        *args, "--timeout", f"{scaled(120):.0f}", "--quiet", "train.py", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     session = tmp_path / "perfdoctor-runs" / "latest"
     assert json.loads((session / "report.json").read_text())["baseline"]["steps_timed"] == 3

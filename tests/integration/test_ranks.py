@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 from cli_in_process import profile_in_process
+from load_limits import scaled
 from test_process_tree import assert_nothing_left
 
 from perfdoctor.collect.launcher import launch
@@ -38,7 +39,8 @@ WAIT_S = 120  # far above a 2-rank session here (about 5 s): a hang fails the te
 def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict[str, Any]:
     runs = tmp / "runs"
     proc = profile_in_process(
-        "--out", runs, "--nproc-per-node", "2", "--timeout", str(WAIT_S), *PLAN, *options,
+        "--out", runs, "--nproc-per-node", "2", "--timeout", f"{scaled(WAIT_S):.0f}",
+        *PLAN, *options,
         SCRIPT, *script_args,
         cwd=tmp,
     )  # fmt: skip
@@ -218,7 +220,7 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     tree: list[psutil.Process] = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline:
         hung = runs / "latest" / "baseline" / "stdout.log"
         if hung.is_file() and "hangs" in hung.read_text():
@@ -228,7 +230,7 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
     reached_hang_s = time.monotonic() - started
     assert len(tree) >= 3  # the torchrun agent and its two ranks
     os.kill(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
+    assert proc.wait(timeout=scaled(30)) == 130
     assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     baseline = (runs / "latest" / "baseline").resolve()
     assert load_manifest(baseline).status == "interrupted"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import profile_in_process
+from load_limits import scaled
 
 from perfdoctor import rundir
 from perfdoctor.errors import EXIT_REGRESSION
@@ -32,7 +33,7 @@ def perfdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         check=False,
     )
 
@@ -41,7 +42,7 @@ def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
     out = tmp_path / name
     proc = profile_in_process(
         "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "2",
-        "--profile-steps", "0", "--quiet", "--timeout", "300", "--out", out,
+        "--profile-steps", "0", "--quiet", "--timeout", f"{scaled(300):.0f}", "--out", out,
         SCRIPT, "--sleep-ms", str(sleep_ms),
         cwd=tmp_path,
     )  # fmt: skip

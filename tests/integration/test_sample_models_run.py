@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from load_limits import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +90,7 @@ def sample_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SampleRun
         [sys.executable, "-c", FORKING_RUNNER, json.dumps(jobs)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         check=False,
     )
     assert runner.returncode == 0, runner.stdout + runner.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_in_process import report_json
+from load_limits import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +80,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def _wait_for(predicate, what: str, proc: subprocess.Popen[str], limit_s: float = 240.0):
-    deadline = time.monotonic() + limit_s
+    deadline = time.monotonic() + scaled(limit_s)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             out, err = proc.communicate()
@@ -123,7 +124,7 @@ def _terminate_when(
     )
     proc.send_signal(signal.SIGTERM)
     try:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=scaled(60))
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
@@ -234,7 +235,7 @@ def test_sigkill_of_perfdoctor_stops_the_tree(tmp_path: Path) -> None:
     )
     proc.kill()
     proc.communicate()
-    deadline = time.monotonic() + 2.0  # a bound on a hang, generous for a loaded machine
+    deadline = time.monotonic() + scaled(2.0)  # a bound on a hang, generous for a loaded machine
     try:
         while _still_running(tree) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load_limits import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def run_cli(*args: str, cwd: Path | bytes) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         errors="replace",
-        timeout=300,
+        timeout=scaled(300),
     )
 
 

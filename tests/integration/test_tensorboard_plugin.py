@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor.errors import EXIT_MISSING_TOOL, BadRunDir
 from perfdoctor.render.tensorboard_export import write_scalars
@@ -91,7 +92,7 @@ def tensorboard(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _get(url: str) -> Any:
-    with _OPENER.open(url, timeout=60) as response:
+    with _OPENER.open(url, timeout=scaled(60)) as response:
         data = response.read()
         if response.headers.get("Content-Encoding") == "gzip":
             data = gzip.decompress(data)
@@ -104,7 +105,7 @@ def _profiler(base: str, route: str, **params: str) -> Any:
 
 
 def _loaded_runs(base: str) -> list[str]:
-    deadline = time.monotonic() + LOAD_TIMEOUT_S
+    deadline = time.monotonic() + scaled(LOAD_TIMEOUT_S)
     runs: dict[str, Any] = {}
     while time.monotonic() < deadline:
         runs = _profiler(base, "runs")

@@ -9,13 +9,14 @@ import signal
 import time
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor.cli_guard import stop_signals_as_interrupts
 from perfdoctor.errors import Stopped, interrupt_exit_code, interrupt_name
 
 
 def _wait_for_signal() -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(5)
     while time.monotonic() < deadline:
         time.sleep(0.01)
     pytest.fail("the signal was not delivered")

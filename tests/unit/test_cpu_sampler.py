@@ -11,6 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
+from load_limits import scaled
 
 from perfdoctor.collect.cpu_sampler import TREE_LOOKUP_PERIOD_S, CpuSampler
 from perfdoctor.collect.sampling import SamplingThread
@@ -134,7 +135,7 @@ def test_sampling_thread_writes_timed_rows(tmp_path: Path) -> None:
         [CpuSampler(os.getpid())], out, origin=origin, origin_unix=time.time(), period_s=0.02
     )
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while thread.ticks < 4 and time.monotonic() < deadline:
         time.sleep(0.005)
     thread.stop()

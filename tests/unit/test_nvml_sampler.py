@@ -17,6 +17,7 @@ from typing import Any
 
 import pynvml
 import pytest
+from load_limits import scaled
 
 from perfdoctor.collect.nvml import NvmlSampler, parse_visible_devices
 from perfdoctor.collect.sampling import SamplingThread
@@ -371,7 +372,7 @@ def test_library_not_found_in_the_sampling_thread_writes_one_note(tmp_path: Path
         clock=iter(x * 0.01 for x in range(10**6)).__next__,
     )
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while thread.ticks < 5 and time.monotonic() < deadline:
         time.sleep(0.001)
     thread.stop()

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load_limits import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "tests" / "unit" / "mypy_collect_baseline.txt"
@@ -29,7 +30,7 @@ def _errors() -> list[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
     )
     if done.returncode not in (0, 1):
         pytest.fail(f"mypy did not run:\n{done.stdout}\n{done.stderr}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from load_limits import scaled
+
 PURE_PACKAGES = (
     "perfdoctor.analyze",
     "perfdoctor.rules",
@@ -33,7 +35,7 @@ def test_offline_core_imports_neither_torch_nor_pynvml() -> None:
         [sys.executable, "-c", CHECK.format(packages=PURE_PACKAGES)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) >= 10  # the analysis modules alone are more than that
@@ -41,4 +43,4 @@ def test_offline_core_imports_neither_torch_nor_pynvml() -> None:
 
 def test_facts_entry_point_alone_does_not_import_torch() -> None:
     code = "import perfdoctor.analyze.facts, sys; assert 'torch' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], timeout=scaled(60)).returncode == 0

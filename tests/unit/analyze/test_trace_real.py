@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor.analyze.trace import TraceSummary, load_trace
 
@@ -83,7 +84,11 @@ def real_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("real")
     (work / "train_tiny.py").write_text(SCRIPT)
     subprocess.run(
-        [sys.executable, "train_tiny.py"], cwd=work, check=True, capture_output=True, timeout=120
+        [sys.executable, "train_tiny.py"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        timeout=scaled(120),
     )
     (trace,) = sorted((work / "traces").glob("*.pt.trace.json.gz"))
     return trace

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor.collect.comm_watch import COLLECTIVES, CommWatch
 
@@ -115,7 +116,7 @@ def test_the_future_ddp_waits_on_completes_only_after_the_timer_ran() -> None:
         calls.append(None)
         if len(calls) == 2:  # the completion's reading, taken on the completing thread
             in_timer.set()
-            let_go.wait(timeout=30)
+            let_go.wait(timeout=scaled(30))
         return float(len(calls))
 
     watch = CommWatch(torch, clock=clock)
@@ -124,10 +125,10 @@ def test_the_future_ddp_waits_on_completes_only_after_the_timer_ran() -> None:
     completer = threading.Thread(target=inner.set_result, args=(torch.ones(2),))
     completer.start()
     try:
-        assert in_timer.wait(timeout=30)
+        assert in_timer.wait(timeout=scaled(30))
         assert not returned.done()  # the timer is still running: no waiter may go on yet
     finally:
         let_go.set()
-        completer.join(timeout=30)
+        completer.join(timeout=scaled(30))
     assert torch.equal(returned.wait(), torch.ones(2))
     assert watch._intervals == [(1.0, 2.0)]

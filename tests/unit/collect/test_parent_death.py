@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from load_limits import scaled
 
 from perfdoctor.collect import parent_death
 
@@ -47,8 +48,8 @@ def _child_ends_with_its_parent(setup: str = "", *, parent_killed_here: bool = T
         if parent_killed_here:
             assert parent.stdout.readline().strip() == "True"  # armed
             parent.kill()
-        parent.wait(timeout=60)
-        deadline = time.monotonic() + 5.0  # a bound on a hang
+        parent.wait(timeout=scaled(60))
+        deadline = time.monotonic() + scaled(5.0)  # a bound on a hang
         while time.monotonic() < deadline:
             try:
                 if child.status() == psutil.STATUS_ZOMBIE:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+from load_limits import scaled
 
 from perfdoctor import rundir
 from perfdoctor.collect import tree_settle
@@ -22,7 +23,7 @@ def run_python(code: str, env: dict[str, str], *argv: str) -> str:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=True,
     )
     return done.stdout + done.stderr
@@ -160,13 +161,13 @@ def test_end_tree_finds_processes_by_their_run_not_their_parent(tmp_path: Path) 
         stdout=subprocess.PIPE,
         text=True,
     )
-    orphan = int(starter.communicate(timeout=30)[0])
+    orphan = int(starter.communicate(timeout=scaled(30))[0])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
         assert orphan in tree_settle.tree_pids(tmp_path)
         assert other.pid not in tree_settle.tree_pids(tmp_path)
         assert orphan in end_tree(tmp_path, grace_s=2.0)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while psutil.pid_exists(orphan) and time.monotonic() < deadline:
             if psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE:
                 break

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+from load_limits import scaled
 
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.output_capture import OutputTee
@@ -92,7 +93,7 @@ def test_cpu_sampler_sums_the_other_ranks() -> None:
         # (however long a loaded machine takes to give it some), the next row counts it.
         watched = psutil.Process(peer.pid)
         used = sum(watched.cpu_times()[:2])
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while sum(watched.cpu_times()[:2]) - used < 0.05 and time.monotonic() < deadline:
             time.sleep(0.05)
         row = sampler.sample()[0]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from load_limits import scaled
 
 from perfdoctor.model import Facts
 from perfdoctor.optimize.catalog import (
@@ -73,7 +74,7 @@ def test_the_optimize_package_never_imports_torch():
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pynvml'))\n"
         "raise SystemExit(1 if bad else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=scaled(60))
     assert result.returncode == 0, result.stderr
 
 

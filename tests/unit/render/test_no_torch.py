@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from load_limits import scaled
+
 _PROBE = """
 import sys, tempfile
 from pathlib import Path
@@ -34,6 +36,6 @@ def test_renderers_and_tensorboard_export_never_import_torch():
         [sys.executable, "-c", _PROBE.format(tests=tests_unit)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert result.returncode == 0, result.stdout + result.stderr

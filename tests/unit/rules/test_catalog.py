@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+from load_limits import scaled
+
 from perfdoctor.analyze.fact_catalog import FACTS, LOCATION_TOPICS
 from perfdoctor.optimize.catalog import CATALOG
 from perfdoctor.rules import ALL_RULES, describe_rules
@@ -87,6 +89,6 @@ def test_rules_never_import_torch() -> None:
         "sys.stdout.write(','.join(bad))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=scaled(60)
     )
     assert out.stdout == ""
