@@ -563,7 +563,9 @@ def advice_problems(report: dict[str, Any]) -> list[str]:
             fewer = asked is not None and isinstance(had, int) and int(asked.group(1)) < had
             if not fewer:
                 problems.append(f"{opt_id} on a busy machine")
-        if opt_id == "fused-optimizer" and ("fused=True" in title) != ("fused=True" in code):
+        # A comment may name what the optimizer lacks ("# RAdam has no fused=True").
+        statements = "\n".join(line.split("#")[0] for line in code.splitlines())
+        if opt_id == "fused-optimizer" and ("fused=True" in title) != ("fused=True" in statements):
             problems.append("optimizer title and snippet disagree")
         if opt_id == "grad-accumulation" and facts.get("uses_ddp") and "no_sync" not in code:
             problems.append("DDP accumulation without no_sync")

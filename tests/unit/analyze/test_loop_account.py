@@ -78,6 +78,18 @@ def test_a_slow_first_step_alone_is_start_up_not_loop_work() -> None:
     assert account.first_step_startup_ms == pytest.approx(890.0)
 
 
+def test_a_first_step_that_is_a_rollout_is_loop_work_of_unknown_recurrence() -> None:
+    # CleanRL's ppo_continuous_action.py in a 25-step run: one rollout at step 0, 60 ms of
+    # its 297 ms excess in no_grad policy forwards, the rest the environment.
+    account = account_steps(steps({0: 297.0}, s0={"nograd_forward_ms": 60.0}))
+    assert account is not None
+    assert [ls.index for ls in account.long_steps] == [0]
+    assert account.first_step_startup_ms == 0 and not account.representative
+    # A start-up step whose named part is small stays start-up.
+    account = account_steps(steps({0: 297.0}, s0={"nograd_forward_ms": 10.0}))
+    assert account is not None and account.representative and not account.long_steps
+
+
 def test_a_first_step_that_recurs_later_is_loop_work() -> None:
     # An environment-heavy rollout: little named time, but the same kind recurs at step 20.
     rollout = {"nograd_forward_ms": 30.0}
