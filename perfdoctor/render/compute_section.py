@@ -120,6 +120,13 @@ def _draw_roofline(
         ax.annotate(label[:28], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # Plain numbers: log axes label in mathtext ("$\\mathdefault{10^{3}}$"), which an SVG
+    # with text kept as text (svg.fonttype none) shows verbatim; minor labels overlap.
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.4g}"))
+        axis.set_minor_formatter(NullFormatter())
     if peak:
         # The roofs: bandwidth x intensity up to the ridge, the dense peak after it.
         lo, hi = min(xs) / 2, max(xs) * 2

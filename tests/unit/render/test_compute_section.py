@@ -49,6 +49,8 @@ def test_every_renderer_prints_the_ratio_beside_its_denominator(report: Report) 
     html = render_html(report)
     assert "989.5 TFLOP/s dense bf16, H100 SXM" in html
     assert "Roofline of the ops</h3><svg" in html
+    # Tick labels are plain numbers: the SVG keeps text as text, so mathtext would show raw.
+    assert "mathdefault" not in html
     out = io.StringIO()
     render_terminal(report, make_console(out))
     assert "989.5 TFLOP/s dense bf16, H100 SXM" in out.getvalue()
