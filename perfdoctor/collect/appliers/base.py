@@ -109,8 +109,9 @@ def one_line(text: object, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-class NotSwitchable(NotImplementedError):
-    """switch() asked of an applier whose fix cannot be turned on and off between steps."""
+class NotSwitchable(RuntimeError):
+    """switch() asked of an applier whose fix cannot be turned on and off between steps: a
+    caller's error (optimize/switchable.py lists the ids that switch), not a missing part."""
 
 
 class Patcher:
