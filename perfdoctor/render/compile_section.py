@@ -21,6 +21,7 @@ from rich.text import Text
 
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
+from perfdoctor.render.rich_figures import figures_grid
 from perfdoctor.rundir import BASELINE_LABEL
 
 TITLE = "torch.compile: graph breaks and recompiles"
@@ -187,11 +188,7 @@ def compile_panel(report: Report) -> Panel | None:
     section = compile_section(report)
     if section is None:
         return None
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(ratio=1)
-    for measure, value in section.figures:
-        grid.add_row(measure, Text(value))
+    grid = figures_grid(section.figures)
     parts: list[Any] = [grid]
     if section.rows:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False)

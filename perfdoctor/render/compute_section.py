@@ -256,11 +256,9 @@ def terminal_panel(report: Report) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(ratio=1)
-    for measure, value in section.figures:
-        grid.add_row(measure, Text(value))
+    from perfdoctor.render.rich_figures import figures_grid
+
+    grid = figures_grid(section.figures)
     parts: list[Any] = [Text(section.headline, style="bold"), grid]
     if section.ops:
         ops = Table(

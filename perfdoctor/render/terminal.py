@@ -30,6 +30,7 @@ from perfdoctor.render import (
 from perfdoctor.render import format as fmt
 from perfdoctor.render.compile_section import compile_panel
 from perfdoctor.render.memory_section import CATEGORY_NOTE, MemorySection, memory_section, sparkline
+from perfdoctor.render.rich_figures import figures_grid
 
 MAX_WIDTH = 100
 
@@ -254,11 +255,7 @@ def _gpu_section(report: Report) -> Group:
 
 
 def _memory_panel(section: MemorySection) -> Panel:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(ratio=1)
-    for measure, value in section.figures:
-        grid.add_row(measure, Text(value))
+    grid = figures_grid(section.figures)
     if section.timeline:
         grid.add_row("allocated over time", Text(sparkline(section.timeline), style="blue"))
     parts: list[Table | Text] = [grid]

@@ -19,6 +19,19 @@ from perfdoctor.rules.base import Rule, ev, flag, num, pct, seen, severity_for_g
 ALLOCATOR_CHURN = "allocator-churn"
 
 
+# What the finding shows beside its measured share: the rule reads them, the evidence lists them.
+_CONTEXT_FACTS = (
+    "alloc_call_frac",
+    "alloc_call_count",
+    "alloc_syncing_free_count",
+    "alloc_calls_per_step",
+    "alloc_call_ms_per_step",
+    "empty_cache_call_count",
+    "caching_allocator_disabled",
+    "device_alloc_count",
+)
+
+
 def check_allocator_churn(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     disabled = flag(facts, "caching_allocator_disabled") is True
     idle = num(facts, "gpu_idle_alloc_frac")
@@ -84,17 +97,7 @@ def check_allocator_churn(facts: Facts, t: Mapping[str, float]) -> Finding | Non
         explanation=f"{share_text}{counts if calls else ''}. Cause: {cause}. Fix: {fix}.",
         evidence=(
             *(() if idle is None else (ev("gpu_idle_alloc_frac", idle, t["share_frac"], ">="),)),
-            *seen(
-                facts,
-                "alloc_call_frac",
-                "alloc_call_count",
-                "alloc_syncing_free_count",
-                "alloc_calls_per_step",
-                "alloc_call_ms_per_step",
-                "empty_cache_call_count",
-                "caching_allocator_disabled",
-                "device_alloc_count",
-            ),
+            *seen(facts, *_CONTEXT_FACTS),
         ),
         optimizations=optimizations,
         gain=GainEstimate(
@@ -113,17 +116,7 @@ RULES = (
         title="Device malloc/free in the step (caching allocator off or emptied)",
         area="memory",
         needs=("device_is_cuda",),
-        uses=(
-            "gpu_idle_alloc_frac",
-            "alloc_call_frac",
-            "alloc_call_count",
-            "alloc_syncing_free_count",
-            "alloc_calls_per_step",
-            "alloc_call_ms_per_step",
-            "empty_cache_call_count",
-            "caching_allocator_disabled",
-            "device_alloc_count",
-        ),
+        uses=("gpu_idle_alloc_frac", *_CONTEXT_FACTS),
         thresholds={"share_frac": 0.05, "empty_cache_frac": 0.01, "storm_frees": 50.0},
         source=(
             "5%: the GAIN_WARNING step of the severity ladder (TF-xprof's moderately-bound "
