@@ -65,13 +65,18 @@ def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked(tmp_path: 
     report = json.loads((session / rundir.REPORT_JSON).read_text())
     issues = report["series"]["compile"]["baseline"]["issues"]
     priced = [i for i in issues if i["cost_ms_per_step"]]
-    where = [(i["kind"], i["line"]) for i in priced]
-    assert where[:3] == [
+    where = {(i["kind"], i["line"]): i for i in priced}
+    # Ranked by the measured cost: which of the storm and the disable'd helper costs more is
+    # a timing on a shared machine, so the test holds the ranking rule, not one order.
+    costs = [i["cost_ms_per_step"] for i in priced]
+    assert costs == sorted(costs, reverse=True), costs
+    planted = [
         ("recompile", _line_of("PLANTED STORM")),
         ("graph_break", _line_of("PLANTED BREAK 2")),
         ("graph_break", _line_of("PLANTED BREAK 1")),
-    ], issues
-    storm, disable, item = priced[:3]
+    ]
+    assert set(planted) <= set(where), issues
+    storm, disable, item = (where[key] for key in planted)
     assert "self.step_t" in storm["rewritten"]
     assert storm["per_step"] == pytest.approx(1.0)  # a recompile every measured step
     assert "torch.compiler.disable" in disable["fix"]
