@@ -15,6 +15,10 @@ import platform
 import sys
 from typing import Any
 
+# What a CUDA build of torch pulls in: the nvidia-* runtime wheels, and since torch 2.13 on
+# the public index also NVIDIA's `cuda-toolkit` and `cuda-bindings` meta-packages.
+CUDA_RUNTIME_WHEELS = ("nvidia-", "cuda-toolkit", "cuda-bindings")
+
 
 def is_cpu_build(report: dict[str, Any], system: str) -> bool:
     """Whether the single torch of a pip installation report is a CPU build on `system`
@@ -29,7 +33,7 @@ def is_cpu_build(report: dict[str, Any], system: str) -> bool:
         if "+" in version:  # +cu121, +rocm6.2, ...
             return False
         requires = " ".join(meta.get("requires_dist") or [])
-        return system != "Linux" and "nvidia-" not in requires
+        return system != "Linux" and not any(mark in requires for mark in CUDA_RUNTIME_WHEELS)
     return False  # pip chose nothing (no such version there): not known to be CPU
 
 

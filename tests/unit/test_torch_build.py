@@ -19,6 +19,17 @@ torch_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(torch_build)
 
 NVIDIA = ["nvidia-cuda-runtime-cu12==12.8.90; platform_system == 'Linux'", "filelock"]
+# The Linux wheel's requirements as the public index served them for torch==2.13.0
+# (`pip install --dry-run --report` against it, 2026-11-28; the CUDA ones only).
+PUBLIC_2_13_LINUX = [
+    "filelock",
+    "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,"
+    'nvtx]==13.0.3; platform_system == "Linux"',
+    'cuda-bindings<14,>=13.0.3; platform_system == "Linux" and python_version < "3.15"',
+    'nvidia-cudnn-cu13==9.20.0.48; platform_system == "Linux"',
+    'nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',
+]
+CUDA_TOOLKIT_ONLY = ['cuda-toolkit[cudart]==13.0.3; platform_system == "Linux"']
 
 
 def _report(version: str, requires: list[str] | None = None) -> dict[str, Any]:
@@ -31,6 +42,9 @@ def _report(version: str, requires: list[str] | None = None) -> dict[str, Any]:
     [
         ("2.13.0+cpu", None, "Linux", True),  # PyTorch's CPU index, or a mirror of it
         ("2.13.0", NVIDIA, "Linux", False),  # the public index on Linux: a CUDA build
+        ("2.13.0", PUBLIC_2_13_LINUX, "Linux", False),
+        ("2.13.0", PUBLIC_2_13_LINUX, "Windows", False),  # the same requirements: CUDA
+        ("2.13.0", CUDA_TOOLKIT_ONLY, "Darwin", False),
         ("2.13.0", None, "Linux", False),  # no local version on Linux: not known to be CPU
         ("2.13.0+cu128", None, "Linux", False),
         ("2.13.0+rocm6.4", None, "Linux", False),
