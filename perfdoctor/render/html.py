@@ -310,7 +310,7 @@ def _ranks(report: Report) -> str:
         return ""
     rows = ([esc(c) for c in row] for row in summary.rank_rows(report))
     return (
-        "<section><h2>Ranks</h2>"
+        f"<section><h2>{esc(summary.ranks_title(report))}</h2>"
         + _table(list(summary.RANK_COLUMNS), rows, numeric=(2, 3, 4, 5, 6, 7))
         + f"<p>{esc(summary.rank_spread_text(report))}</p>"
         + f'<p class="muted">{esc(summary.rank_note(report))}</p></section>'

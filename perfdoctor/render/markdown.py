@@ -168,7 +168,7 @@ def _ranks(report: Report) -> list[str]:
         return []
     rows = [[md_text(c) for c in row] for row in summary.rank_rows(report)]
     return [
-        "## Ranks",
+        f"## {summary.ranks_title(report)}",
         "",
         *_table(list(summary.RANK_COLUMNS), rows, "llrrrrrr"),
         "",

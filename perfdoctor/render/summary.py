@@ -271,6 +271,21 @@ def skipped_summary(report: Report) -> str:
 RANK_COLUMNS = ("rank", "worker", "steps", "step p50", "own p50", "data p50", "GPU busy", "comm")
 
 
+def has_process_group(report: Report) -> bool:
+    """Whether the report's processes are ranks of a process group. Hogwild trainers and other
+    processes that train without one are not ranks: nobody waits for anybody."""
+    return any(r.rank is not None for r in report.ranks)
+
+
+def ranks_title(report: Report) -> str:
+    """The ranks section's heading: "Ranks", or "Training processes" without a process group."""
+    return "Ranks" if has_process_group(report) or not report.ranks else "Training processes"
+
+
+def _peers(report: Report) -> str:
+    return "ranks" if has_process_group(report) or not report.ranks else "processes"
+
+
 def rank_rows(report: Report) -> list[list[str]]:
     """One row per rank (per training process of a run) of a multi-rank report
     (RANK_COLUMNS), the straggler (analyze/straggler.py, the rank-straggler rule's) marked."""
@@ -370,8 +385,9 @@ def rank_spread_text(report: Report) -> str:
             return "Fewer than two processes have timed steps: no spread across ranks."
         return "Fewer than two ranks have ProfilerStep spans: no spread across ranks."
     lo, hi = min(steps), max(steps)
+    peers = _peers(report)
     text = (
-        f"Step time p50 across {len(steps)} ranks: {fmt.ms(lo)} to {fmt.ms(hi)} "
+        f"Step time p50 across {len(steps)} {peers}: {fmt.ms(lo)} to {fmt.ms(hi)} "
         f"(spread {fmt.percent((hi - lo) / lo if lo > 0 else None)})."
     )
     slow = _straggler(report.ranks)
@@ -392,7 +408,7 @@ def rank_spread_text(report: Report) -> str:
     )
     text += (
         f" {who}: {_name(slow)}, own work {fmt.ms(slow.own_ms_p50)} "
-        f"against {fmt.ms(median)} on the median other rank ({fmt.ms(excess)} more per step"
+        f"against {fmt.ms(median)} on the median other {peers[:-1]} ({fmt.ms(excess)} more per step"
     )
     if slow.step_ms_p50:
         text += f", {fmt.percent(excess / slow.step_ms_p50)} of its step"

@@ -137,7 +137,10 @@ def _header(report: Report) -> Text:
 
 
 def _ranks_section(report: Report) -> Group:
-    table = Table(title="Ranks", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table = Table(
+        title=summary.ranks_title(report), title_justify="left", box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )  # fmt: skip
     for i, column in enumerate(summary.RANK_COLUMNS):
         if i == 1:  # worker names can be long (<host>_<pid>): they wrap, the figures never do
             table.add_column(column, overflow="fold", ratio=1, min_width=12)

@@ -17,7 +17,7 @@ from perfdoctor.analyze.straggler import straggler_and_fastest
 from perfdoctor.diagnose import analyze_session
 from perfdoctor.model import StepRecord
 from perfdoctor.render.markdown import render_markdown
-from perfdoctor.render.summary import rank_rows, rank_spread_text
+from perfdoctor.render.summary import rank_rows, rank_spread_text, ranks_title
 
 from .run_dir_builder import build_run_dir, rewrite_json
 
@@ -125,3 +125,27 @@ def test_the_straggler_is_the_first_of_equals_and_needs_two_ranks() -> None:
     assert straggler_and_fastest([(0, 5.0), (1, 9.0), (2, 9.0), (3, 1.0)]) == (1, 3)
     assert straggler_and_fastest([(0, 5.0), (1, None)]) is None
     assert straggler_and_fastest([(0, 5.0), (1, 5.0)]) == (0, 0)
+
+
+def test_processes_without_a_process_group_are_not_called_ranks(tmp_path: Path) -> None:
+    # Hogwild trainers: two training processes and no process group, so no process is a rank
+    # and nobody waits for anybody.
+    run = build_run_dir(tmp_path, with_trace=False, with_memory=False)
+    hogwild = {"kind": "multiprocessing-fork", "rank": None, "shared_model": True}
+    rewrite_json(run / rundir.OBSERVATIONS_FILE, dist=None, process={**hogwild, "pid": 10})
+    (run / rundir.STEPS_FILE).unlink()
+    rundir.append_jsonl(run / rundir.STEPS_FILE, steps(forward=10.0, backward=70.0, comm=None))
+    path = rundir.rank_dir(run, 1)
+    path.mkdir(parents=True)
+    rundir.write_json(
+        path / rundir.OBSERVATIONS_FILE, {"dist": None, "process": {**hogwild, "pid": 11}}
+    )
+    rundir.append_jsonl(path / rundir.STEPS_FILE, steps(forward=10.0, backward=60.0, comm=None))
+    report = analyze_session(run)
+    assert len(report.ranks) == 2 and all(r.rank is None for r in report.ranks)
+    assert ranks_title(report) == "Training processes"
+    spread = rank_spread_text(report)
+    assert spread.startswith("Step time p50 across 2 processes")
+    assert "median other process" in spread and "rank" not in spread.split("(")[0]
+    markdown = render_markdown(report)
+    assert "## Training processes" in markdown and "## Ranks" not in markdown
