@@ -19,6 +19,7 @@ import numpy as np
 from perfdoctor.analyze import job_ranks, rank_table, run_stats, straggler
 from perfdoctor.analyze.attribution import merge_locations
 from perfdoctor.analyze.comm_facts import comm_facts
+from perfdoctor.analyze.comm_trace import CommSummary
 from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
@@ -957,6 +958,8 @@ def _settings(record: RunRecord, samples: SamplesSummary | None) -> dict[str, An
         }
         if t.gpu is not None:
             settings["trace"]["gpu"] = _gpu_settings(t.gpu)
+            if t.comm is not None and t.comm.kinds:
+                settings["trace"]["gpu"]["collectives"] = collective_rows(t.comm)
     if record.memory is not None:
         warnings.extend(record.memory.notes)
         settings["memory"] = {
@@ -976,6 +979,33 @@ def gpu_timeline(facts: Facts) -> dict[str, Any]:
     trace = facts.settings.get("trace")
     gpu = trace.get("gpu") if isinstance(trace, dict) else None
     return dict(gpu) if isinstance(gpu, dict) else {}
+
+
+def collective_rows(comm: CommSummary) -> list[dict[str, Any]]:
+    """Report.gpu["collectives"]: one row per collective type, most time first, with its
+    message size and bus bandwidth where the trace records sizes, and whether its time is
+    transfer or waiting for a peer (analyze/comm_wait.py)."""
+    rows = []
+    for k in comm.kinds:
+        w = k.wait
+        rows.append(
+            {
+                "kind": k.kind,
+                "count": k.count,
+                "ms_total": k.total_us / 1000.0,
+                "share": k.share,
+                "sized": k.sized,
+                "bytes_mean": k.bytes_total / k.sized if k.bytes_total and k.sized else None,
+                "busbw_gbs_p50": w.busbw_gbs_p50,
+                "busbw_gbs_max": w.busbw_gbs_max,
+                "link_frac": w.link_frac,
+                "verdict": w.verdict,
+                "reason": w.reason,
+                "link": comm.link.name if comm.link else None,
+                "link_gbs": comm.link.gbs if comm.link else None,
+            }
+        )
+    return rows
 
 
 def _gpu_settings(g: GpuSummary) -> dict[str, Any]:

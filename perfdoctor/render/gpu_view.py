@@ -99,6 +99,45 @@ def comm_rows(report: Report) -> list[Row]:
     return rows
 
 
+COLLECTIVE_COLUMNS = ("collective", "count", "time", "share", "message", "bus bandwidth", "time is")
+COLLECTIVE_NOTE = (
+    "Bus bandwidth is nccl-tests' busbw (the message over the kernel's time, times the "
+    "collective's ring factor), comparable with one GPU's link; \"waiting\": the kernel's "
+    "time does not follow its message size, or its bandwidth is far below the link, so most "
+    "of it waits for a peer rank and a faster network would not return it."
+)
+
+
+def _gbs(value: object) -> str:
+    return f"{float(value):,.1f} GB/s" if isinstance(value, (int, float)) else "—"
+
+
+def collective_rows(report: Report) -> list[list[str]]:
+    """One row per collective type of the trace (COLLECTIVE_COLUMNS), most time first."""
+    rows = []
+    for c in report.gpu.get("collectives") or []:
+        if not isinstance(c, dict):
+            continue
+        size = c.get("bytes_mean")
+        message = f"{fmt.nbytes(size)} mean" if isinstance(size, (int, float)) else "not recorded"
+        bandwidth = _gbs(c.get("busbw_gbs_p50"))
+        link_frac = c.get("link_frac")
+        if isinstance(link_frac, (int, float)) and c.get("link"):
+            bandwidth += f" ({fmt.percent(float(link_frac))} of {c['link']})"
+        rows.append(
+            [
+                str(c.get("kind", "")).replace("_", "-"),
+                f"{int(c.get('count', 0)):,}",
+                fmt.ms(float(c.get("ms_total", 0.0))),
+                fmt.percent(float(c.get("share", 0.0))),
+                message,
+                bandwidth,
+                str(c.get("verdict") or "unknown"),
+            ]
+        )
+    return rows
+
+
 def count_text(report: Report) -> str:
     gpu = report.gpu
     words = []

@@ -150,6 +150,11 @@ def _gpu(report: Report) -> list[str]:
     comm = [[md_text(r.label), r.value, md_text(r.note)] for r in gpu_view.comm_rows(report)]
     if comm:
         lines += [*_table(["communication", "share", "meaning"], comm, "lrl"), ""]
+    collectives = [[md_text(c) for c in row] for row in gpu_view.collective_rows(report)]
+    if collectives:
+        lines += ["### Collectives", ""]
+        lines += [*_table(list(gpu_view.COLLECTIVE_COLUMNS), collectives, "lrrrrrl"), ""]
+        lines += [md_text(gpu_view.COLLECTIVE_NOTE), ""]
     counts = gpu_view.count_text(report)
     if counts:
         lines += [md_text(counts) + ".", ""]

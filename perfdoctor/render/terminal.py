@@ -241,6 +241,16 @@ def _gpu_section(report: Report) -> Group:
     if window:
         parts.append(Text(window, style="dim"))
     parts.append(timeline)
+    collectives = gpu_view.collective_rows(report)
+    if collectives:
+        table = Table(
+            box=box.SIMPLE_HEAD, show_edge=False, title="Collectives", title_justify="left"
+        )
+        for i, column in enumerate(gpu_view.COLLECTIVE_COLUMNS):
+            table.add_column(column, justify="left" if i in (0, 6) else "right")
+        for row in collectives:
+            table.add_row(*(Text(cell) for cell in row))
+        parts.append(table)
     kernels = gpu_view.kernel_rows(report)[:5]
     if kernels:
         top = Table(box=box.SIMPLE_HEAD, show_edge=False, title="Top kernels", title_justify="left")

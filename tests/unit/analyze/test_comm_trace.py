@@ -15,6 +15,8 @@ from perfdoctor.analyze.trace_events import parse_trace
 from perfdoctor.analyze.trace_host import comm_time
 from perfdoctor.analyze.trace_index import find_steps
 from perfdoctor.diagnose_traces import diagnose_traces
+from perfdoctor.render.gpu_view import collective_rows
+from perfdoctor.render.markdown import render_markdown
 
 from .comm_traces import H100, collective_trace, sized
 from .gpu_corpus import REPO
@@ -124,6 +126,18 @@ def test_the_rule_promises_the_transfer_part_and_names_the_wait(tmp_path: Path) 
     assert "mostly waiting for a peer" in finding.title
     # One fix carries the estimate: accumulation and a larger batch cut the same all-reduces.
     assert finding.optimizations == ("grad-accumulation",)
+    # The report's collectives table: the same collective, its sizes, busbw and verdict.
+    (row,) = report.gpu["collectives"]
+    assert row["kind"] == coll.ALL_REDUCE and row["count"] == 5 and row["sized"] == 5
+    assert row["bytes_mean"] == pytest.approx(sum(sizes) / 5)
+    assert row["verdict"] == WAITING and row["link_gbs"] == 450.0
+    # busbw of the median-size all-reduce (32 MiB in ~4 ms), 2(n-1)/n for its group of 8
+    assert row["busbw_gbs_p50"] == pytest.approx(32 * MIB / 3980e-6 * 1.75 / 1e9, rel=0.02)
+    (cells,) = collective_rows(report)
+    assert cells[0] == "all-reduce" and cells[-1] == "waiting"
+    assert cells[4] == "85.2 MiB mean" and "of NVLink" in cells[5]
+    markdown = render_markdown(report)
+    assert "### Collectives" in markdown and "| all-reduce | 5 |" in markdown
 
 
 def test_durations_that_follow_size_are_transfer(tmp_path: Path) -> None:
