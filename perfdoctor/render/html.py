@@ -263,7 +263,7 @@ def _gpu(report: Report) -> str:
         parts.append(_table(["communication", "share", "meaning"], comm, numeric=(1,)))
     collectives = [[esc(c) for c in row] for row in gpu_view.collective_rows(report)]
     if collectives:
-        parts.append("<h3>Collectives</h3>")
+        parts.append(f"<h3{_SUB}>Collectives</h3>")
         columns = list(gpu_view.COLLECTIVE_COLUMNS)
         parts.append(_table(columns, collectives, numeric=(1, 2, 3, 4, 5)))
         parts.append(f'<p class="muted">{esc(gpu_view.COLLECTIVE_NOTE)}</p>')
