@@ -45,8 +45,13 @@ SETUPS: dict[str, SetUp] = {
     "spawn": SetUp(
         (str(SCRIPTS / "spawn_ddp.py"),), "rank", "worker 1 hangs", "planted crash in worker 1"
     ),
+    # The trainers update by hand: no torch.optim, whose first use imports torch._dynamo in
+    # each trainer (DDP's ranks import it in any case).
     "hogwild": SetUp(
-        (str(SCRIPTS / "hogwild.py"),), "trainer", "trainer 1 hangs", "planted crash in trainer 1"
+        (str(SCRIPTS / "hogwild.py"), "--update-by-hand"),
+        "trainer",
+        "trainer 1 hangs",
+        "planted crash in trainer 1",
     ),
     "torchrun": SetUp(
         ("--", "torchrun", "--nproc-per-node", "2", DDP),

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_child_launch import run_child
+from test_child_launch import ChildRun, run_child
 
 from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import load_run
@@ -22,8 +22,16 @@ TRAIN_LOOP_FLOPS = 1024 + 128 + 1024 + 128 + 128
 PLAN = StepPlan(warmup_steps=2, timed_steps=3, profiled_steps=0)
 
 
-def test_the_last_warm_up_step_is_counted_and_the_losses_do_not_change(tmp_path: Path) -> None:
-    counted = run_child(tmp_path / "on", "train_loop.py", "--epochs", "2", plan=PLAN)
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """One child with the FLOPs counted (the default): the counting test and the facts test
+    read the same run."""
+    return run_child(tmp_path_factory.mktemp("on"), "train_loop.py", "--epochs", "2", plan=PLAN)
+
+
+def test_the_last_warm_up_step_is_counted_and_the_losses_do_not_change(
+    tmp_path: Path, counted: ChildRun
+) -> None:
     assert counted.returncode == 0, counted.output
     info = counted.observations["flop_count"]
     assert info["flops_per_step"] == TRAIN_LOOP_FLOPS, info
@@ -44,8 +52,8 @@ def test_the_last_warm_up_step_is_counted_and_the_losses_do_not_change(tmp_path:
     assert len(counted.steps) == len(plain.steps) == PLAN.total_steps
 
 
-def test_cpu_facts_give_mfu_against_an_estimated_peak(tmp_path: Path) -> None:
-    run = run_child(tmp_path, "train_loop.py", "--epochs", "2", plan=PLAN)
+def test_cpu_facts_give_mfu_against_an_estimated_peak(counted: ChildRun) -> None:
+    run = counted
     assert run.returncode == 0, run.output
     facts = derive_facts(load_run(run.run_dir))
     assert facts.get("flops_per_step") == TRAIN_LOOP_FLOPS

@@ -33,6 +33,12 @@ NO_APPLY = ("--no-apply",)
 # One A/B round of the workers applier alone: enough to see whether it took effect. No
 # extra rounds (--max-rounds 1): a noisy verdict would otherwise add up to five more.
 WORKERS_ONLY = ("--only", "dataloader-workers", "--repeat", "1", "--max-rounds", "1")
+# The script on one intra-op thread: its threads and the workers then fit the cores, so the
+# session runs the workers' variant alone. With the script's 2 threads on 2 cores it also
+# runs workers+cpu-threads (pipeline.coupled_variant), a third framework child that no check
+# here reads (the coupled variant is tests/integration/test_appliers_child.py's and
+# tests/unit/optimize/test_sizing.py's).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def profile(
@@ -191,6 +197,7 @@ def test_hf_trainer_accumulation_input_bound_and_workers(tmp_path: Path) -> None
         str(tmp_path / "hf-out"),
         options=WORKERS_ONLY,
         timed=timed,
+        env=ONE_THREAD,
     )
     rows = timed_steps(session)
     assert len(rows) == timed
@@ -202,12 +209,15 @@ def test_hf_trainer_accumulation_input_bound_and_workers(tmp_path: Path) -> None
     assert not FALSE_ALARMS & found
     assert_no_false_optimizer_finding(report)
     assert_workers_followed_the_iterated_loader(report)
+    assert [v["label"] for v in report["variants"]] == ["dataloader-workers"]
 
 
 def test_accelerate_accumulation_input_bound_and_workers(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
     timed = 4
-    session, report = profile(tmp_path, "accelerate_loop.py", options=WORKERS_ONLY, timed=timed)
+    session, report = profile(
+        tmp_path, "accelerate_loop.py", options=WORKERS_ONLY, timed=timed, env=ONE_THREAD
+    )
     rows = timed_steps(session)
     assert len(rows) == timed
     assert report["baseline"]["micro_batches_per_step"] == 2  # accumulate(), 2 steps
@@ -217,3 +227,4 @@ def test_accelerate_accumulation_input_bound_and_workers(tmp_path: Path) -> None
     assert not FALSE_ALARMS & found
     assert_no_false_optimizer_finding(report)
     assert_workers_followed_the_iterated_loader(report)
+    assert [v["label"] for v in report["variants"]] == ["dataloader-workers"]

@@ -8,48 +8,25 @@ batches faster per sample. Asserts what the plan did and wrote, never how fast i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import profile_in_process
+from load_limits import scaled
 
 pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).parent / "scripts" / "batch_loader.py"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plan_batch_fits_checks_and_confirms(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "perfdoctor",
-            "profile",
-            "--no-apply",
-            "--plan-batch",
-            "--steps",
-            "3",
-            "--warmup",
-            "1",
-            "--profile-steps",
-            "0",
-            "--repeat",
-            "1",
-            "--quiet",
-            "-o",
-            str(tmp_path / "runs"),
-            str(SCRIPT),
-        ],
+    # The parent in this process: what the plan did and wrote is tested, not the entry point.
+    done = profile_in_process(
+        "--no-apply", "--plan-batch", "--steps", "3", "--warmup", "1", "--profile-steps", "0",
+        "--repeat", "1", "--quiet", "--timeout", f"{scaled(600):.0f}",
+        "-o", tmp_path / "runs", SCRIPT,
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     session = (tmp_path / "runs" / "latest").resolve()
     plan = json.loads((session / "batch_plan.json").read_text())

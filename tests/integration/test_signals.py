@@ -30,7 +30,9 @@ EXIT_SIGTERM = 128 + signal.SIGTERM
 
 # A slow training loop with DataLoader workers (in the child's process group) and a helper
 # process in a session of its own (outside the group: killpg alone misses it). Debug mode on,
-# so the diagnosis has a runtime fix (anomaly-off) to try as a variant.
+# so the diagnosis has a runtime fix (anomaly-off) to try as a variant. The update is by
+# hand, no torch.optim: creating an optimizer imports torch._dynamo (torch's own lazy import,
+# about 1.6 s of CPU per child), and nothing here reads the optimizer.
 SCRIPT = textwrap.dedent(
     """
     import subprocess, sys, time
@@ -51,12 +53,13 @@ SCRIPT = textwrap.dedent(
             return torch.randn(8), torch.randn(1)
 
     model = nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in DataLoader(Slow(), batch_size=4, num_workers=2):
         loss = ((model(x) - y) ** 2).mean()
-        opt.zero_grad()
+        model.zero_grad()
         loss.backward()
-        opt.step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
         time.sleep(0.05)
     """
 )

@@ -6,6 +6,10 @@ spawn by default, `--start-method fork` as in pytorch/examples' mnist_hogwild).
 
 `--crash-trainer K` makes trainer K raise at step 3, `--hang-trainer K` makes it sleep there;
 main exits with the first failing trainer's exit code, as a careful launcher script does.
+
+`--update-by-hand`: each trainer updates the weights itself instead of through torch.optim.
+Creating an optimizer imports torch._dynamo (torch's own lazy import, about 1.6 s of CPU per
+trainer); tests of how a run ends, which read no optimizer, use it.
 """
 
 import argparse
@@ -19,7 +23,7 @@ from torch import nn
 
 def train(model: nn.Module, seed: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = None if args.update_by_hand else torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(seed)
     for step in range(args.steps):
         if seed == args.crash_trainer and step == 3:
@@ -29,6 +33,13 @@ def train(model: nn.Module, seed: int, args: argparse.Namespace) -> None:
             time.sleep(600)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)
         loss = nn.functional.mse_loss(model(x), y)
+        if opt is None:
+            model.zero_grad()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+            continue
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -40,6 +51,7 @@ def main() -> None:
     p.add_argument("--start-method", default="spawn")
     p.add_argument("--crash-trainer", type=int, default=-1)
     p.add_argument("--hang-trainer", type=int, default=-1)
+    p.add_argument("--update-by-hand", action="store_true", help="no torch.optim")
     args = p.parse_args()
     methods = args.start_method.split(",")
     if len(methods) == 1:
