@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfdoctor.analyze.compile_diag import CompileDiagnosis, diagnose_compile, load_compile_log
+from perfdoctor.analyze.compile_diag import (
+    CompileDiagnosis,
+    diagnose_compile,
+    load_compile_log,
+    noise_floor_ms,
+    ranked_cost,
+)
+from perfdoctor.analyze.compile_fixes import DISABLED_CAUSE
 from perfdoctor.analyze.record import RunRecord
 
 COMPILE_FACTS = (
@@ -20,6 +27,7 @@ COMPILE_FACTS = (
     "compile_top_issue",
     "compile_top_issue_ms_per_step",
     "compile_top_break",
+    "compile_disable_break_sites",
     "compile_top_recompile",
     "cudagraph_skip_count",
 )
@@ -34,7 +42,9 @@ def compile_diagnosis(record: RunRecord) -> CompileDiagnosis | None:
     timed = sorted(s.wall_ms for s in record.timed_steps if s.wall_ms is not None)
     profiled = trace.step_ms_p50 if trace is not None else None
     scale = timed[len(timed) // 2] / profiled if timed and profiled else None
-    return diagnose_compile(log, regions, [s.index for s in record.timed_steps], scale)
+    return diagnose_compile(
+        log, regions, [s.index for s in record.timed_steps], scale, noise_floor_ms(timed)
+    )
 
 
 def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) -> dict[str, Any]:
@@ -48,10 +58,10 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
         if d.measured_steps
         else None
     )
-    top = d.issues[0] if d.issues and d.issues[0].cost_ms_per_step else None
+    top = d.issues[0] if d.issues and ranked_cost(d.issues[0]) else None
 
     def first(kind: str) -> str | None:
-        found = next((i for i in d.issues if i.kind == kind and i.cost_ms_per_step), None)
+        found = next((i for i in d.issues if i.kind == kind and ranked_cost(i)), None)
         return f"{found.where} ({found.cause})" if found else None
 
     def frac(ms: float | None) -> float | None:
@@ -69,6 +79,9 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
         "compile_top_issue": f"{top.where} ({top.cause})" if top else None,
         "compile_top_issue_ms_per_step": top.cost_ms_per_step if top else None,
         "compile_top_break": first("graph_break"),
+        "compile_disable_break_sites": sum(
+            1 for i in d.issues if i.kind == "graph_break" and i.cause == DISABLED_CAUSE
+        ),
         "compile_top_recompile": first("recompile"),
         "cudagraph_skip_count": d.cudagraph_skips,
     }

@@ -13,6 +13,7 @@ SWITCHABLE: frozenset[str] = frozenset(
         "amp-fp16",
         "anomaly-off",
         "compile",
+        "compile-lift-disable",
         "cpu-fp32",
         "cpu-threads",
         "cudnn-benchmark",
