@@ -81,3 +81,14 @@ def test_jitter_names_recompiles_only_when_they_ran_in_the_measured_steps(
     )
     assert recompiles is not None
     assert ("inside training." in recompiles.explanation) is blamed
+
+
+@pytest.mark.parametrize(("disable_sites", "lift"), [(1, ("compile-lift-disable",)), (0, ())])
+def test_a_disabled_helper_is_measured_by_lifting_it(disable_sites: int, lift: tuple) -> None:
+    found, _ = _run(
+        compile_graph_break_sites=2,
+        compile_break_step_frac=0.3,
+        compile_break_eager_ms_per_step=3.0,
+        compile_disable_break_sites=disable_sites,
+    )
+    assert found[compile_cost.GRAPH_BREAKS].optimizations == lift
