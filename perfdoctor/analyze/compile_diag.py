@@ -83,6 +83,8 @@ class CompileDiagnosis:
     # What the timed steps resolve: the half-width of the median step's ~95% interval
     # (noise_floor_ms). A price below it is reported as below the noise, not ranked.
     noise_ms: float | None = None
+    recompile_limit: int | None = None  # as the script left it (compile.json)
+    recompile_limit_hit: bool = False  # dynamo warned that a frame reached it
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -90,6 +92,7 @@ class CompileDiagnosis:
         return out
 
 
+DEFAULT_RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default (2.x)
 # McGill, Tukey & Larsen (1978), "Variations of box plots": the notch of a box plot,
 # median +- 1.58 IQR / sqrt(n), is a ~95% interval of the median.
 NOTCH = 1.58
@@ -248,8 +251,9 @@ def diagnose_compile(
             kind: Kind = "cudagraph_skip"
         elif line_ev.kind == "recompile_limit":
             fix = recompile_fix("", None)
+            at = f" ({log.recompile_limit})" if log.recompile_limit is not None else ""
             fix = type(fix)(
-                "recompile limit hit",
+                f"recompile limit{at} hit",
                 "the frame now runs eagerly; fix the recompile above rather than raising "
                 "torch._dynamo.config.cache_size_limit / recompile_limit",
             )
@@ -301,6 +305,13 @@ def diagnose_compile(
             )
     if log.dropped:
         notes.append(f"{log.dropped} compile events not kept (over the cap)")
+    limit = log.recompile_limit
+    if limit is not None and limit > DEFAULT_RECOMPILE_LIMIT:
+        notes.append(
+            f"The script raised dynamo's recompile limit to {limit} (default "
+            f"{DEFAULT_RECOMPILE_LIMIT}): a frame that keeps failing its guards recompiles up "
+            f"to {limit} times instead of falling back to eager after {DEFAULT_RECOMPILE_LIMIT}."
+        )
     return CompileDiagnosis(
         issues=tuple(issues),
         frames_compiled=len(frames),
@@ -318,6 +329,8 @@ def diagnose_compile(
         cudagraph_skips=int(counters.get("inductor", {}).get("cudagraph_skips", 0)),
         notes=tuple(notes),
         noise_ms=noise_ms,
+        recompile_limit=limit,
+        recompile_limit_hit=any(i.kind == "recompile_limit" for i in issues),
     )
 
 

@@ -30,6 +30,8 @@ COMPILE_FACTS = (
     "compile_disable_break_sites",
     "compile_top_recompile",
     "cudagraph_skip_count",
+    "compile_recompile_limit",
+    "compile_recompile_limit_hit",
 )
 
 
@@ -84,6 +86,8 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
         ),
         "compile_top_recompile": first("recompile"),
         "cudagraph_skip_count": d.cudagraph_skips,
+        "compile_recompile_limit": d.recompile_limit,
+        "compile_recompile_limit_hit": d.recompile_limit_hit,
     }
 
 

@@ -264,6 +264,12 @@ FACTS: dict[str, FactDoc] = {
     ),
     "compile_top_recompile": _f("text", "compile", "the costliest recompile: file:line (cause)"),
     "cudagraph_skip_count": _f("count", "compile", "CUDA-graph skips (reduce-overhead)"),
+    "compile_recompile_limit": _f(
+        "count", "compile", "dynamo's recompile limit per frame, as the script set it"
+    ),
+    "compile_recompile_limit_hit": _f(
+        "bool", "compile", "dynamo warned that a frame reached the recompile limit"
+    ),
     "input_shape_changes": _f(
         "count", "obs", "most distinct training input shapes of one root after warm-up"
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from perfdoctor import run_schema
@@ -214,3 +215,23 @@ def test_the_noise_floor_is_the_box_plot_notch_of_the_timed_steps() -> None:
     assert noise_floor_ms(steps) == pytest.approx(0.79)
     assert noise_floor_ms([10.0, 11.0, 12.0]) is None  # too few steps to say
     assert noise_floor_ms([10.0] * 20) == 0.0
+
+
+def test_a_raised_recompile_limit_is_said_and_a_hit_names_the_limit() -> None:
+    raised = msgspec.structs.replace(_log(), recompile_limit=64)
+    d = diagnose_compile(raised, _regions(), measured_steps=range(5, 15))
+    assert d.recompile_limit == 64 and not d.recompile_limit_hit
+    assert any("raised dynamo's recompile limit to 64" in n for n in d.notes)
+    hit = msgspec.structs.replace(
+        raised,
+        log_lines=[
+            run_schema.CompileLogLine(
+                kind="recompile_limit", step=9, message="hit config.recompile_limit (64)"
+            )
+        ],
+    )
+    d = diagnose_compile(hit, _regions(), measured_steps=range(5, 15))
+    assert d.recompile_limit_hit
+    assert any(i.cause == "recompile limit (64) hit" for i in d.issues)
+    default = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15))
+    assert default.recompile_limit is None and not any("raised" in n for n in default.notes)
