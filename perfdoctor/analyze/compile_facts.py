@@ -35,18 +35,20 @@ COMPILE_FACTS = (
 )
 
 
-def compile_diagnosis(record: RunRecord) -> CompileDiagnosis | None:
+def compile_diagnosis(record: RunRecord, arm: str | None = None) -> CompileDiagnosis | None:
+    """`arm`: the diagnosis of one arm of an in-process A/B run (its steps only). Such a run
+    has no profiler window, and its compile.json holds what that arm compiled (the other arms
+    run the script's own code), so the breaks are counted there, not priced."""
     log = load_compile_log(record.dir)
     if log is None:
         return None
-    trace = record.trace
+    steps = [s for s in record.timed_steps if arm is None or s.arm == arm]
+    trace = record.trace if arm is None else None
     regions = getattr(trace, "compiled", None) if trace is not None else None
-    timed = sorted(s.wall_ms for s in record.timed_steps if s.wall_ms is not None)
+    timed = sorted(s.wall_ms for s in steps if s.wall_ms is not None)
     profiled = trace.step_ms_p50 if trace is not None else None
     scale = timed[len(timed) // 2] / profiled if timed and profiled else None
-    return diagnose_compile(
-        log, regions, [s.index for s in record.timed_steps], scale, noise_floor_ms(timed)
-    )
+    return diagnose_compile(log, regions, [s.index for s in steps], scale, noise_floor_ms(timed))
 
 
 def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) -> dict[str, Any]:
@@ -91,6 +93,6 @@ def compile_facts(record: RunRecord, diagnosis: CompileDiagnosis | None = None) 
     }
 
 
-def compile_series(record: RunRecord) -> dict[str, Any]:
-    d = compile_diagnosis(record)
+def compile_series(record: RunRecord, arm: str | None = None) -> dict[str, Any]:
+    d = compile_diagnosis(record, arm)
     return d.to_json() if d is not None else {}
