@@ -153,7 +153,10 @@ def _price_line(
         "without the break its ops still run, compiled"
     )
     if measured is None:
-        return bound + " (not measured: the `compile-lift-disable` variant did not run)"
+        return bound + (
+            " (not measured: `perfdoctor profile` measures what lifting it buys with its "
+            "`compile-lift-disable` variant, not tried in this session)"
+        )
     return f"{_measured_text(measured, sites)}; {bound}"
 
 
