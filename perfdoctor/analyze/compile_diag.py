@@ -308,9 +308,10 @@ def diagnose_compile(
     limit = log.recompile_limit
     if limit is not None and limit > DEFAULT_RECOMPILE_LIMIT:
         notes.append(
-            f"The script raised dynamo's recompile limit to {limit} (default "
-            f"{DEFAULT_RECOMPILE_LIMIT}): a frame that keeps failing its guards recompiles up "
-            f"to {limit} times instead of falling back to eager after {DEFAULT_RECOMPILE_LIMIT}."
+            f"dynamo's recompile limit was raised to {limit} in this run (default "
+            f"{DEFAULT_RECOMPILE_LIMIT}; by the script or a library it imports): a frame that "
+            f"keeps failing its guards recompiles up to {limit} times instead of falling back "
+            f"to eager after {DEFAULT_RECOMPILE_LIMIT}."
         )
     return CompileDiagnosis(
         issues=tuple(issues),

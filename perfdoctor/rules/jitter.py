@@ -103,9 +103,9 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
         )
     elif configured is not None and configured > t["recompile_limit"]:
         fallback = (
-            f" The script raised dynamo's recompile limit to {configured:g} (default "
-            f"{t['recompile_limit']:g}), so these recompiles ran instead of falling back to "
-            "eager."
+            f" dynamo's recompile limit was raised to {configured:g} in this run (default "
+            f"{t['recompile_limit']:g}; by the script or a library it imports), so these "
+            "recompiles ran instead of falling back to eager."
         )
     else:
         fallback = ""

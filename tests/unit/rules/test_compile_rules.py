@@ -127,4 +127,4 @@ def test_the_recompile_limit_is_the_one_the_script_set(
     if reached:
         assert f"({configured or 8:g} per frame)" in finding.explanation
     elif configured == 64.0:
-        assert "raised dynamo's recompile limit to 64" in finding.explanation
+        assert "recompile limit was raised to 64" in finding.explanation
