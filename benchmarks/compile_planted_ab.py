@@ -64,6 +64,20 @@ def plain(flags: tuple[str, ...], steps: int) -> tuple[float, float]:
 LIFT = "compile-lift-disable"
 
 
+def alternate(flags: tuple[str, ...], steps: int = 420, block: int = 10) -> dict[str, float]:
+    """The disable removed by hand in every other block of one process (the planted script's
+    PLANTED_ALTERNATE_DISABLE): per pair of blocks, 1 - removed / planted median step; the
+    median over the pairs, in CPU time and in wall time (the statistic perfdoctor's A/B uses)."""
+    env = {**ENV, "PLANTED_STEPS": str(steps), "PLANTED_ALTERNATE_DISABLE": str(block)}
+    env.update(dict.fromkeys(flags, "1"))
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    found = re.findall(r"alternate (\w+)_share_median=(-?[\d.]+)", out)
+    assert found, out
+    return {name: float(value) for name, value in found}
+
+
 def priced(out_dir: Path, flags: tuple[str, ...], lift: bool = False) -> dict[str, Any]:
     # With the lift the script must outlast the A/B (the plan stops it when the A/B is done).
     env = {**ENV, "PLANTED_STEPS": "5000" if lift else "60", **dict.fromkeys(flags, "1")}
@@ -137,9 +151,12 @@ def main() -> None:
             price = prices[name] / prices["step_ms"] if prices[name] is not None else None
             ratio = price / bought if price is not None and bought > 0 else None
             lift = prices.get("lift")
+            paired = alternate(flags) if name == "disable" else None
             row = {"issue": name, "bought": bought, "bought_wall": bought_wall, "price": price}
             if lift is not None:
                 row["lift"] = lift["share"]
+            if paired is not None:
+                row["paired_cpu"], row["paired_wall"] = paired["cpu"], paired["wall"]
             rows.append(row)
             print(
                 f"round {r} {name}: priced {prices[name]} ms of a {prices['step_ms']:.1f} ms "
@@ -151,6 +168,12 @@ def main() -> None:
                     f" ({lift['ms']} ms, {lift['pairs']} pairs, {lift['verdict']}); "
                     f"measured/bought {lift['share'] / bought if bought > 0 else None}"
                     if lift is not None
+                    else ""
+                )
+                + (
+                    f"; removed by hand in alternate blocks of one process: {paired['cpu']:.4f}"
+                    f" (CPU), {paired['wall']:.4f} (wall)"
+                    if paired is not None
                     else ""
                 ),
                 flush=True,
@@ -164,6 +187,10 @@ def main() -> None:
             price = statistics.median(prices_) if prices_ else None
             lifts = [x["lift"] for x in got if "lift" in x]
             lift = f", measured {statistics.median(lifts):.4f}" if lifts else ""
+            if any("paired_cpu" in x for x in got):
+                pc = statistics.median(x["paired_cpu"] for x in got if "paired_cpu" in x)
+                pw = statistics.median(x["paired_wall"] for x in got if "paired_wall" in x)
+                lift += f"; by hand in one process {pc:.4f} (CPU), {pw:.4f} (wall)"
             print(
                 f"median over rounds: {name}: buys {bought:.4f} (CPU), {wall:.4f} (wall), "
                 f"priced {price}{lift} of the step"
