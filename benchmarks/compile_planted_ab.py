@@ -9,9 +9,9 @@ compute thread (and in wall time, printed beside it); the price as a share of pe
 median step. The load average is printed beside each figure.
 
 The `disable`d helper's price from one run is an upper bound; perfdoctor measures what lifting
-it buys with its `compile-lift-disable` variant (an in-process A/B in one child: the helper
-traced into the graph or not, switched between steps). For that issue the profile runs with
-`--only compile-lift-disable` instead of `--no-apply`, and the variant's share
+it buys with its `compile-lift-disable` variant (the helper
+traced into the graph or not, by alternating re-runs). For that issue the profile runs with
+`--only compile-lift-disable --repeat 3` instead of `--no-apply`, and the variant's share
 (1 - 1 / speedup, with its interval) is printed beside the bound and the hand removal.
 
     PYTHONPATH=. python benchmarks/compile_planted_ab.py --rounds 2 [--only disable --pairs 3]
@@ -62,6 +62,7 @@ def plain(flags: tuple[str, ...], steps: int) -> tuple[float, float]:
 
 
 LIFT = "compile-lift-disable"
+REPEAT = 3  # A/B rounds of the lift variant (baseline and lifted runs alternating)
 
 
 def alternate(flags: tuple[str, ...], steps: int = 420, block: int = 10) -> dict[str, float]:
@@ -79,9 +80,9 @@ def alternate(flags: tuple[str, ...], steps: int = 420, block: int = 10) -> dict
 
 
 def priced(out_dir: Path, flags: tuple[str, ...], lift: bool = False) -> dict[str, Any]:
-    # With the lift the script must outlast the A/B (the plan stops it when the A/B is done).
-    env = {**ENV, "PLANTED_STEPS": "5000" if lift else "60", **dict.fromkeys(flags, "1")}
-    apply = ["--only", LIFT, "--ab-budget", "40"] if lift else ["--no-apply"]
+    env = {**ENV, "PLANTED_STEPS": "60", **dict.fromkeys(flags, "1")}
+    # The lift is measured by re-runs (not switchable: collect/appliers/compile_disable.py).
+    apply = ["--only", LIFT, "--repeat", str(REPEAT)] if lift else ["--no-apply"]
     subprocess.run(
         [sys.executable, "-m", "perfdoctor", "profile", *apply, "--quiet", "-o",
          str(out_dir), str(SCRIPT)],

@@ -13,7 +13,6 @@ SWITCHABLE: frozenset[str] = frozenset(
         "amp-fp16",
         "anomaly-off",
         "compile",
-        "compile-lift-disable",
         "cpu-fp32",
         "cpu-threads",
         "cudnn-benchmark",
