@@ -119,7 +119,11 @@ class LiftCompilerDisable(Applier):
             self.refuse("the script disables none of its own functions for torch.compile")
             return None
         names = ", ".join(self.lifted[:3]) + (" ..." if len(self.lifted) > 3 else "")
-        bound = [value for _, _, value in self._bindings() if self.copies.get(id(value)) is value]
+        bound = {
+            (id(space), name)  # a module can sit in sys.modules under several names
+            for space, name, value in self._bindings()
+            if self.copies.get(id(value)) is value
+        }
         if not bound:
             return False, f"lifted {names}, but no name of the script holds the lifted helper"
         return True, f"lifted {names}: {len(bound)} name(s) of the script call it traced"
