@@ -54,7 +54,7 @@ def traceable_copy(fn: Any) -> Any:
     )
     copy.__kwdefaults__ = fn.__kwdefaults__
     functools.update_wrapper(copy, fn)
-    del copy.__wrapped__  # not a wrapper: inspect and dynamo see the function itself
+    del copy.__wrapped__  # type: ignore[attr-defined]  # not a wrapper: dynamo sees the function
     return copy
 
 
