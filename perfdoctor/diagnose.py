@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.analyze.compile_facts import compile_series
 from perfdoctor.analyze.facts import (
     derive_facts,
     gpu_timeline,
@@ -330,6 +331,36 @@ def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+_COMPILE_IDS = frozenset({"compile", "compile-cudagraphs"})
+
+
+def _ab_compile_series(
+    session_dir: Path, session: Session | None, runs: Mapping[str, RunRecord]
+) -> dict[str, dict[str, Any]]:
+    """The compile diagnosis of a `compile` variant measured in-process and not re-run on
+    its own (not faster): its compile.json lies in the A/B run, its steps are its arm's."""
+    out: dict[str, dict[str, Any]] = {}
+    if session is None:
+        return out
+    loaded: dict[str, RunRecord | None] = {}
+    for variant in session.variants:
+        if variant.label in runs or not variant.ab_run or variant.peel_of is not None:
+            continue
+        if not _COMPILE_IDS.intersection(variant.optimizations):
+            continue
+        if variant.ab_run not in loaded:
+            try:
+                loaded[variant.ab_run] = load_run(session_dir / variant.ab_run, with_trace=False)
+            except (BadRunDir, CorruptArtifact, OSError) as err:
+                log.warning("A/B run %s not read: %s", variant.ab_run, err)
+                loaded[variant.ab_run] = None
+        record = loaded[variant.ab_run]
+        data = compile_series(record, arm=variant.label) if record is not None else {}
+        if data:
+            out[variant.label] = data
+    return out
+
+
 def analyze_session(session_dir: Path) -> Report:
     session_dir = resolve_session_dir(session_dir)
     session = _session_or_none(session_dir)
@@ -349,6 +380,8 @@ def analyze_session(session_dir: Path) -> Report:
         for key, value in series_for(run).items():
             if value:
                 series.setdefault(key, {})[label] = value
+    for label, data in _ab_compile_series(session_dir, session, runs).items():
+        series.setdefault("compile", {})[label] = data
     batch_plan = _batch_plan(session_dir)
     if batch_plan is not None:
         series["batch_plan"] = batch_plan

@@ -687,6 +687,9 @@ class CompileLog(_Record):
     # {"unique_graphs": n, ...}, "inductor": {"cudagraph_skips": n, ...}}
     counters: dict[str, dict[str, int]] | None = None
     dropped: int | None = None  # events not kept (the cap on each list)
+    # torch._dynamo.config.recompile_limit (cache_size_limit before) at the end of the run:
+    # the recompiles per frame after which dynamo runs it eagerly, as the script set it.
+    recompile_limit: int | None = None
 
 
 def compile_log(data: Any) -> CompileLog:

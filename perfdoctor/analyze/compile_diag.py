@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfdoctor import run_schema, rundir
-from perfdoctor.analyze.compile_fixes import break_fix, cudagraph_fix, recompile_fix
+from perfdoctor.analyze.compile_fixes import (
+    DISABLED_CAUSE,
+    break_fix,
+    cudagraph_fix,
+    recompile_fix,
+)
 from perfdoctor.analyze.trace_compiled import CompiledRegions
 from perfdoctor.errors import CorruptArtifact
 
@@ -49,6 +54,11 @@ class CompileIssue:
     cost_basis: str  # how it was priced
     compile_s: float = 0.0  # compile seconds it caused over the whole run
     compile_ids: tuple[str, ...] = ()
+    # The price is an upper bound of what removing it buys, not an estimate (a disable'd
+    # helper: its ops still run once the break is gone, compiled).
+    cost_is_bound: bool = False
+    # The price is smaller than the run resolves (CompileDiagnosis.noise_ms): not ranked.
+    below_noise: bool = False
 
     @property
     def where(self) -> str:
@@ -70,11 +80,33 @@ class CompileDiagnosis:
     eager_ms_per_step: float | None  # between graphs, all breaks together
     cudagraph_skips: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # What the timed steps resolve: the half-width of the median step's ~95% interval
+    # (noise_floor_ms). A price below it is reported as below the noise, not ranked.
+    noise_ms: float | None = None
+    recompile_limit: int | None = None  # as the script left it (compile.json)
+    recompile_limit_hit: bool = False  # dynamo warned that a frame reached it
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["issues"] = [{**asdict(i), "where": i.where} for i in self.issues]
         return out
+
+
+DEFAULT_RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default (2.x)
+# McGill, Tukey & Larsen (1978), "Variations of box plots": the notch of a box plot,
+# median +- 1.58 IQR / sqrt(n), is a ~95% interval of the median.
+NOTCH = 1.58
+
+
+def noise_floor_ms(step_ms: Sequence[float]) -> float | None:
+    """Half-width of the median step's ~95% interval (the box-plot notch): the smallest
+    per-step cost the run's timed steps resolve. None with fewer than 4 steps."""
+    values = sorted(v for v in step_ms if v == v)
+    n = len(values)
+    if n < 4:
+        return None
+    q1, q3 = values[(n - 1) // 4], values[(3 * (n - 1)) // 4]
+    return NOTCH * (q3 - q1) / n**0.5
 
 
 def load_compile_log(run_dir: Path) -> run_schema.CompileLog | None:
@@ -102,11 +134,13 @@ def diagnose_compile(
     regions: CompiledRegions | None,
     measured_steps: Sequence[int] = (),
     profiled_scale: float | None = None,
+    noise_ms: float | None = None,
 ) -> CompileDiagnosis:
     """`measured_steps`: the step indices the run's figures are over (the timed steps).
     `profiled_scale`: timed step / profiled step (medians). The profiler (with Python stacks)
     slows eager Python more than compiled code, so eager time is priced as its share of the
-    profiled step, applied to the timed step."""
+    profiled step, applied to the timed step. `noise_ms`: the smallest per-step cost the
+    timed steps resolve (noise_floor_ms); a smaller price is marked below the noise."""
     frames = {f.compile_id: f for f in log.frames or [] if f.compile_id}
     measured = set(measured_steps)
 
@@ -133,6 +167,7 @@ def diagnose_compile(
         fix = break_fix(text, evs[0].code)
         cost = sum(eager.get(c, 0.0) for c in cids) if regions else None
         per_step = sum(entries.get(c, 0.0) for c in cids) if regions else None
+        bound = fix.cause == DISABLED_CAUSE
         issues.append(
             CompileIssue(
                 kind="graph_break",
@@ -146,8 +181,14 @@ def diagnose_compile(
                 compiles=len(evs),
                 per_step=per_step,
                 cost_ms_per_step=cost,
-                cost_basis="eager time between compiled graphs (profiled steps)",
+                cost_basis=(
+                    "at most: the helper's eager time between compiled graphs (profiled "
+                    "steps); without the break its ops still run, compiled"
+                    if bound
+                    else "eager time between compiled graphs (profiled steps)"
+                ),
                 compile_ids=cids,
+                cost_is_bound=bound,
             )
         )
 
@@ -210,8 +251,9 @@ def diagnose_compile(
             kind: Kind = "cudagraph_skip"
         elif line_ev.kind == "recompile_limit":
             fix = recompile_fix("", None)
+            at = f" ({log.recompile_limit})" if log.recompile_limit is not None else ""
             fix = type(fix)(
-                "recompile limit hit",
+                f"recompile limit{at} hit",
                 "the frame now runs eagerly; fix the recompile above rather than raising "
                 "torch._dynamo.config.cache_size_limit / recompile_limit",
             )
@@ -234,8 +276,8 @@ def diagnose_compile(
                 cost_basis="counted, not priced",
             )
         )
-    issues = _dedupe_log_lines(issues)
-    issues.sort(key=lambda i: (-(i.cost_ms_per_step or 0.0), -i.compile_s, i.kind, i.where))
+    issues = [_mark_noise(i, noise_ms) for i in _dedupe_log_lines(issues)]
+    issues.sort(key=lambda i: (-ranked_cost(i), -i.compile_s, i.kind, i.where))
 
     all_s = sum(compile_cost(c) for c in frames)
     measured_s = sum(compile_cost(c) for c, f in frames.items() if f.step in measured)
@@ -263,6 +305,14 @@ def diagnose_compile(
             )
     if log.dropped:
         notes.append(f"{log.dropped} compile events not kept (over the cap)")
+    limit = log.recompile_limit
+    if limit is not None and limit > DEFAULT_RECOMPILE_LIMIT:
+        notes.append(
+            f"dynamo's recompile limit was raised to {limit} in this run (default "
+            f"{DEFAULT_RECOMPILE_LIMIT}; by the script or a library it imports): a frame that "
+            f"keeps failing its guards recompiles up to {limit} times instead of falling back "
+            f"to eager after {DEFAULT_RECOMPILE_LIMIT}."
+        )
     return CompileDiagnosis(
         issues=tuple(issues),
         frames_compiled=len(frames),
@@ -279,7 +329,23 @@ def diagnose_compile(
         ),
         cudagraph_skips=int(counters.get("inductor", {}).get("cudagraph_skips", 0)),
         notes=tuple(notes),
+        noise_ms=noise_ms,
+        recompile_limit=limit,
+        recompile_limit_hit=any(i.kind == "recompile_limit" for i in issues),
     )
+
+
+def _mark_noise(issue: CompileIssue, noise_ms: float | None) -> CompileIssue:
+    cost = issue.cost_ms_per_step
+    if noise_ms is None or cost is None or cost <= 0.0 or cost >= noise_ms:
+        return issue
+    return CompileIssue(**{**asdict(issue), "below_noise": True})
+
+
+def ranked_cost(issue: CompileIssue) -> float:
+    """What an issue ranks by: its price, none when below the noise (ranking such prices
+    against each other would rank noise)."""
+    return 0.0 if issue.below_noise else issue.cost_ms_per_step or 0.0
 
 
 def _latest_failure(text: str) -> str:

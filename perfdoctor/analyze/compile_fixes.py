@@ -56,9 +56,12 @@ def _branch(code: str | None) -> Fix:
     )
 
 
+DISABLED_CAUSE = "a torch.compiler.disable'd function"
+
+
 def _disabled(code: str | None) -> Fix:
     return Fix(
-        "a torch.compiler.disable'd function",
+        DISABLED_CAUSE,
         "remove torch.compiler.disable (or the @torch.compiler.disable decorator) from the "
         "helper so dynamo traces it into the graph; keep it only for code dynamo cannot trace",
         _strip_comment(code) + "  # the helper, without torch.compiler.disable" if code else None,

@@ -259,8 +259,17 @@ FACTS: dict[str, FactDoc] = {
     "compile_top_issue": _f("text", "compile", "the costliest break or recompile: file:line"),
     "compile_top_issue_ms_per_step": _f("ms", "compile", "its cost per step"),
     "compile_top_break": _f("text", "compile", "the costliest graph break: file:line (cause)"),
+    "compile_disable_break_sites": _f(
+        "count", "compile", "graph-break sites at a torch.compiler.disable'd function"
+    ),
     "compile_top_recompile": _f("text", "compile", "the costliest recompile: file:line (cause)"),
     "cudagraph_skip_count": _f("count", "compile", "CUDA-graph skips (reduce-overhead)"),
+    "compile_recompile_limit": _f(
+        "count", "compile", "dynamo's recompile limit per frame, as the script set it"
+    ),
+    "compile_recompile_limit_hit": _f(
+        "bool", "compile", "dynamo warned that a frame reached the recompile limit"
+    ),
     "input_shape_changes": _f(
         "count", "obs", "most distinct training input shapes of one root after warm-up"
     ),

@@ -209,6 +209,7 @@ class CompileWatch:
             **self.lists,
             "counters": counters,
             "dropped": self.dropped,
+            **({"recompile_limit": limit} if (limit := recompile_limit()) is not None else {}),
         }
 
     def write(self, run_dir: Path) -> None:
@@ -289,6 +290,19 @@ def _num(value: Any) -> float | None:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)[:MAX_TEXT]
+
+
+def recompile_limit() -> int | None:
+    """dynamo's recompile limit per frame as the script left it (scripts raise it to silence
+    the warning; older torch calls it cache_size_limit), None when dynamo was never imported."""
+    import sys
+
+    config = sys.modules.get("torch._dynamo.config")
+    for name in ("recompile_limit", "cache_size_limit"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def _counters() -> dict[str, dict[str, int]]:

@@ -211,6 +211,21 @@ _ENTRIES: tuple[Optimization, ...] = (
         skip_auto=policies.skip_cudagraphs_with_host_syncs,
     ),
     _runtime(
+        id="compile-lift-disable",
+        title="Trace the torch.compiler.disable'd helpers into the graph",
+        risk="the helper was disabled for a reason: code dynamo cannot trace breaks the graph "
+        "inside it instead, and a data-dependent helper may recompile",
+        code_change=(
+            "# drop the decorator (or the torch.compiler.disable(...) call) on the helper:\n"
+            "smooth = _smooth  # was: smooth = torch.compiler.disable(_smooth)"
+        ),
+        applies_when="a graph break at a call of a function of the script that it wrapped in "
+        "torch.compiler.disable / torch._dynamo.disable",
+        device="any",
+        verify="dynamo traced a lifted function of the script into a compiled graph",
+        numerics_tolerance="tf32",
+    ),
+    _runtime(
         id="activation-checkpointing",
         title="Activation checkpointing on repeated blocks",
         risk="about 20-30% more compute; forward side effects run twice",

@@ -88,15 +88,27 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
     count = num(facts, "recompile_count")
     if flag(facts, "model_compiled") is not True or count is None or count < t["min_recompiles"]:
         return None
-    limit = count >= t["recompile_limit"]
+    # The limit as the script set it (compile.json); dynamo's own warning, when recorded,
+    # says whether a frame reached it (the count is over every frame, the limit per frame).
+    configured = num(facts, "compile_recompile_limit")
+    at = configured if configured is not None else t["recompile_limit"]
+    hit = flag(facts, "compile_recompile_limit_hit")
+    limit = hit if hit is not None else count >= at
     shapes = num(facts, "input_shape_changes")
     stable = shapes is not None and shapes < t["min_distinct_shapes"]
-    fallback = (
-        " It reached dynamo's recompile limit, after which the model runs eagerly: compile "
-        "bought nothing."
-        if limit
-        else ""
-    )
+    if limit:
+        fallback = (
+            f" It reached dynamo's recompile limit ({at:g} per frame), after which the model "
+            "runs eagerly: compile bought nothing."
+        )
+    elif configured is not None and configured > t["recompile_limit"]:
+        fallback = (
+            f" dynamo's recompile limit was raised to {configured:g} in this run (default "
+            f"{t['recompile_limit']:g}; by the script or a library it imports), so these "
+            "recompiles ran instead of falling back to eager."
+        )
+    else:
+        fallback = ""
     return Finding(
         rule_id=RECOMPILATIONS,
         severity="critical" if limit else "warning",
@@ -123,7 +135,12 @@ def check_recompilations(facts: Facts, t: Mapping[str, float]) -> Finding | None
         ),
         evidence=(
             ev("recompile_count", int(count), int(t["min_recompiles"]), ">="),
-            *seen(facts, "input_shape_changes"),
+            *seen(
+                facts,
+                "input_shape_changes",
+                "compile_recompile_limit",
+                "compile_recompile_limit_hit",
+            ),
         ),
         optimizations=() if stable else ("static-shapes",),
         gain=GainEstimate(method="not estimated: compile time depends on the graph"),
@@ -200,10 +217,16 @@ RULES = (
         area="jitter",
         needs=("model_compiled", "recompile_count"),
         # stable shapes: the cause is a mode switch or a value; compile.json: when they ran
-        uses=("input_shape_changes", "compile_recompile_ms_per_step"),
+        uses=(
+            "input_shape_changes",
+            "compile_recompile_ms_per_step",
+            "compile_recompile_limit",
+            "compile_recompile_limit_hit",
+        ),
         thresholds={"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0},
         source=(
-            "torch._dynamo config.recompile_limit (8) falls back to eager (mechanics.md §3.0); "
+            "torch._dynamo config.recompile_limit (8; the script's own value when compile.json "
+            "recorded it) falls back to eager (mechanics.md §3.0); "
             "one recompile is dynamo marking a dimension dynamic, so >= 2 warns"
         ),
         description="Recompilations of the compiled root model seen during training.",

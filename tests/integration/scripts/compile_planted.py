@@ -5,6 +5,9 @@ measure what removing it buys (benchmarks/README.md, "Compile diagnosis: planted
   PLANTED_NO_ITEM=1     break 1: `.item()` in a data-dependent `if` -> torch.where
   PLANTED_NO_DISABLE=1  break 2: a torch.compiler.disable'd helper -> traced into the graph
   PLANTED_NO_STORM=1    storm: a Python int attribute changed every step -> a tensor buffer
+  PLANTED_ALTERNATE_DISABLE=K  break 2 removed by hand in every other block of K steps (the
+                        module flag is read in forward, so dynamo guards on it and keeps both
+                        versions): the hand removal paired in one process, like perfdoctor's A/B
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ NO_ITEM = os.environ.get("PLANTED_NO_ITEM") == "1"
 NO_DISABLE = os.environ.get("PLANTED_NO_DISABLE") == "1"
 NO_STORM = os.environ.get("PLANTED_NO_STORM") == "1"
 STEPS = int(os.environ.get("PLANTED_STEPS", "40"))
+ALTERNATE = int(os.environ.get("PLANTED_ALTERNATE_DISABLE", "0"))
 # The user raised the limit to silence dynamo's warning: every step now recompiles.
 torch._dynamo.config.cache_size_limit = 64
 torch._dynamo.config.recompile_limit = 64
@@ -67,7 +71,11 @@ x = torch.randn(128, 64)
 y = torch.randint(0, 10, (128,))
 times: list[float] = []
 cpu_times: list[float] = []  # this process's CPU time: far less moved by other processes' load
+blocks: list[tuple[bool, list[float], list[float]]] = []  # (removed, CPU ms, wall ms)
 for step in range(STEPS):
+    if ALTERNATE and step % ALTERNATE == 0:
+        NO_DISABLE = (step // ALTERNATE) % 2 == 1
+        blocks.append((NO_DISABLE, [], []))
     t0 = time.perf_counter()
     c0 = time.process_time()
     model.step = step
@@ -78,6 +86,23 @@ for step in range(STEPS):
     opt.step()
     times.append((time.perf_counter() - t0) * 1000.0)
     cpu_times.append((time.process_time() - c0) * 1000.0)
+    if ALTERNATE and step % ALTERNATE:  # a block's first step settles (a recompile, once)
+        blocks[-1][1].append(cpu_times[-1])
+        blocks[-1][2].append(times[-1])
+if ALTERNATE:
+    # Pairs of blocks (planted, removed) after the first two: what removing it buys, as a
+    # share of the planted block's median step, per pair; the median over the pairs.
+    pairs = [(blocks[i], blocks[i + 1]) for i in range(2, len(blocks) - 1, 2)]
+    for k, name in ((1, "cpu"), (2, "wall")):
+        shares = sorted(
+            1 - statistics.median(b[k]) / statistics.median(a[k]) for a, b in pairs if a[k] and b[k]
+        )
+        if shares:
+            print(
+                f"alternate {name}_share_median={statistics.median(shares):.4f} "
+                f"q1={shares[len(shares) // 4]:.4f} q3={shares[(3 * len(shares)) // 4]:.4f} "
+                f"pairs={len(shares)}"
+            )
 # For benchmarks/compile_planted_ab.py: the median step after the first compiles.
 print(
     f"planted median_step_ms={statistics.median(times[5:] or times):.3f} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from perfdoctor import run_schema
@@ -181,3 +182,56 @@ def test_a_model_too_small_for_compile_is_said_so() -> None:
     log = run_schema.compile_log({"frames": [{"compile_id": "0/0", "step": 0, "compile_s": 3}]})
     d = diagnose_compile(log, regions, measured_steps=range(3, 11))
     assert d.notes[0].startswith("Entering and leaving compiled code costs more per step")
+
+
+def test_a_disabled_helper_is_priced_as_an_upper_bound() -> None:
+    d = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15))
+    disable = next(i for i in d.issues if i.where == "train.py:53")
+    item = next(i for i in d.issues if i.where == "train.py:50")
+    assert disable.cost_is_bound and disable.cost_basis.startswith("at most")
+    assert not item.cost_is_bound
+
+
+def test_a_price_below_the_noise_is_marked_and_not_ranked() -> None:
+    # 0.5 ms (.item()) is below a 1 ms noise floor, 2.0 ms (disable) is not
+    d = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15), noise_ms=1.0)
+    item = next(i for i in d.issues if i.where == "train.py:50")
+    disable = next(i for i in d.issues if i.where == "train.py:53")
+    assert item.below_noise and not disable.below_noise
+    assert d.noise_ms == 1.0
+    # ranked after every priced issue, also after the 0-cost train/eval recompile it led
+    priced = [i.where for i in d.issues if i.cost_ms_per_step and not i.below_noise]
+    order = [i.where for i in d.issues]
+    assert order.index("train.py:50") > max(order.index(w) for w in priced)
+    # without a floor it ranks by its price, ahead of the unpriced ones
+    plain = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15))
+    assert [i.where for i in plain.issues][2] == "train.py:50"
+
+
+def test_the_noise_floor_is_the_box_plot_notch_of_the_timed_steps() -> None:
+    from perfdoctor.analyze.compile_diag import noise_floor_ms
+
+    steps = [10.0] * 8 + [12.0] * 8  # IQR 2 ms, n 16: 1.58 * 2 / 4
+    assert noise_floor_ms(steps) == pytest.approx(0.79)
+    assert noise_floor_ms([10.0, 11.0, 12.0]) is None  # too few steps to say
+    assert noise_floor_ms([10.0] * 20) == 0.0
+
+
+def test_a_raised_recompile_limit_is_said_and_a_hit_names_the_limit() -> None:
+    raised = msgspec.structs.replace(_log(), recompile_limit=64)
+    d = diagnose_compile(raised, _regions(), measured_steps=range(5, 15))
+    assert d.recompile_limit == 64 and not d.recompile_limit_hit
+    assert any("recompile limit was raised to 64" in n for n in d.notes)
+    hit = msgspec.structs.replace(
+        raised,
+        log_lines=[
+            run_schema.CompileLogLine(
+                kind="recompile_limit", step=9, message="hit config.recompile_limit (64)"
+            )
+        ],
+    )
+    d = diagnose_compile(hit, _regions(), measured_steps=range(5, 15))
+    assert d.recompile_limit_hit
+    assert any(i.cause == "recompile limit (64) hit" for i in d.issues)
+    default = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15))
+    assert default.recompile_limit is None and not any("raised" in n for n in default.notes)

@@ -59,6 +59,12 @@ def test_a_recompile_keeps_the_failed_guard(watch) -> None:
     assert {"0/1", "0/2"} <= {f.compile_id for f in log.frames or []}
 
 
+def test_the_recompile_limit_the_script_set_is_recorded(watch, monkeypatch) -> None:
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)
+    torch.compile(_scaled, backend="eager", dynamic=False)(torch.ones(4), 2)
+    assert run_schema.compile_log(watch.result()).recompile_limit == 64
+
+
 def test_a_cudagraph_skip_is_captured_from_inductors_logger(watch) -> None:
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 

@@ -81,3 +81,50 @@ def test_jitter_names_recompiles_only_when_they_ran_in_the_measured_steps(
     )
     assert recompiles is not None
     assert ("inside training." in recompiles.explanation) is blamed
+
+
+@pytest.mark.parametrize(("disable_sites", "lift"), [(1, ("compile-lift-disable",)), (0, ())])
+def test_a_disabled_helper_is_measured_by_lifting_it(disable_sites: int, lift: tuple) -> None:
+    found, _ = _run(
+        compile_graph_break_sites=2,
+        compile_break_step_frac=0.3,
+        compile_break_eager_ms_per_step=3.0,
+        compile_disable_break_sites=disable_sites,
+    )
+    assert found[compile_cost.GRAPH_BREAKS].optimizations == lift
+
+
+_T = {"min_recompiles": 2.0, "recompile_limit": 8.0, "min_distinct_shapes": 3.0}
+
+
+@pytest.mark.parametrize(
+    ("configured", "hit", "reached"),
+    [
+        (None, None, True),  # no compile.json: 40 recompiles against the default 8
+        (64.0, None, False),  # the script raised the limit: 40 of 64 is not reached
+        (64.0, False, False),
+        (64.0, True, True),  # dynamo said a frame reached it
+        (8.0, False, False),  # 40 recompiles over many frames, none reached 8
+    ],
+)
+def test_the_recompile_limit_is_the_one_the_script_set(
+    configured: float | None, hit: bool | None, reached: bool
+) -> None:
+    from perfdoctor.rules import jitter
+
+    finding = jitter.check_recompilations(
+        make_facts(
+            "gpu",
+            recompile_count=40,
+            compile_recompile_limit=configured,
+            compile_recompile_limit_hit=hit,
+        ),
+        _T,
+    )
+    assert finding is not None
+    assert ("reached dynamo's recompile limit" in finding.explanation) is reached
+    assert finding.severity == ("critical" if reached else "warning")
+    if reached:
+        assert f"({configured or 8:g} per frame)" in finding.explanation
+    elif configured == 64.0:
+        assert "recompile limit was raised to 64" in finding.explanation
