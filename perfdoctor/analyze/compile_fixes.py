@@ -59,12 +59,27 @@ def _branch(code: str | None) -> Fix:
 DISABLED_CAUSE = "a torch.compiler.disable'd function"
 
 
+_DISABLE_WRAP = re.compile(r"torch\.(?:compiler|_dynamo)\.disable\(\s*([\w.]+)\s*\)")
+_DISABLE_DECORATOR = re.compile(r"^\s*@torch\.(?:compiler|_dynamo)\.disable\b")
+
+
 def _disabled(code: str | None) -> Fix:
+    """The break is reported where the disable'd helper is called, or where it is wrapped.
+    Only the wrapping line can be rewritten; a call site gets no rewrite (the same line with
+    a comment added would not be a change)."""
+    rewritten = None
+    if code:
+        line = _strip_comment(code)
+        if _DISABLE_WRAP.search(line):
+            rewritten = _DISABLE_WRAP.sub(r"\1", line)
+        elif _DISABLE_DECORATOR.match(line):
+            rewritten = "# (the @torch.compiler.disable line removed)"
     return Fix(
         DISABLED_CAUSE,
-        "remove torch.compiler.disable (or the @torch.compiler.disable decorator) from the "
-        "helper so dynamo traces it into the graph; keep it only for code dynamo cannot trace",
-        _strip_comment(code) + "  # the helper, without torch.compiler.disable" if code else None,
+        "where the helper is wrapped (`f = torch.compiler.disable(g)` or the "
+        "@torch.compiler.disable decorator), drop the wrapper so dynamo traces the helper into "
+        "the graph; keep it only for code dynamo cannot trace",
+        rewritten,
     )
 
 

@@ -235,3 +235,23 @@ def test_a_raised_recompile_limit_is_said_and_a_hit_names_the_limit() -> None:
     assert any(i.cause == "recompile limit (64) hit" for i in d.issues)
     default = diagnose_compile(_log(), _regions(), measured_steps=range(5, 15))
     assert default.recompile_limit is None and not any("raised" in n for n in default.notes)
+
+
+@pytest.mark.parametrize(
+    ("code", "rewritten"),
+    [
+        ("smooth_eager = torch.compiler.disable(_smooth)  # why", "smooth_eager = _smooth"),
+        ("    f = torch._dynamo.disable(mod.helper)", "    f = mod.helper"),
+        ("    @torch.compiler.disable", "# (the @torch.compiler.disable line removed)"),
+        # A call site is where dynamo reports the break; the change is not on that line.
+        ("        h = smooth_eager(h)  # PLANTED BREAK 2", None),
+    ],
+)
+def test_a_disabled_helper_is_rewritten_only_where_it_is_wrapped(
+    code: str, rewritten: str | None
+) -> None:
+    from perfdoctor.analyze.compile_fixes import break_fix
+
+    fix = break_fix("Skip calling `torch.compiler.disable()`d function", code)
+    assert fix.rewritten == rewritten
+    assert "torch.compiler.disable" in fix.advice
