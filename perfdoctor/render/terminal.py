@@ -248,8 +248,8 @@ def _gpu_section(report: Report) -> Group:
         )
         for i, column in enumerate(gpu_view.COLLECTIVE_COLUMNS):
             table.add_column(column, justify="left" if i in (0, 6) else "right")
-        for row in collectives:
-            table.add_row(*(Text(cell) for cell in row))
+        for cells in collectives:
+            table.add_row(*(Text(cell) for cell in cells))
         parts.append(table)
     kernels = gpu_view.kernel_rows(report)[:5]
     if kernels:
