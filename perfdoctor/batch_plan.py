@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +39,7 @@ from perfdoctor import rundir
 from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.run_stats import RunSample, timed_steps
 from perfdoctor.diagnose import Diagnosis
-from perfdoctor.model import RunManifest, Target
+from perfdoctor.model import Finding, RunManifest, Target
 from perfdoctor.optimize import batch_fit
 from perfdoctor.optimize.batch_knob import (
     ACCUMULATE_ENV,
@@ -65,6 +66,22 @@ RECIPE_NOTE = (
 )
 # Findings whose fixes the plan measures: offered when it was not asked for.
 PLAN_FIXES = {"larger-batch", "grad-accumulation", "activation-checkpointing"}
+# Findings about memory capacity (rules/memory.py): what fits is the plan's first question.
+# Memory growth (a leak) and allocator churn (empty_cache in the loop) are not: their fix is
+# in the script, at any batch size.
+MEMORY_CAPACITY_RULES = frozenset(
+    {"memory-near-capacity", "allocator-retries", "memory-fragmentation", "memory-underused"}
+)
+# The fix a throughput finding must lead with for the plan to run on its own: a finding whose
+# first fix is compile or CUDA graphs (launch-bound) is answered by those, not by the plan.
+BATCH_FIX = "larger-batch"
+# Caveats about the measurement, not the script (render/summary.py): never a headline here.
+_MEASUREMENT_CAVEATS = frozenset({"busy-machine"})
+# An automatic plan (apply, without --plan-batch) gets this multiple of the time the apply's
+# runs took before it; its stages (fit, check, confirmation, the ways to fit) stop where the
+# next one would overrun it. At least AUTO_MIN_BUDGET_S, so the fit and its check can run.
+AUTO_BUDGET_FACTOR = 1.0
+AUTO_MIN_BUDGET_S = 120.0
 
 
 class Runner(Protocol):
@@ -98,6 +115,22 @@ def offer(diagnosis: Diagnosis, sink: Sink) -> None:
             f"{', '.join(wanted)}: `perfdoctor profile --plan-batch` measures the peak memory "
             "and samples/s per batch size, and which batch fits and is fastest"
         )
+
+
+def auto_reason(findings: Sequence[Finding]) -> str | None:
+    """Why apply runs the batch plan without --plan-batch (one phrase), or None: the
+    headline (the top finding about the script) or a warning/critical finding is about memory
+    capacity, or leads with a larger batch as its fix."""
+    script = [f for f in findings if f.rule_id not in _MEASUREMENT_CAVEATS]
+    for rank, finding in enumerate(script):
+        where = "the headline" if rank == 0 else f"a {finding.severity} finding"
+        if rank > 0 and finding.severity not in ("warning", "critical"):
+            continue
+        if finding.rule_id in MEMORY_CAPACITY_RULES:
+            return f"{where} is about memory ({finding.rule_id})"
+        if finding.optimizations[:1] == (BATCH_FIX,):
+            return f"{where} recommends a larger batch ({finding.rule_id})"
+    return None
 
 
 def mem_available_bytes() -> int | None:
@@ -142,6 +175,30 @@ class _Planner:
         self.on_cuda = on_cuda
         self.rounds = max(1, rounds)
         self.notes: list[str] = []
+        # An automatic plan's time budget (None: --plan-batch, no budget), and what its runs
+        # took so far (the estimate of the next ones).
+        self.budget_s: float | None = None
+        self.started_at = time.monotonic()
+        self.run_s: list[float] = []
+        self.stopped: str | None = None
+
+    def afford(self, runs: int, stage: str) -> bool:
+        """Whether `runs` more runs fit the budget; if not, the plan stops and says so."""
+        if self.stopped is not None:
+            return False
+        if self.budget_s is None or runs <= 0:
+            return True
+        spent = time.monotonic() - self.started_at
+        each = statistics.median(self.run_s) if self.run_s else 0.0
+        if spent + runs * each <= self.budget_s:
+            return True
+        self.stopped = (
+            f"stopped before {stage}: {runs} more run(s) of about {each:.0f} s would overrun "
+            f"the automatic plan's budget of {self.budget_s:.0f} s ({spent:.0f} s spent; "
+            "--plan-batch runs the whole plan)"
+        )
+        self.sink.note(f"batch plan: {self.stopped}")
+        return False
 
     def run(
         self, batch: int, extra: Sequence[str] = (), *, repeat: int = 1, accumulate: int = 1
@@ -159,6 +216,7 @@ class _Planner:
             )
         else:  # the DataLoader rebuilt, at the script's own batch too (its check then holds)
             env.update({BATCH_ENV: str(batch), BATCH_FROM_ENV: str(self.knob.batch)})
+        began = time.monotonic()
         self.runner.run(
             label,
             (APPLIER, *extra),
@@ -168,6 +226,7 @@ class _Planner:
             env=env,
             profile=False,
         )
+        self.run_s.append(time.monotonic() - began)
         run_dir = rundir.child_dir(self.runner.session_dir, label, repeat)
         rel = str(run_dir.relative_to(self.runner.session_dir))
         try:
@@ -239,8 +298,12 @@ def plan_batch(
     memory_limit: int | None = None,
     want_batch: int | None = None,
     keep_effective: bool = False,
+    trigger: str = "--plan-batch",
+    budget_s: float | None = None,
 ) -> BatchPlan:
-    """Measure, fit, check, choose and confirm; writes batch_plan.json and returns it."""
+    """Measure, fit, check, choose and confirm; writes batch_plan.json and returns it.
+    `trigger`: why the plan runs (--plan-batch, or the finding that made apply run it);
+    `budget_s`: an automatic plan's time budget (its later stages are skipped past it)."""
     record = diagnosis.record
     manifest = record.manifest
     on_cuda = bool(manifest and manifest.device and manifest.device.kind == "cuda")
@@ -257,6 +320,8 @@ def plan_batch(
         recipe_note=RECIPE_NOTE,
         keep_effective_batch=keep_effective,
         wanted_batch=want_batch,
+        trigger=trigger,
+        budget_s=budget_s,
     )
     if not knob.changeable or knob.batch is None:
         sink.note(f"batch plan: {knob.why}")
@@ -267,6 +332,7 @@ def plan_batch(
     planner = _Planner(
         runner, sink, target, knob, on_cuda=on_cuda, rounds=rounds, observed=observed
     )
+    planner.budget_s = budget_s
 
     points: list[BatchPlanPoint] = []
     samples: dict[int, RunSample] = {}
@@ -298,7 +364,7 @@ def plan_batch(
         + (f"; predicted limit batch {limit_batch} ({source})" if limit_batch is not None else "")
     )
     verify = batch_fit.verification_batch(b0, [p.batch for p in points], limit_batch)
-    if verify is not None:
+    if verify is not None and planner.afford(1, "the check of the prediction"):
         batch, why = verify
         point = _point(planner, batch, "verify", samples)
         points.append(point)
@@ -347,6 +413,15 @@ def plan_batch(
             plan.accumulation_steps = batch_fit.accumulation_steps(effective, best.batch)
         _confirm(planner, plan, b0, best.batch, plan.accumulation_steps or 1)
     _fit_options(planner, plan, fit, limit, effective, points, samples)
+    confidence = batch_fit.prediction_confidence(
+        [batch_fit.MemoryPoint(p.batch, p.peak_bytes) for p in points if p.peak_bytes and _ok(p)],
+        fit,
+        plan.verify_batch,
+        plan.verify_error_frac,
+        rss=not on_cuda,
+    )
+    plan.prediction_confidence, plan.confidence_why = confidence
+    plan.stopped = planner.stopped
     if planner.notes:
         plan.notes = planner.notes
     return _save(runner.session_dir, plan)
@@ -400,6 +475,9 @@ def _confirm(planner: _Planner, plan: BatchPlan, b0: int, best: int, accumulate:
     if best == b0:
         plan.confirmation = "the script's own batch is the fastest measured within memory"
         return
+    if not planner.afford(2 * planner.rounds, "the paired confirmation"):
+        plan.confirmation = f"not confirmed: {planner.stopped}"
+        return
     base_runs: list[RunSample] = []
     best_runs: list[RunSample] = []
     for r in range(planner.rounds):
@@ -441,6 +519,8 @@ def _fit_options(
     )
     plan.wanted_batch, plan.wanted_fits = wanted, fits
     if fits:
+        return
+    if not planner.afford(5, "the ways to make the wanted batch fit"):
         return
     if at_wanted is None:
         at_wanted = _point(planner, wanted, "extra", samples)

@@ -432,6 +432,14 @@ class BatchPlan(_Record):
     accumulation_steps: int | None = None  # micro-batches per step that keep the effective
     recipe_note: str | None = None
     notes: list[str] | None = None
+    # Why the plan ran: "--plan-batch", or the finding that made apply run it on its own.
+    trigger: str | None = None
+    budget_s: float | None = None  # an automatic plan's time budget (None: no budget)
+    stopped: str | None = None  # the stage the budget stopped the plan before, and why
+    # How far the memory prediction holds (optimize/batch_fit.py prediction_confidence):
+    # "confirmed", "weak", "unreliable" or "unchecked", and why, in one sentence.
+    prediction_confidence: str | None = None
+    confidence_why: str | None = None
 
 
 # --------------------------------------------------------------------------- progress.jsonl
