@@ -440,6 +440,12 @@ class BatchPlan(_Record):
     # "confirmed", "weak", "unreliable" or "unchecked", and why, in one sentence.
     prediction_confidence: str | None = None
     confidence_why: str | None = None
+    # The check missed: the fit refitted with the check's run, and that refit checked once
+    # more at a larger batch (batch_plan._recheck).
+    refit_fixed_bytes: float | None = None
+    refit_per_sample_bytes: float | None = None
+    recheck_batch: int | None = None
+    recheck_error_frac: float | None = None  # the refit's (predicted - measured) / measured
 
 
 # --------------------------------------------------------------------------- progress.jsonl

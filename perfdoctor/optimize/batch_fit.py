@@ -209,6 +209,7 @@ def prediction_confidence(
     verify_error: float | None,
     *,
     rss: bool,
+    recheck: tuple[int | None, float | None] = (None, None),
 ) -> tuple[Confidence, str]:
     """How far the memory prediction can be trusted, and why (one sentence):
     - confirmed: a run at a batch the fit did not measure landed within the tolerance, and
@@ -217,7 +218,9 @@ def prediction_confidence(
       fixed part alone would pass), or the fit saw no growth with the batch;
     - unreliable: the check missed the tolerance; the reason says which way, and on a CPU
       names the allocator's mmap threshold when the peak grew less than linearly;
-    - unchecked: no run checked it."""
+    - unchecked: no run checked it.
+    `recheck`: the batch and error of the refitted model's own check, after a miss: within
+    the tolerance it confirms the refit, and the reason says so after the miss's."""
     if verify_batch is None or verify_error is None:
         return "unchecked", "no run at a batch the fit did not measure checked the prediction"
     measured = sorted(points, key=lambda p: p.batch)
@@ -244,6 +247,15 @@ def prediction_confidence(
                 f"{at_check}: the peak grew faster than linearly (allocator rounding or "
                 "fragmentation that grows with the tensors)"
             )
+        recheck_batch, recheck_error = recheck
+        if recheck_batch is not None and recheck_error is not None:
+            refit = (
+                f"; refitted with batch {verify_batch}, the model predicted batch "
+                f"{recheck_batch} {recheck_error:+.1%} off"
+            )
+            if abs(recheck_error) <= PREDICTION_TOLERANCE:
+                return "confirmed", f"{why}{refit}, within {PREDICTION_TOLERANCE:.0%}"
+            return "unreliable", f"{why}{refit}, beyond {PREDICTION_TOLERANCE:.0%} again"
         return "unreliable", why + "; the limit is refitted with the check's run"
     largest = max(measured, key=lambda p: p.batch, default=None)
     share = (
@@ -258,3 +270,17 @@ def prediction_confidence(
             f"{MIN_PER_SAMPLE_SHARE:.0%}): the fixed part alone would pass"
         )
     return "confirmed", f"{at_check}, within {PREDICTION_TOLERANCE:.0%}"
+
+
+def recheck_batch(
+    verify_batch: int, measured: Sequence[int], limit_batch: int | None
+) -> int | None:
+    """Where the refitted model is checked: twice the missed check's batch, or the refit's
+    limit when that is nearer (a run there must fit); None when no unmeasured batch above
+    the check is left below the limit."""
+    candidate = 2 * verify_batch
+    if limit_batch is not None:
+        candidate = min(candidate, limit_batch)
+    if candidate <= verify_batch or candidate in measured:
+        return None
+    return candidate

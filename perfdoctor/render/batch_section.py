@@ -105,6 +105,18 @@ def batch_section(report: Report) -> BatchSection | None:
             if error is not None
             else f"{checked}: the run measured no peak."
         )
+    if plan.get("recheck_batch") is not None:
+        refit = (
+            f"Refitted with the check's run: {_bytes(plan.get('refit_fixed_bytes'))} + "
+            f"{_bytes(plan.get('refit_per_sample_bytes'))} per sample; checked at batch "
+            f"{plan['recheck_batch']}"
+        )
+        again = _num(plan.get("recheck_error_frac"))
+        lines.append(
+            f"{refit}: prediction {again:+.1%} from the measured peak."
+            if again is not None
+            else f"{refit}: the run measured no peak."
+        )
     confidence = plan.get("prediction_confidence")
     if confidence:
         lines.append(f"Prediction {confidence}: {plan.get('confidence_why', '')}.")

@@ -175,3 +175,35 @@ def test_confidence_unreliable_across_the_mmap_threshold_names_the_cause() -> No
 def test_confidence_unchecked_without_a_check() -> None:
     fit = MemoryFit(100.0, 1.0, 3, 0.0)
     assert batch_fit.prediction_confidence([], fit, None, None, rss=True)[0] == "unchecked"
+
+
+def test_a_missed_check_is_refitted_and_checked_once_more() -> None:
+    # word_language_model: the first fit missed batch 80 by +19%; the refit with batch 80
+    # (424 MiB + 1.7 MiB per sample) is checked at 160, whose measured RSS peak was 726 MiB.
+    points = [
+        MemoryPoint(10, int(421.46 * MIB)),
+        MemoryPoint(20, int(461.63 * MIB)),
+        MemoryPoint(40, int(519.77 * MIB)),
+        MemoryPoint(80, int(545.66 * MIB)),
+    ]
+    first = batch_fit.fit_memory(points[:3])
+    refit = batch_fit.fit_memory(points)
+    assert first is not None and refit is not None
+    miss = batch_fit.prediction_error(first.predict(80), points[3].peak_bytes)
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], None) == 160
+    again = batch_fit.prediction_error(refit.predict(160), int(725.7 * MIB))
+    assert abs(again) < 0.15
+    level, why = batch_fit.prediction_confidence(
+        points, first, 80, miss, rss=True, recheck=(160, again)
+    )
+    assert level == "confirmed" and "mmap threshold" in why and "batch 160" in why
+    level, why = batch_fit.prediction_confidence(
+        points, first, 80, miss, rss=True, recheck=(160, 0.4)
+    )
+    assert level == "unreliable" and "beyond 15% again" in why
+
+
+def test_recheck_batch_stays_below_the_refit_limit() -> None:
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], 120) == 120
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], 80) is None  # no room above
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80, 160], None) is None  # measured

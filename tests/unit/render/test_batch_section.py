@@ -189,6 +189,10 @@ def test_an_automatic_plan_says_why_it_ran_how_far_it_got_and_how_sure_it_is() -
         "overrun the automatic plan's budget of 240 s (200 s spent; --plan-batch runs the "
         "whole plan)",
         prediction_confidence="unreliable",
+        refit_fixed_bytes=424.2 * 2**20,
+        refit_per_sample_bytes=1.7 * 2**20,
+        recheck_batch=160,
+        recheck_error_frac=-0.046,
         confidence_why="at batch 80 the prediction was off by +19.2%: the process RSS grew "
         "less than linearly",
     )
@@ -197,6 +201,8 @@ def test_an_automatic_plan_says_why_it_ran_how_far_it_got_and_how_sure_it_is() -
     text = " ".join(section.lines)
     assert text.startswith("Run by apply: the headline is about memory")
     assert "Prediction unreliable: at batch 80" in text
+    assert "Refitted with the check's run: 424.2 MiB + 1.7 MiB per sample" in text
+    assert "checked at batch 160: prediction -4.6% from the measured peak" in text
     assert "The plan stopped before the paired confirmation" in text
     markdown = render_markdown(_report(plan))
     assert "Prediction unreliable" in markdown and "Run by apply" in markdown
