@@ -475,7 +475,13 @@ def _recheck(
         [batch_fit.MemoryPoint(p.batch, p.peak_bytes) for p in points if p.peak_bytes and _ok(p)]
     )
     if final is not None and limit is not None:
-        plan.limit_batch = batch_fit.max_batch(final, limit)
+        before, plan.limit_batch = plan.limit_batch, batch_fit.max_batch(final, limit)
+        if plan.limit_batch != before:
+            planner.notes.append(
+                f"with batch {batch} too ({format_bytes(int(final.fixed_bytes))} + "
+                f"{format_bytes(int(final.per_sample_bytes))} per sample): the limit is batch "
+                f"{plan.limit_batch}"
+            )
 
 
 def _ok(point: BatchPlanPoint) -> bool:
