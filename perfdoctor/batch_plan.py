@@ -9,7 +9,9 @@ the peak), with the batch-size applier measuring the peaks (collect/appliers/bat
 2. the fit: runs at half, the script's own and double its batch; peak = fixed +
    per_sample x batch (optimize/batch_fit.py); the limit where it runs out;
 3. the check: one run at the predicted limit, or at a batch the fit did not measure;
-   the prediction against the measured peak;
+   the prediction against the measured peak; a miss beyond 15% is refitted with the
+   check's run and checked once more at twice its batch (_recheck), and the plan states
+   how far its prediction holds (batch_fit.prediction_confidence);
 4. the curve: samples/s and peak per batch; the fastest within the limit;
 5. the confirmation: the fastest against the script's batch, in paired re-runs
    alternating A B / B A, judged by the A/B machinery's estimate_speedup and
@@ -19,6 +21,10 @@ the peak), with the batch-size applier measuring the peaks (collect/appliers/bat
 6. when the wanted batch (--want-batch, else the script's) does not fit: each way to
    make it fit measured at that batch (activation checkpointing, AMP on CUDA, a fused
    optimizer), and gradient accumulation from the curve (the micro-batch's own run).
+
+It runs with --plan-batch, or on its own after the fixes of an applying session whose
+diagnosis is about memory capacity or a larger batch (auto_reason), within a budget
+(AUTO_BUDGET_FACTOR; _Planner.afford skips the stages past it); --no-plan-batch never.
 
 Everything goes to batch_plan.json (run_schema.BatchPlan); the report's batch section
 reads it (render/batch_section.py).
