@@ -9,7 +9,9 @@ the peak), with the batch-size applier measuring the peaks (collect/appliers/bat
 2. the fit: runs at half, the script's own and double its batch; peak = fixed +
    per_sample x batch (optimize/batch_fit.py); the limit where it runs out;
 3. the check: one run at the predicted limit, or at a batch the fit did not measure;
-   the prediction against the measured peak;
+   the prediction against the measured peak; a miss beyond 15% is refitted with the
+   check's run and checked once more at twice its batch (_recheck), and the plan states
+   how far its prediction holds (batch_fit.prediction_confidence);
 4. the curve: samples/s and peak per batch; the fastest within the limit;
 5. the confirmation: the fastest against the script's batch, in paired re-runs
    alternating A B / B A, judged by the A/B machinery's estimate_speedup and
@@ -20,6 +22,10 @@ the peak), with the batch-size applier measuring the peaks (collect/appliers/bat
    make it fit measured at that batch (activation checkpointing, AMP on CUDA, a fused
    optimizer), and gradient accumulation from the curve (the micro-batch's own run).
 
+It runs with --plan-batch, or on its own after the fixes of an applying session whose
+diagnosis is about memory capacity or a larger batch (auto_reason), within a budget
+(AUTO_BUDGET_FACTOR; _Planner.afford skips the stages past it); --no-plan-batch never.
+
 Everything goes to batch_plan.json (run_schema.BatchPlan); the report's batch section
 reads it (render/batch_section.py).
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +45,7 @@ from perfdoctor import rundir
 from perfdoctor.analyze.record import load_run
 from perfdoctor.analyze.run_stats import RunSample, timed_steps
 from perfdoctor.diagnose import Diagnosis
-from perfdoctor.model import RunManifest, Target
+from perfdoctor.model import Finding, RunManifest, Target
 from perfdoctor.optimize import batch_fit
 from perfdoctor.optimize.batch_knob import (
     ACCUMULATE_ENV,
@@ -65,6 +72,22 @@ RECIPE_NOTE = (
 )
 # Findings whose fixes the plan measures: offered when it was not asked for.
 PLAN_FIXES = {"larger-batch", "grad-accumulation", "activation-checkpointing"}
+# Findings about memory capacity (rules/memory.py): what fits is the plan's first question.
+# Memory growth (a leak) and allocator churn (empty_cache in the loop) are not: their fix is
+# in the script, at any batch size.
+MEMORY_CAPACITY_RULES = frozenset(
+    {"memory-near-capacity", "allocator-retries", "memory-fragmentation", "memory-underused"}
+)
+# The fix a throughput finding must lead with for the plan to run on its own: a finding whose
+# first fix is compile or CUDA graphs (launch-bound) is answered by those, not by the plan.
+BATCH_FIX = "larger-batch"
+# Caveats about the measurement, not the script (render/summary.py): never a headline here.
+_MEASUREMENT_CAVEATS = frozenset({"busy-machine"})
+# An automatic plan (apply, without --plan-batch) gets this multiple of the time the apply's
+# runs took before it; its stages (fit, check, confirmation, the ways to fit) stop where the
+# next one would overrun it. At least AUTO_MIN_BUDGET_S, so the fit and its check can run.
+AUTO_BUDGET_FACTOR = 1.0
+AUTO_MIN_BUDGET_S = 120.0
 
 
 class Runner(Protocol):
@@ -98,6 +121,22 @@ def offer(diagnosis: Diagnosis, sink: Sink) -> None:
             f"{', '.join(wanted)}: `perfdoctor profile --plan-batch` measures the peak memory "
             "and samples/s per batch size, and which batch fits and is fastest"
         )
+
+
+def auto_reason(findings: Sequence[Finding]) -> str | None:
+    """Why apply runs the batch plan without --plan-batch (one phrase), or None: the
+    headline (the top finding about the script) or a warning/critical finding is about memory
+    capacity, or leads with a larger batch as its fix."""
+    script = [f for f in findings if f.rule_id not in _MEASUREMENT_CAVEATS]
+    for rank, finding in enumerate(script):
+        where = "the headline" if rank == 0 else f"a {finding.severity} finding"
+        if rank > 0 and finding.severity not in ("warning", "critical"):
+            continue
+        if finding.rule_id in MEMORY_CAPACITY_RULES:
+            return f"{where} is about memory ({finding.rule_id})"
+        if finding.optimizations[:1] == (BATCH_FIX,):
+            return f"{where} recommends a larger batch ({finding.rule_id})"
+    return None
 
 
 def mem_available_bytes() -> int | None:
@@ -142,6 +181,30 @@ class _Planner:
         self.on_cuda = on_cuda
         self.rounds = max(1, rounds)
         self.notes: list[str] = []
+        # An automatic plan's time budget (None: --plan-batch, no budget), and what its runs
+        # took so far (the estimate of the next ones).
+        self.budget_s: float | None = None
+        self.started_at = time.monotonic()
+        self.run_s: list[float] = []
+        self.stopped: str | None = None
+
+    def afford(self, runs: int, stage: str) -> bool:
+        """Whether `runs` more runs fit the budget; if not, the plan stops and says so."""
+        if self.stopped is not None:
+            return False
+        if self.budget_s is None or runs <= 0:
+            return True
+        spent = time.monotonic() - self.started_at
+        each = statistics.median(self.run_s) if self.run_s else 0.0
+        if spent + runs * each <= self.budget_s:
+            return True
+        self.stopped = (
+            f"stopped before {stage}: {runs} more run(s) of about {each:.0f} s would overrun "
+            f"the automatic plan's budget of {self.budget_s:.0f} s ({spent:.0f} s spent; "
+            "--plan-batch runs the whole plan)"
+        )
+        self.sink.note(f"batch plan: {self.stopped}")
+        return False
 
     def run(
         self, batch: int, extra: Sequence[str] = (), *, repeat: int = 1, accumulate: int = 1
@@ -159,6 +222,7 @@ class _Planner:
             )
         else:  # the DataLoader rebuilt, at the script's own batch too (its check then holds)
             env.update({BATCH_ENV: str(batch), BATCH_FROM_ENV: str(self.knob.batch)})
+        began = time.monotonic()
         self.runner.run(
             label,
             (APPLIER, *extra),
@@ -168,6 +232,7 @@ class _Planner:
             env=env,
             profile=False,
         )
+        self.run_s.append(time.monotonic() - began)
         run_dir = rundir.child_dir(self.runner.session_dir, label, repeat)
         rel = str(run_dir.relative_to(self.runner.session_dir))
         try:
@@ -239,8 +304,12 @@ def plan_batch(
     memory_limit: int | None = None,
     want_batch: int | None = None,
     keep_effective: bool = False,
+    trigger: str = "--plan-batch",
+    budget_s: float | None = None,
 ) -> BatchPlan:
-    """Measure, fit, check, choose and confirm; writes batch_plan.json and returns it."""
+    """Measure, fit, check, choose and confirm; writes batch_plan.json and returns it.
+    `trigger`: why the plan runs (--plan-batch, or the finding that made apply run it);
+    `budget_s`: an automatic plan's time budget (its later stages are skipped past it)."""
     record = diagnosis.record
     manifest = record.manifest
     on_cuda = bool(manifest and manifest.device and manifest.device.kind == "cuda")
@@ -257,6 +326,8 @@ def plan_batch(
         recipe_note=RECIPE_NOTE,
         keep_effective_batch=keep_effective,
         wanted_batch=want_batch,
+        trigger=trigger,
+        budget_s=budget_s,
     )
     if not knob.changeable or knob.batch is None:
         sink.note(f"batch plan: {knob.why}")
@@ -267,6 +338,7 @@ def plan_batch(
     planner = _Planner(
         runner, sink, target, knob, on_cuda=on_cuda, rounds=rounds, observed=observed
     )
+    planner.budget_s = budget_s
 
     points: list[BatchPlanPoint] = []
     samples: dict[int, RunSample] = {}
@@ -298,7 +370,7 @@ def plan_batch(
         + (f"; predicted limit batch {limit_batch} ({source})" if limit_batch is not None else "")
     )
     verify = batch_fit.verification_batch(b0, [p.batch for p in points], limit_batch)
-    if verify is not None:
+    if verify is not None and planner.afford(1, "the check of the prediction"):
         batch, why = verify
         point = _point(planner, batch, "verify", samples)
         points.append(point)
@@ -331,6 +403,14 @@ def plan_batch(
                 f"{format_bytes(int(refit.per_sample_bytes))} per sample): the limit is "
                 f"batch {plan.limit_batch}; {before}"
             )
+    error = plan.verify_error_frac
+    if (
+        refit is not None
+        and refit.points > fit.points
+        and error is not None
+        and abs(error) > batch_fit.PREDICTION_TOLERANCE
+    ):
+        _recheck(planner, plan, refit, limit, points, samples)
     points.sort(key=lambda p: p.batch)
     plan.curve = points
     effective = want_batch or b0
@@ -347,9 +427,67 @@ def plan_batch(
             plan.accumulation_steps = batch_fit.accumulation_steps(effective, best.batch)
         _confirm(planner, plan, b0, best.batch, plan.accumulation_steps or 1)
     _fit_options(planner, plan, fit, limit, effective, points, samples)
+    confidence = batch_fit.prediction_confidence(
+        [batch_fit.MemoryPoint(p.batch, p.peak_bytes) for p in points if p.peak_bytes and _ok(p)],
+        fit,
+        plan.verify_batch,
+        plan.verify_error_frac,
+        rss=not on_cuda,
+        recheck=(plan.recheck_batch, plan.recheck_error_frac),
+    )
+    plan.prediction_confidence, plan.confidence_why = confidence
+    plan.stopped = planner.stopped
     if planner.notes:
         plan.notes = planner.notes
     return _save(runner.session_dir, plan)
+
+
+def _recheck(
+    planner: _Planner,
+    plan: BatchPlan,
+    refit: batch_fit.MemoryFit,
+    limit: int | None,
+    points: list[BatchPlanPoint],
+    samples: dict[int, RunSample],
+) -> None:
+    """The check missed: the refit with its run is checked once more, at a larger batch
+    (batch_fit.recheck_batch), so the plan says whether the refitted model holds instead of
+    trusting a line through a point it was made to pass near. On a CPU the first fit can
+    miss where the batch's largest tensors cross glibc's mmap threshold; beyond it the RSS
+    is linear again (benchmarks/README.md, word_language_model)."""
+    if plan.verify_batch is None:
+        return
+    limit_batch = batch_fit.max_batch(refit, limit) if limit is not None else None
+    batch = batch_fit.recheck_batch(plan.verify_batch, [p.batch for p in points], limit_batch)
+    if batch is None or not planner.afford(1, "the check of the refitted model"):
+        return
+    point = _point(planner, batch, "recheck", samples)
+    point.predicted_bytes = refit.predict(batch)
+    points.append(point)
+    plan.refit_fixed_bytes, plan.refit_per_sample_bytes = (
+        refit.fixed_bytes,
+        refit.per_sample_bytes,
+    )
+    plan.recheck_batch = batch
+    if not (point.peak_bytes and _ok(point)):
+        return
+    plan.recheck_error_frac = batch_fit.prediction_error(point.predicted_bytes, point.peak_bytes)
+    planner.sink.note(
+        f"batch plan: refitted with batch {plan.verify_batch}, batch {batch} predicted "
+        f"{format_bytes(int(point.predicted_bytes))}, measured "
+        f"{format_bytes(point.peak_bytes)} ({plan.recheck_error_frac:+.1%})"
+    )
+    final = batch_fit.fit_memory(
+        [batch_fit.MemoryPoint(p.batch, p.peak_bytes) for p in points if p.peak_bytes and _ok(p)]
+    )
+    if final is not None and limit is not None:
+        before, plan.limit_batch = plan.limit_batch, batch_fit.max_batch(final, limit)
+        if plan.limit_batch != before:
+            planner.notes.append(
+                f"with batch {batch} too ({format_bytes(int(final.fixed_bytes))} + "
+                f"{format_bytes(int(final.per_sample_bytes))} per sample): the limit is batch "
+                f"{plan.limit_batch}"
+            )
 
 
 def _ok(point: BatchPlanPoint) -> bool:
@@ -400,6 +538,9 @@ def _confirm(planner: _Planner, plan: BatchPlan, b0: int, best: int, accumulate:
     if best == b0:
         plan.confirmation = "the script's own batch is the fastest measured within memory"
         return
+    if not planner.afford(2 * planner.rounds, "the paired confirmation"):
+        plan.confirmation = f"not confirmed: {planner.stopped}"
+        return
     base_runs: list[RunSample] = []
     best_runs: list[RunSample] = []
     for r in range(planner.rounds):
@@ -441,6 +582,8 @@ def _fit_options(
     )
     plan.wanted_batch, plan.wanted_fits = wanted, fits
     if fits:
+        return
+    if not planner.afford(5, "the ways to make the wanted batch fit"):
         return
     if at_wanted is None:
         at_wanted = _point(planner, wanted, "extra", samples)

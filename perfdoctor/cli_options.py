@@ -93,7 +93,7 @@ class ProfileArgs:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
-    plan_batch: bool = False
+    plan_batch: bool | None = None
     memory_limit: str | None = None
     want_batch: int | None = None
     keep_effective_batch: bool = False
@@ -346,13 +346,14 @@ def profile_options(
         ),
     ] = None,
     plan_batch: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--plan-batch",
+            "--plan-batch/--no-plan-batch",
             help="Measure peak memory and samples/s per batch size: which batch fits, "
-            "which is fastest.",
+            "which is fastest. Default: apply runs it, within a time budget, when the "
+            "diagnosis is about memory or a larger batch; --no-plan-batch never.",
         ),
-    ] = False,
+    ] = None,
     memory_limit: Annotated[
         str | None,
         typer.Option(

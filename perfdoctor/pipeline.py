@@ -104,7 +104,9 @@ class ProfileOptions:
     in_process: bool = True
     ab_budget_s: float = 60.0
     # --plan-batch (batch_plan.py): peak memory and samples/s per batch size, after the rest.
-    plan_batch: bool = False
+    # None: apply runs it on its own when a finding is about memory or a larger batch
+    # (batch_plan.auto_reason), within a budget; False (--no-plan-batch): never.
+    plan_batch: bool | None = None
     memory_limit_bytes: int | None = None  # --memory-limit: the peak the plan may reach
     want_batch: int | None = None  # --want-batch: the batch the user wants to fit
     keep_effective_batch: bool = False  # --keep-effective-batch
@@ -272,17 +274,31 @@ def _plan_batch(
     runner: _Runner, baseline: RunManifest, diagnosis: diagnose.Diagnosis | None = None
 ) -> None:
     """--plan-batch after everything else (its runs come after the A/B rounds, so they pair
-    with nothing); without it, a finding of an applying session that the plan addresses is
-    pointed at it."""
+    with nothing). Without it, an applying session runs the plan on its own when the
+    diagnosis is about memory or a larger batch (batch_plan.auto_reason), within a budget of
+    the time the apply took (batch_plan.AUTO_BUDGET_FACTOR); --no-plan-batch turns that off,
+    and any other finding the plan addresses is only pointed at it."""
     from perfdoctor import batch_plan
 
     options = runner.options
     if baseline.status in FAILED_STATUSES or baseline.steps_seen == 0:
         return
+    trigger, budget_s = "--plan-batch", None
     if not options.plan_batch:
-        if diagnosis is not None:
-            batch_plan.offer(diagnosis, runner.sink)
-        return
+        reason = batch_plan.auto_reason(diagnosis.findings) if diagnosis is not None else None
+        if options.plan_batch is False or diagnosis is None or reason is None:
+            if diagnosis is not None:
+                batch_plan.offer(diagnosis, runner.sink)
+            return
+        trigger = f"apply: {reason}"
+        budget_s = max(
+            batch_plan.AUTO_MIN_BUDGET_S,
+            batch_plan.AUTO_BUDGET_FACTOR * (time.monotonic() - runner.created),
+        )
+        runner.sink.note(
+            f"batch plan: {reason}; measuring batch sizes within {budget_s:.0f}s "
+            "(--no-plan-batch skips it)"
+        )
     diagnosis = diagnosis or diagnose.diagnose_session(runner.session_dir)
     batch_plan.plan_batch(
         runner,
@@ -294,6 +310,8 @@ def _plan_batch(
         memory_limit=options.memory_limit_bytes,
         want_batch=options.want_batch,
         keep_effective=options.keep_effective_batch,
+        trigger=trigger,
+        budget_s=budget_s,
     )
 
 
@@ -431,6 +449,7 @@ class _Runner:
         self.session = session
         self.sink = sink
         self.started = 0
+        self.created = time.monotonic()  # the session's start: what apply has taken so far
         self.baseline_repeats = 0
         self.current_run: str | None = None  # the child run in progress, relative to the session
         # Sizings measured from the baseline, by optimization id (the catalog entry's sizing

@@ -432,6 +432,20 @@ class BatchPlan(_Record):
     accumulation_steps: int | None = None  # micro-batches per step that keep the effective
     recipe_note: str | None = None
     notes: list[str] | None = None
+    # Why the plan ran: "--plan-batch", or the finding that made apply run it on its own.
+    trigger: str | None = None
+    budget_s: float | None = None  # an automatic plan's time budget (None: no budget)
+    stopped: str | None = None  # the stage the budget stopped the plan before, and why
+    # How far the memory prediction holds (optimize/batch_fit.py prediction_confidence):
+    # "confirmed", "weak", "unreliable" or "unchecked", and why, in one sentence.
+    prediction_confidence: str | None = None
+    confidence_why: str | None = None
+    # The check missed: the fit refitted with the check's run, and that refit checked once
+    # more at a larger batch (batch_plan._recheck).
+    refit_fixed_bytes: float | None = None
+    refit_per_sample_bytes: float | None = None
+    recheck_batch: int | None = None
+    recheck_error_frac: float | None = None  # the refit's (predicted - measured) / measured
 
 
 # --------------------------------------------------------------------------- progress.jsonl

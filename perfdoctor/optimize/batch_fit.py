@@ -19,9 +19,11 @@ may still train faster.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 # Device memory kept free on CUDA: the context and library workspaces are not in torch's
 # reserved figure (about 300-600 MiB on an H100 with cuBLAS and cuDNN loaded).
@@ -184,3 +186,101 @@ def accumulation_steps(effective: int, micro: int) -> int | None:
     if micro <= 0 or effective % micro:
         return None
     return effective // micro
+
+
+# The per-sample part must reach this share of the peak at the largest measured batch for
+# a check within PREDICTION_TOLERANCE to say something about it: below it the fixed part
+# alone would pass (tabular_mlp_debug.py: 3% at batch 1024, benchmarks/README.md).
+MIN_PER_SAMPLE_SHARE = 0.15
+# glibc's largest dynamic mmap threshold on 64-bit Linux (DEFAULT_MMAP_THRESHOLD_MAX,
+# 4 MiB x sizeof(long)): allocations above it are mapped and returned to the system when
+# freed; below it, after a first such free, they come from the heap, whose freed chunks stay
+# resident. The process RSS is not linear in the batch across it (benchmarks/README.md,
+# word_language_model: with the threshold pinned by MALLOC_MMAP_THRESHOLD_ it is).
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 2**20
+
+Confidence = Literal["confirmed", "weak", "unreliable", "unchecked"]
+
+
+def prediction_confidence(
+    points: Sequence[MemoryPoint],
+    fit: MemoryFit,
+    verify_batch: int | None,
+    verify_error: float | None,
+    *,
+    rss: bool,
+    recheck: tuple[int | None, float | None] = (None, None),
+) -> tuple[Confidence, str]:
+    """How far the memory prediction can be trusted, and why (one sentence):
+    - confirmed: a run at a batch the fit did not measure landed within the tolerance, and
+      the per-sample part is large enough for that to mean something;
+    - weak: within the tolerance, but the per-sample part is small beside the process (the
+      fixed part alone would pass), or the fit saw no growth with the batch;
+    - unreliable: the check missed the tolerance; the reason says which way, and on a CPU
+      names the allocator's mmap threshold when the peak grew less than linearly;
+    - unchecked: no run checked it.
+    `recheck`: the batch and error of the refitted model's own check, after a miss: within
+    the tolerance it confirms the refit, and the reason says so after the miss's."""
+    if verify_batch is None or verify_error is None:
+        return "unchecked", "no run at a batch the fit did not measure checked the prediction"
+    measured = sorted(points, key=lambda p: p.batch)
+    at_check = f"at batch {verify_batch} the prediction was off by {verify_error:+.1%}"
+    if abs(verify_error) > PREDICTION_TOLERANCE:
+        falls = [
+            (a.batch, b.batch)
+            for a, b in itertools.pairwise(measured)
+            if b.peak_bytes < a.peak_bytes
+        ]
+        fell = f"; the peak fell from batch {falls[0][0]} to {falls[0][1]}" if falls else ""
+        if verify_error > 0 and rss:
+            why = (
+                f"{at_check}{fell}: the process RSS grew less than linearly. glibc returns "
+                f"allocations above its mmap threshold (dynamic, at most "
+                f"{GLIBC_MMAP_THRESHOLD_MAX // 2**20} MiB) to the system when freed, while "
+                "smaller ones stay in the heap: where the batch's largest tensors cross it, "
+                "the peak drops below the line through smaller batches"
+            )
+        elif verify_error > 0:
+            why = f"{at_check}{fell}: the peak grew less than linearly with the batch"
+        else:
+            why = (
+                f"{at_check}: the peak grew faster than linearly (allocator rounding or "
+                "fragmentation that grows with the tensors)"
+            )
+        recheck_batch, recheck_error = recheck
+        if recheck_batch is not None and recheck_error is not None:
+            refit = (
+                f"; refitted with batch {verify_batch}, the model predicted batch "
+                f"{recheck_batch} {recheck_error:+.1%} off"
+            )
+            if abs(recheck_error) <= PREDICTION_TOLERANCE:
+                return "confirmed", f"{why}{refit}, within {PREDICTION_TOLERANCE:.0%}"
+            return "unreliable", f"{why}{refit}, beyond {PREDICTION_TOLERANCE:.0%} again"
+        return "unreliable", why + "; the limit is refitted with the check's run"
+    largest = max(measured, key=lambda p: p.batch, default=None)
+    share = (
+        fit.per_sample_bytes * largest.batch / largest.peak_bytes
+        if largest is not None and largest.peak_bytes
+        else 0.0
+    )
+    if fit.per_sample_bytes <= 0 or share < MIN_PER_SAMPLE_SHARE:
+        return "weak", (
+            f"{at_check}, within {PREDICTION_TOLERANCE:.0%}, but the per-sample part is "
+            f"{share:.0%} of the peak at batch {largest.batch if largest else '?'} (under "
+            f"{MIN_PER_SAMPLE_SHARE:.0%}): the fixed part alone would pass"
+        )
+    return "confirmed", f"{at_check}, within {PREDICTION_TOLERANCE:.0%}"
+
+
+def recheck_batch(
+    verify_batch: int, measured: Sequence[int], limit_batch: int | None
+) -> int | None:
+    """Where the refitted model is checked: twice the missed check's batch, or the refit's
+    limit when that is nearer (a run there must fit); None when no unmeasured batch above
+    the check is left below the limit."""
+    candidate = 2 * verify_batch
+    if limit_batch is not None:
+        candidate = min(candidate, limit_batch)
+    if candidate <= verify_batch or candidate in measured:
+        return None
+    return candidate

@@ -69,7 +69,11 @@ def batch_section(report: Report) -> BatchSection | None:
     plan = (report.series or {}).get("batch_plan")
     if not isinstance(plan, Mapping):
         return None
-    lines = [f"Batch size: {plan.get('knob_detail', '')}."]
+    lines = []
+    trigger = plan.get("trigger")
+    if isinstance(trigger, str) and trigger != "--plan-batch":
+        lines.append(f"Run by {trigger}.")
+    lines.append(f"Batch size: {plan.get('knob_detail', '')}.")
     b0 = plan.get("script_batch")
     if plan.get("knob") == "none":
         return BatchSection(tuple(lines), (), (), str(plan.get("recipe_note", "")), (), None, None)
@@ -101,6 +105,23 @@ def batch_section(report: Report) -> BatchSection | None:
             if error is not None
             else f"{checked}: the run measured no peak."
         )
+    if plan.get("recheck_batch") is not None:
+        refit = (
+            f"Refitted with the check's run: {_bytes(plan.get('refit_fixed_bytes'))} + "
+            f"{_bytes(plan.get('refit_per_sample_bytes'))} per sample; checked at batch "
+            f"{plan['recheck_batch']}"
+        )
+        again = _num(plan.get("recheck_error_frac"))
+        lines.append(
+            f"{refit}: prediction {again:+.1%} from the measured peak."
+            if again is not None
+            else f"{refit}: the run measured no peak."
+        )
+    confidence = plan.get("prediction_confidence")
+    if confidence:
+        lines.append(f"Prediction {confidence}: {plan.get('confidence_why', '')}.")
+    if plan.get("stopped"):
+        lines.append(f"The plan {plan['stopped']}.")
     if plan.get("best_batch") is not None:
         line = f"Fastest within memory: batch {plan['best_batch']} (the script's: {b0})"
         if plan.get("accumulation_steps"):

@@ -42,6 +42,9 @@ def test_plan_batch_fits_checks_and_confirms(tmp_path: Path) -> None:
     assert plan["per_sample_bytes"] > 3 * 2**20
     # The check at a batch the fit did not measure is within the 15%.
     assert plan["verify_batch"] == 64 and abs(plan["verify_error_frac"]) < 0.15
+    # ... and the plan says so: the per-sample part is most of the peak, so it counts.
+    assert plan["prediction_confidence"] == "confirmed", plan["confidence_why"]
+    assert plan["trigger"] == "--plan-batch" and plan.get("recheck_batch") is None
     assert plan["best_batch"] in batches
     if plan["best_batch"] != 16:
         assert plan["confirmation"].split(":")[0] in ("accepted", "rejected")

@@ -306,3 +306,24 @@ def test_report_on_a_diagnose_output_says_what_it_is(tmp_path: Path) -> None:
     result = invoke("report", str(tmp_path))
     assert result.exit_code == errors.EXIT_BAD_RUN_DIR, result.output
     assert "perfdoctor diagnose" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [((), None), (("--plan-batch",), True), (("--no-plan-batch",), False)],
+)
+def test_plan_batch_is_automatic_unless_asked_for_or_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: tuple[str, ...], expected: bool | None
+) -> None:
+    # None: apply runs the plan when the diagnosis calls for it (pipeline._plan_batch).
+    seen = []
+
+    def fake_profile(options, _sink):  # stops before any run: only the options matter
+        seen.append(options.plan_batch)
+        raise errors.TargetNotFound("stop here")
+
+    monkeypatch.setattr("perfdoctor.pipeline.profile", fake_profile)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("profile", *given, "train.py")
+    assert result.exit_code == errors.EXIT_TARGET_NOT_FOUND, result.output
+    assert seen == [expected]

@@ -113,3 +113,97 @@ def test_keep_effective_batch_only_takes_divisors() -> None:
     assert best is not None and best.batch == 64
     assert batch_fit.accumulation_steps(64, 16) == 4
     assert batch_fit.accumulation_steps(64, 48) is None
+
+
+def _fit_and_check(
+    points: list[MemoryPoint], check: MemoryPoint
+) -> tuple[batch_fit.Confidence, str]:
+    fit = batch_fit.fit_memory(points)
+    assert fit is not None
+    error = batch_fit.prediction_error(fit.predict(check.batch), check.peak_bytes)
+    return batch_fit.prediction_confidence([*points, check], fit, check.batch, error, rss=True)
+
+
+def test_confidence_confirmed_when_the_check_lands_and_the_slope_matters() -> None:
+    # gpt_char_lm.py: the per-sample part is ~half the peak at 64; batch 128 within 0.3%.
+    points = [
+        MemoryPoint(16, 389_730_304),
+        MemoryPoint(32, 437_895_168),
+        MemoryPoint(64, 534_413_312),
+    ]
+    level, why = _fit_and_check(points, MemoryPoint(128, 729_485_312))
+    assert level == "confirmed" and "within 15%" in why
+
+
+def test_confidence_weak_when_the_fixed_part_alone_would_pass() -> None:
+    # tabular_mlp_debug.py: 12 KiB per sample beside ~350 MiB of process.
+    points = [
+        MemoryPoint(128, 346 * MIB + 1_500_000),
+        MemoryPoint(256, 346 * MIB + 3_100_000),
+        MemoryPoint(512, 346 * MIB + 6_200_000),
+    ]
+    level, why = _fit_and_check(points, MemoryPoint(1024, 353 * MIB))
+    assert level == "weak" and "fixed part alone" in why
+
+
+def test_confidence_unreliable_across_the_mmap_threshold_names_the_cause() -> None:
+    # word_language_model (pytorch/examples) on this CPU: linear over 10/20/40, then batch
+    # 80's largest tensors (41 MB) cross glibc's 32 MiB mmap threshold (benchmarks/README.md).
+    points = [
+        MemoryPoint(10, int(421.46 * MIB)),
+        MemoryPoint(20, int(461.63 * MIB)),
+        MemoryPoint(40, int(519.77 * MIB)),
+    ]
+    level, why = _fit_and_check(points, MemoryPoint(80, int(545.66 * MIB)))
+    assert level == "unreliable" and "less than linearly" in why and "mmap threshold" in why
+    # The earlier session, where batch 80 peaked below batch 40: the fall is named too.
+    level, why = _fit_and_check(
+        [MemoryPoint(10, int(400.5 * MIB)), MemoryPoint(20, int(448.3 * MIB)),
+         MemoryPoint(40, int(563.3 * MIB))],
+        MemoryPoint(80, int(539.9 * MIB)),
+    )  # fmt: skip
+    assert level == "unreliable" and "fell from batch 40 to 80" in why
+    # On CUDA the RSS reasoning does not apply.
+    fit = batch_fit.fit_memory(points)
+    assert fit is not None
+    level, why = batch_fit.prediction_confidence(points, fit, 80, 0.3, rss=False)
+    assert level == "unreliable" and "mmap" not in why
+    level, why = batch_fit.prediction_confidence(points, fit, 80, -0.3, rss=False)
+    assert level == "unreliable" and "faster than linearly" in why
+
+
+def test_confidence_unchecked_without_a_check() -> None:
+    fit = MemoryFit(100.0, 1.0, 3, 0.0)
+    assert batch_fit.prediction_confidence([], fit, None, None, rss=True)[0] == "unchecked"
+
+
+def test_a_missed_check_is_refitted_and_checked_once_more() -> None:
+    # word_language_model: the first fit missed batch 80 by +19%; the refit with batch 80
+    # (424 MiB + 1.7 MiB per sample) is checked at 160, whose measured RSS peak was 726 MiB.
+    points = [
+        MemoryPoint(10, int(421.46 * MIB)),
+        MemoryPoint(20, int(461.63 * MIB)),
+        MemoryPoint(40, int(519.77 * MIB)),
+        MemoryPoint(80, int(545.66 * MIB)),
+    ]
+    first = batch_fit.fit_memory(points[:3])
+    refit = batch_fit.fit_memory(points)
+    assert first is not None and refit is not None
+    miss = batch_fit.prediction_error(first.predict(80), points[3].peak_bytes)
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], None) == 160
+    again = batch_fit.prediction_error(refit.predict(160), int(725.7 * MIB))
+    assert abs(again) < 0.15
+    level, why = batch_fit.prediction_confidence(
+        points, first, 80, miss, rss=True, recheck=(160, again)
+    )
+    assert level == "confirmed" and "mmap threshold" in why and "batch 160" in why
+    level, why = batch_fit.prediction_confidence(
+        points, first, 80, miss, rss=True, recheck=(160, 0.4)
+    )
+    assert level == "unreliable" and "beyond 15% again" in why
+
+
+def test_recheck_batch_stays_below_the_refit_limit() -> None:
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], 120) == 120
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80], 80) is None  # no room above
+    assert batch_fit.recheck_batch(80, [10, 20, 40, 80, 160], None) is None  # measured

@@ -179,3 +179,33 @@ def test_an_unconfirmed_batch_is_not_recommended() -> None:
         confirmation="rejected: samples/s within noise: 0.99x ± 0.36", recommended_batch=32
     )
     assert "Recommended: keep batch 32" in render_markdown(_report(plan))
+
+
+def test_an_automatic_plan_says_why_it_ran_how_far_it_got_and_how_sure_it_is() -> None:
+    plan = _plan(
+        trigger="apply: the headline is about memory (memory-near-capacity)",
+        budget_s=240.0,
+        stopped="stopped before the paired confirmation: 4 more run(s) of about 30 s would "
+        "overrun the automatic plan's budget of 240 s (200 s spent; --plan-batch runs the "
+        "whole plan)",
+        prediction_confidence="unreliable",
+        refit_fixed_bytes=424.2 * 2**20,
+        refit_per_sample_bytes=1.7 * 2**20,
+        recheck_batch=160,
+        recheck_error_frac=-0.046,
+        confidence_why="at batch 80 the prediction was off by +19.2%: the process RSS grew "
+        "less than linearly",
+    )
+    section = batch_section(_report(plan))
+    assert section is not None
+    text = " ".join(section.lines)
+    assert text.startswith("Run by apply: the headline is about memory")
+    assert "Prediction unreliable: at batch 80" in text
+    assert "Refitted with the check's run: 424.2 MiB + 1.7 MiB per sample" in text
+    assert "checked at batch 160: prediction -4.6% from the measured peak" in text
+    assert "The plan stopped before the paired confirmation" in text
+    markdown = render_markdown(_report(plan))
+    assert "Prediction unreliable" in markdown and "Run by apply" in markdown
+    # --plan-batch itself is not announced.
+    plain = batch_section(_report(_plan(trigger="--plan-batch")))
+    assert plain is not None and not plain.lines[0].startswith("Run by")
