@@ -48,11 +48,11 @@ _REPORT = (
     "import json as _pdj, statistics as _pds\n"
     "def _pd_report(rows, skip):\n"
     "    rows = rows[skip:]\n"
-    "    print({tag!r} + _pdj.dumps({{'steps': len(rows),"
+    f"    print({RESULT_TAG!r} + _pdj.dumps({{'steps': len(rows),"
     " 'step_ms': _pds.median(r[0] for r in rows) * 1e3,"
     " 'wait_ms': _pds.median(r[1] for r in rows) * 1e3,"
-    " 'mean_step_ms': _pds.fmean(r[0] for r in rows) * 1e3}}), flush=True)\n"
-).format(tag=RESULT_TAG)
+    " 'mean_step_ms': _pds.fmean(r[0] for r in rows) * 1e3}), flush=True)\n"
+)
 
 # Memoise __getitem__: every item built at the first call (in step 0, which is skipped),
 # then returned from a list.
@@ -157,8 +157,17 @@ def _makemore(kind: str) -> Script:
         names_file("names.txt"),
         patch_makemore,
         ".",
-        lambda w, n: ["makemore.py", "-i", "names.txt", "--max-steps", str(n), "--type", kind,
-                      "--num-workers", str(w)],  # fmt: skip
+        lambda w, n: [
+            "makemore.py",
+            "-i",
+            "names.txt",
+            "--max-steps",
+            str(n),
+            "--type",
+            kind,
+            "--num-workers",
+            str(w),
+        ],
     )
 
 
@@ -173,8 +182,12 @@ SCRIPTS = (
         None,
         lambda t, m, s: patch_mingpt(t, "projects/adder/adder.py", m, s),
         ".",
-        lambda w, n: ["projects/adder/adder.py", f"--trainer.max_iters={n}",
-                      "--system.work_dir=out", f"--trainer.num_workers={w}"],  # fmt: skip
+        lambda w, n: [
+            "projects/adder/adder.py",
+            f"--trainer.max_iters={n}",
+            "--system.work_dir=out",
+            f"--trainer.num_workers={w}",
+        ],
         pythonpath=".",
     ),
     Script(
@@ -183,9 +196,15 @@ SCRIPTS = (
         text_file("projects/chargpt/input.txt"),
         lambda t, m, s: patch_mingpt(t, "projects/chargpt/chargpt.py", m, s),
         "projects/chargpt",
-        lambda w, n: ["chargpt.py", f"--trainer.max_iters={n}", "--system.work_dir=out",
-                      "--model.model_type=gpt-nano", "--data.block_size=64",
-                      "--trainer.batch_size=16", f"--trainer.num_workers={w}"],  # fmt: skip
+        lambda w, n: [
+            "chargpt.py",
+            f"--trainer.max_iters={n}",
+            "--system.work_dir=out",
+            "--model.model_type=gpt-nano",
+            "--data.block_size=64",
+            "--trainer.batch_size=16",
+            f"--trainer.num_workers={w}",
+        ],
         pythonpath="../..",
     ),
 )
