@@ -172,7 +172,6 @@ def _makemore(kind: str) -> Script:
 
 
 SCRIPTS = (
-    _makemore("transformer"),
     _makemore("rnn"),
     _makemore("mlp"),
     _makemore("bow"),
@@ -207,6 +206,7 @@ SCRIPTS = (
         ],
         pythonpath="../..",
     ),
+    _makemore("transformer"),
 )
 
 VARIANTS = {"w4": (4, False), "w1": (1, False), "w0": (0, False), "w0-memo": (0, True)}

@@ -23,6 +23,9 @@ from perfdoctor.rules.measurement import BUSY_MACHINE
 THREADS_BELOW_CORES = "cpu-threads-below-cores"
 CPU_OVERSUBSCRIBED = "cpu-oversubscribed"
 WORKERS_EXCEED_CORES = "dataloader-workers-exceed-cores"
+# The count advised (and tried by the dataloader-workers re-run, optimize/sizing.py
+# fewer_workers) for a script whose own workers leave the training process no core.
+FEWER_WORKERS_TARGET = 0
 
 
 def _compute_cores(facts: Facts) -> tuple[int, int, int]:
@@ -173,10 +176,16 @@ def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     room = usable - int(t["main_process_cores"])
     if workers <= room:
         return None
-    fits = max(1, room)
+    fits = FEWER_WORKERS_TARGET
     threads = num(facts, "torch_num_threads")
     beside = f" beside {threads:.0f} intra-op thread(s)" if threads is not None else ""
     who = "the thread that launches the GPU's kernels" if is_cuda(facts) else "the training"
+    change = (
+        "num_workers=0 loads in the training process, with no worker to hand batches over"
+        if fits == 0
+        else f"num_workers={fits} with torch.set_num_threads({max(1, usable - fits)}) keeps "
+        "workers plus threads within the cores"
+    )
     return Finding(
         rule_id=WORKERS_EXCEED_CORES,
         severity="info",
@@ -185,9 +194,8 @@ def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
             f"The script's DataLoader runs {workers:.0f} worker processes{beside} on {usable} "
             f"usable core(s) (the smaller of physical and logical cores, this rank's share), "
             f"which leaves the training process no core of its own: busy workers preempt "
-            f"{who}. num_workers={fits} with torch.set_num_threads({max(1, usable - fits)}) "
-            "keeps workers plus threads within the cores; the applier leaves the script's "
-            "own num_workers as it is, so this change is by hand."
+            f"{who}. {change}; the dataloader-workers re-run lowers the script's count to "
+            "measure it."
         ),
         evidence=(
             ev("dataloader_num_workers", int(workers), room, ">", note=f"{usable} usable cores"),

@@ -17,6 +17,7 @@ from perfdoctor.rules.base import (
     severity_for_gain,
     where,
 )
+from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET, _compute_cores
 from perfdoctor.rules.machine_load import contention, load_sentence
 
 INPUT_BOUND = "input-bound"
@@ -49,6 +50,53 @@ def _settings_line(facts: Facts) -> str:
     return f" The DataLoader{at} runs with " + ", ".join(parts) + "."
 
 
+# Library frames of a batch's hand-off from a worker process to the training process: the
+# pipe, the tensors' shared-memory file descriptors passed over a socket, their rebuild.
+_HANDOFF_FILES = (
+    "multiprocessing/connection.py",
+    "multiprocessing/reduction.py",
+    "multiprocessing/resource_sharer.py",
+    "multiprocessing/queues.py",
+    "torch/multiprocessing/reductions.py",
+    "torch/_utils.py",
+)
+
+
+def handoff_share(facts: Facts) -> float | None:
+    """The share of the data wait spent in the hand-off of batches from the workers (the
+    trace's top data-loading lines in _HANDOFF_FILES: a lower bound), or None without lines."""
+    locs = facts.locations.get("data_loading", ())
+    shares = [loc for loc in locs if loc.share is not None]
+    if not shares:
+        return None
+    return sum(loc.share or 0.0 for loc in shares if loc.file.endswith(_HANDOFF_FILES))
+
+
+def _handoff_advice(facts: Facts, workers: float, room: int, handoff: float | None) -> str:
+    """The wait of a loader whose workers leave the training process no core: the hand-off."""
+    cores = room + 1
+    named = (
+        f" ({pct(handoff)} of the wait in multiprocessing's pipe and file-descriptor passing "
+        "and the tensors' rebuild)"
+        if handoff
+        else ""
+    )
+    return (
+        f"Its {workers:.0f} workers on {cores} usable core(s) leave the training process no "
+        "core of its own, so what each step waits for is the hand-off of a batch from a "
+        f"worker{named}: pickling, each tensor's shared memory passed as a file descriptor "
+        "over a socket, and workers scheduled beside the training threads. More workers add "
+        "to that; a cheaper __getitem__ does not remove it. Fewer workers are the change to "
+        f"measure: num_workers={FEWER_WORKERS_TARGET} loads in the training process with no "
+        "hand-off at all (the dataloader-workers re-run lowers the script's count)."
+    )
+
+
+def _usable_cores(facts: Facts) -> int:
+    usable, _, _ = _compute_cores(facts)
+    return usable
+
+
 def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     wait = num(facts, "data_wait_frac")
     if wait is None or wait <= t["warning_frac"]:
@@ -64,7 +112,17 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     optimizations: list[str] = []
     advice: str
     busy = contention(facts)
-    if busy is not None:
+    room = _usable_cores(facts) - 1
+    handoff = handoff_share(facts)
+    # Workers beyond the cores: the wait is their hand-off, whatever the load (rules/cpu.py's
+    # dataloader-workers-exceed-cores says the same of the cores, this of the wait).
+    exceeds = bool(workers) and workers is not None and workers > room
+    if exceeds and workers is not None:
+        advice = _handoff_advice(facts, workers, room, handoff)
+        optimizations.append("dataloader-workers")
+        if busy is not None:
+            advice += load_sentence(busy)
+    elif busy is not None:
         # Workers starved by other processes wait for cores, not for their own code: more
         # workers take more of the same cores, and a cheaper __getitem__ may not be the cause.
         who = f"its {workers:.0f} workers" if workers else "the training process"
@@ -110,7 +168,9 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("dataloader-workers")
     if is_cuda(facts) and flag(facts, "dataloader_pin_memory") is False:
         optimizations.append("pin-memory")
-    if busy is None:
+    if exceeds:
+        pass  # fewer workers take no cores: advised on a busy machine too
+    elif busy is None:
         optimizations.append("faster-data-pipeline")
     else:
         optimizations = [o for o in optimizations if o != "dataloader-workers"]
