@@ -92,6 +92,14 @@ def _handoff_advice(facts: Facts, workers: float, room: int, handoff: float | No
     )
 
 
+def _per_batch_ms(facts: Facts) -> float | None:
+    """The median data wait of one batch (a step of several micro-batches fetches several)."""
+    wait = num(facts, "data_wait_ms_p50")
+    if wait is None:
+        return None
+    return wait / max(1.0, num(facts, "micro_batches_per_step") or 1.0)
+
+
 def _usable_cores(facts: Facts) -> int:
     usable, _, _ = _compute_cores(facts)
     return usable
@@ -154,6 +162,21 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             "prefetch_factor, or make the Dataset/collate code cheaper."
         )
         optimizations.append("dataloader-workers")
+    elif (
+        not workers
+        and (per_batch := _per_batch_ms(facts)) is not None
+        and (per_batch < t["handoff_ms"])
+    ):
+        # Cheaper in-process than a worker's hand-off would be: workers only move the cost.
+        advice = (
+            f"Loading runs in the training process (num_workers=0) and takes "
+            f"{per_batch:.2f} ms per batch, less than receiving a batch from a worker "
+            f"process costs the training process (~{t['handoff_ms']:g} ms: the pipe, the "
+            "tensors' shared memory passed as file descriptors, their rebuild), so workers "
+            "would not shorten the wait. Make the Dataset's __getitem__/collate cheaper "
+            "instead: build the tensors once (in __init__) and index them, or fetch a "
+            "whole batch per call with a batch sampler."
+        )
     elif not workers:
         advice = "Loading runs in the training process (num_workers=0): worker processes "
         advice += "would prepare the next batches while the model trains."
@@ -290,13 +313,23 @@ RULES = (
             "device_is_cuda",
             "cpu_other_busy_cores",
             "cpu_cores_logical",
+            "cpu_cores_physical",
+            "ranks_launched",
+            "micro_batches_per_step",
         ),
-        thresholds={"warning_frac": 0.05, "critical_frac": 0.20, "cpu_saturated_frac": 0.85},
+        thresholds={
+            "warning_frac": 0.05,
+            "critical_frac": 0.20,
+            "cpu_saturated_frac": 0.85,
+            "handoff_ms": 1.0,
+        },
         source=(
             "warning > 5%: torch-tb-profiler profiler/data.py (DataLoader share rule); "
             "critical >= 20%: TF-xprof op_stats_to_input_pipeline_analysis.cc (HIGHLY "
             "input-bound) and loadtune src/loadtune/heuristic.py; CPU saturated >= 85%: "
-            "loadtune heuristic.py"
+            "loadtune heuristic.py; hand-off ~1 ms per batch: the loader wait of makemore's "
+            "4 workers that kept up on a quiet 2-core machine (benchmarks/README.md, 'Public "
+            "scripts: the misses measured')"
         ),
         description=(
             "Share of timed step time spent inside DataLoader __next__ (from a trace alone: "

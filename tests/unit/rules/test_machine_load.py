@@ -64,7 +64,13 @@ def test_input_bound_with_workers_beyond_the_cores_advises_fewer_on_a_busy_machi
 
 
 def test_input_bound_on_a_quiet_machine_keeps_its_advice() -> None:
-    finding = _finding("input-bound", data_wait_frac=0.44, dataloader_num_workers=0, **QUIET)
+    finding = _finding(
+        "input-bound",
+        data_wait_frac=0.44,
+        data_wait_ms_p50=5.3,
+        dataloader_num_workers=0,
+        **QUIET,
+    )
     assert finding is not None and finding.severity == "critical"
     assert "dataloader-workers" in finding.optimizations
 
@@ -143,3 +149,18 @@ def test_input_bound_with_workers_that_fit_keeps_the_old_advice() -> None:
                        cpu_util_mean_frac=0.5)  # fmt: skip
     assert finding is not None
     assert "add workers" in finding.explanation
+
+
+def test_input_bound_with_a_cheap_in_process_batch_advises_cheaper_data_code() -> None:
+    """makemore's mlp with num_workers=0: 0.76 ms per batch in-process, under a worker's
+    hand-off: workers would only move the cost, cheaper __getitem__ removes it."""
+    finding = _finding("input-bound", data_wait_frac=0.25, data_wait_ms_p50=0.76,
+                       dataloader_num_workers=0, **QUIET)  # fmt: skip
+    assert finding is not None
+    assert finding.optimizations == ("faster-data-pipeline",)
+    assert "0.76 ms per batch" in finding.explanation
+    assert "would not shorten the wait" in finding.explanation
+    # An expensive batch still gets workers.
+    slow = _finding("input-bound", data_wait_frac=0.25, data_wait_ms_p50=40.0,
+                    dataloader_num_workers=0, **QUIET)  # fmt: skip
+    assert slow is not None and "dataloader-workers" in slow.optimizations
