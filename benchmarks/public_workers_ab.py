@@ -252,7 +252,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--skip", type=int, default=30)
-    parser.add_argument("--only", default="")
+    parser.add_argument("--only", default="", help="script names, run in this order")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--jsonl", type=Path)
     args = parser.parse_args()
@@ -261,9 +261,8 @@ def main() -> None:
     out(machine_line())
     out("| script | variant | runs | step ms (median of runs) | loader wait ms | vs w4 | load |")
     out("|---|---|---|---|---|---|---|")
-    for script in SCRIPTS:
-        if only and script.name not in only:
-            continue
+    by_name = {s.name: s for s in SCRIPTS}
+    for script in [by_name[n] for n in args.only.split(",") if n] if only else SCRIPTS:
         with tempfile.TemporaryDirectory(prefix="pd-workers-ab-") as tmp:
             trees = {
                 memo: prepare(script, args.mirror, Path(tmp), memo, args.skip)

@@ -3,6 +3,8 @@ its shares are distorted, is not critical, and never advises taking more cores."
 
 from __future__ import annotations
 
+import pytest
+
 from perfdoctor.model import Scalar
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
@@ -141,6 +143,9 @@ def test_input_bound_names_the_hand_off_of_workers_beyond_the_cores() -> None:
     assert "make the Dataset/collate code cheaper" not in text
     assert "faster-data-pipeline" not in found[0].optimizations
     assert "dataloader-workers" in found[0].optimizations
+    # Fewer workers save the hand-off, not the whole wait: 7.8% x 28%, below a warning.
+    assert found[0].gain.step_time_frac == pytest.approx(0.078 * 0.28, abs=1e-4)
+    assert found[0].severity == "info"
 
 
 def test_input_bound_with_workers_that_fit_keeps_the_old_advice() -> None:
