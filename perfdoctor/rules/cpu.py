@@ -138,6 +138,16 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
         return None
     if workers < 1 or threads + workers <= logical or util < t["cpu_saturated_frac"]:
         return None
+    # Workers that alone leave the training process no core are the change to make (fewer
+    # of them, dataloader-workers-exceed-cores): fewer threads beside them would contradict
+    # that advice (num_workers=0 gives the threads every core back).
+    beyond = workers > usable - 1
+    fix = (
+        f"Fewer workers (num_workers={FEWER_WORKERS_TARGET}) give the training process its "
+        "cores back."
+        if beyond
+        else f"torch.set_num_threads({target}) leaves the workers their cores."
+    )
     return Finding(
         rule_id=CPU_OVERSUBSCRIBED,
         severity="info",
@@ -148,8 +158,7 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             f"The run keeps {pct(util)} of the CPU busy and its training process runs "
             f"{threads:.0f} "
             f"intra-op threads next to {workers} worker processes on {logical} logical cores, "
-            "so they preempt each other. torch.set_num_threads"
-            f"({target}) leaves the workers their cores."
+            f"so they preempt each other. {fix}"
         ),
         evidence=(
             ev("torch_num_threads", int(threads), logical - workers, ">"),
@@ -163,6 +172,7 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             *seen(facts, "dataloader_num_workers", "cpu_cores_logical", "cpu_other_busy_cores"),
         ),
         gain=GainEstimate(method="not estimated: contention cost varies; the re-run measures"),
+        optimizations=("dataloader-workers",) if beyond else ("cpu-threads",),
     )
 
 
@@ -265,7 +275,8 @@ RULES = (
         ),
         check=check_oversubscribed,
         device="cpu",
-        optimizations=("cpu-threads",),
+        optimizations=("cpu-threads", "dataloader-workers"),
+        selects_optimizations=True,
     ),
     Rule(
         id=WORKERS_EXCEED_CORES,

@@ -169,3 +169,22 @@ def test_input_bound_with_a_cheap_in_process_batch_advises_cheaper_data_code() -
     slow = _finding("input-bound", data_wait_frac=0.25, data_wait_ms_p50=40.0,
                     dataloader_num_workers=0, **QUIET)  # fmt: skip
     assert slow is not None and "dataloader-workers" in slow.optimizations
+
+
+def test_workers_beyond_the_cores_are_not_answered_with_fewer_threads() -> None:
+    """minGPT's 4 workers + 2 threads on 2 cores: the fix is fewer workers (num_workers=0);
+    torch.set_num_threads(1) beside it would contradict it (no recommendation for both)."""
+    values: dict[str, Scalar] = {
+        "dataloader_num_workers": 4,
+        "torch_num_threads": 2,
+        "cpu_util_mean_frac": 1.0,
+        "data_wait_frac": 0.068,
+        "data_wait_ms_p50": 2.3,
+        **QUIET,
+    }
+    finding = _finding("cpu-oversubscribed", **values)
+    assert finding is not None and finding.optimizations == ("dataloader-workers",)
+    assert "num_workers=0" in finding.explanation
+    facts = make_facts("cpu", **values)
+    ids = {r.optimization_id for r in recommend(evaluate(facts).findings, facts)}
+    assert "dataloader-workers" in ids and "cpu-threads" not in ids
