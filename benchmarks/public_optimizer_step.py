@@ -3,9 +3,10 @@
 single-tensor-optimizer assumes a fused/foreach step takes at most half the time of the
 single-tensor loop. This times one `optimizer.step()` of each implementation on the
 parameters of the public scripts' models (built from their own code at the pinned commits,
-random gradients), one intra-op thread, alternating the three, 15 rounds, the median per
-step. One thread: the step's per-tensor overhead is what the implementations differ in, and
-one thread is what a loaded machine leaves a process anyway.
+random gradients; nanoGPT's two weight-decay groups and betas), one intra-op thread,
+alternating the three, 15 rounds, the median per step. One thread: the step's per-tensor
+overhead is what the implementations differ in, and one thread is what a loaded machine
+leaves a process anyway.
 
     python benchmarks/public_optimizer_step.py --mirror DIR
 """
@@ -34,9 +35,11 @@ if kind == "nanogpt":
     m = GPT(GPTConfig(block_size=64, vocab_size=65, n_layer=2, n_head=2, n_embd=64,
                       dropout=0.0, bias=False))
     ps = [p for p in m.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
-    make = lambda **kw: torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.99), **kw)
+    # New group dicts per optimizer: torch writes its defaults (foreach, fused) into the
+    # dicts it is given, so optimizers built from one list would all run the first's kind.
+    groups = lambda: [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": 0.1},
+                      {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
+    make = lambda **kw: torch.optim.AdamW(groups(), lr=6e-4, betas=(0.9, 0.95), **kw)
 elif kind == "makemore":
     import makemore as mm
     m = mm.Transformer(mm.ModelConfig(vocab_size=27, block_size=10, n_layer=4, n_head=4,

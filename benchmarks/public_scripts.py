@@ -236,9 +236,9 @@ CORPUS: tuple[Case, ...] = (
         _NANO,
         cwd=".",
         setup=(nanogpt_char_data,),
-        expected="none",
-        why="AdamW on its 15 tensors measured single-tensor 0.52 ms, foreach 0.51, fused 0.50 "
-        "(1 thread, paired): no optimizer change pays; compute-bound",
+        expected="single-tensor-optimizer",
+        why="nanoGPT asks for fused AdamW on CUDA only; on its 15 tensors single-tensor "
+        "AdamW 0.52 ms, fused 0.15 (measured): ~4% of an 8.6 ms step",
         also_ok=("busy-machine",),
     ),
     Case(
@@ -248,9 +248,9 @@ CORPUS: tuple[Case, ...] = (
         (*_NANO, "--gradient_accumulation_steps=4"),
         cwd=".",
         setup=(nanogpt_char_data,),
-        expected="none",
+        expected="single-tensor-optimizer",
         why="as nanogpt/cpu; 4 micro-batches per step shrink the optimizer's share",
-        also_ok=("busy-machine",),
+        also_ok=("busy-machine", "-"),
     ),
     Case(
         "nanogpt/compiled",
@@ -259,9 +259,10 @@ CORPUS: tuple[Case, ...] = (
         (*_NANO[:-1], "--out_dir=out", "--compile=True"),
         cwd=".",
         setup=(nanogpt_char_data,),
-        expected="none",
-        why="as nanogpt/cpu: fused AdamW measured no faster on its tensors; the eval at iter "
-        "0 recompiles (train/eval)",
+        expected="single-tensor-optimizer",
+        why="compiled forward/backward, eager AdamW: fused saves 0.37 ms (measured) of a "
+        "7.3 ms step, 5%; the same optimizer as nanogpt/cpu, a larger share",
+        also_ok=("busy-machine",),
     ),
     Case(
         "mingpt/adder",
@@ -300,7 +301,7 @@ CORPUS: tuple[Case, ...] = (
         cwd=".",
         setup=(names_file("names.txt"),),
         expected="single-tensor-optimizer",
-        why="AdamW on its 53 tensors: single-tensor 1.60 ms, fused 0.31 (measured), ~8% of "
+        why="AdamW on its 53 tensors: single-tensor 1.59 ms, fused 0.31 (measured), ~8% of "
         "a ~16 ms step; 4 workers' wait 1.2-1.3 ms vs 0.8-0.9 in-process: lower, ~3%",
         also_ok=("busy-machine",),
     ),
@@ -410,7 +411,7 @@ CORPUS: tuple[Case, ...] = (
         cwd=".",
         expected="single-tensor-optimizer",
         why="Adam ~9% of a 5 ms step (a 128-sample projection loop dominates), fused 3x "
-        "faster on its Q-net (measured); the greedy picks outside no_grad save ~0.1%",
+        "faster on its Q-net (0.18 -> 0.07 ms); greedy picks outside no_grad: ~0.1%",
         also_ok=("busy-machine",),
     ),
     Case(
