@@ -111,21 +111,6 @@ def check_emit_nvtx(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     )
 
 
-def _grad_forward_gain(facts: Facts, saving: float) -> tuple[float | None, str]:
-    """The share of the step no_grad would save on those forwards: their share of the root
-    forwards (a count: the batch-1 action picks of an RL loop are cheaper than a training
-    forward, so this is an upper bound) x the forwards' share of the step x the autograd
-    bookkeeping share of a forward."""
-    frac = num(facts, "grad_forwards_without_backward_frac")
-    forward = num(facts, "forward_frac")
-    if frac is None or forward is None:
-        return None, "not estimated: activation memory and autograd bookkeeping of those passes"
-    return frac * forward * saving, (
-        f"share of the root forwards x forward share of the step x {saving:g} (the autograd "
-        "bookkeeping no_grad saves on a forward)"
-    )
-
-
 def check_grad_without_backward(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     count = num(facts, "grad_forwards_without_backward")
     if count is None or count < t["min_forwards"]:
@@ -133,27 +118,24 @@ def check_grad_without_backward(facts: Facts, t: Mapping[str, float]) -> Finding
     frac = num(facts, "grad_forwards_without_backward_frac")
     share = f" ({pct(frac)} of all model forwards)" if frac is not None else ""
     locs = locations(facts, "grad_without_backward")
-    gain, method = _grad_forward_gain(facts, t["assumed_saving"])
-    # Unknown cost: a warning, as it always was. Known: the gain ranks it, so a few action
-    # picks outside no_grad (CleanRL's c51: 0.1% of the step) do not lead the report.
-    severity = "warning" if gain is None else severity_for_gain(gain)
-    cost = f" Estimated saving: {pct(gain)} of the step." if gain is not None else ""
     return Finding(
         rule_id=GRAD_WITHOUT_BACKWARD,
-        severity=severity,
+        severity="warning",
         title=f"{count:g} forward passes build an autograd graph that no backward uses",
         explanation=(
             f"{count:g} model forwards{share} ran with gradients enabled but never reached "
             "backward: evaluation or inference without torch.no_grad()/inference_mode(). "
             "Each keeps activations for a backward that never comes, costing memory and time. "
-            f"Wrap them in `with torch.inference_mode():`.{cost}{where(locs)}"
+            f"Wrap them in `with torch.inference_mode():`.{where(locs)}"
         ),
         evidence=(
             ev("grad_forwards_without_backward", int(count), int(t["min_forwards"]), ">="),
-            *seen(facts, "grad_forwards_without_backward_frac", "forward_frac"),
+            *seen(facts, "grad_forwards_without_backward_frac"),
         ),
         locations=locs,
-        gain=GainEstimate(step_time_frac=gain, method=method),
+        gain=GainEstimate(
+            method="not estimated: activation memory and autograd bookkeeping of those passes"
+        ),
     )
 
 
@@ -212,13 +194,11 @@ RULES = (
         title="Forward passes with autograd on and no backward (eval without no_grad)",
         area="debug",
         needs=("grad_forwards_without_backward",),
-        uses=("grad_forwards_without_backward_frac", "forward_frac"),
-        thresholds={"min_forwards": 1.0, "assumed_saving": 0.4},
+        uses=("grad_forwards_without_backward_frac",),
+        thresholds={"min_forwards": 1.0},
         source=(
             "PyTorch autograd docs (no_grad / inference_mode for evaluation); counted by the "
-            "child (root forwards whose graph no backward consumed); any occurrence. Saving "
-            "0.4 of a forward: CleanRL c51's action pick (batch 1) measured here, "
-            "benchmarks/README.md 'Public scripts: the misses measured'"
+            "child (root forwards whose graph no backward consumed); any occurrence"
         ),
         description=(
             "Evaluation or inference under grad mode, including set_grad_enabled(True) "

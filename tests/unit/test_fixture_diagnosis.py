@@ -12,7 +12,6 @@ from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import load_run
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
-from perfdoctor.rules.base import severity_for_gain
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 
@@ -24,8 +23,6 @@ EXPECTED = {
 # Recorded while other processes kept 1.0 of the 2 cores busy: the idle core the threads
 # finding points at was theirs, so it is information with no change to try (machine_load.py).
 BUSY_RECORDINGS = {"gpt_char_lm_cpu"}
-# Rules whose severity follows their estimated saving (rules/debug.py grad-without-backward).
-SEVERITY_BY_GAIN = {"grad-without-backward"}
 
 
 def _diagnose(name: str):
@@ -48,13 +45,7 @@ def test_known_inefficiency_is_found(name: str) -> None:
     for finding in results.findings:
         if finding.rule_id in EXPECTED[name]:
             busy = name in BUSY_RECORDINGS
-            if finding.rule_id in SEVERITY_BY_GAIN:
-                # One evaluation forward outside no_grad at the end of training is a real
-                # finding of a small cost: its severity is its estimated saving's.
-                assert finding.gain.step_time_frac is not None
-                assert finding.severity == severity_for_gain(finding.gain.step_time_frac)
-            else:
-                assert finding.severity in (("info",) if busy else ("warning", "critical"))
+            assert finding.severity in (("info",) if busy else ("warning", "critical"))
             assert finding.evidence, finding.rule_id
     # Every finding that names a fix leads to a recommendation.
     recommended = {r.optimization_id for r in recommend(results.findings, facts)}

@@ -76,43 +76,9 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("user-profiler-on", "cpu", {"user_profiler_active": False}, None),
     ("emit-nvtx-on", "gpu", {"emit_nvtx_enabled": True}, "warning"),
     ("emit-nvtx-on", "gpu", {"emit_nvtx_enabled": False}, None),
-    # The forwards' share unknown: no estimate, a warning as before.
-    (
-        "grad-without-backward",
-        "cpu",
-        {"grad_forwards_without_backward": 5, "grad_forwards_without_backward_frac": None},
-        "warning",
-    ),
-    (
-        "grad-without-backward",
-        "cpu",
-        {"grad_forwards_without_backward": 1, "grad_forwards_without_backward_frac": None},
-        "warning",
-    ),
+    ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 5}, "warning"),
+    ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 1}, "warning"),
     ("grad-without-backward", "cpu", {"grad_forwards_without_backward": 0}, None),
-    # With the forwards' share known the estimated saving sets the severity: CleanRL c51's
-    # 3 action picks (3.9% of the forwards, forwards 6.7% of the step) save ~0.1%.
-    (
-        "grad-without-backward",
-        "cpu",
-        {
-            "grad_forwards_without_backward": 3,
-            "grad_forwards_without_backward_frac": 0.039,
-            "forward_frac": 0.067,
-        },
-        "info",
-    ),
-    # An evaluation under grad mode: half the forwards, forwards 60% of the step.
-    (
-        "grad-without-backward",
-        "cpu",
-        {
-            "grad_forwards_without_backward": 20,
-            "grad_forwards_without_backward_frac": 0.5,
-            "forward_frac": 0.6,
-        },
-        "warning",
-    ),
     # CPU threads: target = min(physical, logical) - workers
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1}, "warning"),
     # a busy machine: the idle cores are other processes' (rules/machine_load.py)
