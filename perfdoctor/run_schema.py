@@ -104,6 +104,9 @@ class DataLoaderInfo(_Record):
     explicit: list[str] | None = None  # arguments the script passed
     location: SourceLine | None = None  # where the script built it
     batches: int | None = None  # batches it fed
+    # Steps in which it fed a batch: a training loader feeds (about) one per step, an
+    # evaluation loop many batches inside one step.
+    steps_fed: int | None = None
 
 
 class OptimizerInfo(_Record):

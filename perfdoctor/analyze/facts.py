@@ -189,12 +189,17 @@ def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | No
 
 
 def _training_loader_index(obs: Observations) -> int | None:
-    """Index of the DataLoader that fed the most batches (an eval loader feeds fewer); the
-    first of those that fed as many."""
+    """Index of the DataLoader that fed batches in the most steps, then the most batches;
+    the first of those. Steps first: an evaluation loop can feed more batches than the
+    training loader inside a single step (minGPT's adder evaluates the whole training set
+    at iteration 0: 95 batches in one step against one per step)."""
     loaders = obs.dataloaders or []
     if not loaders:
         return None
-    return max(range(len(loaders)), key=lambda i: loaders[i].batches or 0)
+    return max(
+        range(len(loaders)),
+        key=lambda i: (loaders[i].steps_fed or 0, loaders[i].batches or 0),
+    )
 
 
 def _training_dataloader(obs: Observations) -> DataLoaderInfo | None:

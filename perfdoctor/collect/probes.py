@@ -344,6 +344,8 @@ class Probes:
             "explicit": explicit,
             "location": location,
             "batches": 0,
+            "steps_fed": 0,
+            "last_step": -1,
         }
         self.loader_records.append(record)
         self.runtime.dataloaders.append(loader)
@@ -491,6 +493,7 @@ class Probes:
         info["explicit"] = record["explicit"]
         info["location"] = record["location"]
         info["batches"] = record["batches"]
+        info["steps_fed"] = record["steps_fed"]
         return info
 
     def _describe_optimizer(self, opt: Any, location: Location | None) -> dict[str, Any]:

@@ -294,6 +294,10 @@ def _install_dataloader(probes: Probes, torch: Any, is_compiling: Any) -> None:
             record = getattr(self, "_perfdoctor_record", None)
             if record is not None:
                 record["batches"] += 1
+                step = tracker.steps_closed
+                if record["last_step"] != step:
+                    record["last_step"] = step
+                    record["steps_fed"] += 1
             batch_size = _first_dim(batch, tensor_cls)
             return batch
         finally:

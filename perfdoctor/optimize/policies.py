@@ -20,6 +20,7 @@ from collections.abc import Callable, Set
 from perfdoctor.model import Facts
 from perfdoctor.optimize.sizing import cpu_threads_target
 from perfdoctor.rules.base import num
+from perfdoctor.rules.cpu import _compute_cores
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,16 @@ def non_blocking_conflicts(facts: Facts, others: Set[str]) -> tuple[str, ...]:
 
 
 def skip_workers_set_by_script(facts: Facts, asked: bool) -> str | None:
-    # The applier never overrides a count the script chose, so the run could only be
-    # refused: raising it stays a change by hand (the finding says by how much).
-    if (num(facts, "dataloader_num_workers") or 0) > 0:
-        return "the script sets num_workers itself"
-    return None
+    # The applier never raises a count the script chose, so the run could only be refused:
+    # raising it stays a change by hand (the finding says by how much). It lowers one that
+    # leaves the training process no core (sizing.fewer_workers): that run is worth making.
+    workers = num(facts, "dataloader_num_workers") or 0
+    if workers <= 0:
+        return None
+    usable, _, _ = _compute_cores(facts)
+    if workers > usable - 1:
+        return None
+    return "the script sets num_workers itself"
 
 
 def skip_threads_already_set(facts: Facts, asked: bool) -> str | None:

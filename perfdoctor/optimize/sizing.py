@@ -56,9 +56,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from perfdoctor.model import Facts, Scalar
+from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET
 
 WORKERS_ENV = "PERFDOCTOR_DATALOADER_WORKERS"
 WORKERS_WHY_ENV = "PERFDOCTOR_DATALOADER_WORKERS_WHY"
+# "1": the count is fewer workers than the script's own (0 allowed): the applier lowers the
+# script's num_workers to it instead of keeping it (fewer_workers below).
+WORKERS_FEWER_ENV = "PERFDOCTOR_DATALOADER_WORKERS_FEWER"
 CPU_MAX_WORKERS = 4  # workers without a measurement: the training's own threads need cores
 SPARE_WORKERS = 1  # CUDA runs: on top of data / compute, for batches slower than the median
 # Amdahl's parallel fraction of a CPU step's compute (rules/cpu.py, assumed_parallel_fraction).
@@ -93,6 +97,8 @@ class WorkerSizing:
     # change apart from the workers; None when there is none to make. Never in the child's
     # environment.
     coupled_threads: int | None = None
+    # Fewer workers than the script's own count (which the applier then lowers).
+    fewer: bool = False
 
     @property
     def summary(self) -> str:
@@ -100,7 +106,10 @@ class WorkerSizing:
         return f"num_workers={self.workers} ({self.reason}){tail}"
 
     def env(self) -> dict[str, str]:
-        return {WORKERS_ENV: str(self.workers), WORKERS_WHY_ENV: self.reason}
+        env = {WORKERS_ENV: str(self.workers), WORKERS_WHY_ENV: self.reason}
+        if self.fewer:
+            env[WORKERS_FEWER_ENV] = "1"
+        return env
 
 
 def default_workers(cores: int) -> int:
@@ -181,8 +190,12 @@ def _threads_note(split: Split) -> str:
 def size_dataloader_workers(facts: FactSource, cores: int) -> WorkerSizing | None:
     """The worker count for the baseline's DataLoader from its measured split and the usable
     cores (one rank's share), or None when the baseline does not measure it (the child then
-    uses default_workers). The intra-op threads are left as the script has them."""
+    uses default_workers); fewer than the script's own where those exceed the cores
+    (fewer_workers). The intra-op threads are left as the script has them."""
     cores = max(1, int(cores))
+    fewer = fewer_workers(facts, cores)
+    if fewer is not None:
+        return fewer
     split = measured_split(facts, cores)
     if split is None:
         return None
@@ -290,3 +303,26 @@ def sizing_env(optimizations: Sequence[str], sizings: Mapping[str, Sizing]) -> d
         if sizing is not None:
             env.update(sizing.env())
     return env
+
+
+def fewer_workers(facts: FactSource, cores: int) -> WorkerSizing | None:
+    """The script's own workers, lowered, where they leave the training process no core
+    (dataloader-workers-exceed-cores: more than cores - 1) and the steps still wait for
+    their batches (input-bound): the wait is then the hand-off of each batch from a worker
+    (pickling, tensors passed as shared-memory file descriptors over a socket, workers
+    scheduled beside the training threads), which more workers only add to. The count is
+    FEWER_WORKERS_TARGET: in-process loading (0) has no hand-off at all, and on makemore and
+    minGPT (a __getitem__ of a few tensor ops) it was the fastest count measured
+    (benchmarks/README.md, "Public scripts: the misses measured"). None when the script's
+    count fits the cores."""
+    workers = _number(facts.get("dataloader_num_workers"))
+    if not workers or workers <= max(0, int(cores) - 1):
+        return None
+    target = FEWER_WORKERS_TARGET
+    wait = _number(facts.get("data_wait_ms_p50"))
+    waited = f", {_ms(wait)} ms/batch waited" if wait is not None else ""
+    reason = (
+        f"{int(workers)} workers on {_count(int(cores), 'core')}{waited}: the wait is the "
+        f"hand-off from the workers; num_workers {int(workers)} -> {target}"
+    )
+    return WorkerSizing(target, reason, "intra-op threads stay as the script has them", None, True)

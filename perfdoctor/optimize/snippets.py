@@ -13,7 +13,7 @@ from collections.abc import Callable
 from perfdoctor.model import Facts
 from perfdoctor.optimize.policies import _FOREACH_ONLY_CLASSES, _FUSED_CLASSES
 from perfdoctor.optimize.sizing import cpu_threads_target
-from perfdoctor.rules.cpu import _compute_cores
+from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET, _compute_cores
 
 TitleHook = Callable[[Facts, str], str]
 
@@ -103,7 +103,12 @@ def dataloader_workers_for_script(facts: Facts, code_change: str) -> str:
     room = usable - 1  # one core kept for the training process (rules/cpu.py)
     if workers <= room:
         return code_change
-    fits = max(1, room)
+    fits = FEWER_WORKERS_TARGET  # what the applier lowers it to (optimize/sizing.py)
+    if fits == 0:
+        return (
+            f"DataLoader(ds, batch_size=..., num_workers=0)  # was {workers} on {usable} "
+            "usable core(s): in-process loading, no hand-off from workers"
+        )
     return (
         f"DataLoader(ds, batch_size=..., num_workers={fits})  # was {workers}: "
         f"{usable} usable core(s), one kept for the training process\n"

@@ -23,6 +23,9 @@ from perfdoctor.rules.measurement import BUSY_MACHINE
 THREADS_BELOW_CORES = "cpu-threads-below-cores"
 CPU_OVERSUBSCRIBED = "cpu-oversubscribed"
 WORKERS_EXCEED_CORES = "dataloader-workers-exceed-cores"
+# The count advised (and tried by the dataloader-workers re-run, optimize/sizing.py
+# fewer_workers) for a script whose own workers leave the training process no core.
+FEWER_WORKERS_TARGET = 0
 
 
 def _compute_cores(facts: Facts) -> tuple[int, int, int]:
@@ -135,6 +138,16 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
         return None
     if workers < 1 or threads + workers <= logical or util < t["cpu_saturated_frac"]:
         return None
+    # Workers that alone leave the training process no core are the change to make (fewer
+    # of them, dataloader-workers-exceed-cores): fewer threads beside them would contradict
+    # that advice (num_workers=0 gives the threads every core back).
+    beyond = workers > usable - 1
+    fix = (
+        f"Fewer workers (num_workers={FEWER_WORKERS_TARGET}) give the training process its "
+        "cores back."
+        if beyond
+        else f"torch.set_num_threads({target}) leaves the workers their cores."
+    )
     return Finding(
         rule_id=CPU_OVERSUBSCRIBED,
         severity="info",
@@ -145,8 +158,7 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             f"The run keeps {pct(util)} of the CPU busy and its training process runs "
             f"{threads:.0f} "
             f"intra-op threads next to {workers} worker processes on {logical} logical cores, "
-            "so they preempt each other. torch.set_num_threads"
-            f"({target}) leaves the workers their cores."
+            f"so they preempt each other. {fix}"
         ),
         evidence=(
             ev("torch_num_threads", int(threads), logical - workers, ">"),
@@ -160,6 +172,7 @@ def check_oversubscribed(facts: Facts, t: Mapping[str, float]) -> Finding | None
             *seen(facts, "dataloader_num_workers", "cpu_cores_logical", "cpu_other_busy_cores"),
         ),
         gain=GainEstimate(method="not estimated: contention cost varies; the re-run measures"),
+        optimizations=("dataloader-workers",) if beyond else ("cpu-threads",),
     )
 
 
@@ -173,10 +186,16 @@ def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     room = usable - int(t["main_process_cores"])
     if workers <= room:
         return None
-    fits = max(1, room)
+    fits = FEWER_WORKERS_TARGET
     threads = num(facts, "torch_num_threads")
     beside = f" beside {threads:.0f} intra-op thread(s)" if threads is not None else ""
     who = "the thread that launches the GPU's kernels" if is_cuda(facts) else "the training"
+    change = (
+        "num_workers=0 loads in the training process, with no worker to hand batches over"
+        if fits == 0
+        else f"num_workers={fits} with torch.set_num_threads({max(1, usable - fits)}) keeps "
+        "workers plus threads within the cores"
+    )
     return Finding(
         rule_id=WORKERS_EXCEED_CORES,
         severity="info",
@@ -185,9 +204,8 @@ def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
             f"The script's DataLoader runs {workers:.0f} worker processes{beside} on {usable} "
             f"usable core(s) (the smaller of physical and logical cores, this rank's share), "
             f"which leaves the training process no core of its own: busy workers preempt "
-            f"{who}. num_workers={fits} with torch.set_num_threads({max(1, usable - fits)}) "
-            "keeps workers plus threads within the cores; the applier leaves the script's "
-            "own num_workers as it is, so this change is by hand."
+            f"{who}. {change}; the dataloader-workers re-run lowers the script's count to "
+            "measure it."
         ),
         evidence=(
             ev("dataloader_num_workers", int(workers), room, ">", note=f"{usable} usable cores"),
@@ -257,7 +275,8 @@ RULES = (
         ),
         check=check_oversubscribed,
         device="cpu",
-        optimizations=("cpu-threads",),
+        optimizations=("cpu-threads", "dataloader-workers"),
+        selects_optimizations=True,
     ),
     Rule(
         id=WORKERS_EXCEED_CORES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from perfdoctor.model import Facts, Finding, GainEstimate
+from perfdoctor.model import Facts, Finding, GainEstimate, Severity
 from perfdoctor.rules.base import (
     Rule,
     ev,
@@ -17,6 +17,7 @@ from perfdoctor.rules.base import (
     severity_for_gain,
     where,
 )
+from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET, _compute_cores
 from perfdoctor.rules.machine_load import contention, load_sentence
 
 INPUT_BOUND = "input-bound"
@@ -49,6 +50,61 @@ def _settings_line(facts: Facts) -> str:
     return f" The DataLoader{at} runs with " + ", ".join(parts) + "."
 
 
+# Library frames of a batch's hand-off from a worker process to the training process: the
+# pipe, the tensors' shared-memory file descriptors passed over a socket, their rebuild.
+_HANDOFF_FILES = (
+    "multiprocessing/connection.py",
+    "multiprocessing/reduction.py",
+    "multiprocessing/resource_sharer.py",
+    "multiprocessing/queues.py",
+    "torch/multiprocessing/reductions.py",
+    "torch/_utils.py",
+)
+
+
+def handoff_share(facts: Facts) -> float | None:
+    """The share of the data wait spent in the hand-off of batches from the workers (the
+    trace's top data-loading lines in _HANDOFF_FILES: a lower bound), or None without lines."""
+    locs = facts.locations.get("data_loading", ())
+    shares = [loc for loc in locs if loc.share is not None]
+    if not shares:
+        return None
+    return sum(loc.share or 0.0 for loc in shares if loc.file.endswith(_HANDOFF_FILES))
+
+
+def _handoff_advice(facts: Facts, workers: float, room: int, handoff: float | None) -> str:
+    """The wait of a loader whose workers leave the training process no core: the hand-off."""
+    cores = room + 1
+    named = (
+        f" ({pct(handoff)} of the wait in multiprocessing's pipe and file-descriptor passing "
+        "and the tensors' rebuild)"
+        if handoff
+        else ""
+    )
+    return (
+        f"Its {workers:.0f} workers on {cores} usable core(s) leave the training process no "
+        "core of its own, so what each step waits for is the hand-off of a batch from a "
+        f"worker{named}: pickling, each tensor's shared memory passed as a file descriptor "
+        "over a socket, and workers scheduled beside the training threads. More workers add "
+        "to that; a cheaper __getitem__ does not remove it. Fewer workers are the change to "
+        f"measure: num_workers={FEWER_WORKERS_TARGET} loads in the training process with no "
+        "hand-off at all (the dataloader-workers re-run lowers the script's count)."
+    )
+
+
+def _per_batch_ms(facts: Facts) -> float | None:
+    """The median data wait of one batch (a step of several micro-batches fetches several)."""
+    wait = num(facts, "data_wait_ms_p50")
+    if wait is None:
+        return None
+    return wait / max(1.0, num(facts, "micro_batches_per_step") or 1.0)
+
+
+def _usable_cores(facts: Facts) -> int:
+    usable, _, _ = _compute_cores(facts)
+    return usable
+
+
 def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     wait = num(facts, "data_wait_frac")
     if wait is None or wait <= t["warning_frac"]:
@@ -64,7 +120,17 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     optimizations: list[str] = []
     advice: str
     busy = contention(facts)
-    if busy is not None:
+    room = _usable_cores(facts) - 1
+    handoff = handoff_share(facts)
+    # Workers beyond the cores: the wait is their hand-off, whatever the load (rules/cpu.py's
+    # dataloader-workers-exceed-cores says the same of the cores, this of the wait).
+    exceeds = bool(workers) and workers is not None and workers > room
+    if exceeds and workers is not None:
+        advice = _handoff_advice(facts, workers, room, handoff)
+        optimizations.append("dataloader-workers")
+        if busy is not None:
+            advice += load_sentence(busy)
+    elif busy is not None:
         # Workers starved by other processes wait for cores, not for their own code: more
         # workers take more of the same cores, and a cheaper __getitem__ may not be the cause.
         who = f"its {workers:.0f} workers" if workers else "the training process"
@@ -96,6 +162,21 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             "prefetch_factor, or make the Dataset/collate code cheaper."
         )
         optimizations.append("dataloader-workers")
+    elif (
+        not workers
+        and (per_batch := _per_batch_ms(facts)) is not None
+        and (per_batch < t["handoff_ms"])
+    ):
+        # Cheaper in-process than a worker's hand-off would be: workers only move the cost.
+        advice = (
+            f"Loading runs in the training process (num_workers=0) and takes "
+            f"{per_batch:.2f} ms per batch, less than receiving a batch from a worker "
+            f"process costs the training process (~{t['handoff_ms']:g} ms: the pipe, the "
+            "tensors' shared memory passed as file descriptors, their rebuild), so workers "
+            "would not shorten the wait. Make the Dataset's __getitem__/collate cheaper "
+            "instead: build the tensors once (in __init__) and index them, or fetch a "
+            "whole batch per call with a batch sampler."
+        )
     elif not workers:
         advice = "Loading runs in the training process (num_workers=0): worker processes "
         advice += "would prepare the next batches while the model trains."
@@ -110,20 +191,29 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("dataloader-workers")
     if is_cuda(facts) and flag(facts, "dataloader_pin_memory") is False:
         optimizations.append("pin-memory")
-    if busy is None:
+    if exceeds:
+        pass  # fewer workers take no cores: advised on a busy machine too
+    elif busy is None:
         optimizations.append("faster-data-pipeline")
     else:
         optimizations = [o for o in optimizations if o != "dataloader-workers"]
     locs = locations(facts, "data_loading")
     all_locs = locations(facts, "data_loading", "dataloader_construct", limit=6)
     wait_ms = num(facts, "data_wait_ms_p50")
+    gain, method = wait, "data wait share of step time, assuming workers hide it fully"
+    if exceeds and handoff:
+        # Fewer workers remove the hand-off but load in-process again: the hand-off lines'
+        # share of the wait is the estimate (makemore: 28-33% of a 1.2-1.3 ms wait named,
+        # 0.4-0.5 ms saved by num_workers=0, benchmarks/README.md).
+        gain = wait * handoff
+        method = "data wait share x its hand-off lines' share (fewer workers load in-process)"
     per_step = f" ({wait_ms:.1f} ms per step at the median)" if wait_ms is not None else ""
     if facts.get("step_timing_source") == "profiled_steps":
         per_step += " over the trace's profiled steps (its DataLoader spans)"
     return Finding(
         rule_id=INPUT_BOUND,
         # A share the load inflated is not critical (rules/machine_load.py).
-        severity="critical" if wait >= t["critical_frac"] and busy is None else "warning",
+        severity=_severity(wait, gain, busy is not None, t),
         title=f"Input-bound: {pct(wait)} of each step waits for the DataLoader",
         explanation=(
             f"The training loop waited for the next batch {pct(wait)} of the step time{per_step}"
@@ -144,11 +234,16 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         ),
         locations=all_locs,
         optimizations=tuple(optimizations),
-        gain=GainEstimate(
-            step_time_frac=wait,
-            method="data wait share of step time, assuming workers hide it fully",
-        ),
+        gain=GainEstimate(step_time_frac=gain, method=method),
     )
+
+
+def _severity(wait: float, gain: float, busy: bool, t: Mapping[str, float]) -> Severity:
+    """By the wait share; where the fix saves only part of it (the hand-off), by that part."""
+    if gain < wait:
+        by_gain = severity_for_gain(gain)
+        return "warning" if busy and by_gain == "critical" else by_gain
+    return "critical" if wait >= t["critical_frac"] and not busy else "warning"
 
 
 def check_pageable_htod(facts: Facts, t: Mapping[str, float]) -> Finding | None:
@@ -230,13 +325,23 @@ RULES = (
             "device_is_cuda",
             "cpu_other_busy_cores",
             "cpu_cores_logical",
+            "cpu_cores_physical",
+            "ranks_launched",
+            "micro_batches_per_step",
         ),
-        thresholds={"warning_frac": 0.05, "critical_frac": 0.20, "cpu_saturated_frac": 0.85},
+        thresholds={
+            "warning_frac": 0.05,
+            "critical_frac": 0.20,
+            "cpu_saturated_frac": 0.85,
+            "handoff_ms": 1.0,
+        },
         source=(
             "warning > 5%: torch-tb-profiler profiler/data.py (DataLoader share rule); "
             "critical >= 20%: TF-xprof op_stats_to_input_pipeline_analysis.cc (HIGHLY "
             "input-bound) and loadtune src/loadtune/heuristic.py; CPU saturated >= 85%: "
-            "loadtune heuristic.py"
+            "loadtune heuristic.py; hand-off ~1 ms per batch: the loader wait of makemore's "
+            "4 workers that kept up on a quiet 2-core machine (benchmarks/README.md, 'Public "
+            "scripts: the misses measured')"
         ),
         description=(
             "Share of timed step time spent inside DataLoader __next__ (from a trace alone: "

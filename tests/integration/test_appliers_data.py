@@ -9,7 +9,12 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from perfdoctor.collect.appliers import base, data
 from perfdoctor.collect.appliers.data import start_method, worker_refusal
-from perfdoctor.optimize.sizing import WORKERS_ENV, WORKERS_WHY_ENV, default_workers
+from perfdoctor.optimize.sizing import (
+    WORKERS_ENV,
+    WORKERS_FEWER_ENV,
+    WORKERS_WHY_ENV,
+    default_workers,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -113,6 +118,45 @@ def test_script_workers_win_over_the_sized_count(harness_factory, monkeypatch):
     assert DataLoader(dataset(), batch_size=8, num_workers=1).num_workers == 1
     row = harness.results()["dataloader-workers"]
     assert row["applied"] is False and "kept num_workers=1" in row["detail"]
+
+
+def test_fewer_workers_lower_the_scripts_count_to_zero(harness_factory, monkeypatch):
+    """sizing.fewer_workers: the script's 4 workers on 2 cores become in-process loading,
+    verified on the iterator; a loader built with none (an evaluation's) is left alone."""
+    monkeypatch.setenv(WORKERS_ENV, "0")
+    monkeypatch.setenv(WORKERS_FEWER_ENV, "1")
+    monkeypatch.setenv(WORKERS_WHY_ENV, "4 workers on 2 cores: the wait is the hand-off")
+    plain = [x for x, _ in DataLoader(dataset(), batch_size=8)]
+    harness = harness_factory("dataloader-workers")
+    loader = DataLoader(dataset(), batch_size=8, num_workers=4)
+    evaluation = DataLoader(dataset(), batch_size=8)
+    assert loader.num_workers == 0 and evaluation.num_workers == 0
+    seen = drive(harness, loader)
+    for got, want in zip(seen, plain, strict=False):
+        assert torch.equal(got, want)
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] and row["verified"], row
+    assert "num_workers 4 -> 0 (the script's, lowered)" in row["detail"]
+    assert "1/1 iterated loaders run 0 workers" in row["detail"]
+
+
+def test_fewer_workers_never_raise(harness_factory, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    monkeypatch.setenv(WORKERS_FEWER_ENV, "1")
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(dataset(), batch_size=8).num_workers == 0
+    assert DataLoader(dataset(), batch_size=8, num_workers=1).num_workers == 1
+    assert DataLoader(dataset(), batch_size=8, num_workers=3).num_workers == 1
+    row = harness.results()["dataloader-workers"]
+    assert row["applied"] and "num_workers 3 -> 1" in row["detail"]
+
+
+def test_zero_workers_need_the_fewer_flag(harness_factory, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "0")
+    harness = harness_factory("dataloader-workers")
+    assert DataLoader(dataset(), batch_size=8).num_workers == default_workers(base.usable_cores())
+    applier = harness.applied.appliers[0]
+    assert any("not a positive integer" in n for n in applier.notes)
 
 
 def test_sized_count_still_refused_for_an_iterable_dataset(harness_factory, monkeypatch):

@@ -15,6 +15,11 @@ baseline's measured split of the step (perfdoctor/optimize/sizing.py) and passes
 environment (PERFDOCTOR_DATALOADER_WORKERS, the reason in PERFDOCTOR_DATALOADER_WORKERS_WHY);
 without it the count is min(4, usable cores - 1). The record says the count, why, and the
 threads it left as they were.
+Fewer workers. A count the script chose is kept, except where the parent says its count is
+fewer than the script's (PERFDOCTOR_DATALOADER_WORKERS_FEWER=1, sizing.fewer_workers: the
+script's workers exceed the cores and the steps wait on their hand-off): then a loader built
+with more workers than that count gets that count, 0 included, and a loader with fewer is
+left alone (an evaluation loader with num_workers=0 gets none).
 prefetch_factor keeps torch's default (2 batches in flight per worker) unless the script set
 it: with enough workers to keep up, that already hides a steady per-batch cost.
 
@@ -50,6 +55,7 @@ from perfdoctor.collect.appliers.base import (
 from perfdoctor.optimize.sizing import (
     CPU_MAX_WORKERS,
     WORKERS_ENV,
+    WORKERS_FEWER_ENV,
     WORKERS_WHY_ENV,
     default_workers,
 )
@@ -243,26 +249,30 @@ class DataloaderWorkers(Applier):
 
     def install(self, ctx: ApplyContext) -> None:
         self.patch = LoaderPatch.shared(ctx)
+        self.fewer = os.environ.get(WORKERS_FEWER_ENV, "").strip() == "1"
         self.workers, self.why = self._requested()
         self.patch.adjusters.append((self, self._adjust))
 
-    def _positive_env(self, name: str) -> int | None:
+    def _count_env(self, name: str) -> int | None:
+        """A positive count; 0 too where the count lowers the script's (in-process loading)."""
         text = os.environ.get(name, "").strip()
         if not text:
             return None
         try:
             value = int(text)
         except ValueError:
-            value = 0
-        if value > 0:
+            value = -1
+        if value > 0 or (value == 0 and self.fewer):
             return value
-        self.note(f"ignored {name}={text!r}: not a positive integer")
+        wanted = "a count >= 0" if self.fewer else "a positive integer"
+        self.note(f"ignored {name}={text!r}: not {wanted}")
+        self.fewer = False
         return None
 
     def _requested(self) -> tuple[int, str]:
         """The count the parent sized from the baseline, else min(4, usable cores - 1)."""
         cores = usable_cores()
-        workers = self._positive_env(WORKERS_ENV)
+        workers = self._count_env(WORKERS_ENV)
         if workers is not None:
             why = one_line(os.environ.get(WORKERS_WHY_ENV, ""), 160)
             return workers, why or f"{WORKERS_ENV}={workers}"
@@ -273,6 +283,8 @@ class DataloaderWorkers(Applier):
     def _adjust(self, loader: DataLoader, args: dict[str, Any]) -> dict[str, Any] | None:
         where = _where()
         user_workers = args.get("num_workers") or 0
+        if self.fewer:
+            return self._lower(where, int(user_workers))
         if user_workers:
             self.note(f"{where}: kept num_workers={user_workers} set by the script")
             return None
@@ -292,12 +304,34 @@ class DataloaderWorkers(Applier):
             )
         return {"num_workers": self.workers}
 
+    def _lower(self, where: str, user_workers: int) -> dict[str, Any] | None:
+        """Fewer workers than the script's (no safety check: fewer workers, 0 included,
+        is what the script's loader can always run with)."""
+        if user_workers <= self.workers:
+            self.note(f"{where}: kept num_workers={user_workers}, not above {self.workers}")
+            return None
+        change = f"{where}: num_workers {user_workers} -> {self.workers}"
+        if self.applied:
+            self.note(change)
+        else:
+            self.mark_applied(
+                f"{change} (the script's, lowered), intra-op threads left at "
+                f"{torch.get_num_threads()} ({self.why})"
+            )
+        return {"num_workers": self.workers}
+
     def verify(self, final: bool) -> tuple[bool, str] | None:
         changed = self.patch.loaders_changed_by(self.id)
         iterators = [self.patch.latest_iterator(loader) for loader, _ in changed]
         seen = [it for it in iterators if it is not None]
         if not seen:
             return (False, "the DataLoader given workers was never iterated") if final else None
+        if self.fewer:
+            lowered = [it for it in seen if it["workers"] == self.workers]
+            return len(lowered) == len(seen), (
+                f"{len(lowered)}/{len(seen)} iterated loaders run {self.workers} workers "
+                f"({', '.join(sorted({it['class'] for it in seen}))})"
+            )
         multi = [it for it in seen if it["class"] == _MULTIPROCESS_ITER]
         workers = max((it["workers"] for it in multi), default=0)
         ok = len(multi) == len(seen)

@@ -291,3 +291,20 @@ def test_a_run_that_ended_before_the_profiler_window_says_so() -> None:
     assert note is not None and "ended after 20 steps" in note and "27-29" in note
     assert profiler_window_missed({**obs, "steps_seen": 29}) is None
     assert profiler_window_missed({**obs, "profiler": {"requested": False}}) is None
+
+
+def test_the_training_loader_is_the_one_that_fed_the_most_steps() -> None:
+    """minGPT's adder evaluates its whole training set at iteration 0: its evaluation loader
+    (num_workers=0) fed 95 batches inside one step, the training loader (4 workers) one per
+    step. The training loader's settings are the ones the rules read."""
+    from perfdoctor.analyze.facts import _training_dataloader
+    from perfdoctor.run_schema import DataLoaderInfo, Observations
+
+    evaluation = DataLoaderInfo(num_workers=0, batches=95, steps_fed=1)
+    training = DataLoaderInfo(num_workers=4, batches=29, steps_fed=29)
+    obs = Observations(dataloaders=[evaluation, training])
+    assert _training_dataloader(obs) is training
+    # Without the step count (an older run directory) the batches decide, as before.
+    old = Observations(dataloaders=[DataLoaderInfo(batches=95), DataLoaderInfo(batches=29)])
+    loader = _training_dataloader(old)
+    assert loader is not None and loader.batches == 95

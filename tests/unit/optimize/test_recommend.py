@@ -127,11 +127,15 @@ def test_only_restricts_and_can_force_an_unrecommended_id():
 
 
 def test_workers_are_not_tried_when_the_script_chose_a_count():
-    # The applier never overrides the script's num_workers: the run could only be refused.
-    facts = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "dataloader_num_workers": 2})
+    # The applier never raises the script's num_workers: the run could only be refused.
+    facts = Facts({"device_is_cuda": False, "cpu_cores_logical": 4, "dataloader_num_workers": 2})
     recs = recommend([finding("input", "dataloader-workers", gain=0.5)], facts)
     assert ids(recs) == ["dataloader-workers"]  # still recommended, as a change by hand
     assert auto_candidates(recs, facts) == []
+    # A count that leaves the training process no core is lowered (sizing.fewer_workers).
+    beyond = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "dataloader_num_workers": 2})
+    recs = recommend([finding("input", "dataloader-workers", gain=0.5)], beyond)
+    assert auto_candidates(recs, beyond) == ["dataloader-workers"]
     unset = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "dataloader_num_workers": 0})
     assert auto_candidates(recommend([finding("i", "dataloader-workers", gain=0.5)], unset), unset)
 

@@ -283,3 +283,35 @@ def test_coupled_threads_only_when_the_script_threads_oversubscribe(values, core
     sizing = size_dataloader_workers(facts(**values), cores=cores)
     assert sizing is not None and sizing.coupled_threads == coupled
     assert "THREADS" not in " ".join(sizing.env())
+
+
+def test_script_workers_beyond_the_cores_are_sized_down() -> None:
+    """makemore's and minGPT's 4 workers on 2 cores: the variant lowers the script's own
+    count (the applier is told so: WORKERS_FEWER_ENV), to in-process loading."""
+    from perfdoctor.optimize.sizing import WORKERS_FEWER_ENV, fewer_workers
+
+    baseline = facts(dataloader_num_workers=4, data_wait_ms_p50=1.3, step_ms_p50=16.8)
+    sizing = size_dataloader_workers(baseline, cores=2)
+    assert sizing is not None and sizing.fewer and sizing.workers == 0
+    assert sizing.env() == {
+        WORKERS_ENV: "0",
+        WORKERS_WHY_ENV: sizing.reason,
+        WORKERS_FEWER_ENV: "1",
+    }
+    assert "4 workers on 2 cores" in sizing.reason and "4 -> 0" in sizing.reason
+    # Workers that leave the training process a core are the script's to keep.
+    assert fewer_workers(facts(dataloader_num_workers=1), cores=2) is None
+    assert fewer_workers(facts(dataloader_num_workers=4), cores=8) is None
+    assert fewer_workers(facts(dataloader_num_workers=0), cores=2) is None
+    # A raising sizing never carries the flag.
+    raised = size_dataloader_workers(facts(**USERS_CASE, dataloader_num_workers=0), cores=2)
+    assert raised is not None and WORKERS_FEWER_ENV not in raised.env()
+
+
+def test_the_re_run_is_not_skipped_for_script_workers_beyond_the_cores() -> None:
+    from perfdoctor.optimize.policies import skip_workers_set_by_script
+
+    two_cores = {"cpu_cores_logical": 2, "cpu_cores_physical": 2}
+    assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=4), False) is None
+    assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=1), False)
+    assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=0), False) is None

@@ -66,6 +66,7 @@ def test_input_bound_carries_settings_and_source_lines() -> None:
         "gpu",
         locations={"data_loading": lines, "dataloader_construct": built},
         data_wait_frac=0.4,
+        data_wait_ms_p50=34.0,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
     )
@@ -80,14 +81,28 @@ def test_input_bound_carries_settings_and_source_lines() -> None:
 
 
 def test_input_bound_with_saturated_cpu_does_not_advise_more_workers() -> None:
-    facts = make_facts("cpu", data_wait_frac=0.3, dataloader_num_workers=2, cpu_util_mean_frac=0.95)
+    cores = {"cpu_cores_logical": 8, "cpu_cores_physical": 8}
+    facts = make_facts(
+        "cpu", data_wait_frac=0.3, dataloader_num_workers=2, cpu_util_mean_frac=0.95, **cores
+    )
     (finding,) = [f for f in evaluate(facts).findings if f.rule_id == "input-bound"]
     assert finding.optimizations == ("faster-data-pipeline",)
+    # 2 workers on 2 cores: fewer (the hand-off), not cheaper data code.
+    facts = make_facts("cpu", data_wait_frac=0.3, dataloader_num_workers=2, cpu_util_mean_frac=0.95)
+    (finding,) = [f for f in evaluate(facts).findings if f.rule_id == "input-bound"]
+    assert finding.optimizations == ("dataloader-workers",)
+    assert "num_workers=0" in finding.explanation
 
 
 def test_input_bound_without_workers_advises_workers_even_on_a_busy_cpu() -> None:
     # With num_workers=0 the busy CPU is the training itself: workers still overlap loading.
-    facts = make_facts("cpu", data_wait_frac=0.3, dataloader_num_workers=0, cpu_util_mean_frac=0.98)
+    facts = make_facts(
+        "cpu",
+        data_wait_frac=0.3,
+        data_wait_ms_p50=3.6,  # 30% of the 12 ms step: more than a worker's hand-off
+        dataloader_num_workers=0,
+        cpu_util_mean_frac=0.98,
+    )
     (finding,) = [f for f in evaluate(facts).findings if f.rule_id == "input-bound"]
     assert finding.optimizations == ("dataloader-workers", "faster-data-pipeline")
 

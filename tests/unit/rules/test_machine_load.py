@@ -3,6 +3,8 @@ its shares are distorted, is not critical, and never advises taking more cores."
 
 from __future__ import annotations
 
+import pytest
+
 from perfdoctor.model import Scalar
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.rules import evaluate
@@ -40,7 +42,8 @@ def test_threads_below_cores_on_a_busy_machine_takes_no_cores() -> None:
 
 
 def test_input_bound_with_starved_workers_advises_no_more_workers() -> None:
-    finding = _finding("input-bound", data_wait_frac=0.44, dataloader_num_workers=2, **BUSY)
+    # 1 worker on 2 cores leaves the training process its core: the load is the story.
+    finding = _finding("input-bound", data_wait_frac=0.44, dataloader_num_workers=1, **BUSY)
     assert finding is not None
     assert finding.severity == "warning"  # 44% would be critical on a quiet machine
     assert "dataloader-workers" not in finding.optimizations
@@ -49,8 +52,27 @@ def test_input_bound_with_starved_workers_advises_no_more_workers() -> None:
     assert any(e.name == "cpu_other_busy_cores" for e in finding.evidence)
 
 
+def test_input_bound_with_workers_beyond_the_cores_advises_fewer_on_a_busy_machine_too() -> None:
+    """The issue's 2 starved workers on 2 cores: fewer workers take no cores, so that change
+    stands on a busy machine, and the recommendation lowers the count."""
+    finding = _finding("input-bound", data_wait_frac=0.44, dataloader_num_workers=2, **BUSY)
+    assert finding is not None and finding.severity == "warning"
+    assert finding.optimizations == ("dataloader-workers",)
+    assert "num_workers=0" in finding.explanation and "add workers" not in finding.explanation
+    assert "distorted" in finding.explanation
+    facts = make_facts("cpu", data_wait_frac=0.44, dataloader_num_workers=2, **BUSY)
+    recs = {r.optimization_id: r for r in recommend(evaluate(facts).findings, facts)}
+    assert "num_workers=0" in recs["dataloader-workers"].code_change
+
+
 def test_input_bound_on_a_quiet_machine_keeps_its_advice() -> None:
-    finding = _finding("input-bound", data_wait_frac=0.44, dataloader_num_workers=0, **QUIET)
+    finding = _finding(
+        "input-bound",
+        data_wait_frac=0.44,
+        data_wait_ms_p50=5.3,
+        dataloader_num_workers=0,
+        **QUIET,
+    )
     assert finding is not None and finding.severity == "critical"
     assert "dataloader-workers" in finding.optimizations
 
@@ -91,3 +113,78 @@ def test_collectives_of_cpu_ranks_on_a_busy_machine_are_qualified() -> None:
     heavy_busy = [f for f in busy if f.rule_id == "communication-heavy"]
     assert heavy_quiet[0].severity == "critical"
     assert heavy_busy[0].severity != "critical" and "distorted" in heavy_busy[0].explanation
+
+
+def test_input_bound_names_the_hand_off_of_workers_beyond_the_cores() -> None:
+    """makemore's transformer (4 workers, 2 cores, quiet): its wait is spent receiving batches
+    (file descriptors over a socket, the tensors' rebuild), which more workers add to."""
+    from perfdoctor.model import SourceLocation
+
+    lines = (
+        SourceLocation("multiprocessing/connection.py", 639, "SocketClient", share=0.12),
+        SourceLocation("multiprocessing/connection.py", 390, "_recv", share=0.06),
+        SourceLocation("multiprocessing/reduction.py", 153, "recvfds", share=0.05),
+        SourceLocation("torch/_utils.py", 195, "_rebuild_tensor", share=0.05),
+        SourceLocation("makemore.py", 535, "__getitem__", share=0.01),
+    )
+    facts = make_facts(
+        "cpu",
+        locations={"data_loading": lines},
+        data_wait_frac=0.078,
+        dataloader_num_workers=4,
+        cpu_util_mean_frac=1.0,  # saturated: the old advice was "cheaper Dataset code"
+        **QUIET,
+    )
+    found = [f for f in evaluate(facts).findings if "input-bound" in (f.rule_id, *f.related)]
+    assert found
+    text = found[0].explanation
+    assert "28% of the wait" in text and "hand-off" in text
+    assert "num_workers=0" in text
+    assert "make the Dataset/collate code cheaper" not in text
+    assert "faster-data-pipeline" not in found[0].optimizations
+    assert "dataloader-workers" in found[0].optimizations
+    # Fewer workers save the hand-off, not the whole wait: 7.8% x 28%, below a warning.
+    assert found[0].gain.step_time_frac == pytest.approx(0.078 * 0.28, abs=1e-4)
+    assert found[0].severity == "info"
+
+
+def test_input_bound_with_workers_that_fit_keeps_the_old_advice() -> None:
+    finding = _finding("input-bound", data_wait_frac=0.3, dataloader_num_workers=2,
+                       cpu_cores_logical=8, cpu_cores_physical=8, cpu_other_busy_cores=0.1,
+                       cpu_util_mean_frac=0.5)  # fmt: skip
+    assert finding is not None
+    assert "add workers" in finding.explanation
+
+
+def test_input_bound_with_a_cheap_in_process_batch_advises_cheaper_data_code() -> None:
+    """makemore's mlp with num_workers=0: 0.76 ms per batch in-process, under a worker's
+    hand-off: workers would only move the cost, cheaper __getitem__ removes it."""
+    finding = _finding("input-bound", data_wait_frac=0.25, data_wait_ms_p50=0.76,
+                       dataloader_num_workers=0, **QUIET)  # fmt: skip
+    assert finding is not None
+    assert finding.optimizations == ("faster-data-pipeline",)
+    assert "0.76 ms per batch" in finding.explanation
+    assert "would not shorten the wait" in finding.explanation
+    # An expensive batch still gets workers.
+    slow = _finding("input-bound", data_wait_frac=0.25, data_wait_ms_p50=40.0,
+                    dataloader_num_workers=0, **QUIET)  # fmt: skip
+    assert slow is not None and "dataloader-workers" in slow.optimizations
+
+
+def test_workers_beyond_the_cores_are_not_answered_with_fewer_threads() -> None:
+    """minGPT's 4 workers + 2 threads on 2 cores: the fix is fewer workers (num_workers=0);
+    torch.set_num_threads(1) beside it would contradict it (no recommendation for both)."""
+    values: dict[str, Scalar] = {
+        "dataloader_num_workers": 4,
+        "torch_num_threads": 2,
+        "cpu_util_mean_frac": 1.0,
+        "data_wait_frac": 0.068,
+        "data_wait_ms_p50": 2.3,
+        **QUIET,
+    }
+    finding = _finding("cpu-oversubscribed", **values)
+    assert finding is not None and finding.optimizations == ("dataloader-workers",)
+    assert "num_workers=0" in finding.explanation
+    facts = make_facts("cpu", **values)
+    ids = {r.optimization_id for r in recommend(evaluate(facts).findings, facts)}
+    assert "dataloader-workers" in ids and "cpu-threads" not in ids
