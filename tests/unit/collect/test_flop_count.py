@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+import copy
+import sys
+from collections.abc import Iterator
+
+import pytest
 import torch
 
 from perfdoctor.collect.flop_count import StepFlopCounter
+
+
+@pytest.fixture(autouse=True)
+def nothing_compiled_in_this_process() -> Iterator[None]:
+    """The counter stands aside once dynamo has compiled anything in the process. Another
+    module's test on the same xdist worker may have compiled (tests/unit/collect/
+    test_lift_disable.py does): these tests start from dynamo's counters as a fresh process
+    has them, and leave them as they found them."""
+    if "torch._dynamo" not in sys.modules:
+        yield
+        return
+    from torch._dynamo.utils import counters
+
+    saved = copy.deepcopy(counters)
+    counters.clear()
+    yield
+    counters.clear()
+    counters.update(saved)
 
 
 def run_steps(counter: StepFlopCounter, steps: int) -> None:
