@@ -274,6 +274,9 @@ class GainEstimate:
     step_time_frac: float | None = None  # expected fraction of step time saved (0..1)
     memory_bytes: int | None = None  # expected peak memory saved
     method: str = ""
+    # step_time_frac is a ceiling (what the fix could buy at most, e.g. a disable'd helper's
+    # eager time, whose ops still run compiled once it is traced), not an expectation.
+    upper_bound: bool = False
 
 
 @dataclass(frozen=True)

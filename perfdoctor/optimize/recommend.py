@@ -36,6 +36,7 @@ _CATALOG_ORDER = {opt_id: index for index, opt_id in enumerate(CATALOG)}
 class _Gathered:
     rule_ids: list[str] = field(default_factory=list)
     step_time_frac: float | None = None
+    step_time_upper_bound: bool = False  # the largest step_time_frac is a ceiling
     memory_bytes: int | None = None
     methods: list[str] = field(default_factory=list)
     severity: int = _UNRANKED  # the most severe finding's SEVERITY_RANK (0: critical)
@@ -78,6 +79,7 @@ def _gather(findings: Sequence[Finding], facts: Facts) -> dict[str, _Gathered]:
                 entry.step_time_frac is None or gain.step_time_frac > entry.step_time_frac
             ):
                 entry.step_time_frac = gain.step_time_frac
+                entry.step_time_upper_bound = gain.upper_bound
             if gain.memory_bytes is not None and (
                 entry.memory_bytes is None or gain.memory_bytes > entry.memory_bytes
             ):
@@ -139,6 +141,7 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
                     step_time_frac=entry.step_time_frac,
                     memory_bytes=entry.memory_bytes,
                     method="; ".join(entry.methods),
+                    upper_bound=entry.step_time_upper_bound,
                 ),
                 locations=tuple(entry.locations),
                 conflicts=conflicts_for(opt_id, ordered, facts),

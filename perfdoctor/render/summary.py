@@ -475,7 +475,8 @@ def recommendation_facts(rec: Recommendation) -> list[tuple[str, str]]:
 def gain_text(gain: GainEstimate, with_method: bool = True) -> str:
     parts = []
     if gain.step_time_frac is not None:
-        parts.append(f"~{fmt.percent(gain.step_time_frac, 0)} of step time")
+        ceiling = "up to " if gain.upper_bound else ""
+        parts.append(f"{ceiling}~{fmt.percent(gain.step_time_frac, 0)} of step time")
     if gain.memory_bytes is not None:
         parts.append(f"~{fmt.nbytes(gain.memory_bytes)} of peak memory")
     if not parts:

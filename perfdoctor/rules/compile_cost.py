@@ -54,6 +54,7 @@ def check_graph_breaks(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             step_time_frac=frac,
             method="eager time between compiled graphs / median step: the upper bound of what "
             "removing the breaks buys (the code then runs compiled, not for free)",
+            upper_bound=True,
         ),
     )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfdoctor.optimize.recommend import recommend
+from perfdoctor.render.summary import gain_text
 from perfdoctor.rules import compile_cost
 from perfdoctor.rules.engine import evaluate_rules
 
@@ -30,6 +32,9 @@ def test_graph_breaks_fire_from_five_percent_of_the_step(frac: float, severity: 
     if finding:
         assert "train.py:53" in finding.explanation
         assert finding.gain.step_time_frac == pytest.approx(frac)
+        # The eager time between graphs is a ceiling: the moved code still runs, compiled.
+        assert finding.gain.upper_bound
+        assert gain_text(finding.gain, with_method=False).startswith("saves up to ~")
 
 
 def test_recompile_cost_names_the_costliest_recompile() -> None:
@@ -128,3 +133,18 @@ def test_the_recompile_limit_is_the_one_the_script_set(
         assert f"({configured or 8:g} per frame)" in finding.explanation
     elif configured == 64.0:
         assert "recompile limit was raised to 64" in finding.explanation
+
+
+def test_the_lift_recommendation_carries_the_ceiling_and_says_up_to() -> None:
+    facts = {
+        "compile_graph_break_sites": 1,
+        "compile_disable_break_sites": 1,
+        "compile_break_step_frac": 0.49,
+        "compile_break_eager_ms_per_step": 2.0,
+    }
+    found, _ = _run(**facts)
+    finding = found[compile_cost.GRAPH_BREAKS]
+    (rec,) = recommend([finding], make_facts(**facts))
+    assert rec.optimization_id == "compile-lift-disable"
+    assert rec.expected_gain.upper_bound
+    assert gain_text(rec.expected_gain, with_method=False) == "saves up to ~49% of step time"
