@@ -86,4 +86,8 @@ def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked(tmp_path: 
     assert disable["cost_is_bound"] and not storm.get("cost_is_bound")  # an upper bound
     assert "torch.where" in item["rewritten"]
     rules = {f["rule_id"] for f in report["findings"]}
-    assert {"compile-recompile-cost", "compile-graph-breaks"} <= rules
+    assert "compile-recompile-cost" in rules
+    # The breaks' finding fires from 5% of the step: beside a storm that recompiles in every
+    # step their share is a timing, so it fires exactly when the measured share says so.
+    share = report["facts"]["compile_break_step_frac"]
+    assert ("compile-graph-breaks" in rules) == (share >= 0.05), share
