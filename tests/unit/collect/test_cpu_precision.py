@@ -11,6 +11,8 @@ import pytest
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
 from perfdoctor.collect.cpu_features import native_low_precision_flags
 
+from .fake_runtime import FakeRuntime
+
 torch = pytest.importorskip("torch")
 
 FLAGS = "flags\t\t: fpu vme sse sse2 avx2 avx512f {extra}\n"
@@ -39,17 +41,6 @@ def test_unreadable_flags_are_unknown_not_absent(tmp_path: Path) -> None:
     assert cpu_precision_facts(None) == {"cpu_native_bf16": None, "cpu_native_fp16": None}
 
 
-class _Runtime:
-    def __init__(self) -> None:
-        self.roots: list[Any] = []
-        self.optimizers: list[Any] = []
-        self.dataloaders: list[Any] = []
-
-    def on_roots_known(self, fn: Any) -> None: ...
-    def on_step_start(self, fn: Any) -> None: ...
-    def on_finalize(self, fn: Any) -> None: ...
-
-
 def test_cpu_fp32_applier_runs_cpu_autocast_regions_in_fp32_and_switches_back() -> None:
     from perfdoctor.collect.appliers.base import ApplyContext, Patcher
     from perfdoctor.collect.appliers.cpu_precision import CpuFp32
@@ -66,7 +57,7 @@ def test_cpu_fp32_applier_runs_cpu_autocast_regions_in_fp32_and_switches_back() 
     patcher = Patcher()
     applier = CpuFp32()
     try:
-        applier.install(ApplyContext(_Runtime(), patcher))
+        applier.install(ApplyContext(FakeRuntime(), patcher))
         assert forward_dtype() == torch.float32
         applier.switch(False)
         assert forward_dtype() == torch.bfloat16
@@ -88,7 +79,7 @@ def test_cpu_fp32_applier_refuses_a_script_without_cpu_autocast() -> None:
     patcher = Patcher()
     applier = CpuFp32()
     try:
-        applier.install(ApplyContext(_Runtime(), patcher))
+        applier.install(ApplyContext(FakeRuntime(), patcher))
         torch.nn.Linear(2, 2)(torch.randn(1, 2))
         applier.run_verify(final=True)
         result = applier.result()

@@ -1,6 +1,7 @@
 """The compile-lift-disable applier (collect/appliers/compile_disable.py): the script's own
-torch.compiler.disable'd functions come back switchable, traced into the graph while on and
-disabled (a graph break) while off; torch's and libraries' disables are left alone.
+torch.compiler.disable'd functions come back as traceable copies, traced into the caller's
+graph as if the disable were removed by hand; torch's and libraries' disables are left
+alone; and why the lift is measured by re-runs, not switched between steps.
 
 Compiled with dynamo's counting backend (no inductor): what matters is how many graphs
 dynamo makes and how many ops they hold, not the generated code."""
@@ -11,18 +12,9 @@ from typing import Any
 
 import pytest
 
+from .fake_runtime import FakeRuntime
+
 torch = pytest.importorskip("torch")
-
-
-class _Runtime:
-    def __init__(self) -> None:
-        self.roots: list[Any] = []
-        self.optimizers: list[Any] = []
-        self.dataloaders: list[Any] = []
-
-    def on_roots_known(self, fn: Any) -> None: ...
-    def on_step_start(self, fn: Any) -> None: ...
-    def on_finalize(self, fn: Any) -> None: ...
 
 
 def _helper(h: Any) -> Any:
@@ -42,7 +34,7 @@ def lift():
     torch._dynamo.reset()
     patcher = Patcher()
     applier = LiftCompilerDisable()
-    applier.install(ApplyContext(_Runtime(), patcher))
+    applier.install(ApplyContext(FakeRuntime(), patcher))
     try:
         yield applier
     finally:
