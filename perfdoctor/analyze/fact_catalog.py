@@ -113,6 +113,12 @@ FACTS: dict[str, FactDoc] = {
         "bytes", "steps", "RSS slope over timed steps; 0 unless it rises in each third"
     ),
     "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
+    "memory_growth_fit_sampled": _f(
+        "bool",
+        "steps",
+        "the memory growth slopes are medians of a seeded sample of 100,000 step pairs "
+        "(a long run: all pairs would grow with the square of the steps)",
+    ),
     "rss_growth_over_noise": _f(
         "ratio", "steps", "rise of the RSS slope over the timed steps / RSS scatter"
     ),
