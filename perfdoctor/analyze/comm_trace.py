@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze import collectives as coll
-from perfdoctor.analyze.comm_bandwidth import Link, bus_factor, link_for, message_bytes
+from perfdoctor.analyze.comm_bandwidth import (
+    Link,
+    bus_factor,
+    link_for,
+    message_bytes,
+    plausible_busbw,
+)
 from perfdoctor.analyze.comm_wait import UNKNOWN, Sample, Verdict, classify
 from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, CommArgs, TraceEvents
 from perfdoctor.analyze.trace_index import launch_rows
@@ -56,6 +62,9 @@ class CommSummary:
     # Every communication kernel in start order as (collective type, duration µs): what
     # job_ranks.py matches across the ranks of a job.
     sequence: tuple[tuple[str, float], ...] = ()
+    # Collectives whose recorded message size, over their kernel's time, would exceed
+    # BUSBW_CEILING_GBS: their sizes are dropped as invalid input (comm_bandwidth.py).
+    impossible_sizes: int = 0
 
     @property
     def dominant(self) -> str | None:
@@ -175,6 +184,7 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
+    impossible = 0  # collectives whose recorded size would move faster than any link
     for i, row in enumerate(rows.tolist()):
         name = ev.names[int(gpu.name[row])]
         family = coll.kernel_family(name) or "other"
@@ -195,6 +205,15 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
             else None
         )
         sequence.append((kind, float(gpu.dur[row])))
+        if ranks is not None and ranks < 1:
+            ranks = None
+        if (
+            size is not None
+            and ranks
+            and not plausible_busbw(kind, size, float(gpu.dur[row]), ranks)
+        ):
+            size = None  # not physically possible: the size is invalid input, not a measurement
+            impossible += 1
         if ranks:
             groups.append(ranks)
         if size is not None:
@@ -238,4 +257,5 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
         parallelism=_parallelism({k.kind: k.share for k in stats}, families),
         sequence=tuple(sequence),
+        impossible_sizes=impossible,
     )

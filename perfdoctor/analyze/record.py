@@ -146,10 +146,18 @@ def _load_steps(
         found = rundir.read_steps(run)
         if notes is not None and not found.found:
             notes.append(f"{path} is missing: no step was recorded, so there are no step figures")
+        if notes is not None and found.empty:
+            notes.append(f"{path} is empty: no step was recorded, so there are no step figures")
         if notes is not None and found.unreadable:
             notes.append(
                 f"{path}: {found.unreadable} line(s) could not be read as steps and were "
                 f"skipped ({len(found.steps)} read)"
+            )
+        if notes is not None and found.impossible:
+            notes.append(
+                f"invalid input: {path}: {found.impossible} step(s) record a time no step can "
+                f"take (0, negative, NaN or beyond a year) and were skipped "
+                f"({len(found.steps)} kept)"
             )
         return tuple(found.steps)
     except run_schema.SchemaMismatch as err:

@@ -234,6 +234,12 @@ class TraceEvents:
     # Kernels recorded by CUPTI's range profiler (per-kernel counters, experimental_config
     # profiler_metrics) instead of as kernel activities: a trace with no kernel timeline.
     profiler_range_count: int = 0
+    # Collective ops / kernels whose recorded message size or group size is impossible (a
+    # negative group, 10**30 elements, "²"): ignored as invalid input, counted for a note.
+    invalid_comm_args: int = 0
+    # GEMM / convolution ops whose `Input Dims` hold a tensor no device can hold (a negative
+    # dimension, more than MAX_TENSOR_ELEMENTS elements): their shapes are dropped.
+    invalid_shapes: int = 0
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -394,6 +400,8 @@ class EventBuilder:
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
         self.comm_cpu: dict[int, CommArgs] = {}
         self.comm_gpu: dict[int, CommArgs] = {}
+        self.invalid_comm = 0  # collectives' args out of any collective's range (ignored)
+        self.invalid_shapes = 0  # ops whose recorded shapes no tensor can have (ignored)
         self.concrete: dict[int, list[Any]] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
@@ -491,7 +499,7 @@ class EventBuilder:
         self.cpu.add(events, self.names, self.tids, external_id=_external_ids(args))
         if not events:
             return
-        _collect_comm(args, offset, self.comm_cpu)
+        self.invalid_comm += _collect_comm(args, offset, self.comm_cpu)
         index = self.names.index
         shape_codes = [index[n] for n in SHAPE_OPS if n in index]
         if not shape_codes:
@@ -499,6 +507,9 @@ class EventBuilder:
         codes = self.cpu.parts["name"][-1]
         for row in np.flatnonzero(np.isin(codes, shape_codes)).tolist():
             types, dims = _decode_shapes(args[row])
+            if dims and not plausible_dims(dims):
+                self.invalid_shapes += 1
+                dims = []  # no FLOPs from a tensor no device could hold (1e12 x 1e12)
             if types or dims:
                 self.shapes[offset + row] = (types, dims)
             concrete = _decode_concrete(args[row])
@@ -529,7 +540,7 @@ class EventBuilder:
     def _add_gpu(self, events: list[_Event]) -> None:
         args = _args_of(events)
         n = len(events)
-        _collect_comm(args, self.gpu.rows, self.comm_gpu)
+        self.invalid_comm += _collect_comm(args, self.gpu.rows, self.comm_gpu)
         self.gpu.add(
             events,
             self.names,
@@ -612,7 +623,16 @@ class EventBuilder:
             profiler_range_count=self.profiler_ranges,
             comm_cpu=self.comm_cpu,
             comm_gpu=self.comm_gpu,
+            invalid_comm_args=self.invalid_comm,
+            invalid_shapes=self.invalid_shapes,
         )
+
+
+# The largest message a collective can carry, in elements: 2**40 (a TiB of bytes at one
+# byte each, more than any GPU's memory). A bigger `In msg nelems` (10**30, 1e308) is no
+# size; and 2**20 ranks in one group, more than any job has run.
+MAX_MSG_NELEMS = 1 << 40
+MAX_GROUP_SIZE = 1 << 20
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -620,26 +640,40 @@ def _int_or_none(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and np.isfinite(value):
+    if isinstance(value, float) and np.isfinite(value) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        # isdigit() alone is true for "²", which int() refuses.
         return int(value)
     return None
 
 
-def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> None:
-    """The rows (offset + index) whose args name a collective or its message size."""
+def _in_range(value: Any, low: int, high: int) -> int | None:
+    """An integer field that only [low, high] can hold; anything else is no value."""
+    found = _int_or_none(value)
+    return found if found is not None and low <= found <= high else None
+
+
+def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> int:
+    """The rows (offset + index) whose args name a collective or its message size; returns
+    how many recorded a size or group size that no collective can have (ignored)."""
+    invalid = 0
     for i, a in enumerate(args):
         if a.collective_name is None and a.in_msg_nelems is None:
             continue
         name = a.collective_name
-        out[offset + i] = CommArgs(
+        found = CommArgs(
             collective=name if isinstance(name, str) else None,
-            in_nelems=_int_or_none(a.in_msg_nelems),
-            out_nelems=_int_or_none(a.out_msg_nelems),
-            group_size=_int_or_none(a.group_size),
+            in_nelems=_in_range(a.in_msg_nelems, 0, MAX_MSG_NELEMS),
+            out_nelems=_in_range(a.out_msg_nelems, 0, MAX_MSG_NELEMS),
+            group_size=_in_range(a.group_size, 1, MAX_GROUP_SIZE),
             dtype=a.dtype if isinstance(a.dtype, str) else None,
         )
+        recorded = (a.in_msg_nelems, a.out_msg_nelems, a.group_size)
+        kept = (found.in_nelems, found.out_nelems, found.group_size)
+        invalid += any(r is not None and k is None for r, k in zip(recorded, kept, strict=True))
+        out[offset + i] = found
+    return invalid
 
 
 def _finite(value: Any) -> float:
@@ -702,6 +736,32 @@ def _decode_concrete(args: _Args) -> list[Any]:
         return _SHAPE_DECODER.decode(args.concrete) if len(args.concrete) else []
     except DECODE_ERRORS:
         return []
+
+
+# The most elements one tensor can have: 2**40 (a TiB at one byte each), past any GPU's
+# memory. `Input Dims` of 1e12 x 1e12 made 2.6e37 FLOPs and an MFU of 1.1e28 %.
+MAX_TENSOR_ELEMENTS = 1 << 40
+
+
+def plausible_dims(dims: list[Any]) -> bool:
+    """Whether every tensor in an op's `Input Dims` (a list per input; a list of lists for a
+    tensor list) has non-negative integer sizes and at most MAX_TENSOR_ELEMENTS elements."""
+    stack: list[Any] = list(dims)
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, list) or not item:
+            continue
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in item):
+            numel = 1
+            for d in item:
+                if d < 0 or d > MAX_TENSOR_ELEMENTS:
+                    return False
+                numel *= d
+            if numel > MAX_TENSOR_ELEMENTS:
+                return False
+        else:
+            stack.extend(item)
+    return True
 
 
 def _decode_shapes(args: _Args) -> tuple[list[Any], list[Any]]:
