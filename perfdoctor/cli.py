@@ -166,8 +166,11 @@ def _say_the_script_failed(outcome) -> None:
         what = f"the script failed with exit code {code}, passed through"
     if outcome.script_error and not outcome.script_error.startswith("killed by"):
         what += f": {outcome.script_error}"
+    from perfdoctor.render.format import printable
+
+    # The error and the path come from the script: no raw escape may reach the terminal.
     stderr_console().print(
-        f"perfdoctor: {what} (partial report in {outcome.session_dir})",
+        printable(f"perfdoctor: {what} (partial report in {outcome.session_dir})"),
         markup=False,
         soft_wrap=True,
     )

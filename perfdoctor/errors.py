@@ -141,3 +141,15 @@ class MissingTool(PerfdoctorError):
 
 class RunTimeout(PerfdoctorError):
     exit_code = EXIT_TIMEOUT
+
+
+# A script's error message as one line: its lines joined, clipped to this many characters.
+# The last line alone misleads: dynamo's backend failure ends "Set TORCHDYNAMO_VERBOSE=1 ...",
+# a torch C++ error's message ends in a lone quote.
+ERROR_MESSAGE_MAX = 600
+
+
+def one_line_message(text: str, limit: int = ERROR_MESSAGE_MAX) -> str:
+    """Every non-empty line of `text`, stripped, joined by " | ", clipped to `limit`."""
+    flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

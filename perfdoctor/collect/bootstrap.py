@@ -53,6 +53,7 @@ from perfdoctor.errors import (
     EXIT_OUTPUT_UNWRITABLE,
     EXIT_TARGET_NOT_FOUND,
     EXIT_USAGE,
+    one_line_message,
 )
 from perfdoctor.model import RunSpec
 
@@ -292,8 +293,7 @@ def _report_crash(
 ) -> None:
     _print_script_traceback(exc, resolved)
     outcome.exit_code = 1
-    message = str(exc).strip().splitlines()
-    outcome.observations["error"] = f"{type(exc).__name__}: {message[-1] if message else ''}"
+    outcome.observations["error"] = f"{type(exc).__name__}: {one_line_message(str(exc))}"
     outcome.observations["error_type"] = type(exc).__name__
     location = user_code.innermost_in_traceback(exc.__traceback__)
     if location is not None:

@@ -116,7 +116,9 @@ footer { color: var(--muted); font-size: 0.85rem; text-align: center; margin-top
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    # Control and bidi characters shown escaped (fmt.printable): a U+202E in a trace's name
+    # would otherwise reorder the page around it.
+    return html.escape(fmt.printable(str(text)), quote=True)
 
 
 def render_html(report: Report) -> str:
