@@ -333,7 +333,8 @@ def test_a_multi_line_error_is_shown_whole_with_no_raw_escape(tmp_path: Path) ->
     # hid the cause. And the message is the script's: its ESC must not reach the terminal.
     profiled, _ = profile_stopping_script(
         tmp_path,
-        'raise RuntimeError("backend failed: the cause\\n\\x1b[31mred\\n\\nSet TORCHDYNAMO_VERBOSE=1")',
+        'raise RuntimeError("backend failed: the cause\\n\\x1b[31mred\\n\\n"\n'
+        '                   "Set TORCHDYNAMO_VERBOSE=1")',
         "--quiet",
     )
     assert profiled.proc.returncode == 1, profiled.proc.stderr
