@@ -23,6 +23,7 @@ from perfdoctor.cli_guard import (
     CliSettings,
     guarded,
     make_console,
+    output_unwritable,
     stderr_console,
 )
 from perfdoctor.cli_options import ProfileArgs, declared_by, profile_options
@@ -129,8 +130,12 @@ def check_output_dir(out: Path) -> None:
             hint="give --out a directory (it is created if it does not exist)",
         )
     if not os.access(existing, os.W_OK | os.X_OK):
+        reason = "permission denied"
+        with contextlib.suppress(OSError):
+            if os.statvfs(existing).f_flag & os.ST_RDONLY:
+                reason = "read-only file system"
         raise OutputUnwritable(
-            f"cannot write the output directory {existing}: permission denied",
+            f"cannot write the output directory {existing}: {reason}",
             hint="give --out a directory you can write",
         )
 
@@ -256,16 +261,19 @@ def report(
     find_renderer(REPORT_RENDERERS, fmt)  # a bad --format is refused before any analysis
     if output is not None:
         _check_output_path(output)
-    text = _render(_rewritten_report(run), fmt)
-    if text is None:
-        return
-    if output is None:
+    built, unwritten = _rewritten_report(run)
+    text = _render(built, fmt)
+    if text is not None and output is None:
         sys.stdout.write(text)
+    if unwritten is not None:
+        raise unwritten
+    if text is None or output is None:
         return
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as err:
-        raise UsageError(f"cannot write {output}: {err.strerror or err}") from None
+        # The directory exists (checked above): a write that fails there is 73, not usage.
+        raise output_unwritable(err, output) from None
     stderr_console().print(f"wrote {output}", markup=False)
 
 
@@ -298,9 +306,13 @@ def _rewritten_report(run: Path):
     if not is_lone_child_run(session_dir):
         try:
             built = write_reports(session_dir, built).report
-        except OSError as err:  # a read-only copy of a run: still render to the terminal
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                # A full disk is no read-only copy: the report still shows, then 73.
+                return built, output_unwritable(err, session_dir)
+            # A read-only copy of a run: still render to the terminal.
             logging.getLogger(__name__).warning("reports not rewritten: %s", err)
-    return built
+    return built, None
 
 
 @app.command(
@@ -331,6 +343,8 @@ def diagnose(
     from perfdoctor.render.registry import REPORT_RENDERERS, find_renderer
 
     fmt = "json" if as_json else find_renderer(REPORT_RENDERERS, fmt).name
+    if out is not None:
+        check_output_dir(out)  # a file, or under one, or not writable: 73 before any work
     done = diagnose_traces(paths, out)
     reports = []
     for item in done:
@@ -339,7 +353,10 @@ def diagnose(
                 f"perfdoctor: error: {item.run.name}: {item.error}", markup=False, soft_wrap=True
             )
             continue
-        write_trace_reports(item.report)
+        try:
+            write_trace_reports(item.report)
+        except OSError as err:  # a full disk, a read-only file system, no permission
+            raise output_unwritable(err, item.report.run_dir) from None
         reports.append(item.report)
     if not quiet:
         _print_diagnosed(reports, fmt, several=len(done) > 1)

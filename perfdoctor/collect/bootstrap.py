@@ -379,6 +379,10 @@ def _finalize(
         log.warning("observations.json does not match its schema: %s", err)
     try:
         rundir.write_json(Path(spec.run_dir) / rundir.OBSERVATIONS_FILE, observations)
+    except OSError as err:
+        # A full disk or a read-only file system: one line, the parent ends in 73 and says
+        # why; a traceback of perfdoctor's own here would read as the script's.
+        log.warning("observations.json not written: %s", err.strerror or err)
     except Exception:
         log.exception("observations.json not written")
 

@@ -3,15 +3,19 @@ code (README, "Exit codes"), or a report with a warning; never an internal error
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from perfdoctor.cli import app
-from perfdoctor.errors import EXIT_BAD_RUN_DIR
+from perfdoctor.errors import EXIT_BAD_RUN_DIR, EXIT_OUTPUT_UNWRITABLE
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 GOOD = RUNS / "tabular_mlp_debug_cpu"
@@ -65,3 +69,72 @@ def test_an_empty_steps_file_is_a_warning(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     warnings = json.loads(out.read_text())["warnings"]
     assert any("steps.jsonl is empty" in w for w in warnings), warnings
+
+
+# ------------------------------------------------------------ output that cannot be written
+
+TRACE = Path(__file__).parent / "analyze" / "fixtures" / "cuda_two_steps.json"
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_diagnose_out_that_is_or_is_under_a_file_is_73(tmp_path: Path, where: str) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    out = blocker if where == "file" else blocker / "sub"
+    result = _invoke("diagnose", str(TRACE), "-o", str(out))
+    assert result.exit_code == EXIT_OUTPUT_UNWRITABLE, result.output
+    assert "is not a directory" in result.output
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_diagnose_on_a_full_or_read_only_disk_is_73(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr("perfdoctor.diagnose_traces.write_trace_reports", full)
+    result = _invoke("diagnose", str(TRACE), "-o", str(tmp_path / "out"))
+    assert result.exit_code == EXIT_OUTPUT_UNWRITABLE, result.output
+    assert f"cannot write {tmp_path / 'out'}: {os.strerror(code)}" in result.output
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_report_output_onto_a_full_disk_is_73() -> None:
+    result = _invoke("report", str(GOOD), "-f", "md", "-o", "/dev/full")
+    assert result.exit_code == EXIT_OUTPUT_UNWRITABLE, result.output
+    assert "cannot write /dev/full: No space left on device" in result.output
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("command", [["report", str(GOOD)], ["diagnose", str(TRACE)]])
+def test_a_full_stdout_is_73_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    extra = ["-o", str(tmp_path / "out")] if command[0] == "diagnose" else []
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "perfdoctor", *command, *extra],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == EXIT_OUTPUT_UNWRITABLE, proc.stderr
+    assert "perfdoctor: error: cannot write its output: No space left on device" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+def test_report_on_a_full_disk_shows_the_report_then_is_73(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = tmp_path / "session"
+    shutil.copytree(GOOD, session / "baseline")
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("perfdoctor.diagnose.write_reports", full)
+    result = _invoke("report", str(session), "-f", "md")
+    assert result.exit_code == EXIT_OUTPUT_UNWRITABLE, result.output
+    assert result.output.startswith("# perfdoctor")
+    assert "No space left on device" in result.output
