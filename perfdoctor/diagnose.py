@@ -85,10 +85,19 @@ class Diagnosis:
     recommendations: tuple[Recommendation, ...]
 
 
+def resolve_input(path: Path) -> Path:
+    """path.resolve(), with a symbolic link that leads back to itself (`ln -s d d`) refused
+    as a path that does not exist (66): Python raises RuntimeError for the loop."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as err:
+        raise TargetNotFound(f"{path} does not exist: a symbolic link loop ({err})") from None
+
+
 def resolve_session_dir(path: Path) -> Path:
     """Accept the session dir, the `latest` link, a child run dir inside a session, or the
     `--out` directory of `perfdoctor profile` (its `latest` session)."""
-    path = path.resolve()
+    path = resolve_input(path)
     if not path.exists():
         # As everywhere else (diagnose, compare, the script of profile): a missing path is 66.
         raise TargetNotFound(f"{path} does not exist")

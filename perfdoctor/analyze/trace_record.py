@@ -267,9 +267,28 @@ def _order(ranks: list[_RankTrace]) -> list[_RankTrace]:
 
 def load_trace_run(run: RunInput) -> TraceRunRecord:
     """Parse every rank's trace (and the snapshot) of one run into a TraceRunRecord."""
-    ranks = _order([_read_rank(r) for r in run.ranks])
-    memory = load_memory(run.snapshot) if run.snapshot is not None else None
     notes: list[str] = []
+    read: list[_RankTrace] = []
+    failed: list[CorruptArtifact] = []
+    for source in run.ranks:
+        try:
+            read.append(_read_rank(source))
+        except CorruptArtifact as err:
+            failed.append(err)
+    # A bad file beside good ones costs only itself: the good ones are reported, the bad
+    # one named in a warning. Nothing usable at all is still the error.
+    memory = None
+    if run.snapshot is not None:
+        try:
+            memory = load_memory(run.snapshot)
+        except CorruptArtifact as err:
+            if not read:
+                raise
+            notes.append(f"skipped: {err}")
+    if not read and failed:
+        raise failed[0]
+    notes.extend(f"skipped: {err}" for err in failed)
+    ranks = _order(read)
     for r in ranks:
         if r.source.older:
             notes.append(

@@ -36,7 +36,7 @@ from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, usable
-from perfdoctor.diagnose import resolve_session_dir
+from perfdoctor.diagnose import resolve_input, resolve_session_dir
 from perfdoctor.errors import BadRunDir, CorruptArtifact
 from perfdoctor.model import (
     DeviceInfo,
@@ -150,7 +150,7 @@ def side_run_dirs(path: Path) -> tuple[Path, list[Path]]:
 
     A child run directory (baseline/, a variant's, or one repeat-k) stands for itself and its
     own repeats; a session directory (or the `latest` link) for every baseline repeat."""
-    resolved = Path(path).resolve()
+    resolved = resolve_input(Path(path))
     if resolved.is_dir() and is_child_dir(resolved):
         return resolved, repeat_dirs(resolved)
     session = resolve_session_dir(resolved)

@@ -138,3 +138,49 @@ def test_report_on_a_full_disk_shows_the_report_then_is_73(
     assert result.exit_code == EXIT_OUTPUT_UNWRITABLE, result.output
     assert result.output.startswith("# perfdoctor")
     assert "No space left on device" in result.output
+
+
+# ------------------------------------------------------------------------ options and inputs
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--only", ",,,", "names no optimization id"),
+        ("--skip", " , ", "names no optimization id"),
+        ("--want-batch", str(2**70), "--want-batch must be 1..16,777,216"),
+        ("--memory-limit", "9" * 400, "between 1MiB and 1EiB"),
+        ("--memory-limit", "0.5", "between 1MiB and 1EiB"),
+    ],
+)
+def test_profile_refuses_options_with_no_meaning(
+    tmp_path: Path, option: str, value: str, says: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('never run')\n")
+    result = _invoke("profile", option, value, str(script))
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+
+
+@pytest.mark.parametrize("command", ["compare", "report", "diagnose"])
+def test_a_symlink_loop_is_a_missing_path(tmp_path: Path, command: str) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    args = [command, str(GOOD), str(loop)] if command == "compare" else [command, str(loop)]
+    result = _invoke(*args)
+    assert result.exit_code == 66, result.output
+    assert result.output.count("perfdoctor: error:") == 1
+
+
+def test_a_good_trace_beside_a_bad_one_is_reported_with_a_warning(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(TRACE, run / "w0.1.pt.trace.json")
+    (run / "w1.1.pt.trace.json").write_text('{"traceEvents": [')
+    (run / "snap.pickle").write_text("garbage")
+    result = _invoke("diagnose", str(run), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    warnings = json.loads((tmp_path / "out" / "report.json").read_text())["warnings"]
+    assert any(w.startswith("skipped: corrupt trace") for w in warnings), warnings
+    assert any(w.startswith("skipped: corrupt memory snapshot") for w in warnings), warnings
