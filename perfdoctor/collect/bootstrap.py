@@ -27,6 +27,7 @@ rank stopped mid-training always has.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import platform
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -209,10 +211,44 @@ def main(argv: list[str]) -> int:
             parent_death.stop_tree()
             parent_death.finish_stopping()
             parent_death.leave_now(outcome.exit_code)
+    if outcome.stopped:
+        _leave_despite_threads(outcome.exit_code)
     if outcome.reraise is not None:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
     return outcome.exit_code
+
+
+# After perfdoctor stopped the script at the plan's end, its non-daemon threads (a reader, a
+# heartbeat that loops forever) get this long to end; Python would wait for them forever
+# at exit, and the session never finished.
+THREAD_GRACE_S = 2.0
+
+
+def _leave_despite_threads(code: int) -> None:
+    """Exit now, artifacts written, if threads of the script would hold the process open."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    for thread in _holding_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    still = _holding_threads()
+    if not still:
+        return
+    log.warning(
+        "the script's thread(s) %s still ran after the planned steps: the run ends without "
+        "waiting for them",
+        ", ".join(repr(t.name) for t in still[:5]),
+    )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _holding_threads() -> list[threading.Thread]:
+    main_thread = threading.main_thread()
+    return [
+        t for t in threading.enumerate() if t is not main_thread and not t.daemon and t.is_alive()
+    ]
 
 
 def _watch_compile(probes: Any) -> Any:
