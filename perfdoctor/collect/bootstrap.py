@@ -46,7 +46,7 @@ from typing import Any
 import perfdoctor
 from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.frames import UserCode
-from perfdoctor.collect import parent_death, process_tree, script_runner
+from perfdoctor.collect import parent_death, process_tree, script_runner, session_leader
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.step_log import ArtifactUnwritable
@@ -137,6 +137,7 @@ def _initial_user_root(spec: RunSpec) -> str:
 
 def main(argv: list[str]) -> int:
     parent_death.arm()  # armed already by sitecustomize, unless started without `site`
+    session_leader.install()  # os.setpgrp() works as under plain python (session_leader.py)
     _log_to_stderr()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m perfdoctor.collect.bootstrap <run_dir>/spec.json\n")
