@@ -145,7 +145,7 @@ def check_one(doc: dict[str, Any], where: Path) -> str:
     return "report"
 
 
-def run(traces: list[Path], count: int, seed: int) -> dict[str, Any]:
+def run(traces: list[Path], count: int, seed: int, progress: bool = False) -> dict[str, Any]:
     bases = small_traces(traces)
     rng = random.Random(seed)
     outcomes: dict[str, Any] = {"report": 0, "corrupt": 0, "crash": []}
@@ -157,11 +157,18 @@ def run(traces: list[Path], count: int, seed: int) -> dict[str, Any]:
                 outcomes[check_one(doc, Path(tmp))] += 1
             except Exception as err:  # the point: count and name the crash
                 outcomes["crash"].append(f"mutant {i} of {path.name}: {type(err).__name__}: {err}")
+            if progress and (i + 1) % 50 == 0:
+                print(
+                    f"{i + 1}: {outcomes['report']} reports, {outcomes['corrupt']} corrupt, "
+                    f"{len(outcomes['crash'])} crashes",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return outcomes
 
 
 if __name__ == "__main__":
     from tests.unit.analyze.gpu_corpus import corpus_traces
 
-    found = run(corpus_traces(), int(sys.argv[1]) if len(sys.argv) > 1 else 1000, 31)
+    found = run(corpus_traces(), int(sys.argv[1]) if len(sys.argv) > 1 else 1000, 31, True)
     print(json.dumps({**found, "crashes": len(found["crash"])}, indent=1))
