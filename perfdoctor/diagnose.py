@@ -157,7 +157,8 @@ def _session_or_none(session_dir: Path) -> Session | None:
 
 def diagnose_session(session_dir: Path) -> Diagnosis:
     session_dir = resolve_session_dir(session_dir)
-    record = load_run(_baseline_dirs(session_dir)[0])
+    # A completed run always gets its report: a trace it cannot read costs only its facts.
+    record = load_run(_baseline_dirs(session_dir)[0], skip_corrupt_trace=True)
     facts = derive_facts(record)
     results = evaluate(facts)
     recommendations = recommend(results.findings, facts)
@@ -384,7 +385,9 @@ def analyze_session(session_dir: Path) -> Report:
     if session is not None:
         for variant in session.variants:
             if variant.runs:
-                runs[variant.label] = load_run(session_dir / variant.runs[0])
+                runs[variant.label] = load_run(
+                    session_dir / variant.runs[0], skip_corrupt_trace=True
+                )
     for label, run in runs.items():
         for key, value in series_for(run).items():
             if value:

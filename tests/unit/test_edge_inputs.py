@@ -4,6 +4,7 @@ code (README, "Exit codes"), or a report with a warning; never an internal error
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import shutil
@@ -184,3 +185,15 @@ def test_a_good_trace_beside_a_bad_one_is_reported_with_a_warning(tmp_path: Path
     warnings = json.loads((tmp_path / "out" / "report.json").read_text())["warnings"]
     assert any(w.startswith("skipped: corrupt trace") for w in warnings), warnings
     assert any(w.startswith("skipped: corrupt memory snapshot") for w in warnings), warnings
+
+
+def test_a_completed_run_with_an_unreadable_trace_still_gets_its_report(tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    shutil.copytree(GOOD, session / "baseline")
+    (trace,) = (session / "baseline").glob("*.pt.trace.json.gz")
+    trace.write_bytes(gzip.compress(b'{"traceEvents": [{"name": "tr"ain.py(4)"}]}'))
+    out = tmp_path / "report.json"
+    result = _invoke("report", str(session), "-f", "json", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    warnings = json.loads(out.read_text())["warnings"]
+    assert any(w.startswith("trace not used: corrupt trace") for w in warnings), warnings
