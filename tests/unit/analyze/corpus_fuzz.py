@@ -170,5 +170,7 @@ def run(traces: list[Path], count: int, seed: int, progress: bool = False) -> di
 if __name__ == "__main__":
     from tests.unit.analyze.gpu_corpus import corpus_traces
 
-    found = run(corpus_traces(), int(sys.argv[1]) if len(sys.argv) > 1 else 1000, 31, True)
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 31
+    found = run(corpus_traces(), count, seed, True)
     print(json.dumps({**found, "crashes": len(found["crash"])}, indent=1))
