@@ -177,7 +177,9 @@ def _internal_error(err: Exception, debug: bool) -> Any:
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
-def output_unwritable(err: OSError, where: object = None) -> OutputUnwritable:
+def output_unwritable(
+    err: OSError, where: str | os.PathLike[str] | None = None
+) -> OutputUnwritable:
     """The one line for an OSError met while writing perfdoctor's output."""
     target = err.filename if err.filename is not None else where
     what = (

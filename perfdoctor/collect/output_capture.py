@@ -68,7 +68,8 @@ class OutputTee(threading.Thread):
                         log.write(chunk)
                         log.flush()
                     except OSError:  # the disk is full: keep draining the pipe
-                        log = _closed(log)
+                        _closed(log)
+                        log = None
                 self._filter(chunk)
             if self._held:
                 self._emit(self._held)

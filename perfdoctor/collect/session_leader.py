@@ -54,7 +54,7 @@ def install() -> None:
                 raise
 
     for wrapper in (setpgrp, setpgid):
-        wrapper._perfdoctor = True  # type: ignore[attr-defined]
+        setattr(wrapper, "_perfdoctor", True)  # noqa: B010 (a function attribute)
     os.setpgrp = setpgrp  # type: ignore[assignment]
     os.setpgid = setpgid  # type: ignore[assignment]
 
