@@ -50,9 +50,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze import intervals
+from perfdoctor.analyze.comm_kernels import comm_kernel_mask
 from perfdoctor.analyze.dataloading import DATALOADER_PREFIXES
 from perfdoctor.analyze.kernels import (
-    is_comm_kernel,
     is_copy_call,
     is_launch_call,
     is_sync_call,
@@ -238,7 +238,7 @@ def summarize_gpu(
     is_kernel = kind == GPU_KIND_KERNEL
     kernels = is_kernel & selected
     kernel_time = float(durs[kernels].sum())
-    comm_names = ev.code_mask(is_comm_kernel)[names]
+    comm_names = comm_kernel_mask(ev, rows)
     comm_s, comm_e = _union_in(starts, ends, is_kernel & comm_names, lo, hi)
     comp_s, comp_e = _union_in(starts, ends, is_kernel & ~comm_names, lo, hi)
     comm_time = intervals.total(comm_s, comm_e)
@@ -297,7 +297,9 @@ def summarize_gpu(
         triton_kernels_per_step=steps.per_step(float(triton.sum())),
         comm_kernel_frac=kernel_share(comm_names),
         kernel_ms_per_step=steps.per_step(kernel_time / 1000.0),
-        top_kernels=_top_kernels(ev, names[kernels], durs[kernels], kernel_time),
+        top_kernels=_top_kernels(
+            ev, names[kernels], durs[kernels], comm_names[kernels], kernel_time
+        ),
     )
 
 
@@ -328,13 +330,15 @@ def _union_in(
 
 
 def _top_kernels(
-    ev: TraceEvents, names: np.ndarray, durs: np.ndarray, kernel_time: float
+    ev: TraceEvents, names: np.ndarray, durs: np.ndarray, comm: np.ndarray, kernel_time: float
 ) -> tuple[KernelShare, ...]:
     if names.size == 0 or kernel_time <= 0:
         return ()
     codes, inverse = np.unique(names, return_inverse=True)
     totals = np.bincount(inverse, weights=durs)
     counts = np.bincount(inverse)
+    # A name is communication when any of its launches was (by name or by host span).
+    comm_counts = np.bincount(inverse, weights=comm.astype(float))
     order = np.argsort(-totals, kind="stable")[:TOP_KERNELS]
     out = []
     for i in order.tolist():
@@ -345,7 +349,7 @@ def _top_kernels(
                 count=int(counts[i]),
                 us_total=float(totals[i]),
                 share=float(totals[i]) / kernel_time,
-                comm=is_comm_kernel(name),
+                comm=bool(comm_counts[i] > 0),
                 tensor_core=is_tensor_core_kernel(name),
             )
         )
