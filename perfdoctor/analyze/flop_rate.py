@@ -272,12 +272,12 @@ def _conv_outputs(ev: TraceEvents, found: OpKernels) -> dict[Any, list[int]]:
     their gradient has the output's shape, which the forward's recorded inputs do not give."""
     out: dict[Any, list[int]] = {}
     for row in found.ops.tolist():
-        if ev.names[int(ev.cpu_ops.name[row])] != "aten::convolution_backward":
-            continue
+        name = ev.names[int(ev.cpu_ops.name[row])]
         dims = ev.shapes.get(row, ([], []))[1]
-        key = conv_backward_key(dims)
-        if key is not None:
-            out[key] = list(dims[0])
+        found = conv_backward_key(name, dims)
+        if found is not None:
+            key, grad = found
+            out[key] = grad
     return out
 
 
