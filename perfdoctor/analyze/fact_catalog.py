@@ -290,6 +290,10 @@ FACTS: dict[str, FactDoc] = {
     "misaligned_lowp_gemm_count": _f(
         "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
     ),
+    "misaligned_gemm_dims": _f("name", "trace", "those GEMMs' dims that are not multiples of 8"),
+    "embedding_rows": _f(
+        "count", "trace", "rows of the largest embedding table looked up (a vocabulary)"
+    ),
     "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
     "comm_frac": _f(
         "frac",

@@ -808,6 +808,10 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
         "matmul_ms_frac": t.matmul_frac,
         "fp32_matmul_conv_frac": t.fp32_matmul_conv_frac,
         "misaligned_lowp_gemm_count": t.misaligned_lowp_gemm_count,
+        "misaligned_gemm_dims": (
+            ", ".join(str(d) for d in t.misaligned_gemm_dims) if t.misaligned_gemm_dims else None
+        ),
+        "embedding_rows": t.embedding_rows,
         "dataloader_trace_ms_per_step": t.dataloader_ms_per_step,
         "comm_frac": t.comm_frac,
     }

@@ -39,6 +39,8 @@ CONV_OPS = frozenset(
         "MkldnnConvolutionBackward",
     }
 )
+# Embedding lookups: their weight's rows are a vocabulary (or a position table).
+EMBEDDING_OPS = frozenset({"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"})
 MATMUL_OPS = frozenset(
     {
         "aten::mm",

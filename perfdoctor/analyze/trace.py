@@ -54,6 +54,8 @@ class TraceSummary:
     fp32_matmul_conv_frac: float | None  # None without record_shapes
     op_share_basis: str  # "gpu_kernel_time" or "cpu_op_time"
     misaligned_lowp_gemm_count: int | None  # None without record_shapes
+    misaligned_gemm_dims: tuple[int, ...]
+    embedding_rows: int | None  # the largest embedding table's rows (a vocabulary)
     dataloader_ms_per_step: float | None
     comm_frac: float | None
     gpu: GpuSummary | None
@@ -124,6 +126,8 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         fp32_matmul_conv_frac=shares.fp32_frac,
         op_share_basis=shares.basis,
         misaligned_lowp_gemm_count=shares.misaligned_lowp_gemms,
+        misaligned_gemm_dims=shares.misaligned_dims,
+        embedding_rows=shares.embedding_rows,
         dataloader_ms_per_step=steps.per_step(loading.total_us / 1000.0),
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
         gpu=gpu,

@@ -37,7 +37,13 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
-from perfdoctor.analyze.op_names import ATTENTION_OPS, CONV_OPS, GROUPED_MM_OPS, MATMUL_OPS
+from perfdoctor.analyze.op_names import (
+    ATTENTION_OPS,
+    CONV_OPS,
+    EMBEDDING_OPS,
+    GROUPED_MM_OPS,
+    MATMUL_OPS,
+)
 from perfdoctor.analyze.trace_meta import (
     DeviceInfo,
     DistributedInfo,
@@ -98,8 +104,8 @@ GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
 
 # Ops whose record_shapes payload is decoded: GEMMs and convolutions (precision, alignment).
-# Attention and grouped GEMMs: their FLOPs (op_flops.py).
-SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS
+# Attention and grouped GEMMs: their FLOPs (op_flops.py). Embeddings: their vocabulary.
+SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS | EMBEDDING_OPS
 
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")

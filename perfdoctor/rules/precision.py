@@ -220,16 +220,33 @@ def check_misaligned_gemm(facts: Facts, t: Mapping[str, float]) -> Finding | Non
     if count is None or count < t["min_count"]:
         return None
     locs = locations(facts, "misaligned_gemm")
+    dims = text(facts, "misaligned_gemm_dims")
+    # Vocabulary padding only where there is a vocabulary to pad: an embedding whose table is
+    # not a multiple of 64 (a ResNet's 1000-class classifier got "pad the vocabulary").
+    vocab = num(facts, "embedding_rows")
+    pad_vocab = vocab is not None and int(vocab) % int(t["vocab_multiple"]) != 0
+    which = f" (dims {dims})" if dims else ""
+    advice = (
+        f"The embedding table has {vocab:,.0f} rows, not a multiple of "
+        f"{t['vocab_multiple']:g}: pad the vocabulary (and the LM head that shares it) to one."
+        if pad_vocab
+        else "Pad the hidden sizes, classifier width or batch to a multiple of 8 and slice the "
+        "padding off the output."
+    )
     return Finding(
         rule_id=MISALIGNED_GEMM,
         severity="info",
         title=f"{count:g} fp16/bf16 GEMMs have a dimension that is not a multiple of 8",
         explanation=(
             "Tensor-core GEMM kernels need the matrix dimensions in multiples of 8 for 16-bit "
-            "types; other sizes fall back to slower kernels or padding. Pad hidden sizes, "
-            f"vocabulary and batch to a multiple of 8 (64 is better still).{where(locs)}"
+            f"types; other sizes fall back to slower kernels or padding{which}. "
+            f"{advice}{where(locs)}"
         ),
-        evidence=(ev("misaligned_lowp_gemm_count", count, t["min_count"], ">="),),
+        evidence=(
+            ev("misaligned_lowp_gemm_count", count, t["min_count"], ">="),
+            *seen(facts, "misaligned_gemm_dims", "embedding_rows"),
+        ),
+        optimizations=("pad-vocab",) if pad_vocab else ("pad-gemm-dims",),
         locations=locs,
         gain=GainEstimate(method="not estimated: depends on the shapes; re-run measures"),
     )
@@ -347,12 +364,17 @@ RULES = (
         title="fp16/bf16 GEMM dimensions not multiples of 8",
         area="precision",
         needs=("misaligned_lowp_gemm_count",),
-        thresholds={"min_count": 1.0},
-        source="torch/profiler/_pattern_matcher.py MatMulDimInFP16Pattern (any occurrence)",
+        uses=("misaligned_gemm_dims", "embedding_rows"),
+        thresholds={"min_count": 1.0, "vocab_multiple": 64.0},
+        source=(
+            "torch/profiler/_pattern_matcher.py MatMulDimInFP16Pattern (any occurrence); a "
+            "vocabulary padded to 64: nanoGPT's 50257 -> 50304"
+        ),
         description="Low-precision mm/bmm/addmm whose last two dims are not multiples of 8.",
         check=check_misaligned_gemm,
         device="cuda",
         topics=("misaligned_gemm",),
-        optimizations=("pad-gemm-dims",),
+        selects_optimizations=True,
+        optimizations=("pad-gemm-dims", "pad-vocab"),
     ),
 )
