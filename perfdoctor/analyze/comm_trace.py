@@ -57,6 +57,9 @@ class CommSummary:
     # Every communication kernel in start order as (collective type, duration µs): what
     # job_ranks.py matches across the ranks of a job.
     sequence: tuple[tuple[str, float], ...] = ()
+    # The dtype the most communication time moved, as the trace writes it ("Float",
+    # "BFloat16"); None when no collective recorded one.
+    dtype: str | None = None
 
     @property
     def dominant(self) -> str | None:
@@ -118,6 +121,7 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     spans = host_spans(ev)
     samples: dict[str, list[Sample]] = defaultdict(list)
     bytes_by: dict[str, float] = defaultdict(float)
+    dtype_us: dict[str, float] = defaultdict(float)
     families: set[str] = set()
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
@@ -143,6 +147,8 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
             else None
         )
         sequence.append((kind, float(gpu.dur[row])))
+        if args is not None and args.dtype:
+            dtype_us[args.dtype] += float(gpu.dur[row])
         if ranks:
             groups.append(ranks)
         if size is not None:
@@ -186,4 +192,5 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
         parallelism=_parallelism({k.kind: k.share for k in stats}, families),
         sequence=tuple(sequence),
+        dtype=max(dtype_us, key=lambda d: dtype_us[d]) if dtype_us else None,
     )

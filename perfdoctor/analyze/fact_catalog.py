@@ -397,6 +397,9 @@ FACTS: dict[str, FactDoc] = {
         "name", "trace", "dominant collective: transfer, waiting (for a peer) or unknown"
     ),
     "comm_wait_reason": _gpu("name", "trace", "why comm_wait_verdict says so"),
+    "comm_dtype": _gpu(
+        "name", "trace", "the dtype the most communication time moved (Float, BFloat16, ...)"
+    ),
     "comm_transfer_share": _gpu(
         "frac", "trace", "of the communication kernels' time, the transfer (not the wait)"
     ),

@@ -471,8 +471,8 @@ _ENTRIES: tuple[Optimization, ...] = (
         title="Pad fp16/bf16 GEMM dimensions to multiples of 8",
         risk="changes model shapes (hidden sizes, classifier width)",
         code_change=(
-            "nn.Linear(2048, 1008)  # 1000 outputs padded to a multiple of 8\n"
-            "logits = model(x)[:, :1000]"
+            "n = (n + 7) // 8 * 8  # each odd GEMM dim: hidden size, classifier width, batch\n"
+            "logits = model(x)[:, :num_classes]  # slice padded outputs off"
         ),
         applies_when="low-precision GEMMs with a dimension not a multiple of 8",
         device="cuda",
