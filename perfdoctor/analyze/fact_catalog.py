@@ -553,6 +553,16 @@ FACTS: dict[str, FactDoc] = {
     "oom_device_free_bytes": _gpu(
         "bytes", "memory", "free device memory when that request failed (device_free)"
     ),
+    "memory_device": _gpu(
+        "count",
+        "memory",
+        "the device the memory figures are of: the one that ran out of memory, else the one "
+        "with the highest peak",
+    ),
+    "memory_devices": _gpu("count", "memory", "devices in the snapshot (segments or history)"),
+    "memory_other_devices": _gpu(
+        "name", "memory", "the snapshot's other devices in brief: peak, reserved, out-of-memory"
+    ),
     "memory_cache_fragmented": _gpu(
         "bool",
         "memory",
