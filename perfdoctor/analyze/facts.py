@@ -277,7 +277,14 @@ def batch_size(record: RunRecord) -> int | None:
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
-    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in record.ranks])
+    # A perfdoctor run's ranks step in lockstep under its hooks: the job's step is the
+    # slowest rank's. Traces of a job are each rank's own ProfilerStep spans, and the report
+    # diagnoses one rank's trace (its GPU window, data wait, breakdown): its step is that
+    # rank's own, or the report would give the step as 19.9 ms (another rank's) beside the
+    # 12.5 ms window and a data share of each (the 8-rank DLRM job). The ranks table keeps
+    # every rank's own step.
+    lockstep = [] if getattr(record, "source", None) == "trace" else record.ranks
+    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in lockstep])
     # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
     captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (

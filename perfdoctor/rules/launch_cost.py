@@ -45,7 +45,7 @@ class LaunchCap:
             host_ms = self.frac * self.window_ms
             return (
                 f"{OPS_CAP_WHAT} ({self.launches:.0f} kernel/memcpy launches; syncs and calls "
-                f"over 50 µs left out) = {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms "
+                f"over 50 µs left out) = {host_ms:,.2f} ms of a {self.window_ms:,.3g} ms "
                 f"window: launch overhead is at most {_share(self.frac)} of it"
             )
         how = (
@@ -56,7 +56,7 @@ class LaunchCap:
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} kernel/memcpy launches x {self.launch_us:.1f} µs ({how}) "
-            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window: launch overhead is at "
+            f"= {host_ms:,.2f} ms of a {self.window_ms:,.3g} ms window: launch overhead is at "
             f"most {_share(self.frac)} of it"
         )
 
@@ -65,12 +65,12 @@ class LaunchCap:
         if self.from_ops:
             return (
                 f"the launching ops' host time, {self.frac * self.window_ms:,.2f} ms of "
-                f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
+                f"{self.window_ms:,.3g} ms, {_share(self.frac)}"
             )
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} launches x {self.launch_us:.1f} µs = {host_ms:,.2f} ms of "
-            f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
+            f"{self.window_ms:,.3g} ms, {_share(self.frac)}"
         )
 
     def evidence(self, host_busy: float) -> Evidence:
