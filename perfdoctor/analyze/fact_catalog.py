@@ -290,6 +290,9 @@ FACTS: dict[str, FactDoc] = {
     "misaligned_lowp_gemm_count": _f(
         "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
     ),
+    "trace_python_frames": _f(
+        "count", "trace", "Python frames (python_function events) the trace recorded"
+    ),
     "misaligned_gemm_dims": _f("name", "trace", "those GEMMs' dims that are not multiples of 8"),
     "embedding_rows": _f(
         "count", "trace", "rows of the largest embedding table looked up (a vocabulary)"

@@ -815,6 +815,7 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
         "matmul_ms_frac": t.matmul_frac,
         "fp32_matmul_conv_frac": t.fp32_matmul_conv_frac,
         "misaligned_lowp_gemm_count": t.misaligned_lowp_gemm_count,
+        "trace_python_frames": t.python_frames,
         "misaligned_gemm_dims": (
             ", ".join(str(d) for d in t.misaligned_gemm_dims) if t.misaligned_gemm_dims else None
         ),

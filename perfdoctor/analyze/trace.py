@@ -60,6 +60,7 @@ class TraceSummary:
     comm_frac: float | None
     gpu: GpuSummary | None
     has_stacks: bool
+    python_frames: int  # python_function events (with_stack=True)
     has_shapes: bool
     # Facts.locations topics (fact_catalog.LOCATION_TOPICS) found in the trace.
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
@@ -132,6 +133,7 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
         gpu=gpu,
         has_stacks=has_stacks,
+        python_frames=len(ev.python),
         has_shapes=bool(ev.shapes),
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
