@@ -189,6 +189,7 @@ def _warnings(record: TraceRunRecord, facts: Facts, extra: Sequence[str]) -> lis
             "trace does not say how many"
         )
     warnings.extend(record.notes)
+    warnings.extend(facts.settings.get("withheld") or ())
     if record.trace is not None:
         # The step note above already says it, with the cause.
         warnings.extend(n for n in record.trace.notes if "no ProfilerStep spans" not in n)

@@ -23,6 +23,7 @@ from perfdoctor.analyze.comm_trace import CommSummary
 from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
+from perfdoctor.analyze.fact_bounds import within_bounds
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.load_window import with_run_load
 from perfdoctor.analyze.loop_account import loop_facts
@@ -61,11 +62,12 @@ def derive_facts(record: RunRecord) -> Facts:
         log.warning("facts missing from fact_catalog.FACTS, dropped: %s", ", ".join(unknown))
     values: dict[str, Scalar] = dict.fromkeys(FACTS)
     values.update({k: _plain(v) for k, v in measured.items() if k in FACTS})
-    return Facts(
-        values=values,
-        locations=_locations(record),
-        settings=_settings(record, samples),
-    )
+    # No share above its whole reaches a rule or a report (fact_bounds.py).
+    values, withheld = within_bounds(values)
+    settings = _settings(record, samples)
+    if withheld:
+        settings["withheld"] = list(withheld)
+    return Facts(values=values, locations=_locations(record), settings=settings)
 
 
 def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dict[str, Any]:
