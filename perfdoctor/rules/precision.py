@@ -53,6 +53,11 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     # so the step saves at most that part of it (a V100 ResNet trace 67% fp32 convolutions
     # at 50% busy was skipped outright, which is as wrong as promising 33% of the step).
     busy = num(facts, "gpu_busy_frac")
+    # Of the busy time, the compute kernels' part: exposed communication gets nothing from a
+    # faster GEMM either.
+    compute = num(facts, "gpu_compute_frac")
+    if busy is not None and compute is not None:
+        busy = min(busy, compute)
     scale = min(max(busy, 0.0), 1.0) if busy is not None else 1.0
     gain = share * t["assumed_speedup_saving"] * scale
     amp = _amp_id(facts, t["bf16_compute_capability"])
@@ -69,8 +74,8 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
         f" Activations in {dtype} also halve, about {format_bytes(memory)}." if memory else ""
     )
     busy_text = (
-        f" The GPU runs kernels {pct(busy)} of the step, so the step gains at most that part "
-        "of their speed-up; what keeps it idle the rest of the time is a separate finding."
+        f" The GPU runs compute kernels {pct(busy)} of the step, so the step gains at most "
+        "that part of their speed-up; what fills the rest of the time is a separate finding."
         if busy is not None and busy < 1.0
         else ""
     )
@@ -267,6 +272,7 @@ RULES = (
         uses=(
             "autocast_used",
             "gpu_busy_frac",
+            "gpu_compute_frac",
             "tf32_matmul_enabled",
             "tensor_core_kernel_frac",
             "tensor_active_frac",
