@@ -274,9 +274,9 @@ def _conv_outputs(ev: TraceEvents, found: OpKernels) -> dict[Any, list[int]]:
     for row in found.ops.tolist():
         name = ev.names[int(ev.cpu_ops.name[row])]
         dims = ev.shapes.get(row, ([], []))[1]
-        found = conv_backward_key(name, dims)
-        if found is not None:
-            key, grad = found
+        backward = conv_backward_key(name, dims)
+        if backward is not None:
+            key, grad = backward
             out[key] = grad
     return out
 

@@ -128,7 +128,7 @@ def op_shares(ev: TraceEvents, steps: Steps, attributor: Attributor) -> OpShares
 
 
 def _odd_dims(dims: list[object], multiple: int = 8) -> list[int]:
-    out = []
+    out: list[int] = []
     for shape in dims:
         if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
             out.extend(d for d in shape[-2:] if d % multiple)
