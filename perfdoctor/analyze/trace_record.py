@@ -268,11 +268,12 @@ def one_job(ranks: list[_RankTrace]) -> tuple[list[_RankTrace], list[tuple[_Rank
     gloo job merged the stray as "rank 34" (a 1,579.7% step spread) without a word."""
     if len(ranks) < 2:
         return ranks, []
-    groups: dict[tuple[Any, Any, bool], list[_RankTrace]] = {}
-    for r in ranks:
-        groups.setdefault(_job_key(r), []).append(r)
-    key = max(groups, key=lambda k: (len(groups[k]), -min(ranks.index(r) for r in groups[k])))
-    job = groups[key]
+    # Identity, not equality: a rank's summary holds arrays.
+    groups: dict[tuple[Any, Any, bool], list[int]] = {}
+    for i, r in enumerate(ranks):
+        groups.setdefault(_job_key(r), []).append(i)
+    key = max(groups, key=lambda k: (len(groups[k]), -groups[k][0]))
+    job = [ranks[i] for i in groups[key]]
     strays = [
         (r, f"{_describe(_job_key(r))}, against {_describe(key)} for the job")
         for r in ranks
@@ -289,13 +290,15 @@ def one_job(ranks: list[_RankTrace]) -> tuple[list[_RankTrace], list[tuple[_Rank
         for r in far:
             hours = abs(r.start_epoch_us - mid) / 3600e6  # type: ignore[operator]
             strays.append((r, f"recorded {hours:,.1f} h apart from the job's other traces"))
-        job = [r for r in job if r not in far]
+        gone = {id(r) for r in far}
+        job = [r for r in job if id(r) not in gone]
     world = key[0]
     if isinstance(world, int) and world > 0:
         beyond = [r for r in job if r.rank is not None and r.rank >= world]
         for r in beyond:
             strays.append((r, f"rank {r.rank} in a job of world size {world}"))
-        job = [r for r in job if r not in beyond]
+        gone = {id(r) for r in beyond}
+        job = [r for r in job if id(r) not in gone]
     if not job:
         return ranks, []  # nothing holds together: leave the run as it was given
     return job, strays

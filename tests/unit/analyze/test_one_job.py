@@ -62,6 +62,16 @@ def test_ranks_recorded_a_day_apart_are_not_one_job(tmp_path: Path) -> None:
     assert alone.report is not None
 
 
+def test_a_rank_beyond_the_world_size_is_not_of_the_job(tmp_path: Path) -> None:
+    logdir = tmp_path / "job"
+    for rank in (0, 1, 5):
+        write_trace(logdir / f"node{rank}.100.pt.trace.json", input_bound_trace(rank=rank))
+    job, alone = diagnose_traces([logdir], tmp_path / "out")
+    assert [r.rank for r in job.report.ranks] == [0, 1]
+    assert any("rank 5 in a job of world size 2" in w for w in job.report.warnings)
+    assert alone.report is not None
+
+
 def test_one_rank_file_keeps_its_name(tmp_path: Path) -> None:
     write_trace(tmp_path / "in" / "llama_rank0.json", input_bound_trace(rank=0))
     (run,) = discover([tmp_path / "in"]).runs
