@@ -28,6 +28,12 @@ UNBOUNDED_FRACS = frozenset(
 )
 # Float noise on a share computed as a sum of parts over their whole.
 SHARE_TOLERANCE = 1e-6
+# A part of every step against the step it belongs to, both over the same steps and by the
+# same statistic: a part is at most its step in every step, so its median is at most the
+# step's median (order statistics keep an element-wise bound). Rounding of µs timestamps
+# is the only slack.
+PARTS_OF_STEP = {"data_wait_ms_p50": "step_ms_p50"}
+PART_TOLERANCE = 1.01
 
 
 def share_facts() -> frozenset[str]:
@@ -43,7 +49,8 @@ _SHARES = share_facts()
 
 
 def within_bounds(values: Mapping[str, Scalar]) -> tuple[dict[str, Scalar], tuple[str, ...]]:
-    """`values` with every share outside [0, 1] withheld, and a line for each saying so."""
+    """`values` with every share outside [0, 1] and every part of a step longer than its
+    step withheld, and a line for each saying so."""
     out = dict(values)
     said = []
     for name in sorted(_SHARES):
@@ -57,4 +64,14 @@ def within_bounds(values: Mapping[str, Scalar]) -> tuple[dict[str, Scalar], tupl
             f"{name} came out at {value:.1%}, outside 0-100% of what it is a share of: a "
             "miscount upstream, so it is withheld rather than printed"
         )
+    for part, whole in PARTS_OF_STEP.items():
+        value, step = out.get(part), out.get(whole)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, step)):
+            continue
+        if value > step * PART_TOLERANCE:  # type: ignore[operator]
+            out[part] = None
+            said.append(
+                f"{part} came out at {value:,.3g} ms, longer than the {step:,.3g} ms step it is "
+                "part of: a miscount upstream, so it is withheld rather than printed"
+            )
     return out, tuple(said)

@@ -30,6 +30,14 @@ def test_negative_shares_are_withheld_and_float_noise_is_not() -> None:
     assert len(said) == 1
 
 
+def test_a_part_longer_than_its_step_is_withheld() -> None:
+    values, said = within_bounds({"data_wait_ms_p50": 30.0, "step_ms_p50": 12.5})
+    assert values["data_wait_ms_p50"] is None and values["step_ms_p50"] == 12.5
+    assert "longer than the 12.5 ms step" in said[0]
+    values, said = within_bounds({"data_wait_ms_p50": 1.16, "step_ms_p50": 12.5})
+    assert values["data_wait_ms_p50"] == 1.16 and not said
+
+
 def test_every_gpu_window_share_is_bounded() -> None:
     shares = share_facts()
     assert {"gpu_busy_frac", "gpu_idle_host_data_frac", "mfu_frac", "comm_kernel_frac"} <= shares
