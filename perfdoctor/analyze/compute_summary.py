@@ -43,6 +43,14 @@ def summarize_compute(ev: TraceEvents, steps: Steps) -> ComputeSummary:
         # The GPU side was not recorded: FLOPs over wall time against the GPU's peak would
         # credit the GPU with work the trace never saw it do.
         use = Utilization(None, None, None, None, NO_KERNELS_WHY)
+    elif flops is not None and flops.over_peak:
+        # An op counted past the device's peak is a miscount, and the step's FLOPs hold it:
+        # a V100 trace read "MFU 87%" at 22% busy that way.
+        why = (
+            f"{len(flops.over_peak)} op(s) were counted above the device's peak (see the ops "
+            "table), so the step's FLOP count is not trusted"
+        )
+        use = Utilization(None, None, None, peak.source if peak else None, why, over_peak=True)
     elif flops is not None and len(ev.gpu):
         why = (
             f"the device '{name}' is not in the peak table (analyze/device_peaks.py)"
