@@ -60,3 +60,24 @@ def test_a_report_never_prints_a_share_over_its_whole(
     report = done.report
     assert report.facts["gpu_busy_frac"] is None
     assert any("gpu_busy_frac came out at 131.0%" in w for w in report.warnings)
+
+
+def test_a_saving_outside_the_step_is_not_promised() -> None:
+    from perfdoctor.model import Finding, GainEstimate
+    from perfdoctor.rules import evaluate
+    from perfdoctor.rules.base import Rule
+    from tests.unit.rules.factsets import make_facts
+
+    def check(facts, t):  # a rule whose estimate went wrong
+        return Finding(
+            rule_id="test-overshoot", severity="warning", title="t", explanation="e",
+            evidence=(), gain=GainEstimate(step_time_frac=1.7, method="share x 2"),
+        )  # fmt: skip
+
+    rule = Rule(
+        id="test-overshoot", title="t", area="test", needs=(), check=check, description="d",
+        source="s", thresholds={},
+    )  # fmt: skip
+    (finding,) = evaluate(make_facts("gpu"), rules=(rule,)).findings
+    assert finding.gain.step_time_frac is None
+    assert "170%" in finding.gain.method and "outside 0-100%" in finding.gain.method
