@@ -35,15 +35,15 @@ def host_spans(ev: TraceEvents) -> HostSpans:
     for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
         if len(table) == 0:
             continue
-        for row in np.flatnonzero(mask[table.name]).tolist():
-            found[int(table.tid[row])].append(
-                (
-                    float(table.ts[row]),
-                    float(table.end[row]),
-                    ev.names[int(table.name[row])],
-                    args.get(row),
-                )
-            )
+        rows = np.flatnonzero(mask[table.name])
+        # Table.end is computed over the whole table: once, not once per row (24,240 rows of
+        # a 216k-event trace took 1.8 s that way).
+        starts, ends = table.ts[rows].tolist(), table.end[rows].tolist()
+        tids, codes = table.tid[rows].tolist(), table.name[rows].tolist()
+        for row, start, end, tid, code in zip(
+            rows.tolist(), starts, ends, tids, codes, strict=True
+        ):
+            found[int(tid)].append((float(start), float(end), ev.names[int(code)], args.get(row)))
     out: HostSpans = {}
     for tid, spans in found.items():
         spans.sort(key=lambda s: (s[0], -s[1]))
@@ -83,9 +83,19 @@ def inside_comm_span(ev: TraceEvents, rows: np.ndarray) -> np.ndarray:
     """For GPU rows, whether their launch call began inside a host collective span on the
     launching thread."""
     out = np.zeros(rows.size, dtype=bool)
-    spans = host_spans(ev)
-    if not spans or rows.size == 0:
+    if rows.size == 0:
         return out
+    mask = ev.code_mask(coll.is_comm_op)
+    spans = [
+        (table.tid[sel], table.ts[sel], table.end[sel])
+        for table in (ev.cpu_ops, ev.annotations)
+        if len(table) and (sel := np.flatnonzero(mask[table.name])).size
+    ]
+    if not spans:
+        return out
+    span_tid = np.concatenate([s[0] for s in spans])
+    span_lo = np.concatenate([s[1] for s in spans])
+    span_hi = np.concatenate([s[2] for s in spans])
     launch = launch_rows(ev, rows)
     found = np.flatnonzero(launch >= 0)
     if found.size == 0:
@@ -93,10 +103,11 @@ def inside_comm_span(ev: TraceEvents, rows: np.ndarray) -> np.ndarray:
     rt = ev.runtime
     tids = rt.tid[launch[found]]
     at = rt.ts[launch[found]]
-    for tid, (starts, ends, _) in spans.items():
+    for tid in np.unique(span_tid).tolist():
         on = tids == tid
         if on.any():
-            lo, hi = intervals.union(starts, ends)
+            mine = span_tid == tid
+            lo, hi = intervals.union(span_lo[mine], span_hi[mine])
             out[found[on]] = intervals.point_in(at[on], lo, hi)
     return out
 
