@@ -468,6 +468,55 @@ def optimizations(ctx: typer.Context) -> None:
     render_optimizations(make_console())
 
 
+@app.command(
+    help="Show a run's profiler trace in the trace viewer that torch-tb-profiler ships, "
+    "offline: served on 127.0.0.1 (a free port), nothing loaded from the network, "
+    "perfdoctor's step and phase markers on a track of their own. Ctrl-C stops it."
+)
+@guarded
+def view(
+    ctx: typer.Context,
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory (its baseline's trace), the --out directory (its latest "
+            "session), a child run directory, a rank directory (ranks/<k>) or a trace file."
+        ),
+    ] = Path("perfdoctor-runs/latest"),
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default or 0: a free one).")
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Also open the URL in the default web browser.")
+    ] = False,
+) -> None:
+    from perfdoctor.view.prepare import prepare_view
+    from perfdoctor.view.server import bind
+
+    if port is not None and not 0 <= port <= MAX_PORT:
+        raise UsageError(f"--port must be in 0..{MAX_PORT} (0: a free one), not {port}")
+    prepared = prepare_view(run)
+    running = bind(prepared.site, port)
+    try:
+        console = make_console()
+        console.print(f"trace: {prepared.source.trace}", markup=False, soft_wrap=True)
+        if prepared.source.others:
+            console.print(
+                f"  ({len(prepared.source.others)} more in its directory; give a trace file "
+                "to see another)",
+                markup=False,
+            )
+        console.print(prepared.markers.note, markup=False, soft_wrap=True)
+        console.print(f"trace viewer on {running.url}  (offline; Ctrl-C stops it)", markup=False)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(running.url)
+        running.serve_forever()
+    finally:
+        running.close()
+
+
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
 @guarded
 def tensorboard(
@@ -496,6 +545,13 @@ def tensorboard(
             "note: the PyTorch Profiler plugin (torch-tb-profiler) is not installed, so only "
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
+        )
+    else:
+        console.print(
+            "note: the PyTorch Profiler tab needs internet access (its overview loads Google "
+            f"Charts from the web); offline, `perfdoctor view {run}` shows the trace itself",
+            markup=False,
+            soft_wrap=True,
         )
     process = None
     try:

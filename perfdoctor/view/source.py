@@ -1,0 +1,58 @@
+"""What `perfdoctor view RUN` shows: RUN (a session, the --out directory, a child run, a
+rank directory or a trace file) -> the one trace file to serve and the run directory whose
+steps.jsonl marks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfdoctor.errors import BadRunDir, TargetNotFound
+from perfdoctor.rundir import BASELINE_LABEL, STEPS_FILE, TRACE_SUFFIXES, find_traces
+
+# A trace handed over by name: the profiler's own suffixes, and the plain JSON of other writers.
+_TRACE_FILE_SUFFIXES = (*TRACE_SUFFIXES, ".json", ".json.gz")
+
+
+@dataclass(frozen=True)
+class ViewSource:
+    trace: Path
+    steps_dir: Path | None  # the run directory whose steps.jsonl marks the trace
+    others: tuple[Path, ...] = ()  # further traces in the same run directory, not shown
+
+
+def find_view_source(run: Path) -> ViewSource:
+    from perfdoctor.diagnose import is_lone_child_run, resolve_session_dir
+
+    path = run.resolve()
+    if not path.exists():
+        raise TargetNotFound(f"{run} does not exist")
+    if path.is_file():
+        if not path.name.endswith(_TRACE_FILE_SUFFIXES):
+            raise BadRunDir(
+                f"{run} is not a trace file (.pt.trace.json.gz, .json or .json.gz)",
+                hint="give a session, a run directory or a trace file",
+            )
+        return ViewSource(path, _steps_dir(path.parent))
+    traces = find_traces(path)
+    if traces:  # a child run or a rank directory (ranks/<k>/)
+        return _newest(traces, path)
+    session = resolve_session_dir(path)
+    run_dir = session if is_lone_child_run(session) else session / BASELINE_LABEL
+    traces = find_traces(run_dir) if run_dir.is_dir() else []
+    if not traces:
+        raise BadRunDir(
+            f"no profiler trace in {run_dir}",
+            hint="the run recorded none (--profile-steps 0, or it stopped before its "
+            "profiled window); `perfdoctor profile` records one by default",
+        )
+    return _newest(traces, run_dir)
+
+
+def _newest(traces: list[Path], run_dir: Path) -> ViewSource:
+    # find_traces sorts by name; one worker's names end in the export time: the last is newest.
+    return ViewSource(traces[-1], _steps_dir(run_dir), tuple(traces[:-1]))
+
+
+def _steps_dir(run_dir: Path) -> Path | None:
+    return run_dir if (run_dir / STEPS_FILE).is_file() else None
