@@ -50,8 +50,10 @@ def find_view_source(run: Path) -> ViewSource:
 
 
 def _newest(traces: list[Path], run_dir: Path) -> ViewSource:
-    # find_traces sorts by name; one worker's names end in the export time: the last is newest.
-    return ViewSource(traces[-1], _steps_dir(run_dir), tuple(traces[:-1]))
+    # The last written (names end in the export's time, but not zero-padded: 9 > 1795...).
+    newest = max(traces, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    others = tuple(p for p in traces if p != newest)
+    return ViewSource(newest, _steps_dir(run_dir), others)
 
 
 def _steps_dir(run_dir: Path) -> Path | None:
