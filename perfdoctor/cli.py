@@ -368,12 +368,33 @@ def _print_diagnosed(reports: list, fmt: str, *, several: bool) -> None:
         render_runs_overview(reports, make_console())
 
 
-@app.command(help="Compare two runs, such as before and after your own change.")
+@app.command(
+    help="Compare two runs, such as before and after your own change. A run is a session or "
+    "run directory, or `latest` / `previous`: a script's newest session in --out and the one "
+    "before it (perfdoctor compare previous latest)."
+)
 @guarded
 def compare(
     ctx: typer.Context,
-    run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
-    run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
+    run_a: Annotated[
+        Path, typer.Argument(help="The reference run (before); `previous` or `latest` too.")
+    ],
+    run_b: Annotated[
+        Path, typer.Argument(help="The run to judge (after); `latest` or `previous` too.")
+    ],
+    script: Annotated[
+        str | None,
+        typer.Option(
+            "--script",
+            metavar="SCRIPT",
+            help="Whose sessions `latest`/`previous` mean (needed when --out holds several "
+            "scripts' sessions).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Where `latest`/`previous` are looked up."),
+    ] = Path("perfdoctor-runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_if_slower: Annotated[
         float | None,
@@ -412,6 +433,7 @@ def compare(
     from perfdoctor.render.registry import COMPARISON_RENDERERS
 
     limits = _gate_limits(fail_if_slower, fail_if_more_memory, strict)
+    run_a, run_b = _session_alias(run_a, out, script), _session_alias(run_b, out, script)
     # Each side is read once; the comparison and the gate judge the same runs.
     side_a, side_b = load_side(run_a), load_side(run_b)
     result = compare_sides(side_a, side_b)
@@ -439,6 +461,17 @@ def compare(
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
 
 
+def _session_alias(run: Path, out: Path, script: str | None) -> Path:
+    """`latest` / `previous` (history/aliases.py); any other RUN is a path, as before."""
+    from perfdoctor.history.aliases import is_alias, resolve_alias
+
+    if not is_alias(run):
+        return run
+    resolved = resolve_alias(str(run), out, script)
+    stderr_console().print(f"{run}: {resolved}", markup=False, soft_wrap=True)
+    return resolved
+
+
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     from perfdoctor.optimize.regression_gate import GateLimits
 
@@ -450,6 +483,40 @@ def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     if strict and not limits.any:
         raise UsageError("--strict needs --fail-if-slower or --fail-if-more-memory")
     return limits
+
+
+@app.command(
+    help="List the sessions of `perfdoctor profile` in the --out directory (an SQLite index "
+    "there, rebuilt from the session directories when lost): date, script, arguments, git "
+    "commit, step time, headline and accepted fixes."
+)
+@guarded
+def history(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None,
+        typer.Argument(help="Only this script's sessions (a path, or the name as profiled)."),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="DIR", help="The --out directory of profile."),
+    ] = Path("perfdoctor-runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    from perfdoctor.errors import TargetNotFound
+    from perfdoctor.history import list_sessions
+    from perfdoctor.render.history_table import history_json, render_history
+
+    if not out.is_dir():
+        raise TargetNotFound(
+            f"{out} is not a directory of perfdoctor sessions",
+            hint="give the --out directory perfdoctor profile wrote to",
+        )
+    sessions = list_sessions(out, script)
+    if as_json:
+        sys.stdout.write(history_json(sessions, str(out), script))
+        return
+    render_history(sessions, make_console(), out_dir=str(out), script=script)
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")
