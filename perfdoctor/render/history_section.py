@@ -37,10 +37,12 @@ def html_section(report: Report) -> str:
     script = str(report.series["history"].get("script", report.script))
     svg = trend_svg(points)
     rows = "".join(_row(p) for p in reversed(points))
+    fixed = any(_value(p, "fixed_step_ms_p50") is not None for p in points)
     return (
         f'<section id="history"><h2>History of {_esc(script)}</h2>'
-        f'<p class="muted">Median step time of the baseline (blue) and with the accepted '
-        f"fixes (green), over the last {len(points)} sessions of this script in this "
+        f'<p class="muted">Median step time of the baseline (blue)'
+        f"{' and with the accepted fixes (green)' if fixed else ''}"
+        f", over the last {len(points)} sessions of this script in this "
         f"directory. All of them: <code>perfdoctor history {_esc(script)}</code>.</p>"
         f'<figure id="chart-history"><div class="plot">{svg}</div></figure>'
         '<table><thead><tr><th>session</th><th>commit</th><th class="num">step p50</th>'
