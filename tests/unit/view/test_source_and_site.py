@@ -148,3 +148,33 @@ def test_the_server_answers_its_five_paths_and_nothing_else(session: Path):
     finally:
         running.close()
     assert TRACE.read_bytes() == before  # the file on disk is never changed
+
+
+REPO = Path(__file__).resolve().parents[3]
+CORPUS = Path(os.environ.get("PERFDOCTOR_GPU_CORPUS") or REPO.parent / "shared" / "gpu-corpus")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tracelens_h100_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    ],
+)
+def test_a_gpu_trace_recorded_elsewhere_is_served_as_it_is(name: str):
+    """No steps.jsonl beside it: no markers, and the served JSON is the file's own."""
+    import gzip
+
+    trace = CORPUS / "traces" / name
+    if not trace.is_file():
+        pytest.skip("the GPU corpus is not beside the checkout")
+    try:
+        assets.find_viewer()
+    except MissingTool:
+        pytest.skip("torch-tb-profiler is not installed")
+    from perfdoctor.view.prepare import prepare_view
+
+    prepared = prepare_view(trace)
+    assert prepared.markers.events == ()
+    assert "no perfdoctor step records" in prepared.markers.note
+    assert prepared.site.resources["/trace.json"].body == gzip.decompress(trace.read_bytes())
