@@ -67,27 +67,27 @@ def summarize(
     from perfdoctor.render.json_report import report_from_dict
     from perfdoctor.render.summary import headline
 
-    session = session or {}
+    asked: Mapping[str, Any] = session or {}
     built = report_from_dict(report)
-    target = session.get("target") if isinstance(session.get("target"), Mapping) else None
+    target = asked.get("target") if isinstance(asked.get("target"), Mapping) else None
     if target is not None:
-        script, script_path = script_identity(target, str(session.get("cwd", "")))
+        script, script_path = script_identity(target, str(asked.get("cwd", "")))
         argv = tuple(str(a) for a in target.get("argv", ()))
     else:
         script, script_path, argv = built.script, None, tuple(built.argv)
-    git = session.get("git") if isinstance(session.get("git"), Mapping) else {}
+    git: Mapping[str, Any] = asked["git"] if isinstance(asked.get("git"), Mapping) else {}
     fixed = fixed_variant(built.variants)
     return SessionSummary(
         session=session_dir.name,
         path=str(session_dir),
-        created_at=str(session.get("created_at") or built.created_at or ""),
+        created_at=str(asked.get("created_at") or built.created_at or ""),
         script=script,
         script_path=script_path,
         argv=argv,
         git_commit=git.get("commit") if isinstance(git.get("commit"), str) else None,
         git_dirty=git.get("dirty") if isinstance(git.get("dirty"), bool) else None,
         status=str(built.status),
-        interrupted=isinstance(session.get("interrupted"), Mapping),
+        interrupted=isinstance(asked.get("interrupted"), Mapping),
         step_ms_p50=built.baseline.step_ms_p50,
         fixed_step_ms_p50=fixed.step_ms_p50 if fixed is not None else None,
         speedup=fixed.speedup if fixed is not None else None,

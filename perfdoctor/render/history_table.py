@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -37,7 +38,7 @@ def render_history(
         return
     # Columns that would be empty for every session are left out: the table fits 100
     # columns with the headline readable.
-    columns: list[tuple[str, dict, object]] = [
+    columns: list[tuple[str, dict[str, Any], Callable[[SessionSummary], str]]] = [
         ("date", {"no_wrap": True}, lambda s: s.created_at[:16].replace("T", " ")),
         ("script", {"overflow": "fold"}, lambda s: _script(s.script)),
     ]

@@ -107,8 +107,7 @@ class RunningView:
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{HOST}:{self.server.server_port}/"
 
     @property
     def site(self) -> ViewSite:

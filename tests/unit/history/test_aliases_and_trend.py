@@ -80,7 +80,7 @@ def test_history_command(runs: Path):
     assert (runs / INDEX_FILE).is_file()
     table = _cli("history", "train.py", "--out", runs)
     assert table.exit_code == 0
-    assert "2026-12-03 10:00:00" in table.stdout and "--epochs" in table.stdout
+    assert "2026-12-03 10:00" in table.stdout and "--epochs" in table.stdout
     assert _cli("history", "--out", runs / "nope").exit_code == 66
 
 
