@@ -10,7 +10,7 @@ times, and each such event says so in its args ("placed"), so nobody reads them 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,7 +145,9 @@ def _meta(name: str, tid: int | None, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "name": name, "pid": TRACK_PID, "tid": tid or 0, "args": args}
 
 
-def _runs(steps: Sequence[StepRecord], key) -> list[tuple[Any, list[StepRecord]]]:
+def _runs(
+    steps: Sequence[StepRecord], key: Callable[[StepRecord], Any]
+) -> list[tuple[Any, list[StepRecord]]]:
     """Consecutive steps with the same key, in order."""
     runs: list[tuple[Any, list[StepRecord]]] = []
     for step in steps:

@@ -178,3 +178,16 @@ def test_a_gpu_trace_recorded_elsewhere_is_served_as_it_is(name: str):
     assert prepared.markers.events == ()
     assert "no perfdoctor step records" in prepared.markers.note
     assert prepared.site.resources["/trace.json"].body == gzip.decompress(trace.read_bytes())
+
+
+def test_a_port_in_use_is_a_usage_error():
+    from perfdoctor.errors import UsageError
+    from perfdoctor.view.server import ViewSite, bind
+
+    first = bind(ViewSite({}))
+    try:
+        port = first.server.server_port
+        with pytest.raises(UsageError, match=f"port {port}"):
+            bind(ViewSite({}), port)
+    finally:
+        first.close()
