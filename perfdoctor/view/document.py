@@ -21,11 +21,12 @@ _WHITESPACE = b" \t\r\n"
 
 def splice_events(trace: bytes, events: Sequence[dict[str, Any]], name: str = "trace") -> bytes:
     """`trace` (a JSON object with "traceEvents", or a bare array of events) with `events`
-    first in its event array. CorruptArtifact when no event array is found."""
+    first in its event array. CorruptArtifact when no event array is found (checked also
+    with nothing to add: the viewer would only say "import failed")."""
+    start = _array_start(trace, name)
     if not events:
         return trace
     body = json.dumps(list(events), separators=(",", ":"), allow_nan=False).encode()[1:-1]
-    start = _array_start(trace, name)
     rest = trace[start:].lstrip(_WHITESPACE)
     joiner = b"" if rest.startswith(b"]") else b","
     return trace[:start] + body + joiner + trace[start:]

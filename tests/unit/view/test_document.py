@@ -47,5 +47,6 @@ def test_nothing_to_add_serves_the_file_as_it_is():
 
 @pytest.mark.parametrize("raw", [b'{"events": []}', b"not json", b""])
 def test_no_event_array_is_refused(raw):
-    with pytest.raises(CorruptArtifact):
-        splice_events(raw, [MARK], name="t.json")
+    for events in ([MARK], []):
+        with pytest.raises(CorruptArtifact):
+            splice_events(raw, events, name="t.json")
