@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_script ON sessions (script_path, script, created_at);
 """
+_COLUMNS = {"session", "created_at", "script", "script_path", "summary"}
 _UPSERT = (
     "INSERT OR REPLACE INTO sessions (session, created_at, script, script_path, summary) "
     "VALUES (?, ?, ?, ?, ?)"
@@ -154,6 +155,9 @@ def _connect(path: Path) -> sqlite3.Connection:
         check = db.execute("PRAGMA quick_check").fetchone()
         if check is None or check[0] != "ok":
             raise IndexDamaged(f"integrity check: {check[0] if check else 'no answer'}")
+        columns = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
+        if columns != _COLUMNS:  # a `sessions` table of something else's
+            raise IndexDamaged(f"a sessions table with columns {sorted(columns)}")
     except sqlite3.DatabaseError as err:
         db.close()
         if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):

@@ -66,6 +66,15 @@ def test_a_damaged_index_is_rebuilt_and_the_log_says_so(
     assert _rows(out) == ["a"]
 
 
+def test_a_foreign_database_by_that_name_is_replaced(tmp_path: Path):
+    out = tmp_path / "runs"
+    make_session(out, "a")
+    with sqlite3.connect(out / INDEX_FILE) as db:
+        db.execute("CREATE TABLE sessions (id INTEGER, user TEXT)")
+    assert [s.session for s in list_sessions(out)] == ["a"]
+    assert _rows(out) == ["a"]
+
+
 def test_a_lost_index_is_rebuilt(tmp_path: Path):
     out = tmp_path / "runs"
     record_session(out, make_session(out, "a"))
