@@ -94,6 +94,8 @@ def test_the_trend_of_past_sessions_in_report_html(runs: Path):
     section = html_section(trended)
     assert "<svg" in section and "<polyline" in section and "History of train.py" in section
     assert section in render_html(trended)
+    # Self-contained: the SVG's namespace is the only URL, and it is never fetched.
+    assert section.replace('xmlns="http://www.w3.org/2000/svg"', "").count("http") == 0
     # The reports written for a session carry it (report.json too).
     written = write_reports(current, report)
     assert "history" in json.loads(written.paths["report.json"].read_text())["series"]
