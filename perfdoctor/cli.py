@@ -566,7 +566,8 @@ def view(
     running = bind(prepared.site, port)
     try:
         console = make_console()
-        console.print(f"trace: {prepared.source.trace}", markup=False, soft_wrap=True)
+        shown = prepared.source.trace or f"none ({prepared.source.steps_dir}/steps.jsonl)"
+        console.print(f"trace: {shown}", markup=False, soft_wrap=True)
         if prepared.source.others:
             console.print(
                 f"  ({len(prepared.source.others)} more in its directory; give a trace file "

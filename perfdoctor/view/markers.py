@@ -68,17 +68,28 @@ class Markers:
 
 
 def place_steps(
-    steps: Sequence[StepRecord], recorded: Mapping[int, tuple[float, float]]
+    steps: Sequence[StepRecord],
+    recorded: Mapping[int, tuple[float, float]],
+    origin_us: float | None = None,
 ) -> dict[int, Span]:
     """Each step's span on the trace's clock. `recorded`: step number -> (start µs, dur µs)
     of its ProfilerStep span. Steps before the first recorded one are laid backwards from
-    it, later unrecorded ones forwards from the step before; {} when nothing was recorded
-    (no clock to place anything on)."""
+    it, later unrecorded ones forwards from the step before. With nothing recorded: every
+    step laid forwards from `origin_us` (a run without a trace, shown alone), or {} (no clock
+    to place anything on)."""
     ordered = sorted({s.index: s for s in steps}.values(), key=lambda s: s.index)
     anchored = [i for i, s in enumerate(ordered) if s.index in recorded]
     if not anchored:
-        return {}
-    spans: dict[int, Span] = {}
+        if origin_us is None or not ordered:
+            return {}
+        spans: dict[int, Span] = {}
+        cursor = origin_us
+        for step in ordered:
+            dur_us = max(step.wall_ms, 0.0) * 1000.0
+            spans[step.index] = Span(cursor, dur_us, False)
+            cursor += dur_us
+        return spans
+    spans = {}
     first = anchored[0]
     start, dur = recorded[ordered[first].index]
     spans[ordered[first].index] = Span(start, dur, True)
@@ -100,13 +111,15 @@ def place_steps(
 
 
 def build_markers(
-    steps: Sequence[StepRecord], recorded: Mapping[int, tuple[float, float]]
+    steps: Sequence[StepRecord],
+    recorded: Mapping[int, tuple[float, float]],
+    origin_us: float | None = None,
 ) -> Markers:
     """The perfdoctor track: phases, one slice per step, A/B blocks, and a global instant
-    (a line across every track) where each phase starts."""
+    (a line across every track) where each phase starts. `origin_us`: see place_steps."""
     if not steps:
         return Markers((), "no perfdoctor step records beside this trace: no step markers")
-    spans = place_steps(steps, recorded)
+    spans = place_steps(steps, recorded, origin_us)
     if not spans:
         return Markers(
             (),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdoctor.view.markers import Markers, build_markers
+from perfdoctor.view.markers import BLOCKS_TID, Markers, build_markers
 from perfdoctor.view.server import ViewSite, build_site
 from perfdoctor.view.source import ViewSource, find_view_source
 
@@ -35,7 +36,14 @@ def prepare_view(run: Path) -> PreparedView:
     viewer = find_viewer()
     source = find_view_source(run)
     markers = trace_markers(source)
-    trace = splice_events(read_trace_bytes(source.trace), markers.events, name=str(source.trace))
+    if source.trace is None:
+        trace = json.dumps(
+            {"traceEvents": list(markers.events), "displayTimeUnit": "ms"}, allow_nan=False
+        ).encode()
+    else:
+        trace = splice_events(
+            read_trace_bytes(source.trace), markers.events, name=str(source.trace)
+        )
     embedding = offline_embedding(viewer.embedding.read_text(encoding="utf-8"))
     site = build_site(
         index_page(_title(source), markers.note),
@@ -62,6 +70,15 @@ def trace_markers(source: ViewSource) -> Markers:
     except (SchemaMismatch, OSError) as err:
         log.warning("steps.jsonl of %s not read: %s", source.steps_dir, err)
         return Markers((), f"steps.jsonl of {source.steps_dir} could not be read: no markers")
+    if source.trace is None:
+        alone = build_markers(steps, {}, origin_us=0.0)
+        blocks = sum(1 for e in alone.events if e["tid"] == BLOCKS_TID and e["ph"] == "X")
+        return Markers(
+            alone.events,
+            f"no profiler trace in this run: its {len(steps)} steps"
+            + (f" and {blocks} A/B blocks" if blocks else "")
+            + " alone, laid from their wall times",
+        )
     try:
         found = find_steps(parse_trace(source.trace))
     except PerfdoctorError as err:
@@ -76,5 +93,8 @@ def trace_markers(source: ViewSource) -> Markers:
 
 
 def _title(source: ViewSource) -> str:
+    if source.trace is None:
+        assert source.steps_dir is not None
+        return f"{source.steps_dir.parent.name}/{source.steps_dir.name}: steps.jsonl"
     run = source.steps_dir or source.trace.parent
     return f"{run.parent.name}/{run.name}: {source.trace.name}"

@@ -16,7 +16,9 @@ _TRACE_FILE_SUFFIXES = (*TRACE_SUFFIXES, ".json", ".json.gz")
 
 @dataclass(frozen=True)
 class ViewSource:
-    trace: Path
+    # None: a run that recorded no trace (an in-process A/B run, --profile-steps 0): its
+    # steps.jsonl is shown alone, on a timeline laid from the steps' wall times.
+    trace: Path | None
     steps_dir: Path | None  # the run directory whose steps.jsonl marks the trace
     others: tuple[Path, ...] = ()  # further traces in the same run directory, not shown
 
@@ -37,16 +39,20 @@ def find_view_source(run: Path) -> ViewSource:
     traces = find_traces(path)
     if traces:  # a child run or a rank directory (ranks/<k>/)
         return _newest(traces, path)
+    if _steps_dir(path) is not None and not (path / BASELINE_LABEL).is_dir():
+        return ViewSource(None, path)  # a run without a trace: its steps alone
     session = resolve_session_dir(path)
     run_dir = session if is_lone_child_run(session) else session / BASELINE_LABEL
     traces = find_traces(run_dir) if run_dir.is_dir() else []
-    if not traces:
-        raise BadRunDir(
-            f"no profiler trace in {run_dir}",
-            hint="the run recorded none (--profile-steps 0, or it stopped before its "
-            "profiled window); `perfdoctor profile` records one by default",
-        )
-    return _newest(traces, run_dir)
+    if traces:
+        return _newest(traces, run_dir)
+    if run_dir.is_dir() and _steps_dir(run_dir) is not None:
+        return ViewSource(None, run_dir)
+    raise BadRunDir(
+        f"no profiler trace and no steps.jsonl in {run_dir}",
+        hint="the run recorded neither (it stopped before its first step); "
+        "`perfdoctor profile` records a trace by default",
+    )
 
 
 def _newest(traces: list[Path], run_dir: Path) -> ViewSource:

@@ -64,15 +64,51 @@ def test_several_traces_show_the_newest_and_count_the_others(session: Path):
 def test_what_cannot_be_shown(session: Path, tmp_path: Path):
     with pytest.raises(TargetNotFound):
         find_view_source(tmp_path / "missing")
-    (session / "baseline" / "steps.jsonl").rename(tmp_path / "steps.jsonl")
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    (session / "baseline" / "steps.jsonl").rename(aside / "steps.jsonl")
     with pytest.raises(BadRunDir, match="not a trace file"):
-        find_view_source(tmp_path / "steps.jsonl")
+        find_view_source(aside / "steps.jsonl")
     for trace in (session / "baseline").glob("*.pt.trace.json.gz"):
         trace.unlink()
     with pytest.raises(BadRunDir, match="no profiler trace"):
         find_view_source(session)
     with pytest.raises(BadRunDir):
         find_view_source(tmp_path / "perfdoctor-runs" / "..")  # no session in it
+
+
+def test_a_run_without_a_trace_shows_its_steps_alone(session: Path):
+    """An in-process A/B run records no trace: its steps, phases and blocks are the view."""
+    run = session / "ab"
+    run.mkdir()
+    arms = ["baseline", "baseline", "compile", "compile"]
+    lines = [
+        json.dumps(
+            {
+                "index": i,
+                "phase": "warmup" if i < 2 else "timed",
+                "wall_ms": 10.0,
+                "arm": None if i < 2 else arms[i - 2],
+            }
+        )
+        for i in range(6)
+    ]
+    (run / "steps.jsonl").write_text("\n".join(lines) + "\n")
+    source = find_view_source(run)
+    assert source.trace is None and source.steps_dir == run.resolve()
+    try:
+        assets.find_viewer()
+    except MissingTool:
+        return
+    from perfdoctor.view.prepare import prepare_view
+
+    prepared = prepare_view(run)
+    served = json.loads(prepared.site.resources["/trace.json"].body)
+    blocks = [e["name"] for e in served["traceEvents"] if e.get("tid") == 3 and e["ph"] == "X"]
+    assert blocks == ["block 1: baseline (steps 2-3)", "block 2: compile (steps 4-5)"]
+    assert prepared.markers.note.startswith("no profiler trace in this run")
+    steps = [e for e in served["traceEvents"] if e.get("tid") == 2 and e["ph"] == "X"]
+    assert [e["ts"] for e in steps] == [i * 10_000.0 for i in range(6)]
 
 
 def test_without_the_plugin_view_says_what_to_install(monkeypatch: pytest.MonkeyPatch):
