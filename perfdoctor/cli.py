@@ -199,7 +199,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
             _print_report(analyze_session(latest), "terminal", console)
 
 
-FORMAT_HELP = "terminal, md, html or json."
+FORMAT_HELP = "terminal, md, html, json or brief (at most ~40 lines, for agents and CI logs)."
 MAX_PORT = 65535
 
 
