@@ -87,7 +87,7 @@ def _finding(f: Finding) -> dict[str, Any]:
     }
 
 
-def _verdict(v: VariantResult) -> dict[str, Any]:
+def verdict_data(v: VariantResult) -> dict[str, Any]:
     return {
         "label": v.label,
         "optimizations": list(v.optimizations),
@@ -148,7 +148,7 @@ def brief_data(report: Report) -> dict[str, Any]:
         },
         "findings": [_finding(f) for f in findings[:TOP_FINDINGS]],
         "more_findings": max(0, len(findings) - TOP_FINDINGS),
-        "verdicts": [_verdict(v) for v in report.variants],
+        "verdicts": [verdict_data(v) for v in report.variants],
         "accepted": [v.label for v in report.variants if v.verdict == "accepted"],
         "fixes_patch": patch_path(report),
     }
@@ -178,7 +178,7 @@ def _where(f: dict[str, Any]) -> str:
     return f"{text}: {loc['code']}" if loc["code"] else text
 
 
-def _verdict_line(v: dict[str, Any]) -> str:
+def verdict_line(v: dict[str, Any]) -> str:
     text = f"{v['label']}: {v['decision']}"
     if v["speedup"] is not None:
         text += f", {number(v['speedup'])}x"
@@ -226,7 +226,7 @@ def brief_lines(data: dict[str, Any]) -> list[str]:
     verdicts = data["verdicts"]
     if verdicts:
         lines.append("verdicts:")
-        lines.extend(cut(_verdict_line(v), 2) for v in verdicts[:MAX_VERDICTS])
+        lines.extend(cut(verdict_line(v), 2) for v in verdicts[:MAX_VERDICTS])
         if len(verdicts) > MAX_VERDICTS:
             lines.append(f"  (+{len(verdicts) - MAX_VERDICTS} more in report.json)")
     if data["source"] == "run":
