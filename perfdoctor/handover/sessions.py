@@ -61,15 +61,23 @@ def _read_json(path: Path) -> Mapping[str, Any] | None:
     return data if isinstance(data, Mapping) else None
 
 
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _rows(value: object) -> list[Mapping[str, Any]]:
+    return [row for row in value if isinstance(row, Mapping)] if isinstance(value, list) else []
+
+
 def _entry(session_dir: Path) -> SessionEntry | None:
     session = _read_json(session_dir / SESSION_FILE)
     if session is None:
         return None
-    target = session.get("target") if isinstance(session.get("target"), Mapping) else {}
+    target = _mapping(session.get("target"))
     report = _read_json(session_dir / REPORT_JSON) or {}
-    baseline = report.get("baseline") if isinstance(report.get("baseline"), Mapping) else {}
-    findings = report.get("findings") if isinstance(report.get("findings"), list) else []
-    variants = report.get("variants") if isinstance(report.get("variants"), list) else []
+    baseline = _mapping(report.get("baseline"))
+    findings = _rows(report.get("findings"))
+    variants = _rows(report.get("variants"))
     patch = session_dir / FIXES_PATCH
     p50 = baseline.get("step_ms_p50")
     return SessionEntry(

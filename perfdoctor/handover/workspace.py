@@ -197,7 +197,7 @@ def explain(item_id: str) -> Answer:
     from perfdoctor.optimize.catalog import describe_optimizations
     from perfdoctor.rules import describe_rules
 
-    rules = {str(r["id"]): r for r in describe_rules()}
+    rules: dict[str, dict[str, Any]] = {str(r["id"]): dict(r) for r in describe_rules()}
     optimizations = {str(o["id"]): o for o in describe_optimizations()}
     if item_id in rules:
         rule = rules[item_id]
