@@ -124,7 +124,7 @@ def build_server(root: Path, out: Path | None = None) -> MCPServer:
             raise ToolError(f"profile failed (exit {done.exit_code}): {reason}")
         session_dir = done.session_dir
         answer = await anyio.to_thread.run_sync(
-            functools.partial(_session_answer, session_dir, done.exit_code)
+            functools.partial(_session_answer, session_dir, done.exit_code, ws.root)
         )
         return _result(answer)
 
@@ -181,12 +181,12 @@ def build_server(root: Path, out: Path | None = None) -> MCPServer:
     return server
 
 
-def _session_answer(session_dir: Path, exit_code: int) -> work.Answer:
+def _session_answer(session_dir: Path, exit_code: int, root: Path) -> work.Answer:
     """The finished (or partial) session's brief, from the report.json it wrote."""
     from perfdoctor.render.json_report import report_from_dict
 
     data: Any = json.loads((session_dir / REPORT_JSON).read_text(encoding="utf-8"))
-    result = work.answer(report_from_dict(data), perfdoctor_exit_code=exit_code)
+    result = work.answer(report_from_dict(data), root, perfdoctor_exit_code=exit_code)
     if exit_code != 0:
         result = work.Answer(
             result.data,

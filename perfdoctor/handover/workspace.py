@@ -77,10 +77,12 @@ class Workspace:
         return path
 
 
-def answer(report: Report, **extra: Any) -> Answer:
+def answer(report: Report, source_root: Path | None = None, **extra: Any) -> Answer:
+    """The brief of `report`; relative source paths are read from `source_root` (the
+    directory profile ran the script in: the root)."""
     from perfdoctor.render.brief import brief_data, brief_lines
 
-    data = brief_data(report)
+    data = brief_data(report, str(source_root) if source_root else None)
     data.update(extra)
     return Answer(data, "\n".join(brief_lines(data)) + "\n")
 
@@ -135,7 +137,7 @@ def report(ws: Workspace, run: str = "latest", fmt: str = "brief") -> Answer:
     built = analyze_session(session_dir)
     if not is_lone_child_run(session_dir):
         built = write_reports(session_dir, built).report
-    result = answer(built)
+    result = answer(built, ws.root)
     files = {name: str(session_dir / name) for name in (REPORT_JSON, REPORT_MD, REPORT_HTML)}
     result.data["report_files"] = {k: v for k, v in files.items() if Path(v).is_file()}
     if fmt == "brief":

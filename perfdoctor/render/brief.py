@@ -45,21 +45,23 @@ def decision(variant: VariantResult) -> str:
     return "undecided" if undecided(variant) else variant.verdict
 
 
-def _code(loc: SourceLocation) -> str | None:
+def _code(loc: SourceLocation, source_root: str | None) -> str | None:
     # The user's line itself, so an agent can find it without opening the file; None when
-    # the file is not on this machine (a report copied from elsewhere).
-    if not loc.file or loc.line <= 0 or not os.path.isfile(loc.file):
+    # the file is not on this machine (a report copied from elsewhere). A relative path is
+    # relative to the directory the script ran in (`source_root`, else the current one).
+    path = os.path.join(source_root, loc.file) if source_root else loc.file
+    if not loc.file or loc.line <= 0 or not os.path.isfile(path):
         return None
-    text = linecache.getline(loc.file, loc.line).strip()
+    text = linecache.getline(path, loc.line).strip()
     return text or None
 
 
-def _location(loc: SourceLocation) -> dict[str, Any]:
+def _location(loc: SourceLocation, source_root: str | None) -> dict[str, Any]:
     return {
         "file": loc.file,
         "line": loc.line,
         "function": loc.function,
-        "code": _code(loc),
+        "code": _code(loc, source_root),
         "share": loc.share,
         "count": loc.count,
     }
@@ -75,13 +77,13 @@ def _evidence(item: Evidence) -> dict[str, Any]:
     }
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def _finding(f: Finding, source_root: str | None = None) -> dict[str, Any]:
     return {
         "rule_id": f.rule_id,
         "severity": f.severity,
         "title": f.title,
         "evidence": [_evidence(e) for e in f.evidence],
-        "locations": [_location(loc) for loc in f.locations],
+        "locations": [_location(loc, source_root) for loc in f.locations],
         "optimizations": list(f.optimizations),
         "expected_step_time_frac": f.gain.step_time_frac,
     }
@@ -121,8 +123,9 @@ def _report_json(report: Report) -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
-def brief_data(report: Report) -> dict[str, Any]:
-    """What an agent acts on, as plain JSON values taken from the Report unchanged."""
+def brief_data(report: Report, source_root: str | None = None) -> dict[str, Any]:
+    """What an agent acts on, as plain JSON values taken from the Report unchanged.
+    `source_root`: the directory the script ran in, for source paths that are relative."""
     head = summary.headline(report)
     lead = summary.lead_finding(report) if report.findings else None
     findings = summary.step_findings(report)
@@ -144,9 +147,9 @@ def brief_data(report: Report) -> dict[str, Any]:
             "fix": head.fix,
             "measured": head.measured,
             "status_note": head.status_note,
-            "finding": _finding(lead) if lead is not None else None,
+            "finding": _finding(lead, source_root) if lead is not None else None,
         },
-        "findings": [_finding(f) for f in findings[:TOP_FINDINGS]],
+        "findings": [_finding(f, source_root) for f in findings[:TOP_FINDINGS]],
         "more_findings": max(0, len(findings) - TOP_FINDINGS),
         "verdicts": [verdict_data(v) for v in report.variants],
         "accepted": [v.label for v in report.variants if v.verdict == "accepted"],
