@@ -213,7 +213,11 @@ async def run_profile(request: ProfileRequest, on_progress: ProgressFn | None) -
         code = await proc.wait()
     except BaseException:
         # Cancelled (the client's cancel, or the server shutting down): shielded, so the
-        # stop and the partial report are not themselves cut short.
-        await asyncio.shield(_stop(proc))
+        # stop and the partial report are not themselves cut short, and the cancellation
+        # goes on only once perfdoctor has ended.
+        import anyio  # the MCP SDK's event-loop layer, installed with it
+
+        with anyio.CancelScope(shield=True):
+            await _stop(proc)
         raise
     return ProfileResult(code, _new_session(request.out, before), list(tail))

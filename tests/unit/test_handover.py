@@ -190,7 +190,9 @@ def test_the_skill_has_front_matter_and_is_printed_or_written(tmp_path: Path) ->
 
 
 def test_mcp_without_the_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp raises ImportError
+    # `import mcp...` raises ImportError, also where another test imported it already.
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] or ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "perfdoctor.handover.mcp_server", raising=False)
     done = CliRunner().invoke(app, ["mcp", "--root", os.getcwd()])
     assert done.exit_code == EXIT_MISSING_TOOL
