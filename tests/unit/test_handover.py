@@ -197,3 +197,11 @@ def test_mcp_without_the_sdk_says_what_to_install(monkeypatch: pytest.MonkeyPatc
     done = CliRunner().invoke(app, ["mcp", "--root", os.getcwd()])
     assert done.exit_code == EXIT_MISSING_TOOL
     assert "pip install 'perfdoctor[agent]'" in done.stderr
+
+
+def test_report_prints_the_brief_of_a_committed_run() -> None:
+    done = CliRunner().invoke(app, ["report", str(FIXTURE_RUNS / "tuned_mlp_cpu"), "-f", "brief"])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("perfdoctor brief: tuned_mlp.py")
+    assert 3 < len(lines) <= 40
