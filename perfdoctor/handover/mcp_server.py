@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from mcp.types import CallToolResult, TextContent
 from perfdoctor import __version__
 from perfdoctor.errors import PerfdoctorError, UsageError
 from perfdoctor.handover import workspace as work
-from perfdoctor.handover.profile_run import ProfileRequest, run_profile
+from perfdoctor.handover.profile_run import ProfileRequest, run_profile, stop_all
 from perfdoctor.rundir import REPORT_JSON
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,21 @@ def _session_answer(session_dir: Path, exit_code: int, root: Path) -> work.Answe
     return result
 
 
+def _stop_profiles_on(signum: int, _frame: object) -> None:
+    """A client that closes the server (the SDK sends SIGTERM to its process group) must not
+    leave a training run behind: the profiles run in sessions of their own, out of reach of
+    that signal. Each is told to stop (it keeps its partial report), then the server ends as
+    the signal would have ended it."""
+    stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def serve(root: Path, out: Path | None = None) -> None:
     """Serve on stdin/stdout until the client closes them."""
-    build_server(root, out).run("stdio")
+    server = build_server(root, out)
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, _stop_profiles_on)
+    server.run("stdio")

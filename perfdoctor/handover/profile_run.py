@@ -147,6 +147,19 @@ class ProgressState:
         return "; ".join(parts)
 
 
+# The `perfdoctor profile` processes running now, by pid: the server stops them when it is
+# itself stopped by a signal (stop_all), since they run in sessions of their own.
+_RUNNING: dict[int, asyncio.subprocess.Process] = {}
+
+
+def stop_all() -> None:
+    """SIGTERM to every running profile: each stops its script and writes its partial report
+    on its own, so this returns at once (it runs in a signal handler)."""
+    for pid in list(_RUNNING):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+
+
 def _sessions(out: Path) -> set[Path]:
     if not out.is_dir():
         return set()
@@ -194,6 +207,7 @@ async def run_profile(request: ProfileRequest, on_progress: ProgressFn | None) -
         # does not hit it twice, and a last SIGKILL of its group reaches what it started.
         start_new_session=True,
     )
+    _RUNNING[proc.pid] = proc
     state = ProgressState()
     tail: deque[str] = deque(maxlen=KEPT_LINES)
     try:
@@ -220,4 +234,6 @@ async def run_profile(request: ProfileRequest, on_progress: ProgressFn | None) -
         with anyio.CancelScope(shield=True):
             await _stop(proc)
         raise
+    finally:
+        _RUNNING.pop(proc.pid, None)
     return ProfileResult(code, _new_session(request.out, before), list(tail))

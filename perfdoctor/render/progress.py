@@ -137,15 +137,21 @@ class JsonLinesSink(ProgressSink):
     def __init__(self, stream=None) -> None:
         self._stream = stream
         self._sent_at = 0.0
-        self._run: RunAnnouncement | None = None
+        self._reader_gone = False
 
     def _send(self, event: str, **fields: object) -> None:
+        if self._reader_gone:
+            return
         stream = self._stream or sys.stderr
-        stream.write(JSON_PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
-        stream.flush()
+        try:
+            stream.write(JSON_PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            # The reader is gone (its pipe closed): the run goes on, and its report is
+            # written all the same.
+            self._reader_gone = True
 
     def run_started(self, run: RunAnnouncement) -> None:
-        self._run = run
         self._send(
             "run_started",
             label=run.label,

@@ -29,6 +29,7 @@ import anyio
 import psutil
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from perfdoctor.handover import sessions
 from perfdoctor.rundir import FIXES_PATCH
 
 pytestmark = pytest.mark.integration
@@ -164,13 +165,23 @@ def _processes_with(marker: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_cancelled_profile_stops_everything_and_keeps_the_partial_report(
-    tmp_path: Path,
+@pytest.mark.parametrize("how", ["cancel", "server-terminated"])
+def test_a_stopped_profile_stops_everything_and_keeps_the_partial_report(
+    tmp_path: Path, how: str
 ) -> None:
-    marker = f"perfdoctor-mcp-cancel-{os.getpid()}-{time.monotonic_ns()}"
+    """A cancel of the call, or the server itself stopped by SIGTERM mid-run (a client that
+    kills it; the SDK's client sends it after closing stdin): either way the script, what it
+    started and perfdoctor's own process end, and the partial report stays."""
+    marker = f"perfdoctor-mcp-stop-{os.getpid()}-{time.monotonic_ns()}"
     script = tmp_path / "slow_train.py"
     script.write_text(SLOW_SCRIPT.format(marker=marker))
     messages: list[str] = []
+
+    async def all_ended() -> None:
+        deadline = time.monotonic() + scaled(90)
+        while _processes_with(marker) or _processes_with(str(script)):
+            assert time.monotonic() < deadline, "processes left running after the stop"
+            await anyio.sleep(0.5)
 
     async def test() -> None:
         async with server(tmp_path) as session:
@@ -195,24 +206,32 @@ def test_a_cancelled_profile_stops_everything_and_keeps_the_partial_report(
                 with anyio.fail_after(scaled(120)):
                     await stepping.wait()
                 assert _processes_with(marker), "the script's own process should be running"
+                if how == "server-terminated":
+                    (mcp_server,) = [
+                        p
+                        for p in psutil.Process().children(recursive=True)
+                        if "mcp" in (p.cmdline() or ())
+                    ]
+                    mcp_server.terminate()
+                    mcp_server.wait(scaled(30))
+                    group.cancel_scope.cancel()
+                    return  # the server is gone: leaving the contexts closes the client
                 group.cancel_scope.cancel()
-
-            # The cancel stops the script, its helper and perfdoctor's own process.
-            deadline = time.monotonic() + scaled(90)
-            while _processes_with(marker) or _processes_with(str(script)):
-                assert time.monotonic() < deadline, "processes left running after the cancel"
-                await anyio.sleep(0.5)
+            await all_ended()
             history = await call(session, "history")
-            assert not history.is_error
-            (entry,) = history.structured_content["sessions"]
-            session_dir = Path(entry["session_dir"])
-            assert (session_dir / "report.json").is_file(), "the partial report is kept"
-            interrupted = json.loads((session_dir / "session.json").read_text())["interrupted"]
-            assert interrupted["by"] == "SIGTERM"
-            assert entry["status"] == "interrupted"
+            assert not history.is_error, "the server goes on after a cancel"
+        await all_ended()
 
     run(test)
     assert any(m.startswith("stage: ") for m in messages), messages
+    (entry,) = sessions.list_sessions(tmp_path / "perfdoctor-runs")
+    session_dir = Path(entry.session_dir)
+    deadline = time.monotonic() + scaled(30)
+    while not (session_dir / "report.json").is_file():
+        assert time.monotonic() < deadline, "the partial report is kept"
+        time.sleep(0.5)
+    interrupted = json.loads((session_dir / "session.json").read_text())["interrupted"]
+    assert interrupted["by"] == "SIGTERM"
 
 
 def _apply_patch(patch: Path, copy: Path) -> None:
