@@ -235,20 +235,20 @@ def test_a_stopped_profile_stops_everything_and_keeps_the_partial_report(
 
 
 def _apply_patch(patch: Path, copy: Path) -> None:
-    """As an agent would: apply the patch in the copy, with the path depth that fits."""
-    for strip in range(0, 16):
+    """As an agent would: apply the patch in the copy, stripping as many leading path parts
+    as it takes to land on the copy's files (from 1: an absolute path under -p0 would patch
+    the original)."""
+    for strip in range(1, 16):
+        command = ["patch", "--batch", f"-p{strip}", "-d", str(copy), "-i", str(patch.resolve())]
         check = subprocess.run(
-            ["patch", f"-p{strip}", "--dry-run", "-d", str(copy), "-i", str(patch)],
+            [*command, "--dry-run"],
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             check=False,
         )
         if check.returncode == 0:
-            subprocess.run(
-                ["patch", f"-p{strip}", "-d", str(copy), "-i", str(patch)],
-                check=True,
-                capture_output=True,
-            )
+            subprocess.run(command, stdin=subprocess.DEVNULL, check=True, capture_output=True)
             return
     raise AssertionError(f"{patch} applies to no depth of {copy}:\n{patch.read_text()}")
 
