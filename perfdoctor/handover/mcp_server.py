@@ -124,11 +124,9 @@ def build_server(root: Path, out: Path | None = None) -> MCPServer:
                 done.stderr_tail[-1] if done.stderr_tail else "no report was written",
             )
             raise ToolError(f"profile failed (exit {done.exit_code}): {reason}")
-        session_dir = done.session_dir
-        answer = await anyio.to_thread.run_sync(
-            functools.partial(_session_answer, session_dir, done.exit_code, ws.root)
+        return await _in_thread(
+            functools.partial(_session_answer, done.session_dir, done.exit_code, ws.root)
         )
-        return _result(answer)
 
     @server.tool(
         description="Diagnose torch.profiler traces recorded anywhere under the root: a "
