@@ -93,6 +93,10 @@ async def server(root: Path) -> AsyncIterator[ClientSession]:
         yield session
 
 
+def _server_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if "mcp" in p.cmdline()]
+
+
 def run(test: Callable[[], Any]) -> None:
     anyio.run(test)
 
@@ -117,6 +121,10 @@ def test_tools_are_listed_a_trace_is_diagnosed_and_bad_arguments_are_tool_errors
         async with server(tmp_path) as session:
             listed = await session.list_tools()
             assert {tool.name for tool in listed.tools} == TOOLS
+            (mcp_server,) = _server_processes()
+            assert not [
+                c for c in mcp_server.net_connections() if c.status == psutil.CONN_LISTEN
+            ], "the server opens no network port"
 
             done = await call(session, "diagnose", paths=[trace.name])
             assert not done.is_error, text(done)
@@ -207,11 +215,7 @@ def test_a_stopped_profile_stops_everything_and_keeps_the_partial_report(
                     await stepping.wait()
                 assert _processes_with(marker), "the script's own process should be running"
                 if how == "server-terminated":
-                    (mcp_server,) = [
-                        p
-                        for p in psutil.Process().children(recursive=True)
-                        if "mcp" in (p.cmdline() or ())
-                    ]
+                    (mcp_server,) = _server_processes()
                     mcp_server.terminate()
                     mcp_server.wait(scaled(30))
                     group.cancel_scope.cancel()
