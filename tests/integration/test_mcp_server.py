@@ -322,6 +322,12 @@ def test_an_agent_takes_a_slow_script_to_a_patched_one_with_proven_fixes(
             ], after["verdicts"]
             history = await call(session, "history", script="train.py")
             assert history.structured_content["total"] == 2
+            compared = await call(
+                session, "compare", run_a="previous", run_b="latest", script="train.py"
+            )
+            assert not compared.is_error, text(compared)
+            assert compared.structured_content["brief_verdict"]["speedup"] is not None
+            assert "anomaly-detection-on" in text(compared)  # "fixed: anomaly-detection-on"
 
     run(test)
     if no_patch:
