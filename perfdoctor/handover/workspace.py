@@ -67,8 +67,16 @@ class Workspace:
     def run_path(self, given: str, script: str | None = None) -> Path:
         """A run: `latest`, `previous` (of `script`) or a path."""
         if given in sessions.RUN_ALIASES:
-            return sessions.resolve_alias(given, self.out, script)
+            return sessions.resolve_alias(given, self.out, self.script_key(script))
         return self.path(given, "run")
+
+    def script_key(self, script: str | None) -> str | None:
+        """`script` as the history matches it: the absolute path of a file under the root
+        (the server's own directory is no reference), else the name as given."""
+        if not script:
+            return None
+        under_root = (self.root / script).resolve()
+        return str(under_root) if under_root.is_file() else script
 
     def script(self, given: str) -> Path:
         path = self.path(given, "script")
@@ -240,19 +248,23 @@ def _plain(value: Any) -> Any:
 
 
 def history(ws: Workspace, script: str | None = None, limit: int = 20) -> Answer:
-    """The sessions under --out, newest first (of one script when given)."""
+    """The sessions under --out, newest first (of one script when given): the rows of
+    `perfdoctor history`, with each session's fixes.patch."""
     if limit < 1:
         raise UsageError(f"limit must be at least 1, not {limit}")
-    entries = sessions.list_sessions(ws.out, script)
-    shown = entries[:limit]
-    data = {"out": str(ws.out), "sessions": [e.to_dict() for e in shown], "total": len(entries)}
-    lines = [f"{len(entries)} session(s) under {ws.out}" + (f" of {script}" if script else "")]
-    for e in shown:
-        p50 = f"{e.step_ms_p50:.3g} ms" if e.step_ms_p50 is not None else "-"
-        fixes = ", ".join(e.accepted) or "none"
+    rows = sessions.session_rows(ws.out, ws.script_key(script))
+    shown = rows[:limit]
+    data = {"out": str(ws.out), "sessions": shown, "total": len(rows)}
+    lines = [f"{len(rows)} session(s) under {ws.out}" + (f" of {script}" if script else "")]
+    for row in shown:
+        p50 = f"{row['step_ms_p50']:.3g} ms" if row["step_ms_p50"] is not None else "-"
+        fixes = ", ".join(row["accepted_fixes"]) or "none"
+        commit = f" @{row['git_commit'][:10]}" if row.get("git_commit") else ""
+        patch = f"; patch {row['fixes_patch']}" if row["fixes_patch"] else ""
         lines.append(
-            f"  {e.created_at} {Path(e.script).name} {' '.join(e.argv)}: step p50 {p50}; "
-            f"{e.headline or 'no finding'}; accepted: {fixes} ({e.session_dir})"
+            f"  {row['created_at'][:16]} {Path(row['script']).name} {' '.join(row['argv'])}"
+            f"{commit}: {row['status']}, step p50 {p50}; {row['headline']}; accepted: {fixes}"
+            f"{patch} ({row['path']})"
         )
     return Answer(data, "\n".join(lines) + "\n")
 

@@ -29,7 +29,7 @@ import anyio
 import psutil
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from perfdoctor.handover import sessions
+from perfdoctor.handover.sessions import session_rows
 from perfdoctor.rundir import FIXES_PATCH
 
 pytestmark = pytest.mark.integration
@@ -228,12 +228,15 @@ def test_a_stopped_profile_stops_everything_and_keeps_the_partial_report(
 
     run(test)
     assert any(m.startswith("stage: ") for m in messages), messages
-    (entry,) = sessions.list_sessions(tmp_path / "perfdoctor-runs")
-    session_dir = Path(entry.session_dir)
+    # The history lists a session once its (partial) report is written.
     deadline = time.monotonic() + scaled(30)
-    while not (session_dir / "report.json").is_file():
+    while not session_rows(tmp_path / "perfdoctor-runs"):
         assert time.monotonic() < deadline, "the partial report is kept"
         time.sleep(0.5)
+    (entry,) = session_rows(tmp_path / "perfdoctor-runs")
+    assert entry["interrupted"], entry
+    session_dir = Path(entry["path"])
+    assert (session_dir / "report.json").is_file()
     interrupted = json.loads((session_dir / "session.json").read_text())["interrupted"]
     assert interrupted["by"] == "SIGTERM"
 

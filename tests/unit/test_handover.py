@@ -45,58 +45,30 @@ def test_paths_are_taken_only_from_under_the_root(ws: work.Workspace, tmp_path: 
         ws.script(" ")
 
 
-def _session(out: Path, name: str, script: str, created: str, **report: object) -> Path:
-    session = out / name
-    session.mkdir(parents=True)
-    (session / "session.json").write_text(
-        json.dumps({"target": {"name": script, "argv": ["--epochs", "1"]}, "created_at": created})
-    )
-    if report:
-        (session / "report.json").write_text(json.dumps(report))
-    return session
+def test_sessions_are_the_history_s_newest_first_with_their_patch(ws: work.Workspace) -> None:
+    from tests.unit.history.sessions import make_session
 
-
-def test_sessions_are_listed_newest_first_and_name_latest_and_previous(
-    ws: work.Workspace,
-) -> None:
-    old = _session(
-        ws.out,
-        "20260101-100000-train",
-        "train.py",
-        "2026-01-01T10:00:00",
-        status="completed",
-        baseline={"step_ms_p50": 12.5},
-        findings=[{"title": "Anomaly detection left on"}],
-        variants=[
-            {"label": "anomaly-off", "verdict": "accepted"},
-            {"label": "x", "verdict": "rejected"},
-        ],
-    )
+    old = make_session(ws.out, "20260101-100000-train", created_at="2026-01-01T10:00:00+0000")
     (old / "fixes.patch").write_text("--- a/train.py\n")
-    new = _session(ws.out, "20260102-100000-train", "train.py", "2026-01-02T10:00:00")
-    _session(ws.out, "20260103-100000-other", "other.py", "2026-01-03T10:00:00")
-    (ws.out / "not-a-session").mkdir()
-    (ws.out / "latest").symlink_to(new)
-
-    listed = sessions.list_sessions(ws.out, "train.py")
-    assert [Path(e.session_dir) for e in listed] == [new, old]
-    first_run = listed[1]
-    assert (first_run.step_ms_p50, first_run.headline, first_run.accepted) == (
-        12.5,
-        "Anomaly detection left on",
-        ("anomaly-off",),
+    new = make_session(
+        ws.out, "20260102-100000-train", created_at="2026-01-02T10:00:00+0000", step_ms=20.0
     )
-    assert first_run.fixes_patch == str(old / "fixes.patch")
-    assert listed[0].status is None  # no report.json yet
-    assert len(sessions.list_sessions(ws.out)) == 3
+    make_session(ws.out, "20260103-100000-other", script="other.py")
+
+    rows = sessions.session_rows(ws.out, "train.py")
+    assert [Path(r["path"]) for r in rows] == [new, old]
+    assert [r["fixes_patch"] for r in rows] == [None, str(old / "fixes.patch")]
     assert ws.run_path("latest", "train.py") == new
     assert ws.run_path("previous", "train.py") == old
-    with pytest.raises(TargetNotFound, match=r"no previous session of other\.py"):
+    with pytest.raises(UsageError, match="ambiguous"):
+        ws.run_path("latest")  # two scripts: say which
+    with pytest.raises(TargetNotFound):
         ws.run_path("previous", "other.py")
 
-    shown = work.history(ws, "train.py")
-    assert shown.data["total"] == 2
-    assert "step p50 12.5 ms" in shown.text and "accepted: anomaly-off" in shown.text
+    shown = work.history(ws, "train.py", limit=1)
+    assert (shown.data["total"], len(shown.data["sessions"])) == (2, 1)
+    assert shown.data["sessions"][0]["step_ms_p50"] == 20.0
+    assert "step p50 20 ms" in shown.text and "accepted: " in shown.text
 
 
 def test_explain_gives_a_rule_s_thresholds_and_an_optimization_s_change() -> None:
