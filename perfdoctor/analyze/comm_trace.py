@@ -70,30 +70,31 @@ class CommSummary:
 
 def _host_spans(ev: TraceEvents) -> dict[int, tuple[np.ndarray, np.ndarray, list[tuple]]]:
     """Per host thread, the collective ops and spans: (starts, ends, [(name, args)]) by
-    start."""
-    found: dict[int, list[tuple[float, float, str, CommArgs | None]]] = defaultdict(list)
+    start (the outer of two spans that start together first). Columns are selected and
+    sorted whole; only the few collective rows are touched one by one."""
     mask = ev.code_mask(coll.is_comm_op)
+    tids, starts, ends, info = [], [], [], []
     for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
         if len(table) == 0:
             continue
-        for row in np.flatnonzero(mask[table.name]).tolist():
-            found[int(table.tid[row])].append(
-                (
-                    float(table.ts[row]),
-                    float(table.end[row]),
-                    ev.names[int(table.name[row])],
-                    args.get(row),
-                )
-            )
-    out = {}
-    for tid, spans in found.items():
-        spans.sort(key=lambda s: (s[0], -s[1]))
-        out[tid] = (
-            np.array([s[0] for s in spans]),
-            np.array([s[1] for s in spans]),
-            [(s[2], s[3]) for s in spans],
+        rows = np.flatnonzero(mask[table.name])
+        tids.append(table.tid[rows])
+        starts.append(table.ts[rows])
+        ends.append(table.end[rows])
+        names = ev.names
+        info.extend(
+            (names[code], args.get(row))
+            for code, row in zip(table.name[rows].tolist(), rows.tolist(), strict=True)
         )
-    return out
+    if not info:
+        return {}
+    tid, start, end = np.concatenate(tids), np.concatenate(starts), np.concatenate(ends)
+    order = np.lexsort((-end, start, tid))
+    tid, start, end = tid[order], start[order], end[order]
+    cuts = np.flatnonzero(np.diff(tid)) + 1
+    bounds = zip(np.r_[0, cuts].tolist(), np.r_[cuts, tid.size].tolist(), strict=True)
+    ordered = order.tolist()
+    return {int(tid[a]): (start[a:b], end[a:b], [info[i] for i in ordered[a:b]]) for a, b in bounds}
 
 
 def _enclosing(
@@ -175,33 +176,47 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
-    for i, row in enumerate(rows.tolist()):
-        name = ev.names[int(gpu.name[row])]
-        family = coll.kernel_family(name) or "other"
+    # One comm kernel per iteration; what depends only on a name is worked out once per
+    # name, and the columns are read as lists, not indexed row by row.
+    family_of: dict[int, str] = {}
+    kind_of: dict[tuple[str, str | None], str] = {}
+    launch_list = launch.tolist()
+    launch_tid = ev.runtime.tid[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    launch_ts = ev.runtime.ts[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    durs = gpu.dur[rows].tolist()
+    for i, (row, code) in enumerate(zip(rows.tolist(), gpu.name[rows].tolist(), strict=True)):
+        name = ev.names[code]
+        family = family_of.get(code)
+        if family is None:
+            family = family_of[code] = coll.kernel_family(name) or "other"
         families.add("rccl" if on_amd and family == "nccl" else family)
         args = ev.comm_gpu.get(row)
         host_name = None
-        if launch[i] >= 0:
-            tid = int(ev.runtime.tid[launch[i]])
+        if launch_list[i] >= 0:
+            tid = launch_tid[i]
             if tid in spans:
-                host_name, host_args = _enclosing(spans[tid], float(ev.runtime.ts[launch[i]]))
+                host_name, host_args = _enclosing(spans[tid], launch_ts[i])
                 args = args or host_args
         recorded = args.collective if args is not None else None
-        kind = coll.collective_kind(name, recorded or host_name)
+        key = (name, recorded or host_name)
+        kind = kind_of.get(key)
+        if kind is None:
+            kind = kind_of[key] = coll.collective_kind(*key)
         ranks = (args.group_size if args is not None else None) or world
         size = (
             message_bytes(kind, args.in_nelems, args.out_nelems, args.dtype)
             if args is not None
             else None
         )
-        sequence.append((kind, float(gpu.dur[row])))
+        dur = durs[i]
+        sequence.append((kind, dur))
         if ranks:
             groups.append(ranks)
         if size is not None:
             bytes_by[kind] += size
         samples[kind].append(
             Sample(
-                dur_us=float(gpu.dur[row]),
+                dur_us=dur,
                 size_bytes=float(size) if size is not None else None,
                 bus_factor=bus_factor(kind, ranks) if ranks and size is not None else None,
             )
