@@ -396,8 +396,10 @@ def _traceml_command(venv: Path | None) -> str | None:
     return shutil.which("traceml")
 
 
-def run_peer(arm: str, model: str, steps: int, work: Path, traceml: str | None) -> float:
-    """The script's own median step (ms) under one tool."""
+def run_peer(
+    arm: str, model: str, steps: int, work: Path, traceml: str | None
+) -> tuple[float, float]:
+    """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
     result = work / f"peer-{arm}-{model}.json"
     result.unlink(missing_ok=True)
     env = {
@@ -427,31 +429,41 @@ def run_peer(arm: str, model: str, steps: int, work: Path, traceml: str | None) 
     )  # fmt: skip
     if proc.returncode != 0 or not result.exists():
         raise SystemExit(f"{arm} on the {model} step failed:\n{proc.stderr[-2000:]}")
-    return float(json.loads(result.read_text())["median_ms"])
+    got = json.loads(result.read_text())
+    return float(got["median_ms"]), float(got["cpu_median_ms"])
 
 
 def peers(rounds: int, steps: int, work: Path, traceml: str) -> None:
     out(f"peers: {rounds} rounds, {steps} steps per run (50 warm-up left out), arms alternate")
-    ms: dict[tuple[str, str], list[float]] = {}
+    wall: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     for r in range(rounds):
         for model in PEER_MODELS:
             order = PEER_ARMS if r % 2 == 0 else PEER_ARMS[::-1]
             for arm in order:
-                ms.setdefault((model, arm), []).append(run_peer(arm, model, steps, work, traceml))
-            line = ", ".join(f"{a} {ms[(model, a)][-1]:.3f} ms" for a in PEER_ARMS)
+                w, c = run_peer(arm, model, steps, work, traceml)
+                wall.setdefault((model, arm), []).append(w)
+                cpu.setdefault((model, arm), []).append(c)
+            line = ", ".join(
+                f"{a} {wall[(model, a)][-1]:.3f} ms ({cpu[(model, a)][-1]:.3f} CPU)"
+                for a in PEER_ARMS
+            )
             out(f"  round {r + 1} {model}: {line} | load {os.getloadavg()[0]:.1f}")
-    out("")
-    out("| step | plain | perfdoctor / plain | added (paired) | TraceML / plain | added (paired) |")
-    out("|---|---|---|---|---|---|")
-    for model in PEER_MODELS:
-        plain = ms[(model, "plain")]
-        cells = [f"{statistics.median(plain):.3f} ms"]
-        for arm in PEER_ARMS[1:]:
-            values = ms[(model, arm)]
-            ratio = spread([a / p for a, p in zip(values, plain, strict=True)])
-            added = spread([(a - p) * 1000.0 for a, p in zip(values, plain, strict=True)])
-            cells += [fmt(ratio, 3), fmt(added, 0, " us")]
-        out(f"| {model} | " + " | ".join(cells) + " |")
+    for title, ms in (("wall time per step", wall), ("CPU time per step (process)", cpu)):
+        out("")
+        out(f"{title}, median of paired rounds [range]:")
+        out("")
+        out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
+        out("|---|---|---|---|---|---|")
+        for model in PEER_MODELS:
+            plain = ms[(model, "plain")]
+            cells = [f"{statistics.median(plain):.3f} ms"]
+            for arm in PEER_ARMS[1:]:
+                values = ms[(model, arm)]
+                ratio = spread([a / p for a, p in zip(values, plain, strict=True)])
+                added = spread([(a - p) * 1000.0 for a, p in zip(values, plain, strict=True)])
+                cells += [fmt(ratio, 3), fmt(added, 0, " us")]
+            out(f"| {model} | " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
