@@ -423,10 +423,15 @@ def run_peer(
         assert traceml is not None
         env["PEER_TRACEML"] = "1"
         command = [traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
-    proc = subprocess.run(
-        command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, check=False,
-    )  # fmt: skip
+    for _ in range(3):
+        proc = subprocess.run(
+            command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, check=False,
+        )  # fmt: skip
+        # TraceML waits 15 s (fixed) for its aggregator to listen: too short on a loaded
+        # machine, and the script then never starts. A start-up failure, so try again.
+        if "did not become ready" not in proc.stderr:
+            break
     if proc.returncode != 0 or not result.exists():
         raise SystemExit(f"{arm} on the {model} step failed:\n{proc.stderr[-2000:]}")
     got = json.loads(result.read_text())
