@@ -73,7 +73,10 @@ def _host_spans(ev: TraceEvents) -> dict[int, tuple[np.ndarray, np.ndarray, list
     start (the outer of two spans that start together first). Columns are selected and
     sorted whole; only the few collective rows are touched one by one."""
     mask = ev.code_mask(coll.is_comm_op)
-    tids, starts, ends, info = [], [], [], []
+    tids: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    info: list[tuple[str, CommArgs | None]] = []
     for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
         if len(table) == 0:
             continue
