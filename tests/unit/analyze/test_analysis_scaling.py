@@ -38,6 +38,7 @@ GROWTH = 4
 # 4x the events: linear work stays near 4x, n log n near 4.5x; quadratic work is 16x.
 MAX_RATIO = 10.0
 REPEATS = 3
+MIN_MEASURED_S = 0.01
 
 PID, TID, DEVICE = 1000, 1000, 0
 A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}
@@ -128,11 +129,19 @@ def _write(tmp_path: Path, steps: int) -> Path:
     return path
 
 
-def _cpu_seconds(run: Callable[[], object]) -> float:
-    """CPU seconds of one call, the minimum of REPEATS (the caller turns the garbage
+def _times(run: Callable[[], object], count: int) -> Callable[[], object]:
+    def repeated() -> None:
+        for _ in range(count):
+            run()
+
+    return repeated
+
+
+def _cpu_seconds(run: Callable[[], object], repeats: int = REPEATS) -> float:
+    """CPU seconds of one call, the minimum of `repeats` (the caller turns the garbage
     collector off, so that a collection of earlier garbage lands in neither size)."""
     best = float("inf")
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = time.process_time()
         run()
         best = min(best, time.process_time() - start)
@@ -167,7 +176,12 @@ def test_no_analysis_stage_grows_faster_than_the_events(tmp_path: Path) -> None:
     try:
         for name in small:
             small[name]()  # warm: imports and first-call caches belong to neither size
-            ratios[name] = _cpu_seconds(big[name]) / _cpu_seconds(small[name])
+            # A quick stage runs several times per measurement, the same number at both
+            # sizes, so that no measurement is shorter than a scheduler's time slice.
+            times = max(1, round(MIN_MEASURED_S / _cpu_seconds(small[name], repeats=1)))
+            ratios[name] = _cpu_seconds(_times(big[name], times)) / _cpu_seconds(
+                _times(small[name], times)
+            )
     finally:
         gc.enable()
     grown = {name: f"{r:.1f}x" for name, r in ratios.items() if r >= MAX_RATIO}
