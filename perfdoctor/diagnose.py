@@ -403,6 +403,8 @@ def analyze_session(session_dir: Path) -> Report:
     warnings += [w for w in record.observed.warnings or () if w not in warnings]
     # What loading the run found amiss (steps.jsonl missing or unreadable, several traces).
     warnings += [n for n in record.notes if n not in warnings]
+    withheld = diagnosis.facts.settings.get("withheld") or ()
+    warnings += [w for w in withheld if w not in warnings]
     missed = profiler_window_missed(record.observed)
     if missed:
         warnings.append(missed)
@@ -609,9 +611,11 @@ def _write_reports(session_dir: Path, report: Report) -> WrittenReports:
     `run_dir_bytes` is the session's size once they are all written; render the returned
     report (not the one passed in) to show the same figure the files state.
     """
+    from perfdoctor.history.trend import with_trend
     from perfdoctor.render.charts import build_charts
     from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
+    report = with_trend(session_dir, report)
     # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
     _scalars_beside(session_dir, report, lambda: build_charts(report))
     renderers = {name: r.load() for name, r in file_renderers(REPORT_RENDERERS).items()}

@@ -18,8 +18,9 @@ import numpy as np
 
 from perfdoctor.analyze import collectives as coll
 from perfdoctor.analyze.comm_bandwidth import Link, bus_factor, link_for, message_bytes
+from perfdoctor.analyze.comm_kernels import comm_kernel_mask, enclosing, host_spans
 from perfdoctor.analyze.comm_wait import UNKNOWN, Sample, Verdict, classify
-from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, CommArgs, TraceEvents
+from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, TraceEvents
 from perfdoctor.analyze.trace_index import launch_rows
 
 # The parallelism a collective mix points at, when its collectives take at least this share
@@ -56,6 +57,9 @@ class CommSummary:
     # Every communication kernel in start order as (collective type, duration µs): what
     # job_ranks.py matches across the ranks of a job.
     sequence: tuple[tuple[str, float], ...] = ()
+    # The dtype the most communication time moved, as the trace writes it ("Float",
+    # "BFloat16"); None when no collective recorded one.
+    dtype: str | None = None
 
     @property
     def dominant(self) -> str | None:
@@ -66,62 +70,6 @@ class CommSummary:
 
     def mix_text(self) -> str:
         return ", ".join(f"{k.kind.replace('_', '-')} {k.share:.0%}" for k in self.kinds[:4])
-
-
-def _host_spans(ev: TraceEvents) -> dict[int, tuple[np.ndarray, np.ndarray, list[tuple]]]:
-    """Per host thread, the collective ops and spans: (starts, ends, [(name, args)]) by
-    start (the outer of two spans that start together first). Columns are selected and
-    sorted whole; only the few collective rows are touched one by one."""
-    mask = ev.code_mask(coll.is_comm_op)
-    tids: list[np.ndarray] = []
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    info: list[tuple[str, CommArgs | None]] = []
-    for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
-        if len(table) == 0:
-            continue
-        rows = np.flatnonzero(mask[table.name])
-        tids.append(table.tid[rows])
-        starts.append(table.ts[rows])
-        ends.append(table.end[rows])
-        names = ev.names
-        info.extend(
-            (names[code], args.get(row))
-            for code, row in zip(table.name[rows].tolist(), rows.tolist(), strict=True)
-        )
-    if not info:
-        return {}
-    tid, start, end = np.concatenate(tids), np.concatenate(starts), np.concatenate(ends)
-    order = np.lexsort((-end, start, tid))
-    tid, start, end = tid[order], start[order], end[order]
-    cuts = np.flatnonzero(np.diff(tid)) + 1
-    bounds = zip(np.r_[0, cuts].tolist(), np.r_[cuts, tid.size].tolist(), strict=True)
-    ordered = order.tolist()
-    return {int(tid[a]): (start[a:b], end[a:b], [info[i] for i in ordered[a:b]]) for a, b in bounds}
-
-
-def _enclosing(
-    spans: tuple[np.ndarray, np.ndarray, list[tuple]], at: float
-) -> tuple[str | None, CommArgs | None]:
-    """The host collective around time `at`: the innermost span's name, and the args of
-    the innermost span that has any."""
-    starts, ends, info = spans
-    last = int(np.searchsorted(starts, at, side="right"))
-    name: str | None = None
-    args: CommArgs | None = None
-    # Back from the latest span starting before `at`: collective spans are few per thread
-    # and seldom nest more than three deep (record_param_comms in c10d:: in nccl:*).
-    for i in range(last - 1, max(-1, last - 9), -1):
-        if ends[i] < at:
-            continue
-        op_name, op_args = info[i]
-        if name is None and op_name != "record_param_comms":
-            name = op_name
-        if args is None and op_args is not None:
-            args = op_args
-        if name is not None and args is not None:
-            break
-    return name, args
 
 
 def _parallelism(kinds: dict[str, float], families: set[str]) -> str | None:
@@ -164,17 +112,16 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     device_name = _device_name(ev, int(busiest))
     # ROCm's RCCL keeps NCCL's kernel names: on an AMD device they are RCCL's.
     on_amd = any(d.vendor == "AMD" for d in ev.devices)
-    is_comm = ev.code_mask(coll.is_comm_kernel)
-    rows = np.flatnonzero(
-        (devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL) & is_comm[gpu.name]
-    )
+    rows = np.flatnonzero((devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL))
+    rows = rows[comm_kernel_mask(ev, rows)]
     if rows.size == 0:
         return None
     rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
     launch = launch_rows(ev, rows)
-    spans = _host_spans(ev)
+    spans = host_spans(ev)
     samples: dict[str, list[Sample]] = defaultdict(list)
     bytes_by: dict[str, float] = defaultdict(float)
+    dtype_us: dict[str, float] = defaultdict(float)
     families: set[str] = set()
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
@@ -191,14 +138,15 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         name = ev.names[code]
         family = family_of.get(code)
         if family is None:
-            family = family_of[code] = coll.kernel_family(name) or "other"
+            # Named by its launch inside a collective's host call, not by a known library.
+            family = family_of[code] = coll.kernel_family(name) or "launched_in_collective"
         families.add("rccl" if on_amd and family == "nccl" else family)
         args = ev.comm_gpu.get(row)
         host_name = None
         if launch_list[i] >= 0:
             tid = launch_tid[i]
             if tid in spans:
-                host_name, host_args = _enclosing(spans[tid], launch_ts[i])
+                host_name, host_args = enclosing(spans[tid], launch_ts[i])
                 args = args or host_args
         recorded = args.collective if args is not None else None
         key = (name, recorded or host_name)
@@ -213,6 +161,8 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         )
         dur = durs[i]
         sequence.append((kind, dur))
+        if args is not None and args.dtype:
+            dtype_us[args.dtype] += dur
         if ranks:
             groups.append(ranks)
         if size is not None:
@@ -256,4 +206,5 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
         parallelism=_parallelism({k.kind: k.share for k in stats}, families),
         sequence=tuple(sequence),
+        dtype=max(dtype_us, key=lambda d: dtype_us[d]) if dtype_us else None,
     )
