@@ -311,6 +311,17 @@ class FlopCountInfo(_Record):
     skipped: str | None = None  # why nothing was counted
 
 
+class StepStacks(_Record):
+    """The user's innermost line on the main thread, sampled every interval_ms per step
+    (collect/stack_sampler.py); baseline runs with a profiler window only."""
+
+    interval_ms: float | None = None
+    samples: int | None = None  # ticks that read a stack, with a user frame or not
+    dropped: int | None = None  # samples not kept: the row cap was reached
+    # [step, file, function, first line of the function, line, samples]
+    rows: list[list[Any]] | None = None
+
+
 class Observations(_Record):
     """observations.json: what the child saw of the script. Every key is optional (None =
     absent = not observed); keys not listed here are kept in the raw file and ignored."""
@@ -352,6 +363,7 @@ class Observations(_Record):
     process: ProcessInfo | None = None  # a training sub-process's record only
     host_sync_calls: HostSyncCalls | None = None
     locations: dict[str, list[SourceLine]] | None = None  # by fact_catalog.LOCATION_TOPICS
+    step_stacks: StepStacks | None = None  # where the main thread was, per step
     applied: list[AppliedRow] | None = None  # what each runtime applier did
     warnings: list[str] | None = None  # one line each, for the report
     error: str | None = None  # "Type: message"

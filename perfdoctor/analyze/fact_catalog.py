@@ -65,6 +65,21 @@ FACTS: dict[str, FactDoc] = {
         "fraction", "steps", "a timed step (median) over the loop's wall time per step"
     ),
     "loop_long_steps": _f("count", "steps", "long loop-work steps (3x a timed step or more)"),
+    "loop_long_step_frac_fast_pace": _f(
+        "fraction",
+        "steps",
+        "the long steps' share of the loop with the other steps at the pace of the fastest "
+        "quarter of the timed steps; None unless the load stretched the median 2x past it",
+    ),
+    "loop_long_step_code": _f(
+        "name",
+        "observations.json step_stacks",
+        "the user's function and lines the main thread was in during the long steps, with "
+        "its share of the samples",
+    ),
+    "loop_startup_compile_ms": _f(
+        "ms", "compile.json", "torch.compile time in the first step's one-off start-up"
+    ),
     "loop_period_steps": _f("count", "steps", "steps between long loop-work steps (2+ seen)"),
     "loop_long_step_recurs": _f(
         "bool", "steps", "the long loop work came back within the run (not only step 0)"
@@ -72,7 +87,8 @@ FACTS: dict[str, FactDoc] = {
     "loop_long_step_cost": _f(
         "name",
         "steps",
-        "what most of the long steps' excess went to: eval_forward, nograd_forward, save or other",
+        "what most of the long steps' excess went to: compile, eval_forward, nograd_forward, "
+        "save or other",
     ),
     "step_detection": _f(
         "name", "manifest", "optimizer, backward or time; profiler_step for a trace alone"

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
+from perfdoctor.analyze.compile_diag import load_compile_log
 from perfdoctor.analyze.record import RunRecord
+from perfdoctor.errors import PerfdoctorError
 from perfdoctor.model import StepRecord
 from perfdoctor.run_schema import ProgressRow
 
@@ -44,6 +49,17 @@ LONG_SHARE_FLAG = 0.2
 # Jitter steps of a training loop hold no named cost at all, while an environment-heavy
 # rollout's policy forwards are still a few percent of it: 2%.
 LOOP_WORK_NAMED_SHARE = 0.02
+# The stack sampler's functions in the long steps: named when they hold at least this share of
+# the samples that found the user's code, from at least this many samples (a 10 ms sampler
+# gets ~5 in one 50 ms rollout), with this many of their lines shown.
+CODE_MIN_SHARE = 0.15
+CODE_MIN_SAMPLES = 5
+CODE_LINES_SHOWN = 4
+# The median timed step this many times the fast pace (the fastest quarter's mean): the load
+# stretched the short steps, and the long steps' share is also judged at the fast pace. Well-
+# tuned CPU loops keep p50 within 1.4x of their fastest steps (p90/p50 1.02-1.38,
+# rules/threshold_measurements.md); a policy-gradient update at load 9 read 5x.
+LOAD_PACE_RATIO = 2.0
 # Step 0 is also where one-off costs fall (lazy initialisation, first allocations): its excess
 # counts as loop work when the named costs (eval/no_grad forwards, torch.save) are at least
 # this share of it, or when a later long step holds the same kinds of cost (it recurs). A
@@ -54,6 +70,7 @@ LOOP_WORK_NAMED_SHARE = 0.02
 FIRST_STEP_NAMED_SHARE = 0.10
 
 COST_LABELS = {
+    "compile_ms": "torch.compile compiling (dynamo and inductor, compile.json)",
     "eval_forward_ms": "evaluation (forwards of a model in eval mode)",
     "nograd_forward_ms": "no_grad forwards in train mode (rollouts, generation)",
     "save_ms": "checkpointing (torch.save)",
@@ -69,6 +86,23 @@ class LongStep:
     wall_ms: float
     excess_ms: float  # over the timed median
     costs_ms: dict[str, float]  # COST_LABELS keys -> ms of the excess
+
+
+@dataclass(frozen=True)
+class CodeShare:
+    """A function of the user's that the stack sampler found in the long steps."""
+
+    file: str
+    function: str
+    first_line: int  # where the function is defined
+    lines: tuple[int, ...]  # its sampled lines, most samples first
+    samples: int
+    share: float  # of the samples in the long steps that found the user's code
+
+    def describe(self) -> str:
+        span = sorted(self.lines[:CODE_LINES_SHOWN])
+        where = f"{self.file}:{span[0]}" if len(span) == 1 else f"{self.file}:{span[0]}-{span[-1]}"
+        return f"{self.function}() at {where} ({self.share:.0%} of the samples)"
 
 
 @dataclass(frozen=True)
@@ -93,6 +127,16 @@ class LoopAccount:
     # without that, a heavy first step (nanoGPT's estimate_loss at iteration 0, a first
     # rollout) may recur every 40 steps or every 2,000, and its share of the loop is unknown.
     recurs: bool = True
+    # What step 0's one-off start-up excess held (COST_LABELS keys): a cold torch.compile
+    # is named here, not left as "other code".
+    startup_costs_ms: dict[str, float] = field(default_factory=dict)
+    # The long steps' share of the loop with the steps between them at the pace of the
+    # fastest quarter of the timed steps (load_robust_share); None when that pace is the
+    # median's (a quiet run) or there are no long steps.
+    long_share_at_fast_pace: float | None = None
+    # The user's functions the main thread was in during the long steps (the stack sampler,
+    # collect/stack_sampler.py), most samples first; () when not sampled.
+    long_code: tuple[CodeShare, ...] = ()
 
     @property
     def timed_share(self) -> float | None:
@@ -120,9 +164,73 @@ def counted_optimizer_steps(record: RunRecord) -> int:
     return sum(o.steps for o in optimizers if o.steps is not None)
 
 
+def compile_ms_by_step(record: object) -> dict[int, float]:
+    """Compile time (dynamo + backend, forward and backward graphs) per step index, from
+    compile.json (collect/compile_watch.py); {} without one. A frame compiled after N
+    optimizer steps closed was compiled inside step N."""
+    run_dir = getattr(record, "dir", None)
+    if run_dir is None:
+        return {}
+    try:
+        log = load_compile_log(Path(run_dir))
+    except (OSError, ValueError, PerfdoctorError):
+        return {}
+    out: dict[int, float] = {}
+    for frame in (log.frames if log is not None else None) or []:
+        if frame.step is None:
+            continue
+        ms = ((frame.compile_s or 0.0) + (frame.backward_compile_s or 0.0)) * 1000.0
+        if ms > 0:
+            out[frame.step] = out.get(frame.step, 0.0) + ms
+    return out
+
+
+def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple[CodeShare, ...]:
+    """The functions that hold CODE_MIN_SHARE or more of the samples taken in these steps;
+    rows are observations.json step_stacks rows [step, file, function, first line, line, n]."""
+    wanted = set(steps)
+    by_fn: dict[tuple[str, str, int], Counter[int]] = {}
+    total = 0
+    for row in rows:
+        if len(row) != 6 or row[0] not in wanted:
+            continue
+        _, file, function, first, line, n = row
+        if not isinstance(n, int) or n <= 0:
+            continue
+        by_fn.setdefault((str(file), str(function), int(first)), Counter())[int(line)] += n
+        total += n
+    if total < CODE_MIN_SAMPLES:
+        return ()
+    found = [
+        CodeShare(
+            file=file,
+            function=function,
+            first_line=first,
+            lines=tuple(line for line, _ in lines.most_common()),
+            samples=sum(lines.values()),
+            share=sum(lines.values()) / total,
+        )
+        for (file, function, first), lines in by_fn.items()
+    ]
+    found.sort(key=lambda c: -c.samples)
+    return tuple(c for c in found if c.share >= CODE_MIN_SHARE)[:3]
+
+
+def _with_code(account: LoopAccount | None, record: object) -> LoopAccount | None:
+    observed = getattr(record, "observed", None)
+    stacks = getattr(observed, "step_stacks", None)
+    rows = getattr(stacks, "rows", None)
+    if account is None or not rows or not account.long_steps:
+        return account
+    code = long_step_code(rows, [ls.index for ls in account.long_steps])
+    return replace(account, long_code=code) if code else account
+
+
 def loop_account(record: RunRecord) -> LoopAccount | None:
     """The loop account of a run; None without timed steps to compare with."""
-    account = account_steps(record.steps, record.progress)
+    account = _with_code(
+        account_steps(record.steps, record.progress, compile_ms_by_step(record)), record
+    )
     starter = record.observations.get("starting_process")
     if account is None or not isinstance(starter, dict):
         return account
@@ -134,17 +242,20 @@ def loop_account(record: RunRecord) -> LoopAccount | None:
     return account
 
 
-def _named(step: StepRecord) -> dict[str, float]:
+def _named(step: StepRecord, compile_ms: Mapping[int, float] | None = None) -> dict[str, float]:
     return {
+        "compile_ms": (compile_ms or {}).get(step.index, 0.0),
         "eval_forward_ms": step.eval_forward_ms or 0.0,
         "nograd_forward_ms": step.nograd_forward_ms or 0.0,
         "save_ms": step.save_ms or 0.0,
     }
 
 
-def _excess_costs(step: StepRecord, excess: float) -> dict[str, float]:
+def _excess_costs(
+    step: StepRecord, excess: float, compile_ms: Mapping[int, float] | None = None
+) -> dict[str, float]:
     """The step's excess over a timed step, split into the named costs and the rest."""
-    costs = {k: min(v, excess) for k, v in _named(step).items()}
+    costs = {k: min(v, excess) for k, v in _named(step, compile_ms).items()}
     named = sum(costs.values())
     if named > excess:  # named costs a timed step also has: scale them into the excess
         costs = {k: v * excess / named for k, v in costs.items()}
@@ -156,7 +267,11 @@ def _excess_costs(step: StepRecord, excess: float) -> dict[str, float]:
 def _one_off(long_steps: Sequence[LongStep]) -> bool:
     """Whether the first step's excess is one-off start-up rather than the loop's own work."""
     first, later = long_steps[0], long_steps[1:]
-    kinds = {k for k in first.costs_ms if k != "other_ms"}
+    # Compiling is start-up work unless a later long step compiles too (a recompile, an
+    # eval graph): then it is a kind of work the loop repeats.
+    if "compile_ms" in first.costs_ms and any("compile_ms" in ls.costs_ms for ls in later):
+        return False
+    kinds = {k for k in first.costs_ms if k not in ("other_ms", "compile_ms")}
     named = sum(first.costs_ms.get(k, 0.0) for k in kinds)
     if named >= FIRST_STEP_NAMED_SHARE * first.excess_ms:
         return False
@@ -172,10 +287,45 @@ def setup_ms(steps: Sequence[StepRecord], progress: Sequence[ProgressRow]) -> fl
     return max(row.t * 1000.0 - first.wall_ms, 0.0)
 
 
+def fast_pace_ms(timed: Sequence[StepRecord]) -> float | None:
+    """Mean of the fastest quarter of the timed steps (at least one): the pace of a step the
+    machine's load disturbed least."""
+    walls = sorted(s.wall_ms for s in timed if s.wall_ms > 0)
+    if not walls:
+        return None
+    quarter = walls[: max(1, len(walls) // 4)]
+    return sum(quarter) / len(quarter)
+
+
+def load_robust_share(
+    steps: Sequence[StepRecord], long_steps: Sequence[LongStep], typical: float
+) -> float | None:
+    """The long steps' share of the loop with every other step at the fast pace.
+
+    Other processes' load stretches short steps of small torch ops far more than the
+    Python of a rollout: two intra-op threads wait on each other whenever one is
+    descheduled (a 0.88 ms policy-gradient update read 200 ms at load 9 on 2 cores, its
+    53 ms rollout 690 ms). The long steps' measured share then shrinks below the flag
+    although the loop is unchanged. With the steps between them at the fast pace (what
+    they cost when the machine let them run) the share stands for the script, not for the
+    load. None when the fast pace is within LOAD_PACE_RATIO of the median (no load to
+    correct for) or there is no long step."""
+    timed = [s for s in steps if s.phase == "timed"]
+    fast = fast_pace_ms(timed)
+    if not long_steps or fast is None or typical < LOAD_PACE_RATIO * fast:
+        return None
+    long_excess = sum(max(ls.wall_ms - fast, 0.0) for ls in long_steps)
+    total = long_excess + fast * len(steps)  # every step at the pace, plus the long excess
+    return long_excess / total if total > 0 else None
+
+
 def account_steps(
-    all_steps: Sequence[StepRecord], progress: Sequence[ProgressRow] = ()
+    all_steps: Sequence[StepRecord],
+    progress: Sequence[ProgressRow] = (),
+    compile_ms: Mapping[int, float] | None = None,
 ) -> LoopAccount | None:
-    """The loop account of these steps (progress rows: for the time before the first)."""
+    """The loop account of these steps (progress rows: for the time before the first;
+    compile_ms: compile time per step index, compile_ms_by_step)."""
     steps = sorted(all_steps, key=lambda s: s.index)
     timed = [s for s in steps if s.phase == "timed"]
     if not timed or len(steps) < 2:
@@ -188,13 +338,15 @@ def account_steps(
         excess = s.wall_ms - typical
         if s.wall_ms < LONG_STEP_FACTOR * typical or excess < LONG_STEP_MIN_EXCESS_MS:
             continue
-        found = LongStep(s.index, s.phase, s.wall_ms, excess, _excess_costs(s, excess))
+        found = LongStep(s.index, s.phase, s.wall_ms, excess, _excess_costs(s, excess, compile_ms))
         named = sum(v for k, v in found.costs_ms.items() if k != "other_ms")
         work = named >= LOOP_WORK_NAMED_SHARE * excess or s.index == steps[0].index
         (long_steps if work else unexplained).append(found)
     startup = 0.0
+    startup_costs: dict[str, float] = {}
     if long_steps and long_steps[0].index == steps[0].index and _one_off(long_steps):
-        startup = long_steps.pop(0).excess_ms  # start-up: not a cost the loop pays again
+        first = long_steps.pop(0)  # start-up: not a cost the loop pays again
+        startup, startup_costs = first.excess_ms, dict(first.costs_ms)
     untimed = sum(ls.excess_ms for ls in long_steps if ls.phase != "timed")
     long_ms = sum(ls.excess_ms for ls in long_steps)
     indices = [ls.index for ls in long_steps]
@@ -202,7 +354,9 @@ def account_steps(
     period = int(statistics.median(gaps)) if gaps else None
     totals: dict[str, float] = {}
     for s in steps:
-        for key, value in _named(s).items():
+        for key, value in _named(s, compile_ms).items():
+            if key == "compile_ms" and s.index == steps[0].index and startup:
+                continue  # step 0's compile is start-up, listed with it
             if value > 0:
                 totals[key] = totals.get(key, 0.0) + value
     other = sum(ls.costs_ms.get("other_ms", 0.0) for ls in long_steps)
@@ -210,7 +364,10 @@ def account_steps(
         totals["other_ms"] = other
     # Per step over the loop, without the one-off start-up: what the loop costs each step.
     per_step = (loop_ms - startup) / len(steps)
-    representative = long_ms / loop_ms < LONG_SHARE_FLAG
+    robust = load_robust_share(steps, long_steps, typical)
+    representative = long_ms / loop_ms < LONG_SHARE_FLAG and (
+        robust is None or robust < LONG_SHARE_FLAG
+    )
     return LoopAccount(
         loop_ms=loop_ms,
         steps=len(steps),
@@ -229,6 +386,8 @@ def account_steps(
         recurs=len(long_steps) >= 2 or any(ls.index != steps[0].index for ls in long_steps),
         first_step_startup_ms=startup,
         unexplained_long_steps=len(unexplained),
+        startup_costs_ms=startup_costs,
+        long_share_at_fast_pace=robust,
     )
 
 
@@ -247,8 +406,16 @@ def loop_warning(account: LoopAccount | None) -> str | None:
         f"{longest.wall_ms:,.0f} ms ({longest.wall_ms / typical:.0f}x), mostly "
         f"{COST_LABELS[lead[0]]}; they hold {account.long_share:.0%} of the loop's wall time"
     )
+    if account.long_code:
+        text += "; the main thread was in " + ", ".join(c.describe() for c in account.long_code)
     if timed:
         text += f" (step {', '.join(timed)} was timed, but a median leaves a rare long step out)"
+    fast = account.long_share_at_fast_pace
+    if fast is not None and fast > account.long_share:
+        text += (
+            f" ({fast:.0%} with the steps between them at the pace of the fastest timed steps: "
+            "the machine's load stretched the short steps more than the long ones)"
+        )
     share = account.timed_share
     if share is not None:
         text += f", and a timed step is {share:.0%} of the loop's time per step"
@@ -300,6 +467,24 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
         "representative": account.representative,
         "recurs": account.recurs,
         "unexplained_long_steps": account.unexplained_long_steps,
+        "startup_costs_ms": {k: round(v, 4) for k, v in account.startup_costs_ms.items()},
+        "long_code": [
+            {
+                "file": c.file,
+                "function": c.function,
+                "first_line": c.first_line,
+                "lines": list(c.lines[:CODE_LINES_SHOWN]),
+                "samples": c.samples,
+                "share": round(c.share, 4),
+                "text": c.describe(),
+            }
+            for c in account.long_code
+        ],
+        "long_share_at_fast_pace": (
+            round(account.long_share_at_fast_pace, 4)
+            if account.long_share_at_fast_pace is not None
+            else None
+        ),
         "warning": loop_warning(account),
     }
 
@@ -309,7 +494,10 @@ def loop_facts(record: object) -> dict[str, object]:
     steps = getattr(record, "steps", None)
     if not steps:
         return {}
-    account = account_steps(steps, getattr(record, "progress", ()) or ())
+    account = _with_code(
+        account_steps(steps, getattr(record, "progress", ()) or (), compile_ms_by_step(record)),
+        record,
+    )
     if account is None:
         return {}
     costs: dict[str, float] = {}
@@ -319,6 +507,9 @@ def loop_facts(record: object) -> dict[str, object]:
     main = max(costs, key=lambda k: costs[k]) if costs else None
     return {
         "loop_long_step_frac": account.long_share,
+        "loop_long_step_frac_fast_pace": account.long_share_at_fast_pace,
+        "loop_startup_compile_ms": account.startup_costs_ms.get("compile_ms"),
+        "loop_long_step_code": account.long_code[0].describe() if account.long_code else None,
         "loop_timed_step_frac": account.timed_share,
         "loop_long_steps": len(account.long_steps),
         "loop_period_steps": account.period,
