@@ -312,13 +312,14 @@ class FlopCountInfo(_Record):
 
 
 class StepStacks(_Record):
-    """The user's innermost line on the main thread, sampled every interval_ms per step
-    (collect/stack_sampler.py); baseline runs with a profiler window only."""
+    """The user's innermost line on the main thread, sampled every interval_ms of CPU per
+    step (collect/stack_sampler.py); baseline runs with a profiler window only."""
 
     interval_ms: float | None = None
     samples: int | None = None  # ticks that read a stack, with a user frame or not
     dropped: int | None = None  # samples not kept: the row cap was reached
-    # [step, file, function, first line of the function, line, samples]
+    not_sampled: str | None = None  # why the sampler did not run
+    # [step, file, function, first line, line, samples, main-thread CPU ms they stand for]
     rows: list[list[Any]] | None = None
 
 

@@ -69,13 +69,39 @@ FACTS: dict[str, FactDoc] = {
         "fraction",
         "steps",
         "the long steps' share of the loop with the other steps at the pace of the fastest "
-        "quarter of the timed steps; None unless the load stretched the median 2x past it",
+        "quarter of the timed steps, or of the stepping thread's CPU time, whichever is "
+        "larger; None on a quiet machine",
     ),
     "loop_long_step_code": _f(
         "name",
         "observations.json step_stacks",
         "the user's function and lines the main thread was in during the long steps, with "
         "its share of the samples",
+    ),
+    "jitter_excess_data_frac": _f(
+        "fraction",
+        "steps",
+        "share of the timed steps' time above their median that is extra DataLoader wait",
+    ),
+    "jitter_excess_cause": _f(
+        "name",
+        "steps",
+        "the named cost that holds most of the timed steps' time above their median: compile, "
+        "eval_forward, nograd_forward or save",
+    ),
+    "jitter_excess_cause_frac": _f(
+        "fraction", "steps", "jitter_excess_cause's share of the time above the median"
+    ),
+    "jitter_longest_step_index": _f("count", "steps", "the longest timed step's index"),
+    "jitter_longest_step_ms": _f("ms", "steps", "the longest timed step's wall time"),
+    "loop_load_stretch": _f(
+        "ratio",
+        "steps",
+        "median timed step's wall time (less data wait) over its CPU time, when 2x or more "
+        "(a loaded machine); None otherwise and on CUDA runs",
+    ),
+    "loop_long_step_periodic_under_load": _f(
+        "bool", "steps", "long steps came back at a fixed period while the machine was loaded"
     ),
     "loop_startup_compile_ms": _f(
         "ms", "compile.json", "torch.compile time in the first step's one-off start-up"

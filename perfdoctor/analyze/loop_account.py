@@ -60,6 +60,11 @@ CODE_LINES_SHOWN = 4
 # tuned CPU loops keep p50 within 1.4x of their fastest steps (p90/p50 1.02-1.38,
 # rules/threshold_measurements.md); a policy-gradient update at load 9 read 5x.
 LOAD_PACE_RATIO = 2.0
+# A CPU run's median timed step whose wall time (less its data wait) is this many times its
+# CPU time waited for the cores most of the time: the machine was loaded. A CPU-bound loop
+# on a quiet machine keeps its stepping thread busy (ratio near 1); a policy-gradient update
+# at load 10 on 2 cores read 280 ms of wall for 34 ms of CPU.
+LOAD_STRETCH_FLAG = 2.0
 # Step 0 is also where one-off costs fall (lazy initialisation, first allocations): its excess
 # counts as loop work when the named costs (eval/no_grad forwards, torch.save) are at least
 # this share of it, or when a later long step holds the same kinds of cost (it recurs). A
@@ -97,12 +102,12 @@ class CodeShare:
     first_line: int  # where the function is defined
     lines: tuple[int, ...]  # its sampled lines, most samples first
     samples: int
-    share: float  # of the samples in the long steps that found the user's code
+    share: float  # of the main thread's sampled CPU time in the long steps (user frames)
 
     def describe(self) -> str:
         span = sorted(self.lines[:CODE_LINES_SHOWN])
         where = f"{self.file}:{span[0]}" if len(span) == 1 else f"{self.file}:{span[0]}-{span[-1]}"
-        return f"{self.function}() at {where} ({self.share:.0%} of the samples)"
+        return f"{self.function}() at {where} ({self.share:.0%} of the sampled CPU time)"
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,9 @@ class LoopAccount:
     # The user's functions the main thread was in during the long steps (the stack sampler,
     # collect/stack_sampler.py), most samples first; () when not sampled.
     long_code: tuple[CodeShare, ...] = ()
+    # Median timed step's wall time (less its data wait) over its CPU time, when the load
+    # stretched it LOAD_STRETCH_FLAG times or more (load_stretch); None on a quiet machine.
+    load_stretch: float | None = None
 
     @property
     def timed_share(self) -> float | None:
@@ -186,20 +194,26 @@ def compile_ms_by_step(record: object) -> dict[int, float]:
 
 
 def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple[CodeShare, ...]:
-    """The functions that hold CODE_MIN_SHARE or more of the samples taken in these steps;
-    rows are observations.json step_stacks rows [step, file, function, first line, line, n]."""
+    """The functions that hold CODE_MIN_SHARE or more of the main thread's sampled CPU time
+    in these steps; rows are observations.json step_stacks rows [step, file, function, first
+    line, line, samples, CPU ms]."""
     wanted = set(steps)
     by_fn: dict[tuple[str, str, int], Counter[int]] = {}
-    total = 0
+    samples: Counter[tuple[str, str, int]] = Counter()
+    total = 0.0
+    count = 0
     for row in rows:
-        if len(row) != 6 or row[0] not in wanted:
+        if len(row) != 7 or row[0] not in wanted:
             continue
-        _, file, function, first, line, n = row
-        if not isinstance(n, int) or n <= 0:
+        _, file, function, first, line, n, ms = row
+        if not isinstance(n, int) or n <= 0 or not isinstance(ms, (int, float)) or ms <= 0:
             continue
-        by_fn.setdefault((str(file), str(function), int(first)), Counter())[int(line)] += n
-        total += n
-    if total < CODE_MIN_SAMPLES:
+        key = (str(file), str(function), int(first))
+        by_fn.setdefault(key, Counter())[int(line)] += float(ms)
+        samples[key] += n
+        total += float(ms)
+        count += n
+    if count < CODE_MIN_SAMPLES or total <= 0:
         return ()
     found = [
         CodeShare(
@@ -207,12 +221,12 @@ def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple
             function=function,
             first_line=first,
             lines=tuple(line for line, _ in lines.most_common()),
-            samples=sum(lines.values()),
+            samples=samples[(file, function, first)],
             share=sum(lines.values()) / total,
         )
         for (file, function, first), lines in by_fn.items()
     ]
-    found.sort(key=lambda c: -c.samples)
+    found.sort(key=lambda c: -c.share)
     return tuple(c for c in found if c.share >= CODE_MIN_SHARE)[:3]
 
 
@@ -319,6 +333,41 @@ def load_robust_share(
     return long_excess / total if total > 0 else None
 
 
+def _median_cpu(timed: Sequence[StepRecord]) -> float | None:
+    cpu = [s.cpu_ms for s in timed if s.cpu_ms is not None]
+    return statistics.median(cpu) if len(cpu) == len(timed) and cpu else None
+
+
+def load_stretch(timed: Sequence[StepRecord]) -> float | None:
+    """How many times the median timed step's wall time (less its data wait) exceeds its CPU
+    time on the thread that ran it, when that is LOAD_STRETCH_FLAG or more; None otherwise,
+    and on CUDA runs (the host waits for the GPU there by design)."""
+    if not timed or any(s.device_ms is not None for s in timed):
+        return None
+    cpu = _median_cpu(timed)
+    if not cpu or cpu <= 0:
+        return None
+    busy = statistics.median(max(s.wall_ms - (s.data_wait_ms or 0.0), 0.0) for s in timed)
+    ratio = busy / cpu
+    return ratio if ratio >= LOAD_STRETCH_FLAG else None
+
+
+def cpu_share(
+    steps: Sequence[StepRecord], long_steps: Sequence[LongStep], typical_cpu: float | None
+) -> float | None:
+    """The long steps' share of the loop's CPU time on the stepping thread, counted as
+    their excess over a typical step's: what the loop costs when no other process takes
+    the cores. None without CPU times for every step."""
+    if typical_cpu is None or not long_steps:
+        return None
+    cpu = {s.index: s.cpu_ms for s in steps}
+    if any(v is None for v in cpu.values()):
+        return None
+    total = sum(v for v in cpu.values() if v is not None)
+    excess = sum(max((cpu.get(ls.index) or 0.0) - typical_cpu, 0.0) for ls in long_steps)
+    return excess / total if total > 0 else None
+
+
 def account_steps(
     all_steps: Sequence[StepRecord],
     progress: Sequence[ProgressRow] = (),
@@ -332,11 +381,23 @@ def account_steps(
         return None
     typical = statistics.median(s.wall_ms for s in timed)
     loop_ms = sum(s.wall_ms for s in steps)
+    stretch = load_stretch(timed)
+    typical_cpu = _median_cpu(timed) if stretch is not None else None
     long_steps: list[LongStep] = []
     unexplained: list[LongStep] = []
     for s in steps:
         excess = s.wall_ms - typical
-        if s.wall_ms < LONG_STEP_FACTOR * typical or excess < LONG_STEP_MIN_EXCESS_MS:
+        long_wall = s.wall_ms >= LONG_STEP_FACTOR * typical and excess >= LONG_STEP_MIN_EXCESS_MS
+        # Under load a short step's wall time stretches far more than its CPU time: a step
+        # long in CPU time is long work however the load stretched the others.
+        long_cpu = (
+            typical_cpu is not None
+            and s.cpu_ms is not None
+            and s.cpu_ms >= LONG_STEP_FACTOR * typical_cpu
+            and s.cpu_ms - typical_cpu >= LONG_STEP_MIN_EXCESS_MS
+            and excess > 0
+        )
+        if not (long_wall or long_cpu):
             continue
         found = LongStep(s.index, s.phase, s.wall_ms, excess, _excess_costs(s, excess, compile_ms))
         named = sum(v for k, v in found.costs_ms.items() if k != "other_ms")
@@ -364,9 +425,24 @@ def account_steps(
         totals["other_ms"] = other
     # Per step over the loop, without the one-off start-up: what the loop costs each step.
     per_step = (loop_ms - startup) / len(steps)
-    robust = load_robust_share(steps, long_steps, typical)
-    representative = long_ms / loop_ms < LONG_SHARE_FLAG and (
-        robust is None or robust < LONG_SHARE_FLAG
+    robust = max(
+        (
+            v
+            for v in (
+                load_robust_share(steps, long_steps, typical),
+                cpu_share(steps, long_steps, typical_cpu),
+            )
+            if v is not None
+        ),
+        default=None,
+    )
+    # Long work that comes back at a fixed period on a loaded machine is the loop's, whatever
+    # share the load leaves it: the share is then a floor, said as such.
+    periodic_under_load = stretch is not None and period is not None and len(long_steps) >= 2
+    representative = (
+        long_ms / loop_ms < LONG_SHARE_FLAG
+        and (robust is None or robust < LONG_SHARE_FLAG)
+        and not periodic_under_load
     )
     return LoopAccount(
         loop_ms=loop_ms,
@@ -388,6 +464,7 @@ def account_steps(
         unexplained_long_steps=len(unexplained),
         startup_costs_ms=startup_costs,
         long_share_at_fast_pace=robust,
+        load_stretch=stretch,
     )
 
 
@@ -413,8 +490,13 @@ def loop_warning(account: LoopAccount | None) -> str | None:
     fast = account.long_share_at_fast_pace
     if fast is not None and fast > account.long_share:
         text += (
-            f" ({fast:.0%} with the steps between them at the pace of the fastest timed steps: "
-            "the machine's load stretched the short steps more than the long ones)"
+            f" ({fast:.0%} at the pace of the fastest timed steps or of the CPU time: the "
+            "machine's load stretched the short steps more than the long ones)"
+        )
+    if account.load_stretch is not None:
+        text += (
+            f"; the machine was loaded (a timed step took {account.load_stretch:.0f}x its CPU "
+            "time), so on a quiet one the long steps hold more of the loop than this"
         )
     share = account.timed_share
     if share is not None:
@@ -485,8 +567,69 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
             if account.long_share_at_fast_pace is not None
             else None
         ),
+        "load_stretch": round(account.load_stretch, 2) if account.load_stretch else None,
         "warning": loop_warning(account),
     }
+
+
+@dataclass(frozen=True)
+class TimedExcess:
+    """What the timed steps above the median spend beyond it (the time step-jitter reports),
+    split into the named costs, the extra data wait, and the rest."""
+
+    excess_ms: float
+    parts_ms: dict[str, float]  # "data_wait_ms" and COST_LABELS keys
+    longest_index: int
+    longest_ms: float
+    longest_parts_ms: dict[str, float]
+
+    def share(self, key: str) -> float:
+        return self.parts_ms.get(key, 0.0) / self.excess_ms if self.excess_ms > 0 else 0.0
+
+    def lead_named(self) -> tuple[str, float] | None:
+        """The named cost (not data, not other) with the largest share, and its share."""
+        named = {k: v for k, v in self.parts_ms.items() if k not in ("data_wait_ms", "other_ms")}
+        if not named or self.excess_ms <= 0:
+            return None
+        key = max(named, key=lambda k: named[k])
+        return key, named[key] / self.excess_ms
+
+
+def timed_excess(
+    all_steps: Sequence[StepRecord], compile_ms: Mapping[int, float] | None = None
+) -> TimedExcess | None:
+    """The timed steps' time above their median, by cause; None without any."""
+    timed = [s for s in all_steps if s.phase == "timed"]
+    if len(timed) < 2:
+        return None
+    typical = statistics.median(s.wall_ms for s in timed)
+    waits = [s.data_wait_ms for s in timed if s.data_wait_ms is not None]
+    usual_wait = statistics.median(waits) if waits else 0.0
+    parts: dict[str, float] = {}
+    total = 0.0
+    longest: tuple[StepRecord, dict[str, float]] | None = None
+    for s in timed:
+        excess = s.wall_ms - typical
+        if excess <= 0:
+            continue
+        costs = {k: min(v, excess) for k, v in _named(s, compile_ms).items() if v > 0}
+        data = min(max((s.data_wait_ms or 0.0) - usual_wait, 0.0), excess)
+        if data > 0:
+            costs["data_wait_ms"] = data
+        named = sum(costs.values())
+        if named > excess:  # a step cannot hold more than its excess: scale into it
+            costs = {k: v * excess / named for k, v in costs.items()}
+            named = excess
+        if excess - named > 0:
+            costs["other_ms"] = excess - named
+        for k, v in costs.items():
+            parts[k] = parts.get(k, 0.0) + v
+        total += excess
+        if longest is None or s.wall_ms > longest[0].wall_ms:
+            longest = (s, costs)
+    if longest is None or total <= 0:
+        return None
+    return TimedExcess(total, parts, longest[0].index, longest[0].wall_ms, longest[1])
 
 
 def loop_facts(record: object) -> dict[str, object]:
@@ -500,6 +643,8 @@ def loop_facts(record: object) -> dict[str, object]:
     )
     if account is None:
         return {}
+    excess = timed_excess(steps, compile_ms_by_step(record))
+    lead = excess.lead_named() if excess is not None else None
     costs: dict[str, float] = {}
     for ls in account.long_steps:
         for key, value in ls.costs_ms.items():
@@ -508,8 +653,21 @@ def loop_facts(record: object) -> dict[str, object]:
     return {
         "loop_long_step_frac": account.long_share,
         "loop_long_step_frac_fast_pace": account.long_share_at_fast_pace,
+        "loop_load_stretch": account.load_stretch,
+        "loop_long_step_periodic_under_load": (
+            account.load_stretch is not None and account.period is not None
+        )
+        if account.long_steps
+        else None,
         "loop_startup_compile_ms": account.startup_costs_ms.get("compile_ms"),
-        "loop_long_step_code": account.long_code[0].describe() if account.long_code else None,
+        "loop_long_step_code": (
+            "; ".join(c.describe() for c in account.long_code[:2]) if account.long_code else None
+        ),
+        "jitter_excess_data_frac": excess.share("data_wait_ms") if excess else None,
+        "jitter_excess_cause": lead[0].removesuffix("_ms") if lead else None,
+        "jitter_excess_cause_frac": lead[1] if lead else None,
+        "jitter_longest_step_index": excess.longest_index if excess else None,
+        "jitter_longest_step_ms": excess.longest_ms if excess else None,
         "loop_timed_step_frac": account.timed_share,
         "loop_long_steps": len(account.long_steps),
         "loop_period_steps": account.period,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ class Probes:
         self.location_counts: dict[str, Counter[tuple[str, int, str]]] = {}
         self._step_nvtx: Any = None
         self._rss_reader = RssReader()
+        self._cpu_start: float | None = None  # this thread's CPU clock at the step's start
         # In-process A/B (collect/ab_switch.py): set by attach_ab when the spec asks for it.
         self.ab: Any = None
         # set by probes_hooks: GradScaler.scale(loss) -> remember which loss was scaled
@@ -216,8 +218,11 @@ class Probes:
             if phase == "profiled" and self.sync_watch.steps_watched == 0:
                 self.sync_watch.install()
         self.sync_watch.step_started()
+        self._cpu_start = time.thread_time()
         if self.stacks is not None:
             self.stacks.step_started(index)
+            if phase in ("profiler_warmup", "profiled"):
+                self.stacks.stop()  # the profiler records its own stacks; no handler in them
         if index == self.plan.warmup and self.settings is None:
             self.settings = observe.torch_settings(self.torch)
         self.roots.track_shapes = phase != "warmup"
@@ -548,6 +553,11 @@ class Probes:
             "cuda_allocated_bytes": None,
             "cuda_max_allocated_bytes": None,
             "comm_ms": self.comm.step_ms(step.start, step.end),
+            "cpu_ms": (
+                _ms(max(time.thread_time() - self._cpu_start, 0.0))
+                if self._cpu_start is not None
+                else None
+            ),
             **loop_fields(step),
         }
         if self.cuda_used:

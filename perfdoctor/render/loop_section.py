@@ -17,6 +17,7 @@ from perfdoctor.render import format as fmt
 TITLE = "Where the loop's time goes"
 COLUMNS = ("part", "time", "share of the loop")
 COST_NAMES = {
+    "compile_ms": "torch.compile compiling (compile.json)",
     "eval_forward_ms": "evaluation (model.eval() forwards)",
     "nograd_forward_ms": "no_grad forwards in train mode (rollouts, generation)",
     "save_ms": "checkpointing (torch.save)",
@@ -76,6 +77,9 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
             # The starting process's time is not in the lead's loop: no share of it.
             apart = key == "starting_process_ms"
             rows.append((name, fmt.ms(value), "another process" if apart else share(value)))
+    for code in loop.get("long_code") or ():
+        if isinstance(code, Mapping) and code.get("text"):
+            rows.append((f"in the long steps: {code['text']}", "", ""))
     startup = _num(loop.get("first_step_startup_ms"))
     if startup:
         rows.append(
@@ -126,6 +130,9 @@ def headline_note(report: Report) -> str | None:
             costs[key] = costs.get(key, 0.0) + float(value)
     lead = max(costs, key=lambda k: costs[k]) if costs else None
     mostly = f", mostly {COST_NAMES.get(lead, lead)}" if lead else ""
+    code = [c for c in loop.get("long_code") or () if isinstance(c, Mapping) and c.get("text")]
+    if code:
+        mostly += f", where the main thread was in {code[0]['text']}"
     if loop.get("recurs") is False:
         return (
             f"The first step held {fmt.percent(share, 0)} of these steps' wall time{mostly}; "

@@ -51,7 +51,8 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     # the fast pace (analyze/loop_account.py load_robust_share), the finding survives load.
     fast = num(facts, "loop_long_step_frac_fast_pace")
     share = max(v for v in (measured, fast, -1.0) if v is not None)
-    if measured is None or share < t["long_step_frac"]:
+    periodic = flag(facts, "loop_long_step_periodic_under_load") is True
+    if measured is None or (share < t["long_step_frac"] and not periodic):
         return None
     at_pace = fast is not None and measured is not None and fast > measured
     cost = text(facts, "loop_long_step_cost") or "other"
@@ -63,15 +64,34 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     timed = num(facts, "loop_timed_step_frac")
     recur = f" every {period:g} steps" if period else ""
     timed_text = f" A timed step is {pct(timed)} of the loop's wall time per step." if timed else ""
-    if at_pace:
+    stretch = num(facts, "loop_load_stretch")
+    if at_pace or stretch is not None:
+        loaded = (
+            f" (a timed step took {stretch:.0f}x its CPU time in wall time)"
+            if stretch is not None
+            else ""
+        )
         timed_text += (
-            f" The machine was busy: as measured they hold {pct(measured)}; {pct(share)} is "
-            "their share with the steps between them at the pace of the fastest timed steps "
-            "(other processes' load stretches short steps of small torch ops far more than "
-            "the Python of the long ones)."
+            f" Other processes loaded the machine{loaded}, and load stretches short steps of "
+            "small torch ops far more than the Python of the long ones: as measured the long "
+            f"steps hold {pct(measured)} of the loop"
+            + (
+                f", {pct(share)} with the steps between them at the pace of the fastest timed "
+                "steps or of their CPU time"
+                if at_pace
+                else ""
+            )
+            + "; on a quiet machine, more than measured."
         )
     where = text(facts, "loop_long_step_code")
-    at = f", in {where}" if where else ""
+    at = f", in {where.split('; ')[0].split(' (')[0]}" if where else ""
+    if where:
+        what = f"{what}; the main thread was in {where}"
+        if cost == "other":
+            advice = (
+                "speed up that code (it is the script's own Python: vectorise the simulator, "
+                "step several environments per forward), or overlap it with training"
+            )
     return Finding(
         rule_id=LOOP_WORK,
         severity="warning" if recurs else "info",
@@ -104,6 +124,7 @@ def check_loop_work(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 "loop_long_steps",
                 "loop_period_steps",
                 "loop_long_step_code",
+                "loop_load_stretch",
             ),
         ),
     )
@@ -117,6 +138,8 @@ RULES = (
         needs=("loop_long_step_frac",),
         uses=(
             "loop_long_step_frac_fast_pace",
+            "loop_load_stretch",
+            "loop_long_step_periodic_under_load",
             "loop_long_step_code",
             "loop_long_step_cost",
             "loop_period_steps",
