@@ -15,6 +15,9 @@ from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
 
 TITLE = "Where the loop's time goes"
+# A timed step this share of the loop's time per step or more stands for it (1 - the 20%
+# of the loop the loop-work rule flags, analyze/loop_account.py LONG_SHARE_FLAG).
+REPRESENTS_MIN_SHARE = 0.8
 COLUMNS = ("part", "time", "share of the loop")
 COST_NAMES = {
     "compile_ms": "torch.compile compiling (compile.json)",
@@ -82,8 +85,19 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
             rows.append((f"in the long steps: {code['text']}", "", ""))
     startup = _num(loop.get("first_step_startup_ms"))
     if startup:
+        compiled = _num((loop.get("startup_costs_ms") or {}).get("compile_ms"))
         rows.append(
-            ("first step's one-off start-up (not repeated)", fmt.ms(startup), share(startup))
+            (
+                "first step's one-off start-up (not repeated)"
+                + (
+                    f", {fmt.ms(min(compiled, startup))} of it torch.compile compiling "
+                    "(compile.json)"
+                    if compiled
+                    else ""
+                ),
+                fmt.ms(startup),
+                share(startup),
+            )
         )
     setup = _num(loop.get("setup_ms"))
     if setup is not None:
@@ -108,6 +122,15 @@ def loop_verdict(report: Report) -> str:
             "torch.save in them (jitter, or code perfdoctor does not name). "
         )
     if loop.get("representative", True):
+        timed_share = _num(loop.get("timed_share"))
+        if timed_share is not None and timed_share < REPRESENTS_MIN_SHARE:
+            # Long steps with nothing named in them still make a loop step longer than a
+            # timed one: "represent" beside "14% of a loop step" contradicts itself.
+            return seen + (
+                f"A timed step is {fmt.percent(timed_share, 0)} of the loop's time per step: "
+                "the rest is in long steps perfdoctor could not name, so the step figures "
+                "describe the short steps only."
+            )
         return seen + "The timed steps represent the loop's time."
     share = _num(loop.get("long_share"))
     return (
@@ -136,8 +159,9 @@ def headline_note(report: Report) -> str | None:
     if loop.get("recurs") is False:
         return (
             f"The first step held {fmt.percent(share, 0)} of these steps' wall time{mostly}; "
-            "it did not come back in this run, so whether the loop repeats it (a rollout per "
-            "update) or not (a one-off) is unknown: time more steps (--steps)."
+            "it did not come back in this run, so whether the loop repeats it (an evaluation "
+            "every N steps, a rollout per update) or not (a one-off) is unknown: time more "
+            "steps (--steps)."
         )
     return (
         f"The step figures leave out {fmt.percent(share, 0)} of the loop's wall time: rare "
