@@ -94,6 +94,15 @@ FACTS: dict[str, FactDoc] = {
     ),
     "jitter_longest_step_index": _f("count", "steps", "the longest timed step's index"),
     "jitter_longest_step_ms": _f("ms", "steps", "the longest timed step's wall time"),
+    "phase_stall_ratio": _f(
+        "ratio",
+        "steps",
+        "the largest median / fastest instance of a phase (forward, backward, optimizer) "
+        "over the timed steps, phases with a median of 1 ms or more",
+    ),
+    "phase_stall_phase": _f("name", "steps", "the phase of phase_stall_ratio"),
+    "phase_stall_median_ms": _f("ms", "steps", "that phase's median over the timed steps"),
+    "phase_stall_fastest_ms": _f("ms", "steps", "that phase's fastest timed instance"),
     "loop_load_stretch": _f(
         "ratio",
         "steps",
@@ -172,6 +181,11 @@ FACTS: dict[str, FactDoc] = {
     "dataloader_prefetch_factor": _f("count", "obs", "prefetch_factor (None with 0 workers)"),
     "dataloader_persistent_workers": _f("bool", "obs", "persistent_workers"),
     "dataloader_is_iterable": _f("bool", "obs", "the dataset is an IterableDataset"),
+    "dataloader_dataset_class": _f("name", "obs", "the training DataLoader's dataset class"),
+    "dataloader_sampler_class": _f("name", "obs", "the training DataLoader's sampler class"),
+    "dataloader_batch_size": _f(
+        "count", "obs", "the training DataLoader's batch_size (None: it does not batch rows)"
+    ),
     "torch_num_threads": _f("count", "obs", "torch.get_num_threads() during training"),
     "anomaly_detection_enabled": _f("bool", "obs", "torch.autograd anomaly mode was on"),
     "user_profiler_active": _f("bool", "obs", "the script runs its own torch.profiler"),

@@ -110,6 +110,45 @@ def _observed(record: Any) -> Observations:
     return found if isinstance(found, Observations) else Observations()
 
 
+# A phase needs this many timed steps to compare its median with its fastest instance, and a
+# median of at least this many ms (a sub-millisecond phase varies by more than 10x alone).
+STALL_MIN_STEPS = 8
+STALL_MIN_MEDIAN_MS = 1.0
+
+
+def phase_stall(timed: Sequence[StepRecord]) -> dict[str, Scalar]:
+    """The phase (forward, backward, optimizer) whose median timed instance is the most times
+    its fastest one: the same ops on the same shapes, so a 10x spread is not the work. On a
+    loaded machine two intra-op threads wait on each other whenever one is descheduled, and
+    a small-op phase reads 30-200x its quiet time in some steps and not in others (a 0.9 ms
+    policy-gradient update read 0.3-165 ms forwards at load 11 on 2 cores)."""
+    best: tuple[float, str, float, float] | None = None
+    for name, value in (
+        ("forward", lambda s: s.forward_ms),
+        ("backward", lambda s: s.backward_ms),
+        ("optimizer", lambda s: s.optimizer_ms),
+    ):
+        found = [v for v in finite_numbers(value(s) for s in timed) if v > 0]
+        if len(found) < STALL_MIN_STEPS:
+            continue
+        median = float(np.median(found))
+        fastest = min(found)
+        if median < STALL_MIN_MEDIAN_MS:
+            continue
+        ratio = median / fastest
+        if best is None or ratio > best[0]:
+            best = (ratio, name, median, fastest)
+    if best is None:
+        return {}
+    ratio, name, median, fastest = best
+    return {
+        "phase_stall_ratio": ratio,
+        "phase_stall_phase": name,
+        "phase_stall_median_ms": median,
+        "phase_stall_fastest_ms": fastest,
+    }
+
+
 def _training_loader_index(obs: Observations) -> int | None:
     """Index of the DataLoader that fed batches in the most steps, then the most batches;
     the first of those. Steps first: an evaluation loop can feed more batches than the
@@ -240,6 +279,7 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     out["throughput_samples_s"] = run_stats.throughput_samples_s(
         walls, run_stats.samples_per_step(timed, batch)
     )
+    out.update(phase_stall(timed))
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
     out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
@@ -590,6 +630,9 @@ def _observation_facts(obs: Observations) -> dict[str, Scalar]:
         "dataloader_prefetch_factor": loader.prefetch_factor,
         "dataloader_persistent_workers": loader.persistent_workers,
         "dataloader_is_iterable": loader.iterable,
+        "dataloader_dataset_class": loader.dataset_class,
+        "dataloader_sampler_class": loader.sampler_class,
+        "dataloader_batch_size": loader.batch_size,
         "torch_num_threads": torch.num_threads,
         "anomaly_detection_enabled": torch.anomaly_enabled,
         "user_profiler_active": profiler.user_profiler if profiler else None,
