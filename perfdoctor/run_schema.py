@@ -269,6 +269,7 @@ class StopPoint(_Record):
 
     step: int | None = None  # steps closed when the plan ended
     location: SourceLine | None = None  # the user's line the stop came through
+    framework: str | None = None  # "lightning", "transformers": whose loop it came through
 
 
 class CommunicationInfo(_Record):
