@@ -52,7 +52,13 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
     total = _num(loop.get("loop_ms")) or 0.0
 
     def share(value: float | None) -> str:
-        return fmt.percent(value / total) if value is not None and total > 0 else fmt.MISSING
+        if value is None or total <= 0:
+            return fmt.MISSING
+        if value > total * (1.0 + 1e-6):
+            # A part larger than the loop it is a part of is a bug upstream: say so, do not
+            # print a share above 100%.
+            return "exceeds the loop (not shown)"
+        return fmt.percent(value / total)
 
     steps = loop.get("steps")
     rows = [
