@@ -198,7 +198,7 @@ def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple
     in these steps; rows are observations.json step_stacks rows [step, file, function, first
     line, line, samples, CPU ms]."""
     wanted = set(steps)
-    by_fn: dict[tuple[str, str, int], Counter[int]] = {}
+    by_fn: dict[tuple[str, str, int], dict[int, float]] = {}
     samples: Counter[tuple[str, str, int]] = Counter()
     total = 0.0
     count = 0
@@ -209,7 +209,8 @@ def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple
         if not isinstance(n, int) or n <= 0 or not isinstance(ms, (int, float)) or ms <= 0:
             continue
         key = (str(file), str(function), int(first))
-        by_fn.setdefault(key, Counter())[int(line)] += float(ms)
+        lines = by_fn.setdefault(key, {})
+        lines[int(line)] = lines.get(int(line), 0.0) + float(ms)
         samples[key] += n
         total += float(ms)
         count += n
@@ -220,7 +221,7 @@ def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple
             file=file,
             function=function,
             first_line=first,
-            lines=tuple(line for line, _ in lines.most_common()),
+            lines=tuple(sorted(lines, key=lambda line: -lines[line])),
             samples=samples[(file, function, first)],
             share=sum(lines.values()) / total,
         )

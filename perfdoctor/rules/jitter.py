@@ -59,7 +59,7 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     named = (
         lead_cost is not None and cause_frac is not None and cause_frac >= t["named_excess_frac"]
     )
-    if named:
+    if named and cause_frac is not None:
         longest = num(facts, "jitter_longest_step_index")
         longest_ms = num(facts, "jitter_longest_step_ms")
         step_text = (
