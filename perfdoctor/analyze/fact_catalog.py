@@ -83,6 +83,12 @@ FACTS: dict[str, FactDoc] = {
         "steps",
         "share of the timed steps' time above their median that is extra DataLoader wait",
     ),
+    "jitter_excess_other_frac": _f(
+        "fraction",
+        "steps",
+        "share of the timed steps' time above their median that no named cost or data wait "
+        "explains (the script's own code)",
+    ),
     "jitter_excess_cause": _f(
         "name",
         "steps",

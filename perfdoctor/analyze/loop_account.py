@@ -665,6 +665,7 @@ def loop_facts(record: object) -> dict[str, object]:
             "; ".join(c.describe() for c in account.long_code[:2]) if account.long_code else None
         ),
         "jitter_excess_data_frac": excess.share("data_wait_ms") if excess else None,
+        "jitter_excess_other_frac": excess.share("other_ms") if excess else None,
         "jitter_excess_cause": lead[0].removesuffix("_ms") if lead else None,
         "jitter_excess_cause_frac": lead[1] if lead else None,
         "jitter_longest_step_index": excess.longest_index if excess else None,

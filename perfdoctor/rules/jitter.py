@@ -72,6 +72,16 @@ def check_step_jitter(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             f"{step_text}{pct(cause_frac)} of the slow steps' extra time is "
             f"{_EXCESS_NAMES.get(str(lead_cost), str(lead_cost))}",
         )
+    # Unnamed extra time in long steps whose code the stack sampler named: a simulator, a
+    # logger, the script's own work between optimizer steps.
+    other = num(facts, "jitter_excess_other_frac")
+    code = text(facts, "loop_long_step_code")
+    if not named and code and other is not None and other >= t["named_excess_frac"]:
+        hints.insert(
+            0,
+            f"{pct(other)} of the slow steps' extra time is the script's own code between "
+            f"optimizer steps ({code.split('; ')[0]}; loop-work-outside-steps)",
+        )
     data_wait = num(facts, "data_wait_frac")
     data_share = num(facts, "jitter_excess_data_frac")
     if data_wait is not None and data_wait > t["data_wait_frac"]:
@@ -258,6 +268,8 @@ RULES = (
             "jitter_excess_cause",
             "jitter_excess_cause_frac",
             "jitter_excess_data_frac",
+            "jitter_excess_other_frac",
+            "loop_long_step_code",
             "jitter_longest_step_index",
             "jitter_longest_step_ms",
         ),

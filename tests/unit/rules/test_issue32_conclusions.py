@@ -154,3 +154,17 @@ def test_periodic_loop_work_on_a_loaded_machine_is_kept() -> None:
     assert "in simulate() at rollout.py:18-20" in finding.title
     assert "7x its CPU time" in finding.explanation
     assert _one("loop-work-outside-steps", loop_long_step_frac=0.14) is None
+
+
+def test_a_rollout_in_the_timed_steps_is_named_by_its_code() -> None:
+    finding = _one(
+        "step-jitter",
+        **_JITTERY,
+        jitter_excess_other_frac=0.9,
+        jitter_excess_data_frac=0.02,
+        loop_long_step_code="simulate() at rollout.py:18-20 (62% of the sampled CPU time)",
+    )
+    assert finding is not None
+    assert "90% of the slow steps' extra time is the script's own code" in finding.explanation
+    assert "simulate() at rollout.py:18-20" in finding.explanation
+    assert finding.optimizations == ()
