@@ -2,7 +2,7 @@
 steps with the SIGPROF sampler on and off, alternated in one process (A B A B ...), the
 median step of each arm. Prints the ratio; asserts nothing.
 
-    python benchmarks/stack_sampler_cost.py [--rounds 8] [--block 150]
+    python benchmarks/stack_sampler_cost.py [--rounds 8] [--block 150] [--threads 1]
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--block", type=int, default=150)
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's)")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # one thread: no intra-op stall under load
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.Adam(model.parameters())
