@@ -98,7 +98,7 @@ def profile(ctx: typer.Context, **_options: object) -> None:
     check_output_dir(options.runs_root)
     console = stderr_console() if given.as_json else make_console()
     try:
-        outcome = _profile(options, console)
+        outcome = _profile(options, console, json_progress=given.progress_json)
     except OSError as err:
         # Everything perfdoctor writes goes under --out: a failure to write there (no space
         # left, a read-only file system) is no bug of perfdoctor's and no fault of the script.
@@ -173,12 +173,12 @@ def _say_the_script_failed(outcome) -> None:
     )
 
 
-def _profile(options, console: Console):
+def _profile(options, console: Console, json_progress: bool = False):
     from perfdoctor.errors import NoTrainingSteps, RunTimeout
     from perfdoctor.pipeline import profile as run_profile
     from perfdoctor.render.progress import make_progress_sink
 
-    with make_progress_sink(console) as sink:
+    with make_progress_sink(console, as_json=json_progress) as sink:
         try:
             return run_profile(options, sink)
         except (NoTrainingSteps, RunTimeout, ProfileStopped) as err:
@@ -199,7 +199,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
             _print_report(analyze_session(latest), "terminal", console)
 
 
-FORMAT_HELP = "terminal, md, html or json."
+FORMAT_HELP = "terminal, md, html, json or brief (at most ~40 lines, for agents and CI logs)."
 MAX_PORT = 65535
 
 
@@ -368,12 +368,33 @@ def _print_diagnosed(reports: list, fmt: str, *, several: bool) -> None:
         render_runs_overview(reports, make_console())
 
 
-@app.command(help="Compare two runs, such as before and after your own change.")
+@app.command(
+    help="Compare two runs, such as before and after your own change. A run is a session or "
+    "run directory, or `latest` / `previous`: a script's newest session in --out and the one "
+    "before it (perfdoctor compare previous latest)."
+)
 @guarded
 def compare(
     ctx: typer.Context,
-    run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
-    run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
+    run_a: Annotated[
+        Path, typer.Argument(help="The reference run (before); `previous` or `latest` too.")
+    ],
+    run_b: Annotated[
+        Path, typer.Argument(help="The run to judge (after); `latest` or `previous` too.")
+    ],
+    script: Annotated[
+        str | None,
+        typer.Option(
+            "--script",
+            metavar="SCRIPT",
+            help="Whose sessions `latest`/`previous` mean (needed when --out holds several "
+            "scripts' sessions).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Where `latest`/`previous` are looked up."),
+    ] = Path("perfdoctor-runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_if_slower: Annotated[
         float | None,
@@ -412,6 +433,7 @@ def compare(
     from perfdoctor.render.registry import COMPARISON_RENDERERS
 
     limits = _gate_limits(fail_if_slower, fail_if_more_memory, strict)
+    run_a, run_b = _session_alias(run_a, out, script), _session_alias(run_b, out, script)
     # Each side is read once; the comparison and the gate judge the same runs.
     side_a, side_b = load_side(run_a), load_side(run_b)
     result = compare_sides(side_a, side_b)
@@ -439,6 +461,17 @@ def compare(
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
 
 
+def _session_alias(run: Path, out: Path, script: str | None) -> Path:
+    """`latest` / `previous` (history/aliases.py); any other RUN is a path, as before."""
+    from perfdoctor.history.aliases import is_alias, resolve_alias
+
+    if not is_alias(run):
+        return run
+    resolved = resolve_alias(str(run), out, script)
+    stderr_console().print(f"{run}: {resolved}", markup=False, soft_wrap=True)
+    return resolved
+
+
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     from perfdoctor.optimize.regression_gate import GateLimits
 
@@ -450,6 +483,40 @@ def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     if strict and not limits.any:
         raise UsageError("--strict needs --fail-if-slower or --fail-if-more-memory")
     return limits
+
+
+@app.command(
+    help="List the sessions of `perfdoctor profile` in the --out directory (an SQLite index "
+    "there, rebuilt from the session directories when lost): date, script, arguments, git "
+    "commit, step time, headline and accepted fixes."
+)
+@guarded
+def history(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None,
+        typer.Argument(help="Only this script's sessions (a path, or the name as profiled)."),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="DIR", help="The --out directory of profile."),
+    ] = Path("perfdoctor-runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    from perfdoctor.errors import TargetNotFound
+    from perfdoctor.history import list_sessions
+    from perfdoctor.render.history_table import history_json, render_history
+
+    if not out.is_dir():
+        raise TargetNotFound(
+            f"{out} is not a directory of perfdoctor sessions",
+            hint="give the --out directory perfdoctor profile wrote to",
+        )
+    sessions = list_sessions(out, script)
+    if as_json:
+        sys.stdout.write(history_json(sessions, str(out), script))
+        return
+    render_history(sessions, make_console(), out_dir=str(out), script=script)
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")
@@ -466,6 +533,56 @@ def optimizations(ctx: typer.Context) -> None:
     from perfdoctor.render.listings import render_optimizations
 
     render_optimizations(make_console())
+
+
+@app.command(
+    help="Show a run's profiler trace in the trace viewer that torch-tb-profiler ships, "
+    "offline: served on 127.0.0.1 (a free port), nothing loaded from the network, "
+    "perfdoctor's step and phase markers on a track of their own. Ctrl-C stops it."
+)
+@guarded
+def view(
+    ctx: typer.Context,
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory (its baseline's trace), the --out directory (its latest "
+            "session), a child run directory, a rank directory (ranks/<k>) or a trace file."
+        ),
+    ] = Path("perfdoctor-runs/latest"),
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default or 0: a free one).")
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Also open the URL in the default web browser.")
+    ] = False,
+) -> None:
+    from perfdoctor.view.prepare import prepare_view
+    from perfdoctor.view.server import bind
+
+    if port is not None and not 0 <= port <= MAX_PORT:
+        raise UsageError(f"--port must be in 0..{MAX_PORT} (0: a free one), not {port}")
+    prepared = prepare_view(run)
+    running = bind(prepared.site, port)
+    try:
+        console = make_console()
+        shown = prepared.source.trace or f"none ({prepared.source.steps_dir}/steps.jsonl)"
+        console.print(f"trace: {shown}", markup=False, soft_wrap=True)
+        if prepared.source.others:
+            console.print(
+                f"  ({len(prepared.source.others)} more in its directory; give a trace file "
+                "to see another)",
+                markup=False,
+            )
+        console.print(prepared.markers.note, markup=False, soft_wrap=True)
+        console.print(f"trace viewer on {running.url}  (offline; Ctrl-C stops it)", markup=False)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(running.url)
+        running.serve_forever()
+    finally:
+        running.close()
 
 
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
@@ -497,6 +614,13 @@ def tensorboard(
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
         )
+    else:
+        console.print(
+            "note: the PyTorch Profiler tab needs internet access (its overview loads Google "
+            f"Charts from the web); offline, `perfdoctor view {run}` shows the trace itself",
+            markup=False,
+            soft_wrap=True,
+        )
     process = None
     try:
         # Started inside the try: a SIGTERM that lands while the URL is printed (a slow
@@ -510,3 +634,63 @@ def tensorboard(
         # server running behind us. A stop during start_tensorboard is handled there.
         if process is not None:
             stop_tensorboard(process)
+
+
+@app.command(
+    help="Serve perfdoctor's tools to a coding agent: an MCP server over stdio (no network "
+    "port). Scripts and runs are only taken from under --root. Needs the extra: "
+    "pip install 'perfdoctor[agent]'."
+)
+@guarded
+def mcp(
+    ctx: typer.Context,
+    root: Annotated[
+        Path,
+        typer.Option(
+            "--root", metavar="DIR", help="The only directory the tools may run or read."
+        ),
+    ] = Path("."),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where sessions go (default ROOT/perfdoctor-runs)."
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.errors import MissingTool
+
+    try:
+        from perfdoctor.handover.mcp_server import serve
+    except ImportError as err:
+        raise MissingTool(
+            f"the MCP server needs the mcp package ({err.name or err} is missing)",
+            hint="pip install 'perfdoctor[agent]'",
+        ) from None
+    if out is not None:
+        check_output_dir(out.absolute())
+    serve(root, out)
+
+
+@app.command(
+    help="Print the skill that teaches a coding agent to use perfdoctor (SKILL.md), or write "
+    "it into DIR with --write."
+)
+@guarded
+def skill(
+    ctx: typer.Context,
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            metavar="DIR",
+            help="Write DIR/perfdoctor/SKILL.md (an agent's skills folder) instead of printing.",
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.handover.skill import skill_text, write_skill
+
+    if write is None:
+        sys.stdout.write(skill_text())
+        return
+    written = write_skill(write)
+    stderr_console().print(f"wrote {written}", markup=False)
