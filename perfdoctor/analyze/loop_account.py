@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
-from perfdoctor.analyze.compile_diag import load_compile_log
 from perfdoctor.analyze.record import RunRecord
-from perfdoctor.errors import PerfdoctorError
+from perfdoctor.analyze.step_code import CODE_LINES_SHOWN, CodeShare, long_step_code
+from perfdoctor.analyze.step_costs import compile_ms_by_step, named_costs, timed_excess
 from perfdoctor.model import StepRecord
 from perfdoctor.run_schema import ProgressRow
 
@@ -49,12 +46,6 @@ LONG_SHARE_FLAG = 0.2
 # Jitter steps of a training loop hold no named cost at all, while an environment-heavy
 # rollout's policy forwards are still a few percent of it: 2%.
 LOOP_WORK_NAMED_SHARE = 0.02
-# The stack sampler's functions in the long steps: named when they hold at least this share of
-# the samples that found the user's code, from at least this many samples (a 10 ms sampler
-# gets ~5 in one 50 ms rollout), with this many of their lines shown.
-CODE_MIN_SHARE = 0.15
-CODE_MIN_SAMPLES = 5
-CODE_LINES_SHOWN = 4
 # The median timed step this many times the fast pace (the fastest quarter's mean): the load
 # stretched the short steps, and the long steps' share is also judged at the fast pace. Well-
 # tuned CPU loops keep p50 within 1.4x of their fastest steps (p90/p50 1.02-1.38,
@@ -91,23 +82,6 @@ class LongStep:
     wall_ms: float
     excess_ms: float  # over the timed median
     costs_ms: dict[str, float]  # COST_LABELS keys -> ms of the excess
-
-
-@dataclass(frozen=True)
-class CodeShare:
-    """A function of the user's that the stack sampler found in the long steps."""
-
-    file: str
-    function: str
-    first_line: int  # where the function is defined
-    lines: tuple[int, ...]  # its sampled lines, most samples first
-    samples: int
-    share: float  # of the main thread's sampled CPU time in the long steps (user frames)
-
-    def describe(self) -> str:
-        span = sorted(self.lines[:CODE_LINES_SHOWN])
-        where = f"{self.file}:{span[0]}" if len(span) == 1 else f"{self.file}:{span[0]}-{span[-1]}"
-        return f"{self.function}() at {where} ({self.share:.0%} of the sampled CPU time)"
 
 
 @dataclass(frozen=True)
@@ -172,65 +146,6 @@ def counted_optimizer_steps(record: RunRecord) -> int:
     return sum(o.steps for o in optimizers if o.steps is not None)
 
 
-def compile_ms_by_step(record: object) -> dict[int, float]:
-    """Compile time (dynamo + backend, forward and backward graphs) per step index, from
-    compile.json (collect/compile_watch.py); {} without one. A frame compiled after N
-    optimizer steps closed was compiled inside step N."""
-    run_dir = getattr(record, "dir", None)
-    if run_dir is None:
-        return {}
-    try:
-        log = load_compile_log(Path(run_dir))
-    except (OSError, ValueError, PerfdoctorError):
-        return {}
-    out: dict[int, float] = {}
-    for frame in (log.frames if log is not None else None) or []:
-        if frame.step is None:
-            continue
-        ms = ((frame.compile_s or 0.0) + (frame.backward_compile_s or 0.0)) * 1000.0
-        if ms > 0:
-            out[frame.step] = out.get(frame.step, 0.0) + ms
-    return out
-
-
-def long_step_code(rows: Sequence[Sequence[Any]], steps: Sequence[int]) -> tuple[CodeShare, ...]:
-    """The functions that hold CODE_MIN_SHARE or more of the main thread's sampled CPU time
-    in these steps; rows are observations.json step_stacks rows [step, file, function, first
-    line, line, samples, CPU ms]."""
-    wanted = set(steps)
-    by_fn: dict[tuple[str, str, int], dict[int, float]] = {}
-    samples: Counter[tuple[str, str, int]] = Counter()
-    total = 0.0
-    count = 0
-    for row in rows:
-        if len(row) != 7 or row[0] not in wanted:
-            continue
-        _, file, function, first, line, n, ms = row
-        if not isinstance(n, int) or n <= 0 or not isinstance(ms, (int, float)) or ms <= 0:
-            continue
-        key = (str(file), str(function), int(first))
-        lines = by_fn.setdefault(key, {})
-        lines[int(line)] = lines.get(int(line), 0.0) + float(ms)
-        samples[key] += n
-        total += float(ms)
-        count += n
-    if count < CODE_MIN_SAMPLES or total <= 0:
-        return ()
-    found = [
-        CodeShare(
-            file=file,
-            function=function,
-            first_line=first,
-            lines=tuple(sorted(lines, key=lambda line: -lines[line])),
-            samples=samples[(file, function, first)],
-            share=sum(lines.values()) / total,
-        )
-        for (file, function, first), lines in by_fn.items()
-    ]
-    found.sort(key=lambda c: -c.share)
-    return tuple(c for c in found if c.share >= CODE_MIN_SHARE)[:3]
-
-
 def _with_code(account: LoopAccount | None, record: object) -> LoopAccount | None:
     observed = getattr(record, "observed", None)
     stacks = getattr(observed, "step_stacks", None)
@@ -257,20 +172,11 @@ def loop_account(record: RunRecord) -> LoopAccount | None:
     return account
 
 
-def _named(step: StepRecord, compile_ms: Mapping[int, float] | None = None) -> dict[str, float]:
-    return {
-        "compile_ms": (compile_ms or {}).get(step.index, 0.0),
-        "eval_forward_ms": step.eval_forward_ms or 0.0,
-        "nograd_forward_ms": step.nograd_forward_ms or 0.0,
-        "save_ms": step.save_ms or 0.0,
-    }
-
-
 def _excess_costs(
     step: StepRecord, excess: float, compile_ms: Mapping[int, float] | None = None
 ) -> dict[str, float]:
     """The step's excess over a timed step, split into the named costs and the rest."""
-    costs = {k: min(v, excess) for k, v in _named(step, compile_ms).items()}
+    costs = {k: min(v, excess) for k, v in named_costs(step, compile_ms).items()}
     named = sum(costs.values())
     if named > excess:  # named costs a timed step also has: scale them into the excess
         costs = {k: v * excess / named for k, v in costs.items()}
@@ -416,7 +322,7 @@ def account_steps(
     period = int(statistics.median(gaps)) if gaps else None
     totals: dict[str, float] = {}
     for s in steps:
-        for key, value in _named(s, compile_ms).items():
+        for key, value in named_costs(s, compile_ms).items():
             if key == "compile_ms" and s.index == steps[0].index and startup:
                 continue  # step 0's compile is start-up, listed with it
             if value > 0:
@@ -571,66 +477,6 @@ def loop_summary(account: LoopAccount | None) -> dict[str, object]:
         "load_stretch": round(account.load_stretch, 2) if account.load_stretch else None,
         "warning": loop_warning(account),
     }
-
-
-@dataclass(frozen=True)
-class TimedExcess:
-    """What the timed steps above the median spend beyond it (the time step-jitter reports),
-    split into the named costs, the extra data wait, and the rest."""
-
-    excess_ms: float
-    parts_ms: dict[str, float]  # "data_wait_ms" and COST_LABELS keys
-    longest_index: int
-    longest_ms: float
-    longest_parts_ms: dict[str, float]
-
-    def share(self, key: str) -> float:
-        return self.parts_ms.get(key, 0.0) / self.excess_ms if self.excess_ms > 0 else 0.0
-
-    def lead_named(self) -> tuple[str, float] | None:
-        """The named cost (not data, not other) with the largest share, and its share."""
-        named = {k: v for k, v in self.parts_ms.items() if k not in ("data_wait_ms", "other_ms")}
-        if not named or self.excess_ms <= 0:
-            return None
-        key = max(named, key=lambda k: named[k])
-        return key, named[key] / self.excess_ms
-
-
-def timed_excess(
-    all_steps: Sequence[StepRecord], compile_ms: Mapping[int, float] | None = None
-) -> TimedExcess | None:
-    """The timed steps' time above their median, by cause; None without any."""
-    timed = [s for s in all_steps if s.phase == "timed"]
-    if len(timed) < 2:
-        return None
-    typical = statistics.median(s.wall_ms for s in timed)
-    waits = [s.data_wait_ms for s in timed if s.data_wait_ms is not None]
-    usual_wait = statistics.median(waits) if waits else 0.0
-    parts: dict[str, float] = {}
-    total = 0.0
-    longest: tuple[StepRecord, dict[str, float]] | None = None
-    for s in timed:
-        excess = s.wall_ms - typical
-        if excess <= 0:
-            continue
-        costs = {k: min(v, excess) for k, v in _named(s, compile_ms).items() if v > 0}
-        data = min(max((s.data_wait_ms or 0.0) - usual_wait, 0.0), excess)
-        if data > 0:
-            costs["data_wait_ms"] = data
-        named = sum(costs.values())
-        if named > excess:  # a step cannot hold more than its excess: scale into it
-            costs = {k: v * excess / named for k, v in costs.items()}
-            named = excess
-        if excess - named > 0:
-            costs["other_ms"] = excess - named
-        for k, v in costs.items():
-            parts[k] = parts.get(k, 0.0) + v
-        total += excess
-        if longest is None or s.wall_ms > longest[0].wall_ms:
-            longest = (s, costs)
-    if longest is None or total <= 0:
-        return None
-    return TimedExcess(total, parts, longest[0].index, longest[0].wall_ms, longest[1])
 
 
 def loop_facts(record: object) -> dict[str, object]:

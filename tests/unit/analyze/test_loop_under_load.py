@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from perfdoctor.analyze.loop_account import (
-    account_steps,
-    long_step_code,
-    loop_summary,
-    loop_warning,
-    timed_excess,
-)
+from perfdoctor.analyze.loop_account import account_steps, loop_summary, loop_warning
+from perfdoctor.analyze.step_code import long_step_code
+from perfdoctor.analyze.step_costs import timed_excess
 from perfdoctor.model import StepRecord
 
 # Measured (torch 2.13 CPU, 2 cores, load 11): a policy-gradient loop, a 200-step rollout
