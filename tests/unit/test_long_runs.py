@@ -17,7 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfdoctor.analyze import trace_stream
-from perfdoctor.analyze.facts import _sustained_growth, growth_fit_sampled
+from perfdoctor.analyze.growth import growth_fit_sampled
+from perfdoctor.analyze.growth import sustained_growth as _sustained_growth
 from perfdoctor.analyze.run_stats import RunSample
 from perfdoctor.analyze.trace_events import parse_trace
 from perfdoctor.cli import app
