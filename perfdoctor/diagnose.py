@@ -232,6 +232,8 @@ def compare_variants(
                     extended_confidence(variant.max_extra_looks) if extended else None
                 ),
                 rounds_note=variant.rounds_stop,
+                statistic=variant.statistic,
+                statistic_why=variant.statistic_why,
             )
         )
     return results
@@ -247,11 +249,12 @@ def _in_process_result(
     """A fix measured in one process: its A/B child's comparison, numerics from its seeded
     run (a peel comparison's: the stack's, which holds the same fixes)."""
     assert variant.ab_run is not None
-    if variant.ab_run not in cache:
-        ab_dir = session_dir / variant.ab_run
-        sample = load_run_samples([ab_dir], with_trace=False)[0]
-        cache[variant.ab_run] = (sample, load_ab_log(ab_dir))
-    ab_sample, ab_log = cache[variant.ab_run]
+    for rel in (variant.ab_run, *variant.ab_runs):
+        if rel not in cache:
+            ab_dir = session_dir / rel
+            sample = load_run_samples([ab_dir], with_trace=False)[0]
+            cache[rel] = (sample, load_ab_log(ab_dir))
+    chain = [cache[rel] for rel in (variant.ab_run, *variant.ab_runs)]
     numerics_runs = load_run_samples((session_dir / rel for rel in variant.runs), with_trace=False)
     note = None
     if variant.peel_of is not None:
@@ -261,8 +264,8 @@ def _in_process_result(
     # The seeded baseline run(s) hold the reference losses (the profiled run first).
     return compare_in_process(
         list(baseline.values()),
-        ab_sample,
-        ab_log,
+        [sample for sample, _ in chain],
+        [ab_log for _, ab_log in chain],
         numerics_runs,
         variant.optimizations,
         label=variant.label,

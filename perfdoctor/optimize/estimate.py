@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
+from perfdoctor.optimize.engine import PAIRED_MEDIANS, THROUGHPUT_WINDOWS
 from perfdoctor.optimize.run_level import run_level_half_width
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -98,15 +99,28 @@ def adjacent_baselines(
     return paired
 
 
-def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> float:
-    return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
+def _run_value(step_ms: Sequence[float], statistic: str) -> float:
+    """A run's per-step time by the engine's statistic: its median step, or (throughput
+    windows, for bursty steps) its wall time over its steps."""
+    if statistic == THROUGHPUT_WINDOWS:
+        return statistics.fmean(step_ms)
+    return statistics.median(step_ms)
 
 
-def paired_medians(pairs: Sequence[tuple[RunSample, RunSample]]) -> tuple[float, float]:
-    """The geometric means of the paired runs' median steps, baseline side and variant side:
-    the two step times whose ratio is the speedup (exp of the mean pair log ratio)."""
-    base = statistics.fmean(math.log(statistics.median(b.step_ms)) for b, _ in pairs)
-    var = statistics.fmean(math.log(statistics.median(v.step_ms)) for _, v in pairs)
+def _log_ratio(
+    baseline_ms: Sequence[float], variant_ms: Sequence[float], statistic: str = PAIRED_MEDIANS
+) -> float:
+    return math.log(_run_value(baseline_ms, statistic) / _run_value(variant_ms, statistic))
+
+
+def paired_medians(
+    pairs: Sequence[tuple[RunSample, RunSample]], statistic: str = PAIRED_MEDIANS
+) -> tuple[float, float]:
+    """The geometric means of the paired runs' median steps (or wall time over steps, for
+    throughput windows), baseline side and variant side: the two step times whose ratio is
+    the speedup (exp of the mean pair log ratio)."""
+    base = statistics.fmean(math.log(_run_value(b.step_ms, statistic)) for b, _ in pairs)
+    var = statistics.fmean(math.log(_run_value(v.step_ms, statistic)) for _, v in pairs)
     return math.exp(base), math.exp(var)
 
 
@@ -134,6 +148,7 @@ def estimate_speedup(
     confidence: float = CONFIDENCE,
     run_level_confidence: float | None = None,
     between_rounds: bool = False,
+    statistic: str = PAIRED_MEDIANS,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
@@ -156,12 +171,16 @@ def estimate_speedup(
 
     `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
     more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
-    the pair log ratios, run_level.py) instead, which narrows as pairs are added."""
+    the pair log ratios, run_level.py) instead, which narrows as pairs are added.
+
+    `statistic` (optimize/engine.py): "throughput-windows" for bursty steps takes each run's
+    wall time over its steps instead of its median step; the statistic gap is then 0 (the
+    statistic is the wall clock's)."""
     pairs = paired_runs(baseline_runs, variant_runs)
     if not pairs:
         return None
-    logs = [_log_ratio(b.step_ms, v.step_ms) for b, v in pairs]
-    baseline_ms, variant_ms = paired_medians(pairs)
+    logs = [_log_ratio(b.step_ms, v.step_ms, statistic) for b, v in pairs]
+    baseline_ms, variant_ms = paired_medians(pairs, statistic)
     center = math.log(baseline_ms / variant_ms)  # == mean(logs), up to rounding
 
     rng = random.Random(seed)
@@ -172,6 +191,7 @@ def estimate_speedup(
                 _log_ratio(
                     rng.choices(b.step_ms, k=len(b.step_ms)),
                     rng.choices(v.step_ms, k=len(v.step_ms)),
+                    statistic,
                 )
                 for b, v in pairs
             )
@@ -188,7 +208,7 @@ def estimate_speedup(
     wall_clock = statistics.fmean(
         math.log(wall_clock_step_ms(b.step_ms) / wall_clock_step_ms(v.step_ms)) for b, v in pairs
     )
-    gap = abs(wall_clock - center)
+    gap = 0.0 if statistic == THROUGHPUT_WINDOWS else abs(wall_clock - center)
     ratio_spread = (max(logs) - min(logs)) / 2.0
     if run_level is not None:
         # Reported in baseline_spread: the run-to-run part of the band, measured this way.

@@ -280,12 +280,12 @@ def test_the_gate_and_the_verdict_show_one_step_time_estimate(tmp_path: Path) ->
     """compare's Verdict and the gate read the same paired estimate: the gate prints it as the
     Verdict's speedup and as B's step time change, in one direction, and the Verdict says which
     statistic it is, apart from the pooled medians of the table; a band across 1x reads
-    "cannot tell", not "rejected" (the JSON keeps "rejected")."""
+    "cannot tell", and the JSON says "undecided", never "rejected"."""
     a = session(tmp_path / "a", [RUN_1, RUN_2])
     b = session(tmp_path / "b", [scaled(RUN_1, 0.9), scaled(RUN_2, 1.35)])
     (check,) = run_gate(a, b, GateLimits(slower_pct=5)).checks
     verdict = compare_runs(a, b).verdict
-    assert verdict.verdict == "rejected" and verdict.speedup is not None
+    assert verdict.verdict == "undecided" and verdict.speedup is not None
     step_change = f"{(1 / verdict.speedup - 1) * 100:+.1f}%"
     assert check.reason.startswith(f"{verdict.speedup:.2f}x = {step_change} step time (band ")
 
