@@ -306,3 +306,23 @@ def test_the_gate_and_the_verdict_show_one_step_time_estimate(tmp_path: Path) ->
     assert f"= {step_change} step time · geometric mean of the paired run ratios" in text
     assert "p90, pooled: over all steps of all of a side's runs" in text
     assert "CANNOT TELL" in text and "REJECTED" not in text
+
+
+def test_an_a_a_of_noisy_repeats_passes_a_10_percent_gate(tmp_path: Path) -> None:
+    """Issue 32: two baseline records of one script, 4 runs each, whose run medians scatter
+    by +-4% (a loaded machine) and whose steps scatter within each run. Each run is one
+    observation of the run-level band (a Welch t interval), so the A/A passes a 10% limit;
+    the sum of the bootstrap and both sides' half-ranges had straddled it (exit 71)."""
+    factors_a = (1.00, 1.04, 0.96, 1.02)
+    factors_b = (0.97, 1.03, 1.01, 0.99)
+    noisy = (10.0, 11.5, 9.4, 10.8, 9.9, 12.0, 9.6, 10.3)
+    a = session(tmp_path / "a", [scaled(noisy, f) for f in factors_a])
+    b = session(tmp_path / "b", [scaled(noisy, f) for f in factors_b])
+    result = run_gate(a, b, GateLimits(slower_pct=10))
+    assert result.outcome == "passed", result.checks[0].reason
+    (check,) = result.checks
+    assert check.low_pct is not None and check.high_pct is not None
+    assert check.low_pct < 0 < check.high_pct <= 10
+    # A real 30% slowdown with the same scatter still fails.
+    slow = session(tmp_path / "slow", [scaled(noisy, 1.3 * f) for f in factors_b])
+    assert run_gate(a, slow, GateLimits(slower_pct=10)).outcome == "failed"
