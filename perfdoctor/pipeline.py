@@ -677,6 +677,7 @@ class _Runner:
             seed=self.options.seed if self.options.seed is not None else 0,
             statistic=in_one.name,
             statistic_why=in_one.why,
+            settle_steps=self._settle_steps(fixes),
         )
         for variant in variants:
             self.session = self.session.with_variant(variant)
@@ -711,6 +712,15 @@ class _Runner:
             self.run(BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned)
         for variant in faster:
             self.run(variant.label, variant.optimizations, repeat=1, planned_runs=planned)
+
+    def _settle_steps(self, fixes: Sequence[str]) -> int:
+        """Steps that do not count at a block's start: one (a switch's first cost), and with
+        DataLoader workers switched in, their prefetch queue too (prefetch_factor 2 per
+        worker): batches the workers prepared during the other arm's block would otherwise
+        make the fix's first steps look free."""
+        sizing = self.sizings.get("dataloader-workers")
+        workers = getattr(sizing, "workers", 0) if "dataloader-workers" in fixes else 0
+        return 1 + 2 * max(0, int(workers or 0))
 
     def _continue_in_process(
         self,

@@ -151,3 +151,42 @@ def test_a_script_that_ends_first_is_continued_and_its_pairs_pool(tmp_path: Path
     assert pooled.processes == 2
     assert len(pooled.pairs) > len(alone.pairs) >= 1
     assert {p.process for p in pooled.pairs} == {0, 1}
+
+
+def test_dataloader_workers_switch_between_two_iterators_in_one_process(tmp_path: Path) -> None:
+    """dataloader-workers in one process: the script's loader stays as built (in-process
+    loading) and a persistent twin over the same dataset, with workers, feeds the fix's
+    blocks; the epoch still ends after the script's own number of batches."""
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("dataloader-workers", ("dataloader-workers",))),
+        comparisons=(Comparison("dataloader-workers", 0, 1),),
+        block_steps=8,
+        settle_steps=3,
+        budget_s=30.0,
+        statistic="throughput-windows",
+        seed=2,
+    )
+    spec = RunSpec(
+        label="ab",
+        target=Target(
+            "script", str(SCRIPTS / "bursty_loader.py"), ("--batches", "80", "--item-ms", "0.1")
+        ),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "ab"),
+        plan=StepPlan(warmup_steps=3, profiled_steps=0),
+        optimizations=("dataloader-workers",),
+        profile=False,
+        env={"PERFDOCTOR_DATALOADER_WORKERS": "1"},
+        ab=design,
+    )
+    manifest = launch(spec, timeout_s=180, echo_output=False)
+    # The script's one epoch of 80 batches ends the run, whichever iterator fed them.
+    assert manifest.status == "finished_early", manifest
+    assert manifest.steps_seen == 80
+    log = load_ab_log(tmp_path / "ab")
+    assert log is not None and {b.arm for b in log.blocks} == {0, 1}
+    assert all(len(b.step_ms) == 3 + 8 for b in log.blocks[:-1])
+    applied = {a["id"]: a for a in read_json(tmp_path / "ab" / OBSERVATIONS_FILE)["applied"]}
+    worker = applied["dataloader-workers"]
+    assert worker["applied"] is True and "twin" in worker["detail"], worker
+    assert worker["verified"] is True, worker
