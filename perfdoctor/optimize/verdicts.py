@@ -208,6 +208,14 @@ def compare_variant(
     )
     if low_confidence:
         reason += f"; low confidence: {low_confidence}"
+    load_bound = bool(
+        verdict == "accepted" and low_confidence and _gives_cores_back(ok_runs[0].applied)
+    )
+    if load_bound:
+        reason += (
+            "; load-bound: it wins by leaving contended cores to the other processes, and "
+            "may not hold on a quiet machine"
+        )
     log.debug("variant %s: %s (%s)", name, verdict, reason)
     return replace(
         result,
@@ -215,7 +223,14 @@ def compare_variant(
         verdict=verdict,
         reason=reason,
         low_confidence=low_confidence,
+        load_bound=load_bound,
     )
+
+
+def _gives_cores_back(applied: Sequence[object]) -> bool:
+    from perfdoctor.optimize.inprocess_verdict import gives_cores_back
+
+    return gives_cores_back(applied)  # type: ignore[arg-type]
 
 
 def _mean_load(runs: Sequence[RunSample]) -> float | None:
