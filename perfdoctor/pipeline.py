@@ -785,7 +785,7 @@ class _Runner:
                 arms=arms,
                 comparisons=comparisons,
                 block_steps=min(block, previous) if previous else block,
-                budget_s=max(1.0, design.budget_s - spent_s),
+                budget_s=round(max(1.0, design.budget_s - spent_s), 1),
                 prior_runs=tuple(str(r) for r in runs),
             )
             ids = tuple(dict.fromkeys(i for arm in arms for i in arm.optimizations))
