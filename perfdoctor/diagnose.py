@@ -271,6 +271,7 @@ def _in_process_result(
         label=variant.label,
         numerics_note=note,
         peel_of=variant.peel_of,
+        chain_stop=variant.rounds_stop,
     )
 
 

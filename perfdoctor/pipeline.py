@@ -767,6 +767,8 @@ class _Runner:
             if why_not is None and block is None:
                 why_not = f"a script of {manifest.steps_seen} steps holds no block of each arm"
             if why_not is not None:
+                for p in still:
+                    self._update_variant(p.label, rounds_stop=f"not started again: {why_not}")
                 self.sink.note(
                     f"in-process A/B: {', '.join(p.label for p in still)} undecided when the "
                     f"script ended; not started again: {why_not}"

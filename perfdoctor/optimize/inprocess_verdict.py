@@ -39,6 +39,7 @@ from perfdoctor.optimize.catalog import tolerance_category_for, tolerance_for
 from perfdoctor.optimize.engine import Basis, PairedEstimate, verdict_words
 from perfdoctor.optimize.inprocess import (
     NARROW,
+    SCRIPT_ENDED,
     ABLog,
     Quartiles,
     pool,
@@ -131,6 +132,7 @@ def compare_in_process(
     label: str,
     numerics_note: str | None = None,
     peel_of: str | None = None,
+    chain_stop: str | None = None,
 ) -> VariantResult:
     """The verdict of comparison `label` over the A/B children of one chain (`ab_run` and
     `ab`: one child, or every child in run order, whose pairs pool). `numerics_runs`: the
@@ -234,8 +236,11 @@ def compare_in_process(
             return replace(result, verdict="rejected", reason=guard.reason)
     else:
         result = replace(result, numerics=numerics_note or "not checked")
+    ended = pooled.ended
+    if ended == SCRIPT_ENDED and chain_stop:
+        ended = f"the script ended, {chain_stop}"
     verdict, reason = speed_verdict(
-        est, pooled.ended, pooled.measure_s, processes=pooled.processes, basis=basis
+        est, ended, pooled.measure_s, processes=pooled.processes, basis=basis
     )
     would = None
     if verdict == "undecided":
