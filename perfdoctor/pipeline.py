@@ -774,6 +774,7 @@ class _Runner:
                     f"script ended; not started again: {why_not}"
                 )
                 return
+            assert block is not None  # why_not is set when no block fits
             previous = logs[-1].block_steps or block
             repeat = len(runs) + 1
             self.sink.note(
@@ -786,7 +787,7 @@ class _Runner:
                 design,
                 arms=arms,
                 comparisons=comparisons,
-                block_steps=min(block, previous) if previous else block,
+                block_steps=min(block, previous),
                 budget_s=round(max(1.0, design.budget_s - spent_s), 1),
                 prior_runs=tuple(str(r) for r in runs),
             )

@@ -398,7 +398,8 @@ class DataloaderWorkers(Applier):
                 self.detail = one_line(f"{where}: {reason}")
             return None
         if self.twins:
-            return self._twin_of(loader, where, args)
+            self._twin_of(loader, where, args)
+            return None
         if self.applied:
             self.note(f"{where}: num_workers 0 -> {self.workers}")
         else:
