@@ -53,7 +53,7 @@ from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
 from perfdoctor.optimize.sequential import extended_confidence
-from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates, with_rounds_advice
 from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
@@ -223,17 +223,19 @@ def compare_variants(
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
         extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
         results.append(
-            compare_variant(
-                baseline_runs,
-                samples,
-                variant.optimizations,
-                label=variant.label,
-                run_level_confidence=(
-                    extended_confidence(variant.max_extra_looks) if extended else None
-                ),
-                rounds_note=variant.rounds_stop,
-                statistic=variant.statistic,
-                statistic_why=variant.statistic_why,
+            with_rounds_advice(
+                compare_variant(
+                    baseline_runs,
+                    samples,
+                    variant.optimizations,
+                    label=variant.label,
+                    run_level_confidence=(
+                        extended_confidence(variant.max_extra_looks) if extended else None
+                    ),
+                    rounds_note=variant.rounds_stop,
+                    statistic=variant.statistic,
+                    statistic_why=variant.statistic_why,
+                )
             )
         )
     return results

@@ -227,6 +227,26 @@ def compare_variant(
     )
 
 
+def with_rounds_advice(result: VariantResult) -> VariantResult:
+    """An undecided re-runs verdict of `profile` with what would decide it: about how many
+    more alternated rounds (the band narrows as 1/sqrt(rounds) once it is run-level), or a
+    quieter machine when that is more than the measured rounds several times over."""
+    if result.verdict != "undecided":
+        return result
+    speedup, noise, pairs = result.speedup, result.speedup_noise, result.paired_runs
+    would = "more A/B rounds (--max-rounds, --round-budget)"
+    if speedup and noise is not None and pairs and 0 < speedup - noise < speedup:
+        half = math.log(speedup / (speedup - noise))
+        distance = max(abs(math.log(speedup)), NARROW)
+        needed = math.ceil(pairs * (half / distance) ** 2)
+        if result.low_confidence and needed > 8 * pairs:
+            would = "a quieter machine: the load's noise hides any difference this size"
+        else:
+            more = max(1, needed - pairs)
+            would = f"about {more} more A/B rounds (--max-rounds, --round-budget)"
+    return replace(result, reason=f"{result.reason}; would decide it: {would}", would_decide=would)
+
+
 def _gives_cores_back(applied: Sequence[object]) -> bool:
     from perfdoctor.optimize.inprocess_verdict import gives_cores_back
 
