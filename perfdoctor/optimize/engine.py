@@ -359,10 +359,13 @@ class Basis:
 def what_would_decide(est: PairedEstimate | None, basis: Basis) -> str:
     """The undecided verdict's advice: more steps, or a quieter machine."""
     if est is None:
+        first = LOOK_SCHEDULE[0]
         steps = (
-            f" (about {3 * basis.steps_per_pair:.0f} more steps)" if basis.steps_per_pair else ""
+            f" (about {first * basis.steps_per_pair:.0f} more steps)"
+            if basis.steps_per_pair
+            else ""
         )
-        return f"at least {MIN_PAIRS} pairs{steps}"
+        return f"about {first} pairs, the first look{steps}"
     needed = pairs_needed(est)
     if needed is None:
         return "nothing more"
