@@ -368,12 +368,33 @@ def _print_diagnosed(reports: list, fmt: str, *, several: bool) -> None:
         render_runs_overview(reports, make_console())
 
 
-@app.command(help="Compare two runs, such as before and after your own change.")
+@app.command(
+    help="Compare two runs, such as before and after your own change. A run is a session or "
+    "run directory, or `latest` / `previous`: a script's newest session in --out and the one "
+    "before it (perfdoctor compare previous latest)."
+)
 @guarded
 def compare(
     ctx: typer.Context,
-    run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
-    run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
+    run_a: Annotated[
+        Path, typer.Argument(help="The reference run (before); `previous` or `latest` too.")
+    ],
+    run_b: Annotated[
+        Path, typer.Argument(help="The run to judge (after); `latest` or `previous` too.")
+    ],
+    script: Annotated[
+        str | None,
+        typer.Option(
+            "--script",
+            metavar="SCRIPT",
+            help="Whose sessions `latest`/`previous` mean (needed when --out holds several "
+            "scripts' sessions).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Where `latest`/`previous` are looked up."),
+    ] = Path("perfdoctor-runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_if_slower: Annotated[
         float | None,
@@ -412,6 +433,7 @@ def compare(
     from perfdoctor.render.registry import COMPARISON_RENDERERS
 
     limits = _gate_limits(fail_if_slower, fail_if_more_memory, strict)
+    run_a, run_b = _session_alias(run_a, out, script), _session_alias(run_b, out, script)
     # Each side is read once; the comparison and the gate judge the same runs.
     side_a, side_b = load_side(run_a), load_side(run_b)
     result = compare_sides(side_a, side_b)
@@ -439,6 +461,17 @@ def compare(
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
 
 
+def _session_alias(run: Path, out: Path, script: str | None) -> Path:
+    """`latest` / `previous` (history/aliases.py); any other RUN is a path, as before."""
+    from perfdoctor.history.aliases import is_alias, resolve_alias
+
+    if not is_alias(run):
+        return run
+    resolved = resolve_alias(str(run), out, script)
+    stderr_console().print(f"{run}: {resolved}", markup=False, soft_wrap=True)
+    return resolved
+
+
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     from perfdoctor.optimize.regression_gate import GateLimits
 
@@ -450,6 +483,40 @@ def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     if strict and not limits.any:
         raise UsageError("--strict needs --fail-if-slower or --fail-if-more-memory")
     return limits
+
+
+@app.command(
+    help="List the sessions of `perfdoctor profile` in the --out directory (an SQLite index "
+    "there, rebuilt from the session directories when lost): date, script, arguments, git "
+    "commit, step time, headline and accepted fixes."
+)
+@guarded
+def history(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None,
+        typer.Argument(help="Only this script's sessions (a path, or the name as profiled)."),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="DIR", help="The --out directory of profile."),
+    ] = Path("perfdoctor-runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    from perfdoctor.errors import TargetNotFound
+    from perfdoctor.history import list_sessions
+    from perfdoctor.render.history_table import history_json, render_history
+
+    if not out.is_dir():
+        raise TargetNotFound(
+            f"{out} is not a directory of perfdoctor sessions",
+            hint="give the --out directory perfdoctor profile wrote to",
+        )
+    sessions = list_sessions(out, script)
+    if as_json:
+        sys.stdout.write(history_json(sessions, str(out), script))
+        return
+    render_history(sessions, make_console(), out_dir=str(out), script=script)
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")
@@ -466,6 +533,56 @@ def optimizations(ctx: typer.Context) -> None:
     from perfdoctor.render.listings import render_optimizations
 
     render_optimizations(make_console())
+
+
+@app.command(
+    help="Show a run's profiler trace in the trace viewer that torch-tb-profiler ships, "
+    "offline: served on 127.0.0.1 (a free port), nothing loaded from the network, "
+    "perfdoctor's step and phase markers on a track of their own. Ctrl-C stops it."
+)
+@guarded
+def view(
+    ctx: typer.Context,
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory (its baseline's trace), the --out directory (its latest "
+            "session), a child run directory, a rank directory (ranks/<k>) or a trace file."
+        ),
+    ] = Path("perfdoctor-runs/latest"),
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default or 0: a free one).")
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Also open the URL in the default web browser.")
+    ] = False,
+) -> None:
+    from perfdoctor.view.prepare import prepare_view
+    from perfdoctor.view.server import bind
+
+    if port is not None and not 0 <= port <= MAX_PORT:
+        raise UsageError(f"--port must be in 0..{MAX_PORT} (0: a free one), not {port}")
+    prepared = prepare_view(run)
+    running = bind(prepared.site, port)
+    try:
+        console = make_console()
+        shown = prepared.source.trace or f"none ({prepared.source.steps_dir}/steps.jsonl)"
+        console.print(f"trace: {shown}", markup=False, soft_wrap=True)
+        if prepared.source.others:
+            console.print(
+                f"  ({len(prepared.source.others)} more in its directory; give a trace file "
+                "to see another)",
+                markup=False,
+            )
+        console.print(prepared.markers.note, markup=False, soft_wrap=True)
+        console.print(f"trace viewer on {running.url}  (offline; Ctrl-C stops it)", markup=False)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(running.url)
+        running.serve_forever()
+    finally:
+        running.close()
 
 
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
@@ -496,6 +613,13 @@ def tensorboard(
             "note: the PyTorch Profiler plugin (torch-tb-profiler) is not installed, so only "
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
+        )
+    else:
+        console.print(
+            "note: the PyTorch Profiler tab needs internet access (its overview loads Google "
+            f"Charts from the web); offline, `perfdoctor view {run}` shows the trace itself",
+            markup=False,
+            soft_wrap=True,
         )
     process = None
     try:

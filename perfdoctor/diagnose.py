@@ -615,9 +615,11 @@ def _write_reports(session_dir: Path, report: Report) -> WrittenReports:
     `run_dir_bytes` is the session's size once they are all written; render the returned
     report (not the one passed in) to show the same figure the files state.
     """
+    from perfdoctor.history.trend import with_trend
     from perfdoctor.render.charts import build_charts
     from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
+    report = with_trend(session_dir, report)
     # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
     _scalars_beside(session_dir, report, lambda: build_charts(report))
     renderers = {name: r.load() for name, r in file_renderers(REPORT_RENDERERS).items()}

@@ -13,7 +13,8 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
     66        the target was not found (missing file, a directory, unknown module)
     67        the script never trained: no optimizer step, backward or model forward was seen
     68        not a perfdoctor run directory, or one of its artifacts is corrupt or untrusted
-    69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`)
+    69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`,
+              torch-tb-profiler's trace viewer for `perfdoctor view`)
     70        `perfdoctor compare --fail-if-slower/--fail-if-more-memory`: B regressed beyond
               the limit and the noise, or could not be measured (or, with --strict, could not
               be told from noise)

@@ -802,6 +802,17 @@ def world_text(report: Report) -> str:
     return f"world size {world}" + (f" ({details})" if details else "")
 
 
+def view_command(report: Report) -> str:
+    """`perfdoctor view`: the trace in the viewer torch-tb-profiler ships, with no network
+    (TensorBoard's Profiler tab needs it). For a diagnosed trace, the user's own file."""
+    traces = sorted(path for name, path in report.artifacts.items() if "trace" in name.lower())
+    if not traces:
+        return ""
+    if is_trace(report):
+        return f"perfdoctor view {traces[0]}"
+    return f"perfdoctor view {report.run_dir}" if report.run_dir else ""
+
+
 def tensorboard_command(report: Report) -> str:
     # A diagnose report directory holds no traces: the user's own logdir is the one to open.
     if is_trace(report) or not report.run_dir:
@@ -838,6 +849,9 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
             continue
         shown.add(os.path.normpath(full))
         rows.append((name, full))
+    viewer = view_command(report)
+    if viewer:
+        rows.append(("trace, offline viewer", viewer))
     command = tensorboard_command(report)
     if command:
         rows.append(("traces and scalars", command))
