@@ -98,7 +98,7 @@ def profile(ctx: typer.Context, **_options: object) -> None:
     check_output_dir(options.runs_root)
     console = stderr_console() if given.as_json else make_console()
     try:
-        outcome = _profile(options, console)
+        outcome = _profile(options, console, json_progress=given.progress_json)
     except OSError as err:
         # Everything perfdoctor writes goes under --out: a failure to write there (no space
         # left, a read-only file system) is no bug of perfdoctor's and no fault of the script.
@@ -173,12 +173,12 @@ def _say_the_script_failed(outcome) -> None:
     )
 
 
-def _profile(options, console: Console):
+def _profile(options, console: Console, json_progress: bool = False):
     from perfdoctor.errors import NoTrainingSteps, RunTimeout
     from perfdoctor.pipeline import profile as run_profile
     from perfdoctor.render.progress import make_progress_sink
 
-    with make_progress_sink(console) as sink:
+    with make_progress_sink(console, as_json=json_progress) as sink:
         try:
             return run_profile(options, sink)
         except (NoTrainingSteps, RunTimeout, ProfileStopped) as err:
@@ -199,7 +199,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
             _print_report(analyze_session(latest), "terminal", console)
 
 
-FORMAT_HELP = "terminal, md, html or json."
+FORMAT_HELP = "terminal, md, html, json or brief (at most ~40 lines, for agents and CI logs)."
 MAX_PORT = 65535
 
 
@@ -634,3 +634,63 @@ def tensorboard(
         # server running behind us. A stop during start_tensorboard is handled there.
         if process is not None:
             stop_tensorboard(process)
+
+
+@app.command(
+    help="Serve perfdoctor's tools to a coding agent: an MCP server over stdio (no network "
+    "port). Scripts and runs are only taken from under --root. Needs the extra: "
+    "pip install 'perfdoctor[agent]'."
+)
+@guarded
+def mcp(
+    ctx: typer.Context,
+    root: Annotated[
+        Path,
+        typer.Option(
+            "--root", metavar="DIR", help="The only directory the tools may run or read."
+        ),
+    ] = Path("."),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where sessions go (default ROOT/perfdoctor-runs)."
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.errors import MissingTool
+
+    try:
+        from perfdoctor.handover.mcp_server import serve
+    except ImportError as err:
+        raise MissingTool(
+            f"the MCP server needs the mcp package ({err.name or err} is missing)",
+            hint="pip install 'perfdoctor[agent]'",
+        ) from None
+    if out is not None:
+        check_output_dir(out.absolute())
+    serve(root, out)
+
+
+@app.command(
+    help="Print the skill that teaches a coding agent to use perfdoctor (SKILL.md), or write "
+    "it into DIR with --write."
+)
+@guarded
+def skill(
+    ctx: typer.Context,
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            metavar="DIR",
+            help="Write DIR/perfdoctor/SKILL.md (an agent's skills folder) instead of printing.",
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.handover.skill import skill_text, write_skill
+
+    if write is None:
+        sys.stdout.write(skill_text())
+        return
+    written = write_skill(write)
+    stderr_console().print(f"wrote {written}", markup=False)

@@ -97,6 +97,7 @@ class ProfileArgs:
     memory_limit: str | None = None
     want_batch: int | None = None
     keep_effective_batch: bool = False
+    progress_json: bool = False  # hidden: progress as JSON lines on stderr (the MCP server)
 
     @classmethod
     def from_params(
@@ -377,6 +378,14 @@ def profile_options(
         typer.Option(
             "--keep-effective-batch",
             help="--plan-batch: keep the effective batch (gradient accumulation).",
+        ),
+    ] = False,
+    progress_json: Annotated[
+        bool,
+        typer.Option(
+            "--progress-json",
+            hidden=True,
+            help="Progress as JSON lines on stderr, for a program driving perfdoctor.",
         ),
     ] = False,
 ) -> None:

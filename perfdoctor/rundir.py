@@ -55,6 +55,8 @@ SESSION_FILE = "session.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+# The accepted fixes as a diff of the user's files (written by the pipeline when there are any).
+FIXES_PATCH = "fixes.patch"
 LATEST_LINK = "latest"
 BASELINE_LABEL = "baseline"
 
