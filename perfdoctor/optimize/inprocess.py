@@ -368,7 +368,7 @@ def pool(logs: Sequence[ABLog], label: str) -> Pooled | None:
         label=label,
         pairs=tuple(pairs),
         processes=processes,
-        measure_s=measure_s,
+        measure_s=round(measure_s, 3),
         ended=ended,
         design=last.design,
         steps_per_pair=float(arms * block) if block else None,
