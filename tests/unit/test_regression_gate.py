@@ -326,3 +326,39 @@ def test_an_a_a_of_noisy_repeats_passes_a_10_percent_gate(tmp_path: Path) -> Non
     # A real 30% slowdown with the same scatter still fails.
     slow = session(tmp_path / "slow", [scaled(noisy, 1.3 * f) for f in factors_b])
     assert run_gate(a, slow, GateLimits(slower_pct=10)).outcome == "failed"
+
+
+def test_an_undecided_gate_measures_more_runs_of_b_by_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: the gate cannot tell (B's two runs disagree by 40%), so it records more runs
+    of B as B was recorded (gate_more.py; here the runs are made by hand), a pair at a time,
+    and judges again with them: the A/A passes instead of exiting 71."""
+    from perfdoctor import gate_more
+    from perfdoctor.analyze.record import load_run
+
+    a = session(tmp_path / "a", [scaled(RUN_1, f) for f in (1.0, 1.03, 0.98)])
+    b = session(tmp_path / "b", [scaled(RUN_2, 0.8), scaled(RUN_3, 1.2)])
+    assert run_gate(a, b, GateLimits(slower_pct=10)).outcome == "undecided"
+    steady = iter([1.01, 0.99, 1.0, 1.02, 0.98, 1.0])
+    made: list[int] = []
+
+    def record_more(spec, side_dir, count, start, **_: object):  # type: ignore[no-untyped-def]
+        runs = []
+        for k in range(start, start + count):
+            run = make_run(tmp_path / "more" / f"run-{k}", timed_ms=scaled(RUN_1, next(steady)))
+            runs.append(load_run(run))
+            made.append(k)
+        return runs
+
+    monkeypatch.setattr(gate_more, "rerunnable", lambda record: record.spec)
+    monkeypatch.setattr(gate_more, "record_more", record_more)
+    got = cli(str(a), str(b), "--fail-if-slower", "10", "--json")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert made and len(made) <= gate_more.MAX_MORE_RUNS and len(made) % 2 == 0
+    assert "more run(s) of B" in got.stderr
+    gate = json.loads(got.stdout)["gate"]
+    assert gate["outcome"] == "passed"
+    # Without it, the same gate stays undecided (exit 71).
+    still = cli(str(a), str(b), "--fail-if-slower", "10", "--no-measure-more")
+    assert still.returncode == EXIT_UNDECIDED
