@@ -341,7 +341,13 @@ def diagnose(
     if not quiet:
         _print_diagnosed(reports, fmt, several=len(done) > 1)
     if reports:
-        where = Path(reports[0].run_dir) if len(done) == 1 else Path(reports[0].run_dir).parent
+        if len(done) == 1:
+            where = Path(reports[0].run_dir)
+        elif len(reports) > 1:
+            # A job's report with a stray trace's beside it: their common folder.
+            where = Path(os.path.commonpath([r.run_dir for r in reports]))
+        else:
+            where = Path(reports[0].run_dir).parent
         stderr_console().print(f"reports written to {where}", markup=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_RUN_DIR if len(reports) < len(done) else 0)
 

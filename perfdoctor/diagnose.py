@@ -409,6 +409,8 @@ def analyze_session(session_dir: Path) -> Report:
     warnings += [w for w in record.observed.warnings or () if w not in warnings]
     # What loading the run found amiss (steps.jsonl missing or unreadable, several traces).
     warnings += [n for n in record.notes if n not in warnings]
+    withheld = diagnosis.facts.settings.get("withheld") or ()
+    warnings += [w for w in withheld if w not in warnings]
     missed = profiler_window_missed(record.observed)
     if missed:
         warnings.append(missed)

@@ -290,6 +290,13 @@ FACTS: dict[str, FactDoc] = {
     "misaligned_lowp_gemm_count": _f(
         "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
     ),
+    "trace_python_frames": _f(
+        "count", "trace", "Python frames (python_function events) the trace recorded"
+    ),
+    "misaligned_gemm_dims": _f("name", "trace", "those GEMMs' dims that are not multiples of 8"),
+    "embedding_rows": _f(
+        "count", "trace", "rows of the largest embedding table looked up (a vocabulary)"
+    ),
     "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
     "comm_frac": _f(
         "frac",
@@ -393,6 +400,9 @@ FACTS: dict[str, FactDoc] = {
         "name", "trace", "dominant collective: transfer, waiting (for a peer) or unknown"
     ),
     "comm_wait_reason": _gpu("name", "trace", "why comm_wait_verdict says so"),
+    "comm_dtype": _gpu(
+        "name", "trace", "the dtype the most communication time moved (Float, BFloat16, ...)"
+    ),
     "comm_transfer_share": _gpu(
         "frac", "trace", "of the communication kernels' time, the transfer (not the wait)"
     ),
@@ -545,6 +555,16 @@ FACTS: dict[str, FactDoc] = {
     ),
     "oom_device_free_bytes": _gpu(
         "bytes", "memory", "free device memory when that request failed (device_free)"
+    ),
+    "memory_device": _gpu(
+        "count",
+        "memory",
+        "the device the memory figures are of: the one that ran out of memory, else the one "
+        "with the highest peak",
+    ),
+    "memory_devices": _gpu("count", "memory", "devices in the snapshot (segments or history)"),
+    "memory_other_devices": _gpu(
+        "name", "memory", "the snapshot's other devices in brief: peak, reserved, out-of-memory"
     ),
     "memory_cache_fragmented": _gpu(
         "bool",

@@ -23,6 +23,7 @@ from perfdoctor.analyze.comm_trace import CommSummary
 from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
+from perfdoctor.analyze.fact_bounds import within_bounds
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.load_window import with_run_load
 from perfdoctor.analyze.loop_account import loop_facts
@@ -61,11 +62,12 @@ def derive_facts(record: RunRecord) -> Facts:
         log.warning("facts missing from fact_catalog.FACTS, dropped: %s", ", ".join(unknown))
     values: dict[str, Scalar] = dict.fromkeys(FACTS)
     values.update({k: _plain(v) for k, v in measured.items() if k in FACTS})
-    return Facts(
-        values=values,
-        locations=_locations(record),
-        settings=_settings(record, samples),
-    )
+    # No share above its whole reaches a rule or a report (fact_bounds.py).
+    values, withheld = within_bounds(values)
+    settings = _settings(record, samples)
+    if withheld:
+        settings["withheld"] = list(withheld)
+    return Facts(values=values, locations=_locations(record), settings=settings)
 
 
 def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dict[str, Any]:
@@ -277,7 +279,14 @@ def batch_size(record: RunRecord) -> int | None:
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
-    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in record.ranks])
+    # A perfdoctor run's ranks step in lockstep under its hooks: the job's step is the
+    # slowest rank's. Traces of a job are each rank's own ProfilerStep spans, and the report
+    # diagnoses one rank's trace (its GPU window, data wait, breakdown): its step is that
+    # rank's own, or the report would give the step as 19.9 ms (another rank's) beside the
+    # 12.5 ms window and a data share of each (the 8-rank DLRM job). The ranks table keeps
+    # every rank's own step.
+    lockstep = [] if getattr(record, "source", None) == "trace" else record.ranks
+    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in lockstep])
     # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
     captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (
@@ -808,6 +817,11 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
         "matmul_ms_frac": t.matmul_frac,
         "fp32_matmul_conv_frac": t.fp32_matmul_conv_frac,
         "misaligned_lowp_gemm_count": t.misaligned_lowp_gemm_count,
+        "trace_python_frames": t.python_frames,
+        "misaligned_gemm_dims": (
+            ", ".join(str(d) for d in t.misaligned_gemm_dims) if t.misaligned_gemm_dims else None
+        ),
+        "embedding_rows": t.embedding_rows,
         "dataloader_trace_ms_per_step": t.dataloader_ms_per_step,
         "comm_frac": t.comm_frac,
     }

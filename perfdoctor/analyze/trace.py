@@ -54,10 +54,13 @@ class TraceSummary:
     fp32_matmul_conv_frac: float | None  # None without record_shapes
     op_share_basis: str  # "gpu_kernel_time" or "cpu_op_time"
     misaligned_lowp_gemm_count: int | None  # None without record_shapes
+    misaligned_gemm_dims: tuple[int, ...]
+    embedding_rows: int | None  # the largest embedding table's rows (a vocabulary)
     dataloader_ms_per_step: float | None
     comm_frac: float | None
     gpu: GpuSummary | None
     has_stacks: bool
+    python_frames: int  # python_function events (with_stack=True)
     has_shapes: bool
     # Facts.locations topics (fact_catalog.LOCATION_TOPICS) found in the trace.
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
@@ -124,10 +127,13 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         fp32_matmul_conv_frac=shares.fp32_frac,
         op_share_basis=shares.basis,
         misaligned_lowp_gemm_count=shares.misaligned_lowp_gemms,
+        misaligned_gemm_dims=shares.misaligned_dims,
+        embedding_rows=shares.embedding_rows,
         dataloader_ms_per_step=steps.per_step(loading.total_us / 1000.0),
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
         gpu=gpu,
         has_stacks=has_stacks,
+        python_frames=len(ev.python),
         has_shapes=bool(ev.shapes),
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,

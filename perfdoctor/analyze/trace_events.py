@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -37,7 +38,13 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
-from perfdoctor.analyze.op_names import ATTENTION_OPS, CONV_OPS, GROUPED_MM_OPS, MATMUL_OPS
+from perfdoctor.analyze.op_names import (
+    ATTENTION_OPS,
+    CONV_OPS,
+    EMBEDDING_OPS,
+    GROUPED_MM_OPS,
+    MATMUL_OPS,
+)
 from perfdoctor.analyze.trace_meta import (
     DeviceInfo,
     DistributedInfo,
@@ -81,6 +88,21 @@ CATEGORY_ALIASES: dict[str, str] = {
     CUDA_DRIVER: CUDA_DRIVER,
     "Driver": CUDA_DRIVER,
 }
+# The same, matched case-, space- and underscore-blind ("Python Function", "PYTHON_FUNCTION"
+# as other writers and ROCm builds spell them): an MI300X report said "the trace has no
+# Python frames" beside 6,649 of them.
+_LOOSE_ALIASES = {re.sub(r"[^a-z]", "", k.lower()): v for k, v in CATEGORY_ALIASES.items()}
+
+
+def canonical_category(cat: str) -> str | None:
+    """The current kineto name of a trace category, under any spelling seen; None for a
+    category the analysis does not read."""
+    exact = CATEGORY_ALIASES.get(cat)
+    if exact is not None:
+        return exact
+    return _LOOSE_ALIASES.get(re.sub(r"[^a-z]", "", cat.lower())) if cat else None
+
+
 # record_function spans that current kineto files under user_annotation and 2021-era kineto
 # under Operator.
 ANNOTATION_PREFIXES = (
@@ -98,8 +120,8 @@ GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
 
 # Ops whose record_shapes payload is decoded: GEMMs and convolutions (precision, alignment).
-# Attention and grouped GEMMs: their FLOPs (op_flops.py).
-SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS
+# Attention and grouped GEMMs: their FLOPs (op_flops.py). Embeddings: their vocabulary.
+SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS | EMBEDDING_OPS
 
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
@@ -443,7 +465,12 @@ class EventBuilder:
         canon: dict[str, list[_Event]] = defaultdict(list)
         old_ops: list[_Event] = []
         for cat, evs in groups.items():
-            name = CATEGORY_ALIASES.get(cat)
+            name = canonical_category(cat)
+            if name is None and not cat:
+                # Frames written without a category still carry their Python id.
+                frames = [e for e in evs if e.args is not None and e.args.python_id is not None]
+                canon[PYTHON_FUNCTION].extend(frames)
+                continue
             if name == CPU_OP and cat != CPU_OP:
                 old_ops.extend(evs)
             elif name is not None:
@@ -535,7 +562,9 @@ class EventBuilder:
             self.names,
             self.tids,
             kind=np.fromiter(
-                (_GPU_KINDS[CATEGORY_ALIASES[e.cat]] for e in events), dtype=np.int8, count=n
+                (_GPU_KINDS[canonical_category(e.cat) or KERNEL] for e in events),
+                dtype=np.int8,
+                count=n,
             ),
             correlation=_ids([a.correlation for a in args]),
             external_id=_external_ids(args),
