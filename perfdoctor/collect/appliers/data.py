@@ -303,16 +303,10 @@ class DataloaderWorkers(Applier):
         spec = getattr(ctx.runtime, "spec", None)
         # Twins only in an A/B run that may switch this fix; a run that applies it for good
         # changes num_workers itself, so its record and its numerics are the fix's own.
-        self.twins = (
-            getattr(spec, "ab", None) is not None and not self.fewer and self.workers > 0
-        )
+        self.twins = getattr(spec, "ab", None) is not None and not self.fewer and self.workers > 0
         self.active = True
-        self._twins: weakref.WeakKeyDictionary[DataLoader, DataLoader] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._twin_iters: weakref.WeakKeyDictionary[DataLoader, Any] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._twins: weakref.WeakKeyDictionary[DataLoader, DataLoader] = weakref.WeakKeyDictionary()
+        self._twin_iters: weakref.WeakKeyDictionary[DataLoader, Any] = weakref.WeakKeyDictionary()
         self.patch.adjusters.append((self, self._adjust))
         if self.twins:
             self.patch.on_iter.append(self._wrap)
