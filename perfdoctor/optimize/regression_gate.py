@@ -17,9 +17,10 @@ pairs of single runs measured 0.76x, 0.82x and 0.92x on a loaded 2-core CPU mach
 `perfdoctor profile --repeat N --no-apply train.py` records N runs per side, which
 replaces the assumption with a measurement. With two runs or more on each side the band is
 run-level instead (`run_level_band`): each run one observation (its median step, or its wall
-time over its steps where steps are bursty, optimize/engine.py), a Welch t interval on the
-difference of the sides' mean log run values, which narrows as runs are added: an A/A of
-records of the same script passes a limit its runs' scatter allows.
+time over its steps where steps are bursty, optimize/engine.py), a Student t interval on the
+difference of the sides' mean log run values (pooled variance: one script, one machine),
+which narrows as runs are added: an A/A of records of the same script passes a limit its
+runs' scatter allows.
 
 Peak memory. The change is the median of B's per-run peaks over A's (CUDA max allocated,
 else the process RSS peak), with each side's half-range of its run peaks as its noise, or
@@ -174,7 +175,7 @@ RUN_LEVEL_CONFIDENCE = 0.95
 def run_level_band(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[float, float] | None:
     """B's slowdown against A from whole runs, with two or more runs a side: the difference
     of the mean log run values (median step, or wall time over steps where A's steps are
-    bursty: optimize/engine.py's statistic), and the half-width of its Welch t interval. Each
+    bursty: optimize/engine.py's statistic), and the half-width of its pooled t interval. Each
     run is one observation, so the interval is calibrated by what the runs themselves
     scatter: the bootstrap-plus-spreads band adds up noises that overlap, and an A/A of two
     records of 4 runs each at load 3.8 straddled a 10% limit with it (issue 32), while more
@@ -184,17 +185,17 @@ def run_level_band(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[floa
     log_b = [math.log(v) for r in b if (v := window_value(r.step_ms, statistic))]
     if len(log_a) < 2 or len(log_b) < 2:
         return None
-    var_a, var_b = statistics.variance(log_a), statistics.variance(log_b)
-    se2 = var_a / len(log_a) + var_b / len(log_b)
+    n_a, n_b = len(log_a), len(log_b)
     diff = statistics.fmean(log_b) - statistics.fmean(log_a)
-    if se2 <= 0:
-        return diff, 0.0
-    # Welch-Satterthwaite degrees of freedom.
-    denominator = (var_a / len(log_a)) ** 2 / (len(log_a) - 1) + (var_b / len(log_b)) ** 2 / (
-        len(log_b) - 1
-    )
-    dof = max(1, int(se2**2 / denominator)) if denominator > 0 else len(log_a) + len(log_b) - 2
-    return diff, t_quantile(RUN_LEVEL_CONFIDENCE, dof) * math.sqrt(se2)
+    # One pooled variance (Student's t, n_a + n_b - 2 degrees of freedom): both sides are
+    # runs of one script on one machine, so their run-to-run scatter is one noise. Welch's
+    # separate variances gave an A of 2 runs a single degree of freedom (t = 12.7): a band
+    # of -99% .. +78,000% that no number of B's runs could narrow.
+    pooled = (
+        (n_a - 1) * statistics.variance(log_a) + (n_b - 1) * statistics.variance(log_b)
+    ) / (n_a + n_b - 2)
+    se = math.sqrt(pooled * (1.0 / n_a + 1.0 / n_b))
+    return diff, t_quantile(RUN_LEVEL_CONFIDENCE, n_a + n_b - 2) * se
 
 
 def _peaks(samples: Sequence[RunSample]) -> list[int]:
