@@ -249,6 +249,10 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         manifest is not None and manifest.device is not None and manifest.device.kind == "cuda"
     )
     switched = in_process_candidates(candidates, options, diagnosis)
+    if getattr(runner.sizings.get("dataloader-workers"), "fewer", False):
+        # Fewer workers than the script's own: the applier lowers the count where the loader
+        # is built, so there is no twin to switch to; measured by re-runs.
+        switched = [c for c in switched if c != "dataloader-workers"]
     rerun = [c for c in candidates if c not in switched]
     runner.statistics = _statistics(diagnosis, switched, rerun)
     for where, ids, choice in zip(
