@@ -270,7 +270,7 @@ class SwitchingIterator:
         self._left = len(own) if hasattr(own, "__len__") else None
         # Start the twin's workers now: they fill their prefetch queue while the warm-up
         # and the baseline's blocks run (the fix's first block never counts either).
-        applier.twin_iterator(loader)
+        self._twin_ok = applier.start_twin(loader)
 
     def __iter__(self) -> SwitchingIterator:
         return self
@@ -283,7 +283,7 @@ class SwitchingIterator:
             if self._left <= 0:
                 raise StopIteration
             self._left -= 1
-        if self._applier.active:
+        if self._applier.active and self._twin_ok:
             return self._applier.next_from_twin(self._loader)
         return next(self._own)
 
@@ -318,6 +318,17 @@ class DataloaderWorkers(Applier):
         if loader not in self.patch.switched:
             return iterator
         return SwitchingIterator(loader, iterator, self)
+
+    def start_twin(self, loader: DataLoader) -> bool:
+        """The twin's workers started; False (and the fix refused, so its comparison ends
+        "not applied") when the twin cannot be built: the script goes on with its own."""
+        try:
+            self.twin_iterator(loader)
+        except Exception as exc:  # the script's own loader must keep working
+            log.warning("DataLoader twin not started", exc_info=True)
+            self.refuse(f"the DataLoader's multi-worker twin failed: {one_line(exc, 100)}")
+            return False
+        return True
 
     def twin_iterator(self, loader: DataLoader) -> Any:
         twin = self._twins.get(loader)
