@@ -481,6 +481,9 @@ def _script_end(
     step = manifest.stopped_at.get("step")
     if isinstance(step, int) and not isinstance(step, bool):
         end["step"] = step
+    framework = manifest.stopped_at.get("framework")
+    if isinstance(framework, str):
+        end["framework"] = framework
     where = manifest.stopped_at.get("location")
     if isinstance(where, dict) and where.get("file"):
         end["location"] = f"{where['file']}:{where.get('line')} in {where.get('function')}"

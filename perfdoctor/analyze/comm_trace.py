@@ -126,36 +126,50 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
-    for i, row in enumerate(rows.tolist()):
-        name = ev.names[int(gpu.name[row])]
-        # Named by its launch inside a collective's host call, not by a known library.
-        family = coll.kernel_family(name) or "launched_in_collective"
+    # One comm kernel per iteration; what depends only on a name is worked out once per
+    # name, and the columns are read as lists, not indexed row by row.
+    family_of: dict[int, str] = {}
+    kind_of: dict[tuple[str, str | None], str] = {}
+    launch_list = launch.tolist()
+    launch_tid = ev.runtime.tid[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    launch_ts = ev.runtime.ts[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    durs = gpu.dur[rows].tolist()
+    for i, (row, code) in enumerate(zip(rows.tolist(), gpu.name[rows].tolist(), strict=True)):
+        name = ev.names[code]
+        family = family_of.get(code)
+        if family is None:
+            # Named by its launch inside a collective's host call, not by a known library.
+            family = family_of[code] = coll.kernel_family(name) or "launched_in_collective"
         families.add("rccl" if on_amd and family == "nccl" else family)
         args = ev.comm_gpu.get(row)
         host_name = None
-        if launch[i] >= 0:
-            tid = int(ev.runtime.tid[launch[i]])
+        if launch_list[i] >= 0:
+            tid = launch_tid[i]
             if tid in spans:
-                host_name, host_args = enclosing(spans[tid], float(ev.runtime.ts[launch[i]]))
+                host_name, host_args = enclosing(spans[tid], launch_ts[i])
                 args = args or host_args
         recorded = args.collective if args is not None else None
-        kind = coll.collective_kind(name, recorded or host_name)
+        key = (name, recorded or host_name)
+        kind = kind_of.get(key)
+        if kind is None:
+            kind = kind_of[key] = coll.collective_kind(*key)
         ranks = (args.group_size if args is not None else None) or world
         size = (
             message_bytes(kind, args.in_nelems, args.out_nelems, args.dtype)
             if args is not None
             else None
         )
-        sequence.append((kind, float(gpu.dur[row])))
+        dur = durs[i]
+        sequence.append((kind, dur))
         if args is not None and args.dtype:
-            dtype_us[args.dtype] += float(gpu.dur[row])
+            dtype_us[args.dtype] += dur
         if ranks:
             groups.append(ranks)
         if size is not None:
             bytes_by[kind] += size
         samples[kind].append(
             Sample(
-                dur_us=float(gpu.dur[row]),
+                dur_us=dur,
                 size_bytes=float(size) if size is not None else None,
                 bus_factor=bus_factor(kind, ranks) if ranks and size is not None else None,
             )

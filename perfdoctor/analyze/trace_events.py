@@ -31,6 +31,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -204,8 +205,10 @@ class Table:
     def __len__(self) -> int:
         return int(self.ts.shape[0])
 
-    @property
+    @cached_property
     def end(self) -> np.ndarray:
+        # Computed once: callers index it row by row (`table.end[row]`), and recomputing a
+        # whole column per row made those loops O(rows x events).
         return self.ts + self.dur
 
     def col(self, key: str) -> np.ndarray:

@@ -458,28 +458,36 @@ def _grouped(
 
 
 def _copies(ev: TraceEvents, rows: np.ndarray, selected: np.ndarray) -> _Copies:
-    """Copy time, bytes and count by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD")."""
+    """Copy time, bytes and count by kind (`Memcpy HtoD (Pageable -> Device)` -> "HtoD").
+    Summed per name with bincount; only the few distinct copy names are read as strings."""
     gpu = ev.gpu
+    chosen = rows[selected]
+    codes, where = np.unique(gpu.name[chosen], return_inverse=True)
+    sizes = gpu.col("bytes")[chosen]
+    sizes = np.where(np.isfinite(sizes), sizes, 0.0)
+    per_ms = np.bincount(where, weights=gpu.dur[chosen], minlength=codes.size) / 1000.0
+    per_bytes = np.bincount(where, weights=sizes, minlength=codes.size)
+    per_count = np.bincount(where, minlength=codes.size)
     ms: dict[str, float] = {}
     nbytes: dict[str, float] = {}
     counts: dict[str, int] = {}
     pageable = htod = 0
     pageable_bytes = htod_bytes = 0.0
-    for i in np.flatnonzero(selected).tolist():
-        label = ev.names[int(gpu.name[rows[i]])]
+    for code, t, b, n in zip(
+        codes.tolist(), per_ms.tolist(), per_bytes.tolist(), per_count.tolist(), strict=True
+    ):
+        label = ev.names[code]
         parts = label.split()
         kind = parts[1] if len(parts) > 1 and parts[0] == "Memcpy" else "other"
-        size = float(gpu.col("bytes")[rows[i]])
-        size = size if np.isfinite(size) else 0.0
-        ms[kind] = ms.get(kind, 0.0) + float(gpu.dur[rows[i]]) / 1000.0
-        nbytes[kind] = nbytes.get(kind, 0.0) + size
-        counts[kind] = counts.get(kind, 0) + 1
+        ms[kind] = ms.get(kind, 0.0) + t
+        nbytes[kind] = nbytes.get(kind, 0.0) + b
+        counts[kind] = counts.get(kind, 0) + n
         if kind == "HtoD":
-            htod += 1
-            htod_bytes += size
+            htod += n
+            htod_bytes += b
             if "Pageable" in label:
-                pageable += 1
-                pageable_bytes += size
+                pageable += n
+                pageable_bytes += b
     if htod_bytes > 0:
         frac: float | None = pageable_bytes / htod_bytes
     else:

@@ -135,15 +135,11 @@ def _data_wait_per_step(ev: TraceEvents, steps: Steps) -> list[float] | None:
     if all(rows.size == 0 for _, rows in spans):
         return None
     by_thread = union_by_thread(spans)
-    out = []
-    for start, end in zip(steps.starts.tolist(), steps.ends.tolist(), strict=True):
-        lo, hi = np.array([start]), np.array([end])
-        total = 0.0
-        for us, ue in by_thread.values():
-            cs, ce = intervals.clip(us, ue, lo, hi)
-            total += intervals.total(cs, ce)
-        out.append(total / 1000.0)
-    return out
+    lo, hi = steps.starts.astype(np.float64), steps.ends.astype(np.float64)
+    total = np.zeros(lo.shape, dtype=np.float64)
+    for us, ue in by_thread.values():
+        total += intervals.time_in_windows(us, ue, lo, hi)
+    return (total / 1000.0).tolist()
 
 
 def steps_from_trace(ev: TraceEvents) -> tuple[StepRecord, ...]:

@@ -242,7 +242,29 @@ def _stop_point(probes: Any, user_code: UserCode, exc: PlanComplete) -> dict[str
     location = user_code.innermost_in_traceback(exc.__traceback__)
     if location is not None:
         point["location"] = location
+    framework = _training_framework(exc.__traceback__)
+    if framework is not None:
+        point["framework"] = framework
     return point
+
+
+# The training loop's owner, by the files the stop came through: what "its end of training"
+# holds differs (Lightning's on_train_end and final checkpoint, the HF Trainer's save).
+_FRAMEWORK_FILES = (
+    ("lightning", ("/pytorch_lightning/trainer/", "/lightning/pytorch/trainer/")),
+    ("transformers", ("/transformers/trainer.py",)),
+)
+
+
+def _training_framework(tb: Any) -> str | None:
+    files: list[str] = []
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename.replace("\\", "/"))
+        tb = tb.tb_next
+    for name, markers in _FRAMEWORK_FILES:
+        if any(marker in f for f in files for marker in markers):
+            return name
+    return None
 
 
 def _exit_status(code: Any) -> int:

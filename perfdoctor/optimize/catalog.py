@@ -515,6 +515,21 @@ _ENTRIES: tuple[Optimization, ...] = (
         device="any",
     ),
     _manual(
+        id="index-whole-batches",
+        title="Index whole batches of the in-memory tensors (no per-row __getitem__ + collate)",
+        risk="none: the same rows in the same order; drop_last as before",
+        code_change=(
+            "from torch.utils.data import BatchSampler, DataLoader, RandomSampler\n"
+            "batches = BatchSampler(RandomSampler(ds), batch_size=256, drop_last=False)\n"
+            "loader = DataLoader(ds, sampler=batches, batch_size=None)  # ds[list] -> a batch"
+        ),
+        applies_when=(
+            "a TensorDataset of in-memory tensors is fetched row by row and collated again"
+        ),
+        device="any",
+        tailor=snippets.batched_indexing_for_script,
+    ),
+    _manual(
         id="faster-data-pipeline",
         title="Faster Dataset / collate code",
         risk="none",

@@ -77,6 +77,15 @@ def headline(report: Report) -> Headline:
     return replace(head, run_notes=notes) if notes else head
 
 
+# What a stopped script's end of training held, by whose loop it was stopped in (the stop
+# point's framework, collect/bootstrap.py): Lightning's words only where Lightning ran.
+_END_OF_TRAINING = {
+    "lightning": "its end of training (on_train_end, final checkpoint, logger finalisation)",
+    "transformers": "its end of training (the Trainer's on_train_end callbacks, final save)",
+}
+_PLAIN_END = "what the script does after its loop (saving, a final evaluation, printing)"
+
+
 def run_notes(report: Report) -> tuple[str, ...]:
     """Where perfdoctor stopped the script (or that it ran to its end), and which output
     folders of perfdoctor's own re-runs it removed."""
@@ -97,8 +106,8 @@ def run_notes(report: Report) -> tuple[str, ...]:
         )
         where = f", in {end['location']}" if end.get("location") else ""
         notes.append(
-            f"The script was stopped by perfdoctor{at}{where}: its end of training "
-            "(on_train_end, final checkpoint, logger finalisation) did not run; "
+            f"The script was stopped by perfdoctor{at}{where}: "
+            f"{_END_OF_TRAINING.get(str(end.get('framework')), _PLAIN_END)} did not run; "
             "--run-to-end lets it finish."
         )
     elif end.get("run_to_end"):
@@ -606,11 +615,22 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("waiting for data", fmt.percent(base.data_wait_frac)),
         ("peak memory", fmt.nbytes(base.peak_memory_bytes)),
         ("steps timed", fmt.number(base.steps_timed)),
-        ("optimizer steps", fmt.number(base.optimizer_steps)),
+        ("optimizer steps", optimizer_steps_text(base)),
         ("micro-batches per step", fmt.number(micro)),
         ("steps counted by", step_counting(base)),
     ]
     return rows
+
+
+def optimizer_steps_text(base: BaselineSummary) -> str:
+    """Finished optimizer.step() calls. With a closure (LBFGS) one call runs its closure many
+    times and the plan can end inside the first call: "0" alone reads as no optimizer."""
+    if base.closure_steps and base.optimizer_steps is not None:
+        return (
+            f"{fmt.number(base.optimizer_steps)} finished step(closure) call(s), "
+            f"{fmt.number(base.closure_steps)} closure calls"
+        )
+    return fmt.number(base.optimizer_steps)
 
 
 def step_counting(base: BaselineSummary) -> str:

@@ -322,7 +322,10 @@ _GROWTH_SOURCE = (
     "scripts were flagged for those before), each third by more than the scatter, at the "
     "rate of its slowest third (warm-up that settles in the window is no leak: an HF "
     "Trainer run was flagged at ~1 MiB/step while its RSS stayed within 8 MB over 200 "
-    "steps), and by at least 5x the readings' resolution (analyze/facts.py "
+    "steps), or, for a leak served in heap-sized chunks (a few equal readings, then a "
+    "jump: a kept-graph leak grew 338 -> 443 MB in 19 steps that way and read as 0), the "
+    "thirds' levels climbing at a steady rate in three or more pieces that it rarely gives "
+    "back; and by at least 5x the readings' resolution (analyze/growth.py "
     "GROWTH_MIN_RESOLUTIONS: RSS moves in 1 MiB arenas)"
 )
 
