@@ -12,6 +12,7 @@ Each run gets its own design seed (the block order), so the runs are independent
 a 2-core machine the script's two intra-op threads then fight for one core.
 
 Run: python benchmarks/ab_false_verdicts.py [--runs 40] [--budget 10] [--burner]
+     [--statistic paired-medians|throughput-windows]
      [--script benchmarks/ab_cases/tiny_mlp.py] [-- script args]
 """
 
@@ -31,7 +32,14 @@ from _common import ROOT, Burner, conditions, machine_line, out
 DEFAULT_SCRIPT = ROOT / "benchmarks" / "ab_cases" / "tiny_mlp.py"
 
 
-def one_run(script: Path, args: list[str], budget_s: float, seed: int, run_dir: Path) -> dict:
+def one_run(
+    script: Path,
+    args: list[str],
+    budget_s: float,
+    seed: int,
+    run_dir: Path,
+    statistic: str = "paired-medians",
+) -> dict:
     from perfdoctor.collect.launcher import launch
     from perfdoctor.model import ABDesign, Arm, Comparison, RunSpec, StepPlan, Target
     from perfdoctor.optimize.inprocess import final_estimate, load_ab_log
@@ -41,6 +49,7 @@ def one_run(script: Path, args: list[str], budget_s: float, seed: int, run_dir: 
         comparisons=(Comparison("same", 0, 1),),
         budget_s=budget_s,
         seed=seed,
+        statistic=statistic,
     )
     spec = RunSpec(
         label="aa",
@@ -98,6 +107,12 @@ def main() -> None:
     p.add_argument("--burner", action="store_true", help="one CPU burner for the duration")
     p.add_argument("--script", type=Path, default=DEFAULT_SCRIPT)
     p.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    p.add_argument(
+        "--statistic",
+        default="paired-medians",
+        choices=("paired-medians", "throughput-windows"),
+        help="the engine's per-block statistic (optimize/engine.py)",
+    )
     p.add_argument("script_args", nargs="*")
     opts = p.parse_args()
     script = opts.script.resolve()
@@ -116,7 +131,9 @@ def main() -> None:
             for i in range(opts.runs):
                 run_dir = work / f"run-{i:03d}"
                 shutil.rmtree(run_dir, ignore_errors=True)
-                row = one_run(script, list(opts.script_args), opts.budget, 1000 + i, run_dir)
+                row = one_run(
+                    script, list(opts.script_args), opts.budget, 1000 + i, run_dir, opts.statistic
+                )
                 rows.append(row)
                 est, ab = row["est"], row["ab"]
                 fig = est.describe() if est else "no estimate"

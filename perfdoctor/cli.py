@@ -451,6 +451,16 @@ def compare(
             help="With a --fail-if limit: 'cannot tell' exits 70 as a regression, not 71.",
         ),
     ] = False,
+    measure_more: Annotated[
+        bool,
+        typer.Option(
+            "--measure-more/--no-measure-more",
+            help=(
+                "With a --fail-if limit: when the gate cannot tell, record up to 6 more runs "
+                "of B as it was recorded (its script, arguments and seed), and judge again."
+            ),
+        ),
+    ] = True,
 ) -> None:
     from perfdoctor.errors import NoTrainingSteps
     from perfdoctor.optimize.compare_runs import compare_sides, load_side
@@ -468,6 +478,8 @@ def compare(
         if limits.any
         else None
     )
+    if gate is not None and measure_more and _cannot_tell(gate):
+        gate = _measure_more(side_a, side_b, limits, gate)
     compared = Compared(result, gate)
     text = COMPARISON_RENDERERS["json" if as_json else "terminal"].render(compared, make_console())
     if text is not None:
@@ -496,6 +508,44 @@ def _session_alias(run: Path, out: Path, script: str | None) -> Path:
     resolved = resolve_alias(str(run), out, script)
     stderr_console().print(f"{run}: {resolved}", markup=False, soft_wrap=True)
     return resolved
+
+
+def _cannot_tell(gate) -> bool:  # type: ignore[no-untyped-def]
+    """A check whose band straddles its limit, and none that failed outright (--strict
+    included: more runs are tried before a 'cannot tell' fails the build)."""
+    checks = gate.checks
+    return any(c.outcome == "cannot_tell" for c in checks) and not any(
+        c.outcome in ("regression", "unmeasured") for c in checks
+    )
+
+
+def _measure_more(side_a, side_b, limits, gate):  # type: ignore[no-untyped-def]
+    """An undecided gate records more runs of B by itself (gate_more.py) and judges again,
+    a pair of runs at a time, until it decides or the extra runs are spent."""
+    from perfdoctor import gate_more
+    from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
+
+    spec = gate_more.rerunnable(side_b.records[0])
+    if spec is None:
+        return gate
+    err = stderr_console()
+
+    def note(text: str) -> None:
+        err.print(f"perfdoctor: {text}", markup=False, soft_wrap=True)
+
+    extra: list = []
+    while _cannot_tell(gate) and len(extra) < gate_more.MAX_MORE_RUNS:
+        more = gate_more.record_more(
+            spec, side_b.path, gate_more.RUNS_PER_LOOK, len(extra) + 1, note=note
+        )
+        if not more:
+            break
+        extra += more
+        gate = evaluate_gate(
+            gate_samples(side_a.records), gate_samples([*side_b.records, *extra]), limits
+        )
+        note(f"gate with {len(extra)} more run(s) of B: {gate.summary}")
+    return gate
 
 
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):

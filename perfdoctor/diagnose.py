@@ -53,7 +53,7 @@ from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
 from perfdoctor.optimize.sequential import extended_confidence
-from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates, with_rounds_advice
 from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
@@ -233,15 +233,19 @@ def compare_variants(
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
         extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
         results.append(
-            compare_variant(
-                baseline_runs,
-                samples,
-                variant.optimizations,
-                label=variant.label,
-                run_level_confidence=(
-                    extended_confidence(variant.max_extra_looks) if extended else None
-                ),
-                rounds_note=variant.rounds_stop,
+            with_rounds_advice(
+                compare_variant(
+                    baseline_runs,
+                    samples,
+                    variant.optimizations,
+                    label=variant.label,
+                    run_level_confidence=(
+                        extended_confidence(variant.max_extra_looks) if extended else None
+                    ),
+                    rounds_note=variant.rounds_stop,
+                    statistic=variant.statistic,
+                    statistic_why=variant.statistic_why,
+                )
             )
         )
     return results
@@ -257,11 +261,12 @@ def _in_process_result(
     """A fix measured in one process: its A/B child's comparison, numerics from its seeded
     run (a peel comparison's: the stack's, which holds the same fixes)."""
     assert variant.ab_run is not None
-    if variant.ab_run not in cache:
-        ab_dir = session_dir / variant.ab_run
-        sample = load_run_samples([ab_dir], with_trace=False)[0]
-        cache[variant.ab_run] = (sample, load_ab_log(ab_dir))
-    ab_sample, ab_log = cache[variant.ab_run]
+    for rel in (variant.ab_run, *variant.ab_runs):
+        if rel not in cache:
+            ab_dir = session_dir / rel
+            sample = load_run_samples([ab_dir], with_trace=False)[0]
+            cache[rel] = (sample, load_ab_log(ab_dir))
+    chain = [cache[rel] for rel in (variant.ab_run, *variant.ab_runs)]
     numerics_runs = load_run_samples((session_dir / rel for rel in variant.runs), with_trace=False)
     note = None
     if variant.peel_of is not None:
@@ -271,13 +276,14 @@ def _in_process_result(
     # The seeded baseline run(s) hold the reference losses (the profiled run first).
     return compare_in_process(
         list(baseline.values()),
-        ab_sample,
-        ab_log,
+        [sample for sample, _ in chain],
+        [ab_log for _, ab_log in chain],
         numerics_runs,
         variant.optimizations,
         label=variant.label,
         numerics_note=note,
         peel_of=variant.peel_of,
+        chain_stop=variant.rounds_stop,
     )
 
 

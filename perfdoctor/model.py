@@ -15,7 +15,10 @@ Scalar = float | int | bool | str | None
 
 StepDetection = Literal["optimizer", "backward", "time"]
 Severity = Literal["critical", "warning", "info"]
-Verdict = Literal["accepted", "rejected", "failed"]
+# accepted: faster beyond noise, numerics within tolerance; rejected: slower, no gain worth
+# having, numerics changed or not applied; undecided: the measurement could not tell (the
+# reason says what was seen and what would decide it); failed: a run crashed or timed out.
+Verdict = Literal["accepted", "rejected", "undecided", "failed"]
 RunStatus = Literal[
     "completed",  # the plan ran to its end (perfdoctor stopped the script, or --run-to-end)
     "finished_early",  # the script ended on its own (exit 0) before the plan was done
@@ -91,8 +94,14 @@ class ABDesign:
     block_steps: int | None = None  # counted steps per block; None: sized from the warm-up
     settle_steps: int = 1
     budget_s: float = 60.0  # measurement time (first blocks of each arm not counted)
-    max_rounds: int = 200
+    max_rounds: int = 200  # the most pairs a comparison gets, pooled across processes
     seed: int = 0
+    # optimize/engine.py's statistic of each block: "paired-medians" or "throughput-windows".
+    statistic: str = "paired-medians"
+    statistic_why: str = ""  # what in the baseline's steps chose it
+    # Earlier A/B child runs of the same comparisons (absolute run directories): the script
+    # ended before they decided, and their pairs pool with this run's in one sequential test.
+    prior_runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -372,6 +381,20 @@ class VariantResult:
     load: str | None = None  # what other processes took of the machine meanwhile
     # A peel comparison: the stack against the stack without this fix (not the baseline).
     peel_of: str | None = None
+    # The measurement engine (optimize/engine.py): the statistic of each pair
+    # ("paired-medians" or "throughput-windows") and why it was chosen for this workload.
+    statistic: str | None = None
+    statistic_why: str | None = None
+    processes: int | None = None  # child processes whose pairs were pooled (in-process)
+    # The load the verdict holds at: cores other processes kept busy (mean over the
+    # measurement; the script's own processes never count), of how many.
+    load_busy_cores: float | None = None
+    load_cores: int | None = None
+    # The gain depends on that load: the fix gives cores back that the load contends for
+    # (fewer threads on a busy machine); it may not hold on a quiet one.
+    load_bound: bool = False
+    # undecided only: what would decide it ("about 400 more steps", "a quieter machine").
+    would_decide: str | None = None
 
 
 @dataclass(frozen=True)

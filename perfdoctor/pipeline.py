@@ -41,6 +41,13 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.optimize.catalog import CATALOG
+from perfdoctor.optimize.engine import (
+    PAIRED_MEDIANS,
+    StatisticChoice,
+    block_steps_to_fit,
+    choose_statistic,
+)
+from perfdoctor.optimize.inprocess import SCRIPT_ENDED, load_ab_log, pool
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.sequential import (
     DEFAULT_BUDGET_FACTOR,
@@ -69,6 +76,13 @@ AB_STACK_LABEL = "ab-stack"
 # An A/B run takes about this multiple of its measurement budget at most: the arms' first
 # blocks and the settling steps are not counted in the budget.
 AB_OVERHEAD = 1.3
+# An in-process chain (optimize/engine.py): a script that ends before its comparisons decide
+# is started again, at most this many processes in all, within this multiple of the
+# measurement budget in wall time (each start re-imports torch and re-runs the warm-up).
+MAX_AB_PROCESSES = 8
+AB_CHAIN_WALL_FACTOR = 3.0
+# Rounds a continuation run's blocks are sized to fit in the script's steps.
+CONTINUATION_ROUNDS = 6
 # Statuses after which the script's numbers cannot be trusted for A/B runs.
 FAILED_STATUSES = ("script_exited", "script_crashed", "timeout", "launch_failed", "interrupted")
 
@@ -235,7 +249,17 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         manifest is not None and manifest.device is not None and manifest.device.kind == "cuda"
     )
     switched = in_process_candidates(candidates, options, diagnosis)
+    if getattr(runner.sizings.get("dataloader-workers"), "fewer", False):
+        # Fewer workers than the script's own: the applier lowers the count where the loader
+        # is built, so there is no twin to switch to; measured by re-runs.
+        switched = [c for c in switched if c != "dataloader-workers"]
     rerun = [c for c in candidates if c not in switched]
+    runner.statistics = _statistics(diagnosis, switched, rerun)
+    for where, ids, choice in zip(
+        ("in one process", "by re-runs"), (switched, rerun), runner.statistics, strict=True
+    ):
+        if ids:
+            sink.note(f"statistic {where}: {choice.name} ({choice.why})")
     coupled = coupled_variant(runner.sizings, rerun)
     runner.plan_eta(switched, [*rerun, *([coupled.label] if coupled else [])])
     if switched:
@@ -246,13 +270,22 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         )
         runner.run_in_process(switched)
     if rerun:
-        plans = [VariantPlan(label=c, optimizations=(c,)) for c in rerun]
+        by_runs = runner.statistics[1]
+        plans = [
+            VariantPlan(
+                label=c,
+                optimizations=(c,),
+                statistic=by_runs.name,
+                statistic_why=by_runs.why,
+            )
+            for c in rerun
+        ]
         if coupled is not None:
             sink.note(
                 f"{coupled.label}: the workers with the threads the CPU budget leaves, its own "
                 "variant, so each change is credited with its own effect"
             )
-            plans.append(coupled)
+            plans.append(replace(coupled, statistic=by_runs.name, statistic_why=by_runs.why))
         runner.run_ab_rounds(plans)
 
     accepted = diagnose.accepted_optimizations(runner.session_dir)
@@ -314,6 +347,25 @@ def _plan_batch(
         keep_effective=options.keep_effective_batch,
         trigger=trigger,
         budget_s=budget_s,
+    )
+
+
+# DataLoader fixes change how batches arrive: the steps with them are bursty whatever the
+# baseline's are (engine.choose_statistic's `prefetching`).
+_PREFETCHING = frozenset({"dataloader-workers", "pin-memory"})
+
+
+def _statistics(
+    diagnosis: diagnose.Diagnosis, switched: Sequence[str], rerun: Sequence[str]
+) -> tuple[StatisticChoice, StatisticChoice]:
+    """The engine's statistic for the in-process comparisons and for the re-run ones, from
+    the baseline's timed steps (optimize/engine.py)."""
+    from perfdoctor.analyze.run_stats import timed_steps
+
+    step_ms = [s.wall_ms for s in timed_steps(diagnosis.record.steps) if s.wall_ms is not None]
+    return (
+        choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(switched))),
+        choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(rerun))),
     )
 
 
@@ -483,6 +535,11 @@ class _Runner:
         self.deadline: float | None = None
         self.run_s: list[float] = []  # wall time of each run so far
         self.baseline_on_cuda = False  # set once the baseline is diagnosed
+        # The engine's statistic (in one process, by re-runs), chosen from the baseline.
+        self.statistics: tuple[StatisticChoice, StatisticChoice] = (
+            StatisticChoice(PAIRED_MEDIANS, ""),
+            StatisticChoice(PAIRED_MEDIANS, ""),
+        )
         self.reported = False  # the final report is written
         save_session(session_dir, session)
 
@@ -640,19 +697,25 @@ class _Runner:
                 VariantPlan(label=f, optimizations=(f,), method=IN_PROCESS, ab_run=ab_rel)
                 for f in fixes
             ]
+        in_one = self.statistics[0]
         design = ABDesign(
             arms=tuple(arms),
             comparisons=tuple(comparisons),
             budget_s=self.options.ab_budget_s,
             seed=self.options.seed if self.options.seed is not None else 0,
+            statistic=in_one.name,
+            statistic_why=in_one.why,
+            settle_steps=self._settle_steps(fixes),
         )
         for variant in variants:
             self.session = self.session.with_variant(variant)
         save_session(self.session_dir, self.session)
         planned = self.started + 1 + len(fixes if not stack else (STACKED_LABEL,))
+        chain_started = time.monotonic()
         manifest = self.run(label, fixes, repeat=1, planned_runs=planned, ab=design)
         if manifest.status in FAILED_STATUSES and manifest.steps_seen == 0:
             return
+        self._continue_in_process(label, design, fixes, manifest, chain_started)
         results = self._verdicts()
         faster = [
             v
@@ -677,6 +740,96 @@ class _Runner:
             self.run(BASELINE_LABEL, (), repeat=self.baseline_repeats + 1, planned_runs=planned)
         for variant in faster:
             self.run(variant.label, variant.optimizations, repeat=1, planned_runs=planned)
+
+    def _settle_steps(self, fixes: Sequence[str]) -> int:
+        """Steps that do not count at a block's start: one (a switch's first cost), and with
+        DataLoader workers switched in, their prefetch queue too (prefetch_factor 2 per
+        worker): batches the workers prepared during the other arm's block would otherwise
+        make the fix's first steps look free."""
+        sizing = self.sizings.get("dataloader-workers")
+        workers = getattr(sizing, "workers", 0) if "dataloader-workers" in fixes else 0
+        return 1 + 2 * max(0, int(workers or 0))
+
+    def _continue_in_process(
+        self,
+        label: str,
+        design: ABDesign,
+        fixes: Sequence[str],
+        manifest: RunManifest,
+        started: float,
+    ) -> None:
+        """The script ended before some comparisons decided: start it again with those
+        comparisons, the earlier runs named in the design so the new pairs pool with theirs
+        in the same sequential test (optimize/engine.py), until each decides or the one
+        budget of the chain is spent: its measurement time (ab_budget_s), its wall time
+        (AB_CHAIN_WALL_FACTOR x that) and MAX_AB_PROCESSES processes."""
+        runs = [child_dir(self.session_dir, label, 1)]
+        wall_budget_s = AB_CHAIN_WALL_FACTOR * self.options.ab_budget_s
+        while True:
+            if manifest.status not in ("completed", "finished_early"):
+                return  # a crash or a timeout repeats: the verdict says what happened
+            logs = [log for log in (load_ab_log(r) for r in runs) if log is not None]
+            if len(logs) < len(runs):
+                return
+            pooled = [pool(logs, c.label) for c in design.comparisons]
+            still = [p for p in pooled if p is not None and p.ended == SCRIPT_ENDED]
+            if not still:
+                return
+            spent_s = sum(log.measure_s for log in logs)
+            why_not = None
+            if len(runs) >= MAX_AB_PROCESSES:
+                why_not = f"{MAX_AB_PROCESSES} processes"
+            elif spent_s >= design.budget_s:
+                why_not = f"the {design.budget_s:g}s measurement budget"
+            elif time.monotonic() - started >= wall_budget_s:
+                why_not = f"the {wall_budget_s:g}s budget of the chain"
+            arms, comparisons = _open_design(design, [p.label for p in still])
+            block = block_steps_to_fit(
+                manifest.steps_seen,
+                self.options.plan.warmup_steps,
+                len(arms),
+                design.settle_steps,
+                CONTINUATION_ROUNDS,
+                design.statistic,
+            )
+            if why_not is None and block is None:
+                why_not = f"a script of {manifest.steps_seen} steps holds no block of each arm"
+            if why_not is not None:
+                for p in still:
+                    self._update_variant(p.label, rounds_stop=f"not started again: {why_not}")
+                self.sink.note(
+                    f"in-process A/B: {', '.join(p.label for p in still)} undecided when the "
+                    f"script ended; not started again: {why_not}"
+                )
+                return
+            assert block is not None  # why_not is set when no block fits
+            previous = logs[-1].block_steps or block
+            repeat = len(runs) + 1
+            self.sink.note(
+                f"the script ended after {manifest.steps_seen} steps before "
+                f"{', '.join(p.label for p in still)} decided: starting it again "
+                f"(process {repeat}), pooling its pairs with the "
+                f"{sum(len(p.pairs) for p in still)} so far"
+            )
+            follow = replace(
+                design,
+                arms=arms,
+                comparisons=comparisons,
+                block_steps=min(block, previous),
+                budget_s=round(max(1.0, design.budget_s - spent_s), 1),
+                prior_runs=tuple(str(r) for r in runs),
+            )
+            ids = tuple(dict.fromkeys(i for arm in arms for i in arm.optimizations))
+            run_dir = child_dir(self.session_dir, label, repeat)
+            rel = str(run_dir.relative_to(self.session_dir))
+            open_labels = {c.label for c in comparisons}
+            for variant in self.session.variants:
+                if variant.ab_run is not None and variant.label in open_labels:
+                    self._update_variant(variant.label, ab_runs=(*variant.ab_runs, rel))
+            manifest = self.run(
+                label, ids or tuple(fixes), repeat=repeat, planned_runs=self.started + 1, ab=follow
+            )
+            runs.append(run_dir)
 
     def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
         """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even
@@ -831,6 +984,18 @@ class _Runner:
                 self.session, removed_outputs=(*self.session.removed_outputs, *removed)
             )
             save_session(self.session_dir, self.session)
+
+
+def _open_design(
+    design: ABDesign, labels: Sequence[str]
+) -> tuple[tuple[Arm, ...], tuple[Comparison, ...]]:
+    """The arms and comparisons of `design` that the comparisons `labels` need, renumbered."""
+    wanted = [c for c in design.comparisons if c.label in labels]
+    used = sorted({i for c in wanted for i in (c.reference, c.test)})
+    index = {old: new for new, old in enumerate(used)}
+    arms = tuple(design.arms[i] for i in used)
+    comparisons = tuple(Comparison(c.label, index[c.reference], index[c.test]) for c in wanted)
+    return arms, comparisons
 
 
 def _sizings(

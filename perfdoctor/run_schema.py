@@ -506,6 +506,9 @@ class CpuSample(_Sample, tag="cpu"):
     ranks: int | None = None
     ranks_rss_bytes: int | float | None = None
     ranks_cpu_percent: int | float | None = None
+    # CPU percent of perfdoctor's own sampling process (collect/cpu_sampler.py): perfdoctor's,
+    # so never counted in other processes' load.
+    perfdoctor_cpu_percent: int | float | None = None
 
 
 class GpuSample(_Sample, tag="gpu"):

@@ -33,6 +33,12 @@ class VariantPlan:
     # "re-runs": `runs` alternate with the baseline's (optimize/estimate.py).
     method: str = "re-runs"
     ab_run: str | None = None
+    # Later A/B child runs of the same chain: the script ended before the comparison decided,
+    # it was started again, and their pairs pool with `ab_run`'s (optimize/engine.py).
+    ab_runs: tuple[str, ...] = ()
+    # The engine's statistic for this variant's pairs (optimize/engine.py) and why.
+    statistic: str | None = None
+    statistic_why: str | None = None
     # A peel comparison (the stack against the stack without one fix): the fix it prices.
     peel_of: str | None = None
 
@@ -106,6 +112,9 @@ def load_session(session_dir: Path) -> Session:
                 rounds_stop=v.get("rounds_stop"),
                 method=str(v.get("method", "re-runs")),
                 ab_run=v.get("ab_run"),
+                ab_runs=tuple(v.get("ab_runs", ())),
+                statistic=v.get("statistic"),
+                statistic_why=v.get("statistic_why"),
                 peel_of=v.get("peel_of"),
             )
             for v in data.get("variants", ())

@@ -147,11 +147,12 @@ def _run_percent(row: CpuSample) -> float | None:
     """CPU percent of the whole process tree perfdoctor started, in one CPU row: the child
     and its descendants (DataLoader workers; under torchrun the child is the launcher agent
     and the ranks are its descendants) and the other ranks of a run that lists them apart
-    (`ranks_cpu_percent`). None without a reading of the child."""
+    (`ranks_cpu_percent`), and perfdoctor's own sampling process (`perfdoctor_cpu_percent`).
+    None without a reading of the child."""
     if row.child_cpu_percent is None:
         return None
     ours = float(row.child_cpu_percent)
-    for value in (row.workers_cpu_percent, row.ranks_cpu_percent):
+    for value in (row.workers_cpu_percent, row.ranks_cpu_percent, row.perfdoctor_cpu_percent):
         ours += float(value) if value is not None else 0.0
     return ours
 

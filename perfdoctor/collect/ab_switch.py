@@ -27,12 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import rundir
+from perfdoctor.optimize.engine import Pair
 from perfdoctor.optimize.inprocess import (
+    SCRIPT_ENDED,
     ABDesign,
     Block,
     StoppingState,
     block_steps_for,
+    load_ab_log,
     look,
+    prior_pairs,
 )
 
 log = logging.getLogger(__name__)
@@ -59,7 +63,8 @@ class ABController:
         self._warmup = max(0, warmup_steps)
         self._clock = clock
         self._drain = drain
-        self.stopping = StoppingState(design)
+        prior, prior_s = _prior(design)
+        self.stopping = StoppingState(design, prior=prior, prior_measure_s=prior_s)
         self.blocks: list[Block] = []
         self.block_steps = design.block_steps or 0
         self.rounds = 0
@@ -134,7 +139,9 @@ class ABController:
     def _next_block(self, index: int) -> None:
         if not self.block_steps:
             median_ms = statistics.median(self._warmup_ms) if self._warmup_ms else None
-            self.block_steps = block_steps_for(median_ms / 1000.0 if median_ms else None)
+            self.block_steps = block_steps_for(
+                median_ms / 1000.0 if median_ms else None, self.design.statistic
+            )
         if not self._order:
             self.rounds += 1
             self._start_round()
@@ -220,7 +227,7 @@ class ABController:
         """The run ends (the plan, the script's own end, a crash): the last look and ab.json."""
         if not self._finished:
             self._finished = True
-            self.stopping.close_all(self.rounds, self.blocks, "script ended")
+            self.stopping.close_all(self.rounds, self.blocks, SCRIPT_ENDED)
             self.stop_reason = self.stop_reason or "the script ended first"
         self.write()
 
@@ -230,7 +237,7 @@ class ABController:
         """A short line for the live display: pairs so far and each open interval."""
         parts = []
         for state in self.stopping.states:
-            result = state.estimate or look(self.design, self.blocks, state.comparison)
+            result = state.estimate or look(self.design, self.blocks, state.comparison, state.prior)
             label = state.comparison.label
             if result is None:
                 parts.append(f"{label}: {self.rounds} rounds")
@@ -268,3 +275,19 @@ class ABController:
             os.replace(tmp, self._path)
         except OSError:
             log.debug("ab.json not written", exc_info=True)
+
+
+def _prior(design: ABDesign) -> tuple[dict[str, tuple[Pair, ...]], float]:
+    """The pairs earlier processes measured for these comparisons (design.prior_runs), so
+    this run's looks count the pooled pairs. An earlier run that left no readable ab.json
+    adds nothing."""
+    logs = []
+    for run in design.prior_runs:
+        try:
+            found = load_ab_log(Path(run))
+        except Exception:  # a corrupt log costs its pairs, not the run
+            log.warning("earlier A/B run %s not read", run, exc_info=True)
+            continue
+        if found is not None:
+            logs.append(found)
+    return prior_pairs(logs), sum(found.measure_s for found in logs)

@@ -11,6 +11,16 @@ job shows as busy worker processes, or as one core pinned by the main process. R
 its descendants (DataLoader workers). RSS of forked workers counts shared copy-on-write pages
 once per process, so the sum overstates what they use together.
 
+Own processes are never other processes. `workers_cpu_percent` is counted from CPU time, not
+from psutil's per-object cpu_percent(): that reads 0 at a process's first reading, and a
+process that ends between two readings is never read at all, so DataLoader workers restarted
+every short epoch (or a compile worker that lives half a second) were counted as "other
+processes" keeping the machine busy (on a quiet 2-core machine, 2 workers of perfdoctor's own
+variant read as 1.6 other busy cores). Here a descendant seen for the first time counts its
+CPU time since it started, a known one its CPU time since the last reading, and one that ended
+and was reaped counts through the child's `children_user/children_system` times, less what
+was already counted of it while it ran.
+
 In a multi-rank run the child is rank 0 and `peers` are the other ranks: `ranks` counts those
 still running, and `ranks_cpu_percent` / `ranks_rss_bytes` sum them with their own workers,
 so the machine's load is not mistaken for other processes' (`cpu_other_busy_cores`).
@@ -19,6 +29,7 @@ so the machine's load is not mistaken for other processes' (`cpu_other_busy_core
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -59,6 +70,12 @@ class CpuSampler:
         # objects of the workers are kept from one tick to the next.
         self._workers: dict[int, Any] = {}
         self._child_gone = False
+        # CPU-time accounting of the child's descendants (`_workers_cpu_s`).
+        self._cpu_s: dict[int, float] = {}  # pid -> user+system at its last reading
+        self._reaped_s: float | None = None  # the child's children_user + children_system
+        self._departed_s = 0.0  # counted CPU of descendants gone but not yet reaped
+        self._last_t: float | None = None
+        self._own_last: tuple[float, float] | None = None
 
     def start(self) -> list[Row]:
         if self._psutil is None:
@@ -91,7 +108,24 @@ class CpuSampler:
             row.update(self._child_fields(ps, lookup))
         if self._peer_pids:
             row.update(self._peer_fields(ps, lookup))
+        own = self._own_percent(now) if self._pid != os.getpid() else None
+        if own is not None:
+            row["perfdoctor_cpu_percent"] = own
         return [row]
+
+    def _own_percent(self, now: float) -> float | None:
+        """CPU percent of the process that samples (perfdoctor's parent: the launcher, this
+        sampler, the progress display): perfdoctor's own, never other processes' load."""
+        try:
+            times = os.times()
+        except OSError:
+            return None
+        total = times.user + times.system
+        last = self._own_last
+        self._own_last = (now, total)
+        if last is None or now <= last[0]:
+            return None
+        return round(100.0 * max(0.0, total - last[1]) / (now - last[0]), 1)
 
     def stop(self) -> None:
         self._workers.clear()
@@ -137,19 +171,51 @@ class CpuSampler:
             return {}
         alive: dict[int, Any] = {}
         rss = 0
-        cpu = 0.0
+        spent_s = 0.0
+        seen_s: dict[int, float] = {}
         for found in descendants:
             worker = self._workers.get(found.pid, found)
             try:
                 with worker.oneshot():
                     rss += worker.memory_info().rss
-                    cpu += worker.cpu_percent()
+                    times = worker.cpu_times()
             except ps.Error:
                 continue
+            total = float(times.user) + float(times.system)
+            spent_s += max(0.0, total - self._cpu_s.get(found.pid, 0.0))
+            seen_s[found.pid] = total
             alive[found.pid] = worker
+        spent_s += self._reaped_since(proc, seen_s)
         self._workers = alive
+        now = self._clock()
         fields["workers"] = len(alive)
         if alive:
             fields["workers_rss_bytes"] = rss
-            fields["workers_cpu_percent"] = round(cpu, 1)
+        if self._last_t is not None and now > self._last_t and (alive or spent_s > 0):
+            fields["workers_cpu_percent"] = round(100.0 * spent_s / (now - self._last_t), 1)
+        self._last_t = now
         return fields
+
+    def _reaped_since(self, proc: Any, seen_s: dict[int, float]) -> float:
+        """CPU time of descendants reaped since the last reading that was not counted while
+        they ran (a worker that lived between two readings is counted whole)."""
+        for pid, last in self._cpu_s.items():
+            if pid not in seen_s:
+                self._departed_s += last  # counted already; its reaped total includes it
+        self._cpu_s = seen_s
+        try:
+            times = proc.cpu_times()
+            reaped = float(getattr(times, "children_user", 0.0)) + float(
+                getattr(times, "children_system", 0.0)
+            )
+        except Exception:  # the child ended: its reaped children end with it
+            return 0.0
+        if self._reaped_s is None:
+            self._reaped_s = reaped
+            self._departed_s = 0.0
+            return 0.0
+        grown = max(0.0, reaped - self._reaped_s)
+        self._reaped_s = reaped
+        extra = max(0.0, grown - self._departed_s)
+        self._departed_s = max(0.0, self._departed_s - grown)
+        return extra

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
+from perfdoctor.optimize.engine import PAIRED_MEDIANS, THROUGHPUT_WINDOWS
 from perfdoctor.optimize.run_level import run_level_half_width
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -106,12 +107,36 @@ def adjacent_baselines(
     return paired
 
 
-def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> float:
-    return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
+def _run_value(step_ms: Sequence[float], statistic: str) -> float:
+    """A run's per-step time by the engine's statistic: its median step, or (throughput
+    windows, for bursty steps) its wall time over its steps."""
+    if statistic == THROUGHPUT_WINDOWS:
+        return statistics.fmean(step_ms)
+    return statistics.median(step_ms)
+
+
+def _log_ratio(
+    baseline_ms: Sequence[float], variant_ms: Sequence[float], statistic: str = PAIRED_MEDIANS
+) -> float:
+    return math.log(_run_value(baseline_ms, statistic) / _run_value(variant_ms, statistic))
+
+
+def paired_medians(
+    pairs: Sequence[tuple[RunSample, RunSample]], statistic: str = PAIRED_MEDIANS
+) -> tuple[float, float]:
+    """The geometric means of the paired runs' median steps (or wall time over steps, for
+    throughput windows), baseline side and variant side: the two step times whose ratio is
+    the speedup (exp of the mean pair log ratio)."""
+    base = statistics.fmean(math.log(_run_value(b.step_ms, statistic)) for b, _ in pairs)
+    var = statistics.fmean(math.log(_run_value(v.step_ms, statistic)) for _, v in pairs)
+    return math.exp(base), math.exp(var)
 
 
 def _bootstrap_log_ratios(
-    pairs: Sequence[tuple[RunSample, RunSample]], resamples: int, seed: int
+    pairs: Sequence[tuple[RunSample, RunSample]],
+    resamples: int,
+    seed: int,
+    statistic: str = PAIRED_MEDIANS,
 ) -> list[float]:
     """The mean pair log ratio of each bootstrap resample."""
     if all(
@@ -125,6 +150,7 @@ def _bootstrap_log_ratios(
                 _log_ratio(
                     rng.choices(b.step_ms, k=len(b.step_ms)),
                     rng.choices(v.step_ms, k=len(v.step_ms)),
+                    statistic,
                 )
                 for b, v in pairs
             )
@@ -133,40 +159,33 @@ def _bootstrap_log_ratios(
     gen = np.random.default_rng(seed)
     total = np.zeros(resamples)
     for b, v in pairs:
-        total += _resampled_log_medians(gen, b.step_ms, resamples)
-        total -= _resampled_log_medians(gen, v.step_ms, resamples)
+        total += _resampled_log_values(gen, b.step_ms, resamples, statistic)
+        total -= _resampled_log_values(gen, v.step_ms, resamples, statistic)
     return [float(x) for x in total / len(pairs)]
 
 
-def _resampled_log_medians(
-    gen: np.random.Generator, step_ms: Sequence[float], k: int
+def _resampled_log_values(
+    gen: np.random.Generator, step_ms: Sequence[float], k: int, statistic: str
 ) -> np.ndarray:
-    """log medians of k bootstrap resamples of one run's steps; m-out-of-n above
-    BOOTSTRAP_MAX_STEPS: m steps drawn, the distance from the run's own log median rescaled
-    by sqrt(m/n) to the run's length. Memory: _BLOCK x m draws at a time, whatever the
-    run's length."""
+    """log values (median, or mean for throughput windows) of k bootstrap resamples of one
+    run's steps; m-out-of-n above BOOTSTRAP_MAX_STEPS: m steps drawn, the distance from the
+    run's own log value rescaled by sqrt(m/n) to the run's length. Memory: _BLOCK x m draws
+    at a time, whatever the run's length."""
     steps = np.asarray(step_ms, dtype=np.float64)
     n = len(steps)
     m = min(n, BOOTSTRAP_MAX_STEPS)
+    reduce = np.mean if statistic == THROUGHPUT_WINDOWS else np.median
     # In blocks of resamples: k x m draws at once would be 64 MB of indices and values.
     drawn = np.concatenate(
         [
-            np.log(np.median(steps[gen.integers(0, n, size=(rows, m))], axis=1))
+            np.log(reduce(steps[gen.integers(0, n, size=(rows, m))], axis=1))
             for rows in [_BLOCK] * (k // _BLOCK) + ([k % _BLOCK] if k % _BLOCK else [])
         ]
     )
     if m == n:
         return drawn
-    full = math.log(float(np.median(steps)))
+    full = math.log(float(reduce(steps)))
     return full + (drawn - full) * math.sqrt(m / n)
-
-
-def paired_medians(pairs: Sequence[tuple[RunSample, RunSample]]) -> tuple[float, float]:
-    """The geometric means of the paired runs' median steps, baseline side and variant side:
-    the two step times whose ratio is the speedup (exp of the mean pair log ratio)."""
-    base = statistics.fmean(math.log(statistics.median(b.step_ms)) for b, _ in pairs)
-    var = statistics.fmean(math.log(statistics.median(v.step_ms)) for _, v in pairs)
-    return math.exp(base), math.exp(var)
 
 
 # A step above this percentile of its run counts at the percentile's value in the
@@ -193,6 +212,7 @@ def estimate_speedup(
     confidence: float = CONFIDENCE,
     run_level_confidence: float | None = None,
     between_rounds: bool = False,
+    statistic: str = PAIRED_MEDIANS,
 ) -> SpeedEstimate | None:
     """Ratios are combined and bounded in log space, where run-to-run noise is additive (a
     machine that is 30% slower for one run scales every step of it): the pairs combine by
@@ -215,15 +235,19 @@ def estimate_speedup(
 
     `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
     more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
-    the pair log ratios, run_level.py) instead, which narrows as pairs are added."""
+    the pair log ratios, run_level.py) instead, which narrows as pairs are added.
+
+    `statistic` (optimize/engine.py): "throughput-windows" for bursty steps takes each run's
+    wall time over its steps instead of its median step; the statistic gap is then 0 (the
+    statistic is the wall clock's)."""
     pairs = paired_runs(baseline_runs, variant_runs)
     if not pairs:
         return None
-    logs = [_log_ratio(b.step_ms, v.step_ms) for b, v in pairs]
-    baseline_ms, variant_ms = paired_medians(pairs)
+    logs = [_log_ratio(b.step_ms, v.step_ms, statistic) for b, v in pairs]
+    baseline_ms, variant_ms = paired_medians(pairs, statistic)
     center = math.log(baseline_ms / variant_ms)  # == mean(logs), up to rounding
 
-    boot = _bootstrap_log_ratios(pairs, resamples, seed)
+    boot = _bootstrap_log_ratios(pairs, resamples, seed, statistic)
     run_level = (
         run_level_half_width(logs, run_level_confidence)
         if run_level_confidence is not None
@@ -236,7 +260,7 @@ def estimate_speedup(
     wall_clock = statistics.fmean(
         math.log(wall_clock_step_ms(b.step_ms) / wall_clock_step_ms(v.step_ms)) for b, v in pairs
     )
-    gap = abs(wall_clock - center)
+    gap = 0.0 if statistic == THROUGHPUT_WINDOWS else abs(wall_clock - center)
     ratio_spread = (max(logs) - min(logs)) / 2.0
     if run_level is not None:
         # Reported in baseline_spread: the run-to-run part of the band, measured this way.

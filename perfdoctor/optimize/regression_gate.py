@@ -15,7 +15,12 @@ the gate assumes SINGLE_RUN_SPREAD_LOG for it: without repeats, the only noise a
 is step-to-step noise, and two launches of the same script differ by more than that (A/A
 pairs of single runs measured 0.76x, 0.82x and 0.92x on a loaded 2-core CPU machine).
 `perfdoctor profile --repeat N --no-apply train.py` records N runs per side, which
-replaces the assumption with a measurement.
+replaces the assumption with a measurement. With two runs or more on each side the band is
+run-level instead (`run_level_band`): each run one observation (its median step, or its wall
+time over its steps where steps are bursty, optimize/engine.py), a Student t interval on the
+difference of the sides' mean log run values (pooled variance: one script, one machine),
+which narrows as runs are added: an A/A of records of the same script passes a limit its
+runs' scatter allows.
 
 Peak memory. The change is the median of B's per-run peaks over A's (CUDA max allocated,
 else the process RSS peak), with each side's half-range of its run peaks as its noise, or
@@ -47,6 +52,7 @@ from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
 from perfdoctor.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED
 from perfdoctor.optimize.compare_runs import load_side
+from perfdoctor.optimize.engine import choose_statistic, t_quantile, window_value
 from perfdoctor.optimize.estimate import widened_estimate
 from perfdoctor.optimize.run_samples import run_sample_from_record
 
@@ -151,10 +157,45 @@ def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float
     speed = widened_estimate(a, usable(b))
     if speed is None:
         return GateCheck("step_time", limit, "unmeasured", "no paired timing to compare", **counts)
+    if runs_a >= 2 and runs_b >= 2:
+        level = run_level_band(usable(a), usable(b))
+        if level is not None:
+            log_ratio, width = level
+            return _banded_check("step_time", limit, log_ratio, width, False, counts)
     assumed = (runs_a < 2) + (runs_b < 2)
     width = speed.log_width + assumed * SINGLE_RUN_SPREAD_LOG
     # Slowdown of B is the inverse of its speedup; the band's ends swap.
     return _banded_check("step_time", limit, -math.log(speed.speedup), width, assumed > 0, counts)
+
+
+# The run-level band's confidence: the same 95% as every other band of the gate.
+RUN_LEVEL_CONFIDENCE = 0.95
+
+
+def run_level_band(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[float, float] | None:
+    """B's slowdown against A from whole runs, with two or more runs a side: the difference
+    of the mean log run values (median step, or wall time over steps where A's steps are
+    bursty: optimize/engine.py's statistic), and the half-width of its pooled t interval. Each
+    run is one observation, so the interval is calibrated by what the runs themselves
+    scatter: the bootstrap-plus-spreads band adds up noises that overlap, and an A/A of two
+    records of 4 runs each at load 3.8 straddled a 10% limit with it (issue 32), while more
+    runs narrow this one as 1/sqrt(n)."""
+    statistic = choose_statistic([ms for r in a for ms in r.step_ms]).name
+    log_a = [math.log(v) for r in a if (v := window_value(r.step_ms, statistic))]
+    log_b = [math.log(v) for r in b if (v := window_value(r.step_ms, statistic))]
+    if len(log_a) < 2 or len(log_b) < 2:
+        return None
+    n_a, n_b = len(log_a), len(log_b)
+    diff = statistics.fmean(log_b) - statistics.fmean(log_a)
+    # One pooled variance (Student's t, n_a + n_b - 2 degrees of freedom): both sides are
+    # runs of one script on one machine, so their run-to-run scatter is one noise. Welch's
+    # separate variances gave an A of 2 runs a single degree of freedom (t = 12.7): a band
+    # of -99% .. +78,000% that no number of B's runs could narrow.
+    pooled = (
+        (n_a - 1) * statistics.variance(log_a) + (n_b - 1) * statistics.variance(log_b)
+    ) / (n_a + n_b - 2)
+    se = math.sqrt(pooled * (1.0 / n_a + 1.0 / n_b))
+    return diff, t_quantile(RUN_LEVEL_CONFIDENCE, n_a + n_b - 2) * se
 
 
 def _peaks(samples: Sequence[RunSample]) -> list[int]:

@@ -73,7 +73,9 @@ def band_log_width(result: VariantResult) -> float | None:
 
 def undecided(result: VariantResult) -> bool:
     """A speed verdict of "within noise" whose band is too wide to call it no gain."""
-    if result.verdict != "rejected" or not result.reason.startswith(WITHIN_NOISE):
+    if result.verdict not in ("rejected", "undecided") or not result.reason.startswith(
+        WITHIN_NOISE
+    ):
         return False
     width = band_log_width(result)
     return width is not None and width > NARROW_LOG_WIDTH
@@ -92,7 +94,9 @@ def stop_reason(
     `rounds`: the rounds the variant has had; `spent_s`: seconds the extra rounds took so
     far; `next_round_s`: what one more round is expected to take (the last one's duration).
     """
-    if result.verdict != "rejected" or not result.reason.startswith(WITHIN_NOISE):
+    if result.verdict not in ("rejected", "undecided") or not result.reason.startswith(
+        WITHIN_NOISE
+    ):
         return f"decided after {rounds} rounds"
     if not undecided(result):
         return (

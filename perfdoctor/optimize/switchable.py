@@ -17,6 +17,7 @@ SWITCHABLE: frozenset[str] = frozenset(
         "cpu-threads",
         "cudnn-benchmark",
         "cudnn-nondeterministic",
+        "dataloader-workers",
         "fused-optimizer",
         "tf32",
     }

@@ -6,7 +6,9 @@ Verdicts, first match wins, each with a one-line reason:
     rejected   NaN/inf loss, or the loss trajectory drifts beyond tolerance (numerics.py)
     accepted   speed goal: speedup - noise > 1 (estimate.py);  memory goal: peak memory
                down >= 5%
-    rejected   otherwise: "slower: 0.91x ± 0.03" / "within noise: 1.02x ± 0.05"
+    rejected   "slower: 0.91x ± 0.03", or "within noise: 1.02x ± 0.04" with a band within
+               ±5% (no gain worth having)
+    undecided  "within noise: 1.10x ± 0.30": a band that straddles 1x wider than ±5%
 
 A variant still "within noise" with a wide band after the planned rounds gets more rounds
 (optimize/sequential.py); its band is then the run-level one (`run_level_confidence`).
@@ -18,6 +20,8 @@ alike. Pure: no torch.
 from __future__ import annotations
 
 import logging
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -31,6 +35,7 @@ from perfdoctor.analyze.run_stats import (
 from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_category_for, tolerance_for
+from perfdoctor.optimize.engine import NARROW, PAIRED_MEDIANS
 from perfdoctor.optimize.estimate import BOOTSTRAP_SEED, SpeedEstimate, estimate_speedup
 from perfdoctor.rules.measurement import busy_limit
 from perfdoctor.units import format_bytes
@@ -90,13 +95,17 @@ def memory_verdict(
 
 
 def speed_verdict(speed: SpeedEstimate | None, extra: str) -> tuple[Verdict, str]:
+    """accepted above 1x, rejected below it or within ±5% (no gain worth having), else
+    undecided: "rejected" never stands for "could not tell" (optimize/engine.py)."""
     if speed is None:
-        return "rejected", "no paired timing to compare"
+        return "undecided", "undecided: no paired timing to compare"
     if speed.low > 1.0:
         return "accepted", f"faster: {speed.describe()}{extra}"
     if speed.high < 1.0:
         return "rejected", f"slower: {speed.describe()}{extra}"
-    return "rejected", f"{WITHIN_NOISE}: {speed.describe()}{extra}"
+    if speed.low > 0 and math.log(speed.speedup / speed.low) <= NARROW:
+        return "rejected", f"{WITHIN_NOISE}: {speed.describe()}{extra}"
+    return "undecided", f"{WITHIN_NOISE}: {speed.describe()}{extra}"
 
 
 def compare_variant(
@@ -109,6 +118,8 @@ def compare_variant(
     seed: int = BOOTSTRAP_SEED,
     run_level_confidence: float | None = None,
     rounds_note: str | None = None,
+    statistic: str | None = None,
+    statistic_why: str | None = None,
 ) -> VariantResult:
     """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
     (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
@@ -140,6 +151,10 @@ def compare_variant(
         run_dirs=tuple(r.run_dir for r in variant_runs),
         pooled=f"{figures.pooled}; baseline {base.pooled}" if figures.steps and base.steps else "",
         pooled_step_ms_p50=figures.step_ms_p50,
+        statistic=statistic or PAIRED_MEDIANS,
+        statistic_why=statistic_why,
+        load_busy_cores=_mean_load([*baseline_runs, *variant_runs]),
+        load_cores=next((r.cpu_cores for r in variant_runs if r.cpu_cores), None),
     )
 
     broken = next((r for r in variant_runs if not r.usable), None)
@@ -153,6 +168,7 @@ def compare_variant(
         seed=seed,
         run_level_confidence=run_level_confidence,
         between_rounds=True,
+        statistic=statistic or PAIRED_MEDIANS,
     )
     result = replace(
         result,
@@ -192,6 +208,14 @@ def compare_variant(
     )
     if low_confidence:
         reason += f"; low confidence: {low_confidence}"
+    load_bound = bool(
+        verdict == "accepted" and low_confidence and _gives_cores_back(ok_runs[0].applied)
+    )
+    if load_bound:
+        reason += (
+            "; load-bound: it wins by leaving contended cores to the other processes, and "
+            "may not hold on a quiet machine"
+        )
     log.debug("variant %s: %s (%s)", name, verdict, reason)
     return replace(
         result,
@@ -199,7 +223,39 @@ def compare_variant(
         verdict=verdict,
         reason=reason,
         low_confidence=low_confidence,
+        load_bound=load_bound,
     )
+
+
+def with_rounds_advice(result: VariantResult) -> VariantResult:
+    """An undecided re-runs verdict of `profile` with what would decide it: about how many
+    more alternated rounds (the band narrows as 1/sqrt(rounds) once it is run-level), or a
+    quieter machine when that is more than the measured rounds several times over."""
+    if result.verdict != "undecided":
+        return result
+    speedup, noise, pairs = result.speedup, result.speedup_noise, result.paired_runs
+    would = "more A/B rounds (--max-rounds, --round-budget)"
+    if speedup and noise is not None and pairs and 0 < speedup - noise < speedup:
+        half = math.log(speedup / (speedup - noise))
+        distance = max(abs(math.log(speedup)), NARROW)
+        needed = math.ceil(pairs * (half / distance) ** 2)
+        if result.low_confidence and needed > 8 * pairs:
+            would = "a quieter machine: the load's noise hides any difference this size"
+        else:
+            more = max(1, needed - pairs)
+            would = f"about {more} more A/B rounds (--max-rounds, --round-budget)"
+    return replace(result, reason=f"{result.reason}; would decide it: {would}", would_decide=would)
+
+
+def _gives_cores_back(applied: Sequence[object]) -> bool:
+    from perfdoctor.optimize.inprocess_verdict import gives_cores_back
+
+    return gives_cores_back(applied)  # type: ignore[arg-type]
+
+
+def _mean_load(runs: Sequence[RunSample]) -> float | None:
+    loads = [r.other_busy_cores for r in runs if r.other_busy_cores is not None]
+    return round(statistics.fmean(loads), 2) if loads else None
 
 
 def busy_machine_note(runs: Sequence[RunSample]) -> str | None:

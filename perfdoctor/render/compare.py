@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from perfdoctor.optimize.compare_runs import FactChange, RunComparison, RunSide
     from perfdoctor.optimize.verdicts import VariantResult
 
-_VERDICT_STYLE = {"accepted": "bold green", "rejected": "yellow", "failed": "red"}
+_VERDICT_STYLE = {
+    "accepted": "bold green",
+    "rejected": "yellow",
+    "undecided": "cyan",
+    "failed": "red",
+}
 # The speed statistic the Verdict (and the gate) report, named where it is printed. The
 # table's step time row shows the two step times it is the ratio of; the pooled p90 is a
 # descriptive figure of another pool, and says so.
@@ -100,7 +105,7 @@ def verdict_word(verdict: VariantResult) -> str:
     """The verdict as the reader takes it. B judged "within noise" of A is kept "rejected" in
     the JSON (it is no gain), but between two runs it says nothing about which is faster:
     with a wide band it is "cannot tell", with a narrow one "no difference"."""
-    if verdict.verdict == "rejected" and verdict.reason.startswith(WITHIN_NOISE):
+    if verdict.verdict in ("rejected", "undecided") and verdict.reason.startswith(WITHIN_NOISE):
         return "CANNOT TELL" if undecided(verdict) else "NO DIFFERENCE"
     # "?": measured while other processes kept the machine busy (the reason says how much).
     return verdict.verdict.upper() + ("?" if verdict.low_confidence else "")

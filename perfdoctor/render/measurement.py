@@ -25,9 +25,12 @@ class MeasurementRow:
 
 NOTE = (
     "In one process: the fix switched on and off between steps in seeded random blocks of "
-    "one child run; the speedup is the trimmed mean of the paired block-median ratios, and "
-    "the two step times beside it are the geometric means of the same block medians, so "
-    "their ratio is the speedup. By re-runs: separate child runs alternating with the "
+    "one child run (a script that ends first is started again, and the pairs of every "
+    "process pool in one sequential test); the speedup is the trimmed mean of the paired "
+    "block ratios, each block's step time being its median step (paired-medians) or, where "
+    "steps are bursty, its wall time over its steps (throughput-windows), and the two step "
+    "times beside it are the geometric means of the same block values, so their ratio is "
+    "the speedup. By re-runs: separate child runs alternating with the "
     "baseline's (for fixes that cannot be switched in place). Quartiles pool every counted "
     "step of a side and describe it; they are not the statistic. Numerics come from a seeded "
     "run of the fix against the seeded baseline, never from the switched run."
@@ -46,8 +49,17 @@ def _took(v: VariantResult) -> str:
     return f"{v.measure_s:.0f} s" if v.measure_s >= 10 else f"{v.measure_s:.1f} s"
 
 
+def _method(v: VariantResult) -> str:
+    """How it was measured, and by which statistic (optimize/engine.py)."""
+    if v.method == "in-process":
+        processes = v.processes or 1
+        where = "in one process" if processes <= 1 else f"in {processes} processes, pooled"
+    else:
+        where = "re-runs"
+    return f"{where}; {v.statistic}" if v.statistic else where
+
+
 def _row(v: VariantResult) -> MeasurementRow:
-    in_process = v.method == "in-process"
     speed = fmt.MISSING
     if v.speedup is not None:
         speed = f"{v.speedup:.2f}x"
@@ -62,7 +74,7 @@ def _row(v: VariantResult) -> MeasurementRow:
         interval = f"from {v.speedup - v.speedup_noise:.2f}x"
     return MeasurementRow(
         label=v.label,
-        method="in one process" if in_process else "re-runs",
+        method=_method(v),
         baseline=_quartiles(v.baseline_quartiles_ms),
         variant=_quartiles(v.quartiles_ms),
         speedup=speed,

@@ -543,14 +543,24 @@ def paired_step_text(variant: VariantResult) -> str:
 
 def paired_text(variant: VariantResult) -> str:
     """What the paired medians are, for the reader: how many runs each side."""
+    windows = variant.statistic == "throughput-windows"
     if variant.method == "in-process":
         pairs = variant.pairs or 0
+        processes = variant.processes or 1
+        where = "one process" if processes <= 1 else f"pooled over {processes} processes"
+        if windows:
+            return (
+                "throughput windows: geometric mean of the blocks' wall time per step over "
+                f"{pairs} paired blocks, {where}"
+            )
         return (
             f"paired medians: geometric mean of the block medians over {pairs} paired "
-            "blocks, one process"
+            f"blocks, {where}"
         )
     runs = variant.paired_runs
     each = f"{runs} A/B run pair" + ("" if runs == 1 else "s") if runs else "the A/B run pairs"
+    if windows:
+        return f"throughput windows: geometric mean of the runs' wall time per step over {each}"
     return f"paired medians: geometric mean of the run medians over {each}"
 
 

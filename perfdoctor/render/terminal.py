@@ -37,6 +37,7 @@ MAX_WIDTH = 100
 _VERDICT_STYLE = {
     "accepted": "bold green",
     "rejected": "yellow",
+    "undecided": "cyan",
     "failed": "red",
     "reference": "dim",
 }

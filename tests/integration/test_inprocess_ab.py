@@ -5,13 +5,14 @@ never a timing (benchmarks/ab_false_verdicts.py and ab_cases.py measure those)."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from perfdoctor.collect.launcher import launch
 from perfdoctor.model import ABDesign, Arm, Comparison, RunManifest, RunSpec, StepPlan, Target
-from perfdoctor.optimize.inprocess import final_estimate, load_ab_log
+from perfdoctor.optimize.inprocess import SCRIPT_ENDED, final_estimate, load_ab_log, pool
 from perfdoctor.rundir import AB_FILE, OBSERVATIONS_FILE, STEPS_FILE, read_json, read_jsonl
 
 pytestmark = pytest.mark.integration
@@ -110,3 +111,82 @@ def test_anomaly_off_is_switched_between_steps_and_verified(tmp_path: Path) -> N
     applied = {a["id"]: a for a in read_json(run_dir / OBSERVATIONS_FILE)["applied"]}
     assert applied["anomaly-off"]["applied"] is True, applied
     assert applied["anomaly-off"]["verified"] is True, applied
+
+
+def test_a_script_that_ends_first_is_continued_and_its_pairs_pool(tmp_path: Path) -> None:
+    """A 40-step script ends before any look: the comparison ends "script ended" with no
+    look taken; a second child started with the first named in its design pools its pairs
+    after the first's (optimize/engine.py), whatever the timings say."""
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("anomaly-off", ("anomaly-off",))),
+        comparisons=(Comparison("anomaly-off", 0, 1),),
+        block_steps=3,
+        budget_s=30.0,
+        seed=5,
+    )
+    runs = []
+    for k in (1, 2):
+        spec = RunSpec(
+            label="ab",
+            target=Target("script", str(SCRIPTS / "anomaly_short.py"), ("--steps", "40")),
+            cwd=str(tmp_path),
+            run_dir=str(tmp_path / f"ab{k}"),
+            plan=StepPlan(warmup_steps=3, profiled_steps=0),
+            optimizations=("anomaly-off",),
+            profile=False,
+            ab=replace(design, prior_runs=tuple(str(r) for r in runs)),
+        )
+        manifest = launch(spec, timeout_s=120, echo_output=False)
+        assert manifest.status == "finished_early", manifest
+        runs.append(tmp_path / f"ab{k}")
+    logs = [load_ab_log(r) for r in runs]
+    assert all(log is not None for log in logs)
+    first, second = logs
+    assert first.end_of("anomaly-off").ended == SCRIPT_ENDED
+    assert first.end_of("anomaly-off").looks == 0
+    assert second.design.prior_runs == (str(runs[0]),)
+    pooled = pool(logs, "anomaly-off")
+    alone = pool(logs[:1], "anomaly-off")
+    assert pooled is not None and alone is not None
+    assert pooled.processes == 2
+    assert len(pooled.pairs) > len(alone.pairs) >= 1
+    assert {p.process for p in pooled.pairs} == {0, 1}
+
+
+def test_dataloader_workers_switch_between_two_iterators_in_one_process(tmp_path: Path) -> None:
+    """dataloader-workers in one process: the script's loader stays as built (in-process
+    loading) and a persistent twin over the same dataset, with workers, feeds the fix's
+    blocks; the epoch still ends after the script's own number of batches."""
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("dataloader-workers", ("dataloader-workers",))),
+        comparisons=(Comparison("dataloader-workers", 0, 1),),
+        block_steps=8,
+        settle_steps=3,
+        budget_s=30.0,
+        statistic="throughput-windows",
+        seed=2,
+    )
+    spec = RunSpec(
+        label="ab",
+        target=Target(
+            "script", str(SCRIPTS / "bursty_loader.py"), ("--batches", "80", "--item-ms", "0.1")
+        ),
+        cwd=str(tmp_path),
+        run_dir=str(tmp_path / "ab"),
+        plan=StepPlan(warmup_steps=3, profiled_steps=0),
+        optimizations=("dataloader-workers",),
+        profile=False,
+        env={"PERFDOCTOR_DATALOADER_WORKERS": "1"},
+        ab=design,
+    )
+    manifest = launch(spec, timeout_s=180, echo_output=False)
+    # The script's one epoch of 80 batches ends the run, whichever iterator fed them.
+    assert manifest.status == "finished_early", manifest
+    assert manifest.steps_seen == 80
+    log = load_ab_log(tmp_path / "ab")
+    assert log is not None and {b.arm for b in log.blocks} == {0, 1}
+    assert all(len(b.step_ms) == 3 + 8 for b in log.blocks[:-1])
+    applied = {a["id"]: a for a in read_json(tmp_path / "ab" / OBSERVATIONS_FILE)["applied"]}
+    worker = applied["dataloader-workers"]
+    assert worker["applied"] is True and "twin" in worker["detail"], worker
+    assert worker["verified"] is True, worker

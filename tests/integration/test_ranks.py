@@ -272,7 +272,7 @@ def test_apply_runs_the_variant_on_both_ranks(ddp: dict[str, Any]) -> None:
     variants = {v["label"]: v for v in run["report"]["variants"]}
     variant = variants["zero-grad-set-to-none"]
     assert variant["step_ms_p50"] is not None and variant["speedup"] is not None
-    assert variant["verdict"] in ("accepted", "rejected")
+    assert variant["verdict"] in ("accepted", "rejected", "undecided")
     run_dir = run["session"] / "zero-grad-set-to-none"
     for path in (run_dir, rank_dir(run_dir, 1)):
         applied = {a["id"]: a for a in read(path / "observations.json")["applied"]}

@@ -159,7 +159,7 @@ def test_b_run_to_run_spread_widens_the_band(tmp_path: Path) -> None:
     assert direct.verdict == "accepted"
 
     assert result.b.runs == 2
-    assert result.verdict.verdict == "rejected"
+    assert result.verdict.verdict == "undecided"  # a wide band across 1x: could not tell
     assert result.verdict.reason.startswith("within noise: 1.25x")
     assert result.verdict.speedup_noise > direct.speedup_noise
     assert any("run-to-run spread of A (1 run) and of B (2 runs)" in n for n in result.notes)

@@ -146,3 +146,26 @@ def test_sampling_thread_writes_timed_rows(tmp_path: Path) -> None:
     times = [r["t"] for r in cpu]
     assert times == sorted(times) and times[0] >= 0.0
     assert all(list(r)[:2] == ["kind", "t"] for r in rows)
+
+
+def test_a_worker_that_starts_and_ends_between_two_readings_is_counted_as_ours() -> None:
+    """A DataLoader worker of a short epoch can live between two readings: psutil's
+    cpu_percent() never sees it, and its CPU would read as another process's load. Its CPU
+    time reaches the parent's reaped children's times, and is counted from there."""
+    sampler = CpuSampler(os.getpid())
+    sampler.start()
+    sampler.sample()
+    started = time.monotonic()
+    burner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass",
+        ]
+    )
+    burner.wait()  # reaped: its CPU time is now in children_user/children_system
+    row = sampler.sample()[0]
+    elapsed = time.monotonic() - started
+    assert row["workers"] == 0
+    # At least the 0.3 s it burned, over the time between the readings.
+    assert row["workers_cpu_percent"] >= 100.0 * 0.3 / (elapsed + 0.5) * 0.9

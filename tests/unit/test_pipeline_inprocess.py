@@ -106,9 +106,10 @@ def test_which_candidates_are_measured_in_one_process(tmp_path) -> None:
     diagnosis = SimpleNamespace(record=record)
     target = Target(kind="script", name="train.py")
     options = pipeline.ProfileOptions(target=target, cwd=tmp_path, runs_root=tmp_path)
-    candidates = ["anomaly-off", "dataloader-workers", "cpu-threads"]
+    candidates = ["anomaly-off", "dataloader-workers", "cpu-threads", "larger-batch"]
     chosen = pipeline.in_process_candidates(candidates, options, diagnosis)  # type: ignore[arg-type]
-    assert chosen == ["anomaly-off", "cpu-threads"]
+    # DataLoader workers switch between two iterators in one process; a batch size does not.
+    assert chosen == ["anomaly-off", "dataloader-workers", "cpu-threads"]
     off = pipeline.ProfileOptions(target=target, cwd=tmp_path, runs_root=tmp_path, in_process=False)
     assert pipeline.in_process_candidates(candidates, off, diagnosis) == []  # type: ignore[arg-type]
     ranks = SimpleNamespace(record=SimpleNamespace(ranks_launched=2, ranks=()))

@@ -93,12 +93,22 @@ class LoaderPatch:
         self.changed: weakref.WeakKeyDictionary[DataLoader, dict[str, dict[str, Any]]] = (
             weakref.WeakKeyDictionary()
         )
+        # In-process A/B: loaders left as the script built them, each with the arguments of
+        # its multi-worker twin (SwitchedWorkers), and the twins themselves.
+        self.switched: weakref.WeakKeyDictionary[DataLoader, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.passthrough = False  # building a twin: the script's arguments as given
+        self.on_iter: list[Callable[[DataLoader, Any], Any]] = []
         original_init = DataLoader.__init__
         original_iter = DataLoader.__iter__
         signature = inspect.signature(original_init)
         patch = self
 
         def init(loader: DataLoader, *args: Any, **kwargs: Any) -> None:
+            if patch.passthrough:
+                original_init(loader, *args, **kwargs)
+                return
             try:
                 bound = signature.bind(loader, *args, **kwargs)
             except TypeError:
@@ -137,7 +147,9 @@ class LoaderPatch:
 
         def iterate(loader: DataLoader) -> Any:
             iterator = original_iter(loader)
-            if loader in patch.changed:
+            for wrap in patch.on_iter:
+                iterator = wrap(loader, iterator)
+            if loader in patch.changed and not isinstance(iterator, SwitchingIterator):
                 patch.iterators[loader] = {
                     "class": type(iterator).__name__,
                     "workers": getattr(iterator, "_num_workers", 0),
@@ -244,14 +256,110 @@ def worker_refusal(args: dict[str, Any]) -> str | None:
     return None
 
 
+class SwitchingIterator:
+    """The iterator the script gets from a loader under in-process A/B: its own iterator
+    (the script's num_workers) while the fix is off, a persistent multi-worker iterator over
+    the same dataset while it is on. It ends after len(loader) batches, as the script's own
+    epoch does, whichever iterator fed them; the twin's workers persist across its epochs,
+    so switching back on finds them started and their prefetch queue filled."""
+
+    def __init__(self, loader: DataLoader, own: Any, applier: DataloaderWorkers) -> None:
+        self._own = own
+        self._applier = applier
+        self._loader = loader
+        self._left = len(own) if hasattr(own, "__len__") else None
+        # Start the twin's workers now: they fill their prefetch queue while the warm-up
+        # and the baseline's blocks run (the fix's first block never counts either).
+        self._twin_ok = applier.start_twin(loader)
+
+    def __iter__(self) -> SwitchingIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._own)
+
+    def __next__(self) -> Any:
+        if self._left is not None:
+            if self._left <= 0:
+                raise StopIteration
+            self._left -= 1
+        if self._applier.active and self._twin_ok:
+            return self._applier.next_from_twin(self._loader)
+        return next(self._own)
+
+
 class DataloaderWorkers(Applier):
+    """Switchable (in-process A/B): the script's loaders are left as built; iterating one
+    gives a SwitchingIterator over the script's own iterator and a persistent twin loader
+    over the same dataset with the sized workers (two iterators, alternated by blocks)."""
+
     id = "dataloader-workers"
+    switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
         self.patch = LoaderPatch.shared(ctx)
         self.fewer = os.environ.get(WORKERS_FEWER_ENV, "").strip() == "1"
         self.workers, self.why = self._requested()
+        spec = getattr(ctx.runtime, "spec", None)
+        # Twins only in an A/B run that may switch this fix; a run that applies it for good
+        # changes num_workers itself, so its record and its numerics are the fix's own.
+        self.twins = getattr(spec, "ab", None) is not None and not self.fewer and self.workers > 0
+        self.active = True
+        self._twins: weakref.WeakKeyDictionary[DataLoader, DataLoader] = weakref.WeakKeyDictionary()
+        self._twin_iters: weakref.WeakKeyDictionary[DataLoader, Any] = weakref.WeakKeyDictionary()
         self.patch.adjusters.append((self, self._adjust))
+        if self.twins:
+            self.patch.on_iter.append(self._wrap)
+
+    def switch(self, on: bool) -> None:
+        self.active = on
+
+    def _wrap(self, loader: DataLoader, iterator: Any) -> Any:
+        if loader not in self.patch.switched:
+            return iterator
+        return SwitchingIterator(loader, iterator, self)
+
+    def start_twin(self, loader: DataLoader) -> bool:
+        """The twin's workers started; False (and the fix refused, so its comparison ends
+        "not applied") when the twin cannot be built: the script goes on with its own."""
+        try:
+            self.twin_iterator(loader)
+        except Exception as exc:  # the script's own loader must keep working
+            log.warning("DataLoader twin not started", exc_info=True)
+            self.refuse(f"the DataLoader's multi-worker twin failed: {one_line(exc, 100)}")
+            return False
+        return True
+
+    def twin_iterator(self, loader: DataLoader) -> Any:
+        twin = self._twins.get(loader)
+        if twin is None:
+            args = self.patch.switched[loader]
+            self.patch.passthrough = True
+            try:
+                twin = DataLoader(**args)
+            finally:
+                self.patch.passthrough = False
+            self._twins[loader] = twin
+        iterator = self._twin_iters.get(loader)
+        if iterator is None:
+            iterator = iter(twin)
+            self._twin_iters[loader] = iterator
+            self.patch.iterators[loader] = {
+                "class": type(iterator).__name__,
+                "workers": getattr(iterator, "_num_workers", 0),
+                "pin_memory": bool(getattr(iterator, "_pin_memory", False)),
+            }
+        return iterator
+
+    def next_from_twin(self, loader: DataLoader) -> Any:
+        """The twin's next batch; its epoch ends on its own count, and a new one starts at
+        once on the same (persistent) workers."""
+        iterator = self.twin_iterator(loader)
+        try:
+            return next(iterator)
+        except StopIteration:
+            self._twin_iters.pop(loader, None)
+            return next(self.twin_iterator(loader))
 
     def _count_env(self, name: str) -> int | None:
         """A positive count; 0 too where the count lowers the script's (in-process loading)."""
@@ -294,6 +402,9 @@ class DataloaderWorkers(Applier):
             if self.applied is None:
                 self.detail = one_line(f"{where}: {reason}")
             return None
+        if self.twins:
+            self._twin_of(loader, where, args)
+            return None
         if self.applied:
             self.note(f"{where}: num_workers 0 -> {self.workers}")
         else:
@@ -303,6 +414,21 @@ class DataloaderWorkers(Applier):
                 f"{torch.get_num_threads()} ({self.why})"
             )
         return {"num_workers": self.workers}
+
+    def _twin_of(self, loader: DataLoader, where: str, args: dict[str, Any]) -> None:
+        """Leave the loader as the script built it; remember its twin's arguments: the
+        same ones with the workers, persistent so that they survive the switches."""
+        twin = {k: v for k, v in args.items() if k != "self"}
+        twin.update(num_workers=self.workers, persistent_workers=True)
+        self.patch.switched[loader] = twin
+        self.patch.changed[loader] = {self.id: {"num_workers": self.workers}}
+        if not self.applied:
+            self.mark_applied(
+                f"{where}: num_workers 0 -> {self.workers} in a persistent twin loader over "
+                f"the same dataset, switched in blocks against the script's own iterator "
+                f"({self.why})"
+            )
+        return None
 
     def _lower(self, where: str, user_workers: int) -> dict[str, Any] | None:
         """Fewer workers than the script's (no safety check: fewer workers, 0 included,

@@ -106,23 +106,23 @@ def test_drift_between_rounds_cancels_in_the_pairs() -> None:
 
 def test_stopping_state_ends_a_clear_gain_at_a_look_and_keeps_rounds() -> None:
     state = StoppingState(DESIGN)
-    blocks = _blocks([2.0] * 8, spread=0.01)
-    state.after_round(8, blocks, measure_s=1.0)  # no look after round 8
+    blocks = _blocks([2.0] * 9, spread=0.01)
+    state.after_round(9, blocks[:-2], measure_s=1.0)  # 8 pairs: no look
     assert state.open
-    state.after_round(9, blocks, measure_s=1.0)
+    state.after_round(10, blocks, measure_s=1.0)  # 9 pairs: the first look
     assert not state.open
-    assert state.states[0].ended == "faster" and state.states[0].rounds == 9
+    assert state.states[0].ended == "faster" and state.states[0].rounds == 10
 
 
 def test_a_decided_but_wide_interval_is_refined_until_narrow_or_refine_time() -> None:
     state = StoppingState(DESIGN)
-    noisy = _blocks([2.0, 1.6, 2.5, 1.8, 2.2, 1.7, 2.4, 1.9])  # 8 pairs after round 9
-    state.after_round(9, noisy, measure_s=1.0)
+    noisy = _blocks([2.0, 1.6, 2.5, 1.8, 2.2, 1.7, 2.4, 1.9, 2.1])  # 9 pairs after round 10
+    state.after_round(10, noisy, measure_s=1.0)
     est = state.states[0].estimate
     assert est is not None and est.decision == "faster"
     assert est.half_width_log > math.log(1.10)
     assert state.open  # decided, but its gain not yet sized
-    state.after_round(13, noisy, measure_s=30.0)  # past REFINE_S
+    state.after_round(11, noisy, measure_s=30.0)  # past REFINE_S
     assert not state.open and state.states[0].ended == "faster"
 
 

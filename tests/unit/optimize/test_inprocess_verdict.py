@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -122,3 +123,52 @@ def test_the_measured_line_says_the_paired_medians_are_block_medians() -> None:
         text
         == "paired medians: geometric mean of the block medians over 11 paired blocks, one process"
     )
+
+
+def test_too_few_pairs_is_undecided_with_what_would_decide_it_never_rejected() -> None:
+    result = judge(ab_log(2.0, rounds=3, ended="script ended"))
+    assert result.verdict == "undecided"
+    assert result.reason.startswith("undecided: fewer than 3 pairs")
+    assert result.would_decide and "more steps" in result.would_decide
+
+
+def test_the_verdict_states_the_load_and_a_thread_cut_that_wins_by_it_is_load_bound() -> None:
+    threads = AppliedOptimization(
+        id="cpu-threads",
+        applied=True,
+        verified=True,
+        detail="intra-op threads held at 1 (usable cores; 2 at startup)",
+    )
+    busy = RunSample(
+        label="ab",
+        step_ms=(10.0,) * 20,
+        applied=(threads,),
+        run_dir="/s/ab",
+        other_busy_cores=1.5,
+        cpu_cores=2,
+    )
+    log = ab_log(1.6)
+    log = ABLog(
+        design=ABDesign(
+            arms=(Arm("baseline"), Arm("cpu-threads", ("cpu-threads",))),
+            comparisons=(Comparison("cpu-threads", 0, 1),),
+        ),
+        rounds=log.rounds,
+        measure_s=log.measure_s,
+        comparisons=(ComparisonEnd("cpu-threads", "faster", log.rounds, 3),),
+        blocks=log.blocks,
+    )
+    result = compare_in_process(
+        BASELINE, busy, log, [sample("cpu-threads", applied=(threads,))], ("cpu-threads",),
+        label="cpu-threads",
+    )  # fmt: skip
+    assert result.verdict == "accepted"
+    assert "at 1.5 other busy cores of 2" in result.reason
+    assert result.load_busy_cores == pytest.approx(1.5) and result.load_cores == 2
+    assert result.load_bound and "load-bound" in result.reason
+    # The same gain on a quiet machine is not load-bound.
+    quiet = compare_in_process(
+        BASELINE, replace(busy, other_busy_cores=0.1), log,
+        [sample("cpu-threads", applied=(threads,))], ("cpu-threads",), label="cpu-threads",
+    )  # fmt: skip
+    assert quiet.verdict == "accepted" and not quiet.load_bound
