@@ -6,6 +6,7 @@ so plain runs of both settings can be alternated without perfdoctor or train-doc
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import statistics
 import time
@@ -29,7 +30,7 @@ class Clock:
         marks = self.marks[WARMUP:]
         if len(marks) < 2:
             return
-        gaps = [(b - a) * 1000.0 for a, b in zip(marks, marks[1:])]
+        gaps = [(b - a) * 1000.0 for a, b in itertools.pairwise(marks)]
         mean = (marks[-1] - marks[0]) * 1000.0 / (len(marks) - 1)
         print(
             f"ms/step mean {mean:.3f} median {statistics.median(gaps):.3f} steps {len(gaps)}",

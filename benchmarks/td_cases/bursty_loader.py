@@ -27,8 +27,9 @@ class Bursty(Dataset):
 def main() -> None:
     torch.manual_seed(0)
     loader = DataLoader(Bursty(), batch_size=BATCH, num_workers=2 if fixed() else 0)
-    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, 10))
+    model = nn.Sequential(
+        nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+    )
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     clock = Clock()
     for x, y in loader:

@@ -13,8 +13,9 @@ STEPS = 120
 def main() -> None:
     torch.manual_seed(0)
     torch.autograd.set_detect_anomaly(not fixed())
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, 10))
+    model = nn.Sequential(
+        nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
     clock = Clock()
