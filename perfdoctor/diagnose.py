@@ -50,6 +50,7 @@ from perfdoctor.optimize.fix_patch import PATCH_NAME, build_fix_patch
 from perfdoctor.optimize.inprocess import ABLog, load_ab_log
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.inprocess_verdict import compare_in_process
+from perfdoctor.optimize.measured_recommendations import follow_measurement
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
@@ -428,7 +429,7 @@ def analyze_session(session_dir: Path) -> Report:
             + (f" ({limit:,} events)" if limit else "")
             + ", so the snapshot holds only the latest allocator events"
         )
-    fix_patch = _fix_patch(variants, diagnosis, record, target, session)
+    fix_patch = _fix_patch(variants, diagnosis, record, target, session, session_dir)
     artifacts = _artifacts(session_dir, manifest.artifacts if manifest else {})
     if fix_patch:
         artifacts["fixes_patch"] = str(session_dir / PATCH_NAME)
@@ -443,7 +444,9 @@ def analyze_session(session_dir: Path) -> Report:
         baseline=_baseline_summary(record, diagnosis.facts, list(baseline.values())),
         findings=diagnosis.findings,
         skipped_rules=diagnosis.skipped,
-        recommendations=diagnosis.recommendations,
+        recommendations=tuple(
+            follow_measurement(diagnosis.recommendations, variants, diagnosis.facts)
+        ),
         variants=tuple(variants),
         run_dir=str(session_dir),
         artifacts=artifacts,
@@ -469,6 +472,7 @@ def _fix_patch(
     record: RunRecord,
     target: Target,
     session: Session | None,
+    session_dir: Path,
 ) -> dict[str, Any]:
     """fixes.patch of the accepted fixes (optimize/fix_patch.py), as report.json holds it;
     {} without an accepted fix or a script file to patch."""
@@ -485,7 +489,7 @@ def _fix_patch(
         return {}
     if patch.empty:
         return {}
-    return {**patch.to_dict(PATCH_NAME), "text": patch.text()}
+    return {**patch.to_dict(str(session_dir / PATCH_NAME)), "text": patch.text()}
 
 
 def _script_end(

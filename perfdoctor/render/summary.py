@@ -24,7 +24,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
-from perfdoctor.render import loop_section, memory_wording, workload_view
+from perfdoctor.render import loop_section, memory_wording, outcome, workload_view
 from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
@@ -156,16 +156,17 @@ def _headline(report: Report) -> Headline:
         )
         return Headline(
             slow=slow,
-            fix="Nothing to fix from what was measured.",
-            measured=_measured_overall(report),
+            fix=outcome.fix_line(report) or "Nothing to fix from what was measured.",
+            measured=outcome.measured_line(report) or _measured_overall(report),
             status_note=status_note,
         )
     top = lead_finding(report)
     recs = recommendations_for(report, top)
+    # What was measured leads: the best accepted fix, its speedup and interval, the patch.
     return Headline(
         slow=_slow_sentence(top),
-        fix=_fix_sentence(top, recs),
-        measured=_measured_sentence(report, top, recs),
+        fix=outcome.fix_line(report) or _fix_sentence(top, recs),
+        measured=outcome.measured_line(report) or _measured_sentence(report, top, recs),
         status_note=status_note,
     )
 
