@@ -59,7 +59,8 @@ class ProvenFix:
         if self.interval is not None:
             text += f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]"
         text += f" ({'in the stack ' if self.in_stack else ''}{self.label}, {self.method}"
-        return text + (f"; {self.load})" if self.load else ")")
+        load = self.load.split(";")[0] if self.load else ""
+        return text + (f"; {load})" if load else ")")
 
 
 @dataclass(frozen=True)

@@ -39,24 +39,6 @@ def fix_titles(variant: VariantResult, report: Report) -> str:
     return " + ".join(names)
 
 
-def measured_gain(variant: VariantResult) -> str:
-    """ "2.31x [2.10, 2.55] (in-process, 40 paired blocks; 0.4 other busy cores)"."""
-    text = fmt.speedup(variant.speedup, None if variant.interval else variant.speedup_noise)
-    if variant.interval is not None:
-        text += f" [{variant.interval[0]:.2f}, {variant.interval[1]:.2f}]"
-    how = [variant.method]
-    if variant.pairs:
-        how.append(
-            f"{variant.pairs} paired blocks"
-            if variant.method == "in-process"
-            else f"{variant.pairs} pairs"
-        )
-    elif variant.paired_runs:
-        how.append(f"{variant.paired_runs} A/B run pairs")
-    text += " (" + ", ".join(how)
-    return text + (f"; {fmt.one_line(variant.load)})" if variant.load else ")")
-
-
 def patch_path(report: Report) -> str | None:
     path = report.fix_patch.get("path") if report.fix_patch else None
     return path if isinstance(path, str) and path else None
@@ -72,7 +54,13 @@ def fix_line(report: Report) -> str | None:
     best = best_accepted(report)
     if best is None:
         return None
-    text = f"{fix_titles(best, report)} ({', '.join(best.optimizations)}), accepted by measurement"
+    gain = fmt.speedup(best.speedup, None if best.interval else best.speedup_noise)
+    if best.interval is not None:
+        gain += f" [{best.interval[0]:.2f}, {best.interval[1]:.2f}]"
+    text = (
+        f"{fix_titles(best, report)} ({', '.join(best.optimizations)}): {gain} faster, "
+        "accepted by measurement"
+    )
     patch = patch_name(report)
     if patch and report.fix_patch.get("hunks"):
         return f"{text}; the change is in {patch} (the command to apply it ends this summary)."
@@ -80,22 +68,6 @@ def fix_line(report: Report) -> str | None:
     if adds:
         return f"{text}; the line to add is in {patch or 'the report'} (no source line to patch)."
     return f"{text}."
-
-
-def measured_line(report: Report) -> str | None:
-    best = best_accepted(report)
-    if best is None:
-        return None
-    step = ""
-    if best.baseline_step_ms_p50 is not None and best.step_ms_p50 is not None:
-        step = f", step {fmt.ms(best.baseline_step_ms_p50)} → {fmt.ms(best.step_ms_p50)}"
-    others = [
-        v
-        for v in report.variants
-        if v.verdict == "accepted" and v.peel_of is None and v is not best
-    ]
-    tail = f"; {len(others)} other fix(es) accepted" if others else ""
-    return f"{best.label}: {measured_gain(best)} faster{step}{tail}."
 
 
 def apply_lines(report: Report) -> list[str]:

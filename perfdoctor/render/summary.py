@@ -157,7 +157,7 @@ def _headline(report: Report) -> Headline:
         return Headline(
             slow=slow,
             fix=outcome.fix_line(report) or "Nothing to fix from what was measured.",
-            measured=outcome.measured_line(report) or _measured_overall(report),
+            measured=_measured_best(report) or _measured_overall(report),
             status_note=status_note,
         )
     top = lead_finding(report)
@@ -166,7 +166,7 @@ def _headline(report: Report) -> Headline:
     return Headline(
         slow=_slow_sentence(top),
         fix=outcome.fix_line(report) or _fix_sentence(top, recs),
-        measured=outcome.measured_line(report) or _measured_sentence(report, top, recs),
+        measured=_measured_best(report) or _measured_sentence(report, top, recs),
         status_note=status_note,
     )
 
@@ -502,6 +502,18 @@ def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
     return "No automatic fix: see the explanation of this finding."
 
 
+def _measured_best(report: Report) -> str | None:
+    """The Measured line after apply: the best accepted fix (render/outcome.py), whatever
+    finding it addresses, and how many others were accepted beside it."""
+    best = outcome.best_accepted(report)
+    if best is None:
+        return None
+    accepted = [v for v in report.variants if v.verdict == "accepted" and v.peel_of is None]
+    others = len(accepted) - 1
+    text = _variant_sentence(best)
+    return text + (f" {others} other variant(s) accepted too." if others else "")
+
+
 def _nothing_applied(variant: VariantResult) -> bool:
     """Every applier of the variant refused: its runs timed the unchanged script, so its
     'speedup' is run-to-run noise, not an effect."""
@@ -513,7 +525,13 @@ def _variant_sentence(variant: VariantResult) -> str:
         return f"{variant.label}: failed ({variant.reason})."
     if _nothing_applied(variant):
         return f"{variant.label}: {variant.verdict} ({variant.reason})."
-    text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)}"
+    # The interval where there is one (it is what the verdict was decided on), else the band.
+    noise = None if variant.interval is not None else variant.speedup_noise
+    text = f"{variant.label}: {fmt.speedup(variant.speedup, noise)}"
+    if variant.interval is not None:
+        text += f" [{variant.interval[0]:.2f}, {variant.interval[1]:.2f}]"
+    if variant.load:  # the figure holds at the load it was measured at
+        text += f" while {fmt.one_line(variant.load).split(';')[0]}"
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
