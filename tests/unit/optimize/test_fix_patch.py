@@ -126,7 +126,10 @@ def test_dataloader_workers_from_the_variants_count(tmp_path: Path) -> None:
 
 @needs_patch
 def test_dataloader_workers_replace_the_scripts_count(tmp_path: Path) -> None:
-    text = "import torch\nfrom torch.utils.data import DataLoader\n\nx = DataLoader([1, 2], num_workers=4)\n"
+    text = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "x = DataLoader([1, 2], num_workers=4)\n"
+    )
     f = facts(dataloader={"location": {"file": "train.py", "line": 4}})
     v = variant(("dataloader-workers",), detail="num_workers 4 -> 0 (the script's, lowered)")
     make(tmp_path, text, [v], f)
