@@ -30,17 +30,17 @@ model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(64, 64), nn.ReLU
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(32, 64)
 times = []
-for step in range(60):
+for step in range(40):
     start = time.perf_counter()
     loss = model(x).square().mean()
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if step >= 10:
+    if step >= 5:
         times.append(time.perf_counter() - start)
 print(f"ms/step {statistics.median(times) * 1000:.4f}")
 '''
-PAIRS = 3
+PAIRS = 2
 
 
 def _accepted_anomaly_off() -> VariantResult:
@@ -83,7 +83,7 @@ def test_the_patched_copy_is_faster_by_its_own_clock(tmp_path: Path) -> None:
     assert "set_detect_anomaly(False)" in (patched / "train.py").read_text()
 
     before, after = [], []
-    for i in range(PAIRS):  # alternated: A B, B A, A B, so a drift of the machine cancels
+    for i in range(PAIRS):  # alternated: A B, B A, so a drift of the machine cancels
         order = (original, patched) if i % 2 == 0 else (patched, original)
         for folder in order:
             (before if folder is original else after).append(_own_clock(folder / "train.py"))
