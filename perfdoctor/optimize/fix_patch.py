@@ -465,7 +465,7 @@ def build_fix_patch(
                             fix.gain_text(),
                         )
                     )
-        if not made:
+        if not made and not (reasons and all("already" in r for r in reasons)):
             adds.append(_line_to_add(fix, code_changes, "; ".join(dict.fromkeys(reasons))))
     diff = "".join(_file_diff(files, name, edits) for name, edits in files.edits.items() if edits)
     return FixPatch(diff, str(root), tuple(hunks), tuple(adds), tuple(proven))

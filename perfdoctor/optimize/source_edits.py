@@ -163,12 +163,28 @@ def torch_alias(src: Source) -> tuple[str, int] | None:
     return None
 
 
+def _import_block_end(src: Source, after: int) -> int:
+    """The last line of the run of top-level imports that holds line `after`, so a
+    statement added there does not split the script's import block."""
+    end = after
+    assert src.tree is not None
+    for node in src.tree.body:
+        if node.lineno <= after:
+            continue
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            break
+        end = node.end_lineno or node.lineno
+    return end
+
+
 def insert_after_torch_import(src: Source, statement: str, what: str) -> Edit | str:
-    """`statement` (written with `torch.`) on its own line right after `import torch`."""
+    """`statement` (written with `torch.`) on its own line after the top-level imports
+    that hold `import torch`."""
     found = torch_alias(src)
     if found is None:
         return "no top-level `import torch` to put it after"
     alias, line = found
+    line = _import_block_end(src, line)
     text = statement.replace("torch.", f"{alias}.", 1) if alias != "torch" else statement
     return Edit(line + 1, line, (text + src.newline(),), what)
 

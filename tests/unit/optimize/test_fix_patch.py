@@ -160,6 +160,7 @@ def test_fused_optimizer_and_foreach_only_class(tmp_path: Path) -> None:
 
 THREADS_NONE = """import os
 import torch
+from torch import nn
 
 torch.manual_seed(0)
 """
@@ -172,7 +173,7 @@ torch.set_num_threads(2)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (THREADS_NONE, "import torch\ntorch.set_num_threads(1)\n"),
+        (THREADS_NONE, "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"),
         (THREADS_SET, "torch.set_num_threads(1)\n"),
     ],
 )
