@@ -99,3 +99,12 @@ def test_an_accepted_fix_no_finding_named_is_added():
     ordered = follow_measurement(recs, report.variants, Facts(values={}))
     assert ordered[0].optimization_id == "dataloader-workers"
     assert ordered[0].code_change  # the catalog's by-hand change
+
+
+def test_html_lists_the_patch_escaped():
+    from perfdoctor.render.html import render_html
+
+    hostile = {**PATCH, "apply": "cd /tmp/<b> && git apply x"}
+    text = render_html(replace(with_interval(), fix_patch=hostile))
+    assert "Patch of the proven fixes" in text
+    assert "cd /tmp/&lt;b&gt; &amp;&amp; git apply x" in text
