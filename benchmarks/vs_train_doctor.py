@@ -47,7 +47,7 @@ CASES = (
     "single_tensor_opt",
     "straggler_ddp",
 )
-# The clock says "faster" when plain / fixed (ratio of the mean step) is above this.
+# The clock says "faster" when every fixed run beats every plain run by this factor.
 AGREE_MARGIN = 1.05
 CLOCK_RE = re.compile(r"ms/step mean ([0-9.]+) median ([0-9.]+) steps (\d+)")
 
@@ -81,15 +81,23 @@ def plain_runs(case: Path, rounds: int, timeout: float) -> dict[str, Any]:
             ms = _clock_ms(proc.stdout)
             if ms is not None:
                 times[fix].append(ms)
-    base = statistics.median(times["0"]) if times["0"] else None
-    fixed = statistics.median(times["1"]) if times["1"] else None
-    ratio = base / fixed if base and fixed else None
-    return {
-        "plain_ms": times["0"],
-        "fixed_ms": times["1"],
-        "clock_speedup": ratio,
-        "clock_says": None if ratio is None else ("faster" if ratio > AGREE_MARGIN else "no gain"),
-    }
+    return {"plain_ms": times["0"], "fixed_ms": times["1"], **clock_verdict(times["0"], times["1"])}
+
+
+def clock_verdict(plain: list[float], fixed: list[float]) -> dict[str, Any]:
+    """The script's own clock over the alternated runs: "faster" when every fixed run beat
+    every plain run by the margin, "slower" the other way round, else "undecided" (on a
+    loaded machine a run's mean moves by more than some fixes buy)."""
+    if not plain or not fixed:
+        return {"clock_speedup": None, "clock_says": None}
+    ratio = statistics.median(plain) / statistics.median(fixed)
+    if min(plain) > max(fixed) * AGREE_MARGIN:
+        says = "faster"
+    elif min(fixed) > max(plain) * AGREE_MARGIN:
+        says = "slower"
+    else:
+        says = "undecided"
+    return {"clock_speedup": ratio, "clock_says": says}
 
 
 def run_perfdoctor(case: Path, workdir: Path, timeout: float) -> dict[str, Any]:
@@ -183,12 +191,14 @@ def run_train_doctor(exe: str, case: Path, workdir: Path, timeout: float) -> dic
 
 
 def agreement(tool: dict[str, Any], clock: dict[str, Any]) -> str:
-    if "accepted" not in tool or clock.get("clock_says") is None:
+    says = clock.get("clock_says")
+    if "accepted" not in tool or says is None:
         return "n/a"
-    says_faster = clock["clock_says"] == "faster"
-    if tool["accepted"] == says_faster:
+    if says == "undecided":
+        return "clock undecided"
+    if tool["accepted"] == (says == "faster"):
         return "yes"
-    return "no (accepted, clock: no gain)" if tool["accepted"] else "no verdict where clock: faster"
+    return f"no (accepted, clock: {says})" if tool["accepted"] else "no verdict where clock: faster"
 
 
 def main() -> None:
@@ -228,10 +238,27 @@ def main() -> None:
     out(table(sink))
 
 
+def _variant_words(v: dict[str, Any]) -> str:
+    """ "anomaly-off rejected 1.47x [0.62, 3.50] (cannot tell from noise; stopped: script
+    ended)": the verdict with what it stood for."""
+    text = f"{v['label']} {v['verdict']}"
+    if v.get("speedup"):
+        text += f" {v['speedup']:.2f}x"
+    if v.get("interval"):
+        text += f" [{v['interval'][0]:.2f}, {v['interval'][1]:.2f}]"
+    reason = v.get("reason") or ""
+    why = reason.split(":", 1)[0]
+    stop = reason.rsplit("stopped: ", 1)[1] if "stopped: " in reason else ""
+    return text + f" ({why}{'; stopped: ' + stop if stop else ''})"
+
+
 def _cell(tool: dict[str, Any] | None) -> str:
     if tool is None:
         return "not run"
-    return f"{tool.get('verdict')} ({tool.get('wall_s')} s; agrees: {tool.get('agrees')})"
+    verdict = tool.get("verdict")
+    if tool.get("variants"):
+        verdict = "; ".join(_variant_words(v) for v in tool["variants"])
+    return f"{verdict} ({tool.get('wall_s')} s; agrees: {tool.get('agrees')})"
 
 
 def table(sink: Path) -> str:
@@ -243,11 +270,16 @@ def table(sink: Path) -> str:
     for line in sink.read_text().splitlines():
         row = json.loads(line)
         clock = row.get("clock", {})
+        # Re-judged from the raw times, so a table of older results uses today's rule.
+        clock.update(clock_verdict(clock.get("plain_ms") or [], clock.get("fixed_ms") or []))
+        for tool in ("perfdoctor", "train_doctor"):
+            if tool in row:
+                row[tool]["agrees"] = agreement(row[tool], clock)
         plain = statistics.median(clock["plain_ms"]) if clock.get("plain_ms") else None
         fixed = statistics.median(clock["fixed_ms"]) if clock.get("fixed_ms") else None
         speed = clock.get("clock_speedup")
         own = (
-            f"{plain:.1f} / {fixed:.1f}, {speed:.2f}x"
+            f"{plain:.1f} / {fixed:.1f}, {speed:.2f}x ({clock.get('clock_says')})"
             if plain and fixed and speed
             else "not measured"
         )
