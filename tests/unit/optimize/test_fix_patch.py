@@ -291,3 +291,22 @@ def test_git_root_prefix_and_no_final_newline(tmp_path: Path) -> None:
     assert (sub / "t.py").read_text() == "import torch\ntorch.autograd.set_detect_anomaly(False)"
     subprocess.run(["patch", "-p1", "-R", "-i", PATCH_NAME], **run)
     assert (sub / "t.py").read_text() == text
+
+
+@needs_patch
+def test_recorded_run_locations_patch_the_sample_model(tmp_path: Path) -> None:
+    """The locations a real run recorded (the fixture run of cnn_slow_dataloader.py) lead
+    the edits to the script's DataLoader call, and the patch applies to a copy of it."""
+    from perfdoctor.diagnose import diagnose_session
+
+    root = Path(__file__).resolve().parents[3]
+    diagnosis = diagnose_session(root / "tests/fixtures/runs/cnn_slow_dataloader_cpu")
+    name = "sample_models/cnn_slow_dataloader.py"
+    (tmp_path / "sample_models").mkdir()
+    shutil.copy(root / name, tmp_path / name)
+    v = variant(("dataloader-workers",), detail=f"{name}:217: num_workers 0 -> 2, ...")
+    patch = build_fix_patch([v], diagnosis.facts, name, tmp_path)
+    assert [(h.file, h.change) for h in patch.hunks] == [(name, "num_workers=2")]
+    (tmp_path / PATCH_NAME).write_text(patch.text())
+    patched = roundtrip(tmp_path, name, "")
+    assert "        num_workers=2," in patched
