@@ -489,7 +489,8 @@ def _fix_patch(
         return {}
     if patch.empty:
         return {}
-    return {**patch.to_dict(str(session_dir / PATCH_NAME)), "text": patch.text()}
+    path = str(session_dir / PATCH_NAME)
+    return {**patch.to_dict(path), "text": patch.text(path)}
 
 
 def _script_end(

@@ -109,11 +109,12 @@ class FixPatch:
     def empty(self) -> bool:
         return not self.diff and not self.lines_to_add
 
-    def text(self) -> str:
+    def text(self, patch_path: str = PATCH_NAME) -> str:
         """The file: a preamble of comments (skipped by git apply and patch), then the diff."""
+        path = _quote(patch_path)
         lines = [
             "# perfdoctor fixes.patch: the fixes accepted by measurement, as source changes.",
-            f"# Apply from {self.root}: git apply {PATCH_NAME}  (or: patch -p1 < {PATCH_NAME});"
+            f"# Apply from {self.root}: git apply {path}  (or: patch -p1 < {path});"
             " take back with -R.",
         ]
         for hunk in self.hunks:
