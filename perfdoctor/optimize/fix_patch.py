@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -302,68 +303,53 @@ def _edits_for(fix: ProvenFix, facts: Facts, script: str, files: _Files) -> list
             return "the thread count the variant ran with is not recorded"
         return [(script, _on(files, script, lambda s: source_edits.set_threads(s, threads)))]
     if opt in ("dataloader-workers", "pin-memory"):
-        loc = _loc(settings.get("dataloader"))
-        if loc is None:
+        found = _loc(settings.get("dataloader"))
+        if found is None:
             return "the training DataLoader's source line was not recorded"
+        file, line = found
         if opt == "pin-memory":
-            return [
-                (
-                    loc[0],
-                    _on(
-                        files,
-                        loc[0],
-                        lambda s: source_edits.call_argument(
-                            s, ("DataLoader",), loc[1], "pin_memory", "True"
-                        ),
-                    ),
-                )
-            ]
+            edit = partial(
+                source_edits.call_argument,
+                names=("DataLoader",),
+                line=line,
+                argument="pin_memory",
+                value="True",
+            )
+            return [(file, _on(files, file, edit))]
         workers = _workers(fix, facts)
         if workers is None:
             return "the worker count the variant ran with is not recorded"
-        return [
-            (
-                loc[0],
-                _on(
-                    files,
-                    loc[0],
-                    lambda s: source_edits.call_argument(
-                        s, ("DataLoader",), loc[1], "num_workers", str(workers), position=5
-                    ),
-                ),
-            )
-        ]
+        edit = partial(
+            source_edits.call_argument,
+            names=("DataLoader",),
+            line=line,
+            argument="num_workers",
+            value=str(workers),
+            position=5,  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, N)
+        )
+        return [(file, _on(files, file, edit))]
     if opt == "fused-optimizer":
         out: list[Target] = []
         for record in settings.get("optimizers") or []:
-            loc, cls = _loc(record), record.get("class")
-            if loc is None or not isinstance(cls, str):
+            where, cls = _loc(record), record.get("class")
+            if where is None or not isinstance(cls, str):
                 continue
-            foreach_only = cls in _FOREACH_ONLY_CLASSES
-            out.append(
-                (
-                    loc[0],
-                    _on(
-                        files,
-                        loc[0],
-                        lambda s, c=cls, n=loc[1], f=foreach_only: source_edits.fused_optimizer(
-                            s, c, n, f
-                        ),
-                    ),
-                )
+            edit = partial(
+                source_edits.fused_optimizer,
+                cls=cls,
+                line=where[1],
+                foreach_only=cls in _FOREACH_ONLY_CLASSES,
             )
+            out.append((where[0], _on(files, where[0], edit)))
         return out or "the optimizer's source line was not recorded"
     if opt == "zero-grad-set-to-none":
         by_file: dict[str, list[int]] = {}
-        for loc in facts.locations.get("zero_grad", ()):
-            by_file.setdefault(loc.file, []).append(loc.line)
+        for site in facts.locations.get("zero_grad", ()):
+            by_file.setdefault(site.file, []).append(site.line)
         if not by_file:
             by_file = {script: []}
         return [
-            (
-                name,
-                _on(files, name, lambda s, lines=lines: source_edits.zero_grad_to_none(s, lines)),
-            )
+            (name, _on(files, name, partial(source_edits.zero_grad_to_none, lines=lines)))
             for name, lines in by_file.items()
         ]
     if opt == "debug-modes-off":
