@@ -310,3 +310,17 @@ def test_recorded_run_locations_patch_the_sample_model(tmp_path: Path) -> None:
     (tmp_path / PATCH_NAME).write_text(patch.text())
     patched = roundtrip(tmp_path, name, "")
     assert "        num_workers=2," in patched
+
+
+@needs_patch
+def test_deterministic_and_sync_debug_settings_switched_off(tmp_path: Path) -> None:
+    text = (
+        "import torch\ntorch.backends.cudnn.deterministic = True\n"
+        "torch.use_deterministic_algorithms(True)\ntorch.cuda.set_sync_debug_mode('warn')\n"
+    )
+    variants = [variant(("cudnn-nondeterministic",)), variant(("debug-modes-off",), speedup=1.1)]
+    make(tmp_path, text, variants, facts())
+    patched = roundtrip(tmp_path, "train.py", text)
+    assert "torch.backends.cudnn.deterministic = False\n" in patched
+    assert "torch.use_deterministic_algorithms(False)\n" in patched
+    assert "torch.cuda.set_sync_debug_mode(0)\n" in patched
