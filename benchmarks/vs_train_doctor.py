@@ -47,6 +47,15 @@ CASES = (
     "single_tensor_opt",
     "straggler_ddp",
 )
+# The perfdoctor fix that is the case's own CASE_FIX=1 change (None: a change by hand only).
+CASE_FIX_IDS: dict[str, str | None] = {
+    "short_anomaly": "anomaly-off",
+    "epoch_ends": "dataloader-workers",
+    "bursty_loader": "dataloader-workers",
+    "anomaly_threads": "anomaly-off",
+    "single_tensor_opt": "fused-optimizer",
+    "straggler_ddp": None,
+}
 # The clock says "faster" when every fixed run beats every plain run by this factor.
 AGREE_MARGIN = 1.05
 CLOCK_RE = re.compile(r"ms/step mean ([0-9.]+) median ([0-9.]+) steps (\d+)")
@@ -190,10 +199,15 @@ def run_train_doctor(exe: str, case: Path, workdir: Path, timeout: float) -> dic
     return result
 
 
-def agreement(tool: dict[str, Any], clock: dict[str, Any]) -> str:
+def agreement(tool: dict[str, Any], clock: dict[str, Any], case: str = "") -> str:
     says = clock.get("clock_says")
     if "accepted" not in tool or says is None:
         return "n/a"
+    planted = CASE_FIX_IDS.get(case)
+    accepted = {v["label"] for v in tool.get("variants") or [] if v.get("verdict") == "accepted"}
+    if accepted and planted and planted not in accepted:
+        # The clock timed the case's own fix; a different accepted fix is not that one.
+        return f"other fix ({', '.join(sorted(accepted))}); the clock timed {planted}: {says}"
     if says == "undecided":
         return "clock undecided"
     if tool["accepted"] == (says == "faster"):
@@ -230,7 +244,7 @@ def main() -> None:
             row["load_after"] = _load()
             for tool in ("perfdoctor", "train_doctor"):
                 if tool in row:
-                    row[tool]["agrees"] = agreement(row[tool], row["clock"])
+                    row[tool]["agrees"] = agreement(row[tool], row["clock"], name)
             with sink.open("a") as fh:
                 fh.write(json.dumps(row) + "\n")
             out(json.dumps(row)[:600])
@@ -274,7 +288,7 @@ def table(sink: Path) -> str:
         clock.update(clock_verdict(clock.get("plain_ms") or [], clock.get("fixed_ms") or []))
         for tool in ("perfdoctor", "train_doctor"):
             if tool in row:
-                row[tool]["agrees"] = agreement(row[tool], clock)
+                row[tool]["agrees"] = agreement(row[tool], clock, row["case"])
         plain = statistics.median(clock["plain_ms"]) if clock.get("plain_ms") else None
         fixed = statistics.median(clock["fixed_ms"]) if clock.get("fixed_ms") else None
         speed = clock.get("clock_speedup")
