@@ -476,14 +476,21 @@ def _fix_patch(
 ) -> dict[str, Any]:
     """fixes.patch of the accepted fixes (optimize/fix_patch.py), as report.json holds it;
     {} without an accepted fix or a script file to patch."""
-    if not any(v.verdict == "accepted" for v in variants) or target.kind != "script":
+    if not any(v.verdict == "accepted" for v in variants) or target.kind == "command":
         return {}
     cwd = record.spec.cwd if record.spec is not None else (session.cwd if session else None)
     if not cwd:
         return {}
+    script = target.name
+    if target.kind == "module":  # -m pkg.train: its file under the working directory
+        base = target.name.replace(".", "/")
+        found = [p for p in (f"{base}.py", f"{base}/__main__.py") if (Path(cwd) / p).is_file()]
+        if not found:
+            return {}
+        script = found[0]
     changes = {r.optimization_id: r.code_change for r in diagnosis.recommendations}
     try:
-        patch = build_fix_patch(variants, diagnosis.facts, target.name, Path(cwd), changes)
+        patch = build_fix_patch(variants, diagnosis.facts, script, Path(cwd), changes)
     except (OSError, ValueError, RecursionError) as err:  # a report without a patch, said why
         log.warning("fixes.patch not built: %s", err)
         return {}
