@@ -324,3 +324,31 @@ def test_deterministic_and_sync_debug_settings_switched_off(tmp_path: Path) -> N
     assert "torch.backends.cudnn.deterministic = False\n" in patched
     assert "torch.use_deterministic_algorithms(False)\n" in patched
     assert "torch.cuda.set_sync_debug_mode(0)\n" in patched
+
+
+def test_the_report_holds_the_patch_for_a_script_and_a_module(tmp_path: Path) -> None:
+    """diagnose._fix_patch, as analyze_session calls it: the run's working directory from
+    its spec, a -m module resolved to its file there, a launcher command left alone."""
+    from dataclasses import replace
+
+    from perfdoctor import diagnose
+    from perfdoctor.model import Target
+
+    root = Path(__file__).resolve().parents[3]
+    diagnosis = diagnose.diagnose_session(root / "tests/fixtures/runs/tabular_mlp_debug_cpu")
+    record = diagnosis.record
+    assert record.spec is not None
+    record = replace(record, spec=replace(record.spec, cwd=str(tmp_path)))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(ANOMALY)
+    accepted = [variant(("anomaly-off",))]
+    for target in (Target("script", "pkg/train.py"), Target("module", "pkg.train")):
+        made = diagnose._fix_patch(accepted, diagnosis, record, target, None, tmp_path / "s")
+        assert made["hunks"][0]["file"] == "pkg/train.py"
+        assert made["apply"] == f"cd {tmp_path} && git apply {tmp_path}/s/{PATCH_NAME}"
+        assert made["text"].startswith("# perfdoctor fixes.patch")
+    command = Target("command", "torchrun", ("pkg/train.py",))
+    assert diagnose._fix_patch(accepted, diagnosis, record, command, None, tmp_path) == {}
+    rejected = [variant(("anomaly-off",), verdict="rejected")]
+    target = Target("script", "pkg/train.py")
+    assert diagnose._fix_patch(rejected, diagnosis, record, target, None, tmp_path) == {}
