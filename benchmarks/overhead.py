@@ -30,6 +30,15 @@ is the parent), and separately its sampler thread alone.
 
 --diagnose runs the null step with each hook family left out of the child in turn, to
 attribute the fixed cost. It prints, it never asserts.
+
+--peers compares perfdoctor with TraceML (`traceml-ai`) on the issue-30 steps, a null step
+(Linear(8, 8), batch 8) and a 3-layer MLP (hidden 384, batch 64), OMP_NUM_THREADS=1: the
+script (`_peer_steps.py`) times its own steps, and runs plain (`python script.py`), under
+`perfdoctor profile --no-apply --profile-steps 0 --run-to-end` (a plan as long as the
+script, so every step is observed), and under `traceml run` with `trace_step(model)` around
+each step, the three alternating in every round. TraceML is looked up as the `traceml`
+command on PATH or in --traceml-venv (a venv with it installed; `python -m venv
+--system-site-packages DIR && DIR/bin/pip install traceml-ai` with torch pinned).
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ from perfdoctor.rundir import SPEC_FILE, STEPS_FILE, read_jsonl, write_json
 
 HERE = Path(__file__).resolve().parent
 PLAIN_HARNESS = HERE / "_plain_steps.py"
+PEER_SCRIPT = HERE / "_peer_steps.py"
+PEER_MODELS = ("null", "mlp")
+PEER_ARMS = ("plain", "perfdoctor", "traceml")
 CHILD_WITHOUT = HERE / "_bootstrap_without.py"
 # Steps per arm: enough steady-state steps for a stable median in about 1-3 s of training.
 DEFAULT_TIMED = {
@@ -376,6 +388,89 @@ def print_diagnosis(res: Rounds) -> None:
         )
 
 
+def _traceml_command(venv: Path | None) -> str | None:
+    import shutil
+
+    if venv is not None and (venv / "bin" / "traceml").exists():
+        return str(venv / "bin" / "traceml")
+    return shutil.which("traceml")
+
+
+def run_peer(
+    arm: str, model: str, steps: int, work: Path, traceml: str | None
+) -> tuple[float, float]:
+    """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
+    result = work / f"peer-{arm}-{model}.json"
+    result.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PEER_MODEL": model,
+        "PEER_STEPS": str(steps),
+        "PEER_OUT": str(result),
+        "PYTHONPATH": str(ROOT),
+    }
+    script = str(PEER_SCRIPT)
+    if arm == "plain":
+        command = [sys.executable, script]
+    elif arm == "perfdoctor":
+        # The plan covers every step of the script, so none runs unobserved.
+        command = [sys.executable, "-m", "perfdoctor", "profile", "--no-apply",
+                   "--profile-steps", "0", "--run-to-end", "--warmup", "5",
+                   "--steps", str(steps + 10), "--quiet", "-o", str(work / "pd-runs"),
+                   script]  # fmt: skip
+    else:
+        assert traceml is not None
+        env["PEER_TRACEML"] = "1"
+        command = [traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
+    for _ in range(3):
+        proc = subprocess.run(
+            command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, check=False,
+        )  # fmt: skip
+        # TraceML waits 15 s (fixed) for its aggregator to listen: too short on a loaded
+        # machine, and the script then never starts. A start-up failure, so try again.
+        if "did not become ready" not in proc.stderr:
+            break
+    if proc.returncode != 0 or not result.exists():
+        raise SystemExit(f"{arm} on the {model} step failed:\n{proc.stderr[-2000:]}")
+    got = json.loads(result.read_text())
+    return float(got["median_ms"]), float(got["cpu_median_ms"])
+
+
+def peers(rounds: int, steps: int, work: Path, traceml: str) -> None:
+    out(f"peers: {rounds} rounds, {steps} steps per run (50 warm-up left out), arms alternate")
+    wall: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds):
+        for model in PEER_MODELS:
+            order = PEER_ARMS if r % 2 == 0 else PEER_ARMS[::-1]
+            for arm in order:
+                w, c = run_peer(arm, model, steps, work, traceml)
+                wall.setdefault((model, arm), []).append(w)
+                cpu.setdefault((model, arm), []).append(c)
+            line = ", ".join(
+                f"{a} {wall[(model, a)][-1]:.3f} ms ({cpu[(model, a)][-1]:.3f} CPU)"
+                for a in PEER_ARMS
+            )
+            out(f"  round {r + 1} {model}: {line} | load {os.getloadavg()[0]:.1f}")
+    for title, ms in (("wall time per step", wall), ("CPU time per step (process)", cpu)):
+        out("")
+        out(f"{title}, median of paired rounds [range]:")
+        out("")
+        out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
+        out("|---|---|---|---|---|---|")
+        for model in PEER_MODELS:
+            plain = ms[(model, "plain")]
+            cells = [f"{statistics.median(plain):.3f} ms"]
+            for arm in PEER_ARMS[1:]:
+                values = ms[(model, arm)]
+                ratio = spread([a / p for a, p in zip(values, plain, strict=True)])
+                added = spread([(a - p) * 1000.0 for a, p in zip(values, plain, strict=True)])
+                cells += [fmt(ratio, 3), fmt(added, 0, " us")]
+            out(f"| {model} | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="paired rounds per model")
@@ -389,9 +484,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--diagnose", action="store_true", help="only the null step, hook families left out"
     )
+    parser.add_argument(
+        "--peers", action="store_true", help="perfdoctor against TraceML on two step sizes"
+    )
+    parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
+    parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
     args = parser.parse_args(argv)
 
     out(machine_line())
+    if args.peers:
+        traceml = _traceml_command(args.traceml_venv)
+        if traceml is None:
+            out("no `traceml` command: install traceml-ai (see --help), or pass --traceml-venv")
+            return 0
+        with tempfile.TemporaryDirectory(prefix="pd-peers-") as tmp:
+            peers(args.rounds, args.peer_steps, Path(tmp), traceml)
+        out(machine_line())
+        return 0
     with tempfile.TemporaryDirectory(prefix="pd-overhead-") as tmp:
         work = Path(tmp)
         null_step = work / "null_step.py"

@@ -140,14 +140,32 @@ def auto_reason(findings: Sequence[Finding]) -> str | None:
 
 
 def mem_available_bytes() -> int | None:
-    """MemAvailable now, before the plan's runs (no child of ours holds memory)."""
+    """MemAvailable now, before the plan's runs (no child of ours holds memory), or the
+    address-space limit the runs inherit (`ulimit -v`, RLIMIT_AS) when that is lower: a run
+    over it fails to allocate however much RAM is free."""
+    found = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                found = int(line.split()[1]) * 1024
+                break
     except (OSError, ValueError, IndexError):
+        found = None
+    limit = address_space_limit()
+    if limit is not None and (found is None or limit < found):
+        return limit
+    return found
+
+
+def address_space_limit() -> int | None:
+    """The soft RLIMIT_AS (`ulimit -v`) children inherit; None when unlimited."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError, AttributeError):
         return None
-    return None
+    return None if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
 
 
 def _script_source(target: Target, cwd: Path) -> str | None:
@@ -354,6 +372,8 @@ def plan_batch(
     limit, source = batch_fit.memory_limit_bytes(
         on_cuda=on_cuda, device_total=device_total, available=available, user_limit=memory_limit
     )
+    if source.startswith("available RAM") and available == address_space_limit():
+        source = source.replace("available RAM", "the address-space limit (ulimit -v)")
     plan.limit_bytes, plan.limit_source = limit, source
     plan.activations_per_sample_bytes = _snapshot_activations(diagnosis, b0)
     if fit is None:
@@ -412,6 +432,7 @@ def plan_batch(
     ):
         _recheck(planner, plan, refit, limit, points, samples)
     points.sort(key=lambda p: p.batch)
+    _cap_by_failures(planner, plan, points)
     plan.curve = points
     effective = want_batch or b0
     curve = [
@@ -492,6 +513,25 @@ def _recheck(
 
 def _ok(point: BatchPlanPoint) -> bool:
     return point.status == "completed"
+
+
+def _cap_by_failures(planner: _Planner, plan: BatchPlan, points: list[BatchPlanPoint]) -> None:
+    """A batch that failed to run (its check ran out of memory at batch 32) caps the limit
+    below it, whatever the fit predicts (it predicted 390): the limit is the largest batch
+    that ran, below the smallest that failed."""
+    failed = [p.batch for p in points if not _ok(p)]
+    if not failed or plan.limit_batch is None:
+        return
+    first = min(failed)
+    ran = [p.batch for p in points if _ok(p) and p.batch < first]
+    cap = max(ran) if ran else 0
+    if plan.limit_batch <= cap:
+        return
+    planner.notes.append(
+        f"batch {first} failed to run: the limit is batch {cap} (the largest that ran below "
+        f"it), not the {plan.limit_batch} the fit predicted"
+    )
+    plan.limit_batch = cap
 
 
 def _point(

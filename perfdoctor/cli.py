@@ -23,6 +23,7 @@ from perfdoctor.cli_guard import (
     CliSettings,
     guarded,
     make_console,
+    output_unwritable,
     stderr_console,
 )
 from perfdoctor.cli_options import ProfileArgs, declared_by, profile_options
@@ -98,7 +99,7 @@ def profile(ctx: typer.Context, **_options: object) -> None:
     check_output_dir(options.runs_root)
     console = stderr_console() if given.as_json else make_console()
     try:
-        outcome = _profile(options, console)
+        outcome = _profile(options, console, json_progress=given.progress_json)
     except OSError as err:
         # Everything perfdoctor writes goes under --out: a failure to write there (no space
         # left, a read-only file system) is no bug of perfdoctor's and no fault of the script.
@@ -129,8 +130,12 @@ def check_output_dir(out: Path) -> None:
             hint="give --out a directory (it is created if it does not exist)",
         )
     if not os.access(existing, os.W_OK | os.X_OK):
+        reason = "permission denied"
+        with contextlib.suppress(OSError):
+            if os.statvfs(existing).f_flag & os.ST_RDONLY:
+                reason = "read-only file system"
         raise OutputUnwritable(
-            f"cannot write the output directory {existing}: permission denied",
+            f"cannot write the output directory {existing}: {reason}",
             hint="give --out a directory you can write",
         )
 
@@ -166,19 +171,22 @@ def _say_the_script_failed(outcome) -> None:
         what = f"the script failed with exit code {code}, passed through"
     if outcome.script_error and not outcome.script_error.startswith("killed by"):
         what += f": {outcome.script_error}"
+    from perfdoctor.render.format import printable
+
+    # The error and the path come from the script: no raw escape may reach the terminal.
     stderr_console().print(
-        f"perfdoctor: {what} (partial report in {outcome.session_dir})",
+        printable(f"perfdoctor: {what} (partial report in {outcome.session_dir})"),
         markup=False,
         soft_wrap=True,
     )
 
 
-def _profile(options, console: Console):
+def _profile(options, console: Console, json_progress: bool = False):
     from perfdoctor.errors import NoTrainingSteps, RunTimeout
     from perfdoctor.pipeline import profile as run_profile
     from perfdoctor.render.progress import make_progress_sink
 
-    with make_progress_sink(console) as sink:
+    with make_progress_sink(console, as_json=json_progress) as sink:
         try:
             return run_profile(options, sink)
         except (NoTrainingSteps, RunTimeout, ProfileStopped) as err:
@@ -199,7 +207,7 @@ def _show_latest_partial(runs_root: Path, console: Console) -> None:
             _print_report(analyze_session(latest), "terminal", console)
 
 
-FORMAT_HELP = "terminal, md, html or json."
+FORMAT_HELP = "terminal, md, html, json or brief (at most ~40 lines, for agents and CI logs)."
 MAX_PORT = 65535
 
 
@@ -253,16 +261,19 @@ def report(
     find_renderer(REPORT_RENDERERS, fmt)  # a bad --format is refused before any analysis
     if output is not None:
         _check_output_path(output)
-    text = _render(_rewritten_report(run), fmt)
-    if text is None:
-        return
-    if output is None:
+    built, unwritten = _rewritten_report(run)
+    text = _render(built, fmt)
+    if text is not None and output is None:
         sys.stdout.write(text)
+    if unwritten is not None:
+        raise unwritten
+    if text is None or output is None:
         return
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as err:
-        raise UsageError(f"cannot write {output}: {err.strerror or err}") from None
+        # The directory exists (checked above): a write that fails there is 73, not usage.
+        raise output_unwritable(err, output) from None
     stderr_console().print(f"wrote {output}", markup=False)
 
 
@@ -295,9 +306,13 @@ def _rewritten_report(run: Path):
     if not is_lone_child_run(session_dir):
         try:
             built = write_reports(session_dir, built).report
-        except OSError as err:  # a read-only copy of a run: still render to the terminal
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                # A full disk is no read-only copy: the report still shows, then 73.
+                return built, output_unwritable(err, session_dir)
+            # A read-only copy of a run: still render to the terminal.
             logging.getLogger(__name__).warning("reports not rewritten: %s", err)
-    return built
+    return built, None
 
 
 @app.command(
@@ -328,6 +343,8 @@ def diagnose(
     from perfdoctor.render.registry import REPORT_RENDERERS, find_renderer
 
     fmt = "json" if as_json else find_renderer(REPORT_RENDERERS, fmt).name
+    if out is not None:
+        check_output_dir(out)  # a file, or under one, or not writable: 73 before any work
     done = diagnose_traces(paths, out)
     reports = []
     for item in done:
@@ -336,12 +353,21 @@ def diagnose(
                 f"perfdoctor: error: {item.run.name}: {item.error}", markup=False, soft_wrap=True
             )
             continue
-        write_trace_reports(item.report)
+        try:
+            write_trace_reports(item.report)
+        except OSError as err:  # a full disk, a read-only file system, no permission
+            raise output_unwritable(err, item.report.run_dir) from None
         reports.append(item.report)
     if not quiet:
         _print_diagnosed(reports, fmt, several=len(done) > 1)
     if reports:
-        where = Path(reports[0].run_dir) if len(done) == 1 else Path(reports[0].run_dir).parent
+        if len(done) == 1:
+            where = Path(reports[0].run_dir)
+        elif len(reports) > 1:
+            # A job's report with a stray trace's beside it: their common folder.
+            where = Path(os.path.commonpath([r.run_dir for r in reports]))
+        else:
+            where = Path(reports[0].run_dir).parent
         stderr_console().print(f"reports written to {where}", markup=False, soft_wrap=True)
     raise typer.Exit(EXIT_BAD_RUN_DIR if len(reports) < len(done) else 0)
 
@@ -368,12 +394,33 @@ def _print_diagnosed(reports: list, fmt: str, *, several: bool) -> None:
         render_runs_overview(reports, make_console())
 
 
-@app.command(help="Compare two runs, such as before and after your own change.")
+@app.command(
+    help="Compare two runs, such as before and after your own change. A run is a session or "
+    "run directory, or `latest` / `previous`: a script's newest session in --out and the one "
+    "before it (perfdoctor compare previous latest)."
+)
 @guarded
 def compare(
     ctx: typer.Context,
-    run_a: Annotated[Path, typer.Argument(help="The reference run (before).")],
-    run_b: Annotated[Path, typer.Argument(help="The run to judge (after).")],
+    run_a: Annotated[
+        Path, typer.Argument(help="The reference run (before); `previous` or `latest` too.")
+    ],
+    run_b: Annotated[
+        Path, typer.Argument(help="The run to judge (after); `latest` or `previous` too.")
+    ],
+    script: Annotated[
+        str | None,
+        typer.Option(
+            "--script",
+            metavar="SCRIPT",
+            help="Whose sessions `latest`/`previous` mean (needed when --out holds several "
+            "scripts' sessions).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Where `latest`/`previous` are looked up."),
+    ] = Path("perfdoctor-runs"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_if_slower: Annotated[
         float | None,
@@ -412,6 +459,7 @@ def compare(
     from perfdoctor.render.registry import COMPARISON_RENDERERS
 
     limits = _gate_limits(fail_if_slower, fail_if_more_memory, strict)
+    run_a, run_b = _session_alias(run_a, out, script), _session_alias(run_b, out, script)
     # Each side is read once; the comparison and the gate judge the same runs.
     side_a, side_b = load_side(run_a), load_side(run_b)
     result = compare_sides(side_a, side_b)
@@ -439,6 +487,17 @@ def compare(
         raise NoTrainingSteps(f"nothing to compare: {result.verdict.reason}")
 
 
+def _session_alias(run: Path, out: Path, script: str | None) -> Path:
+    """`latest` / `previous` (history/aliases.py); any other RUN is a path, as before."""
+    from perfdoctor.history.aliases import is_alias, resolve_alias
+
+    if not is_alias(run):
+        return run
+    resolved = resolve_alias(str(run), out, script)
+    stderr_console().print(f"{run}: {resolved}", markup=False, soft_wrap=True)
+    return resolved
+
+
 def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     from perfdoctor.optimize.regression_gate import GateLimits
 
@@ -450,6 +509,40 @@ def _gate_limits(slower: float | None, more_memory: float | None, strict: bool):
     if strict and not limits.any:
         raise UsageError("--strict needs --fail-if-slower or --fail-if-more-memory")
     return limits
+
+
+@app.command(
+    help="List the sessions of `perfdoctor profile` in the --out directory (an SQLite index "
+    "there, rebuilt from the session directories when lost): date, script, arguments, git "
+    "commit, step time, headline and accepted fixes."
+)
+@guarded
+def history(
+    ctx: typer.Context,
+    script: Annotated[
+        str | None,
+        typer.Argument(help="Only this script's sessions (a path, or the name as profiled)."),
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="DIR", help="The --out directory of profile."),
+    ] = Path("perfdoctor-runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    from perfdoctor.errors import TargetNotFound
+    from perfdoctor.history import list_sessions
+    from perfdoctor.render.history_table import history_json, render_history
+
+    if not out.is_dir():
+        raise TargetNotFound(
+            f"{out} is not a directory of perfdoctor sessions",
+            hint="give the --out directory perfdoctor profile wrote to",
+        )
+    sessions = list_sessions(out, script)
+    if as_json:
+        sys.stdout.write(history_json(sessions, str(out), script))
+        return
+    render_history(sessions, make_console(), out_dir=str(out), script=script)
 
 
 @app.command(help="List every diagnosis rule: id, what it looks at, thresholds, source.")
@@ -466,6 +559,56 @@ def optimizations(ctx: typer.Context) -> None:
     from perfdoctor.render.listings import render_optimizations
 
     render_optimizations(make_console())
+
+
+@app.command(
+    help="Show a run's profiler trace in the trace viewer that torch-tb-profiler ships, "
+    "offline: served on 127.0.0.1 (a free port), nothing loaded from the network, "
+    "perfdoctor's step and phase markers on a track of their own. Ctrl-C stops it."
+)
+@guarded
+def view(
+    ctx: typer.Context,
+    run: Annotated[
+        Path,
+        typer.Argument(
+            help="A session directory (its baseline's trace), the --out directory (its latest "
+            "session), a child run directory, a rank directory (ranks/<k>) or a trace file."
+        ),
+    ] = Path("perfdoctor-runs/latest"),
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="Port (default or 0: a free one).")
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Also open the URL in the default web browser.")
+    ] = False,
+) -> None:
+    from perfdoctor.view.prepare import prepare_view
+    from perfdoctor.view.server import bind
+
+    if port is not None and not 0 <= port <= MAX_PORT:
+        raise UsageError(f"--port must be in 0..{MAX_PORT} (0: a free one), not {port}")
+    prepared = prepare_view(run)
+    running = bind(prepared.site, port)
+    try:
+        console = make_console()
+        shown = prepared.source.trace or f"none ({prepared.source.steps_dir}/steps.jsonl)"
+        console.print(f"trace: {shown}", markup=False, soft_wrap=True)
+        if prepared.source.others:
+            console.print(
+                f"  ({len(prepared.source.others)} more in its directory; give a trace file "
+                "to see another)",
+                markup=False,
+            )
+        console.print(prepared.markers.note, markup=False, soft_wrap=True)
+        console.print(f"trace viewer on {running.url}  (offline; Ctrl-C stops it)", markup=False)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(running.url)
+        running.serve_forever()
+    finally:
+        running.close()
 
 
 @app.command(help="Open a run's traces and scalars in TensorBoard (127.0.0.1, a free port).")
@@ -497,6 +640,13 @@ def tensorboard(
             "the scalars will show. Install it with: pip install 'perfdoctor[tb]'",
             markup=False,
         )
+    else:
+        console.print(
+            "note: the PyTorch Profiler tab needs internet access (its overview loads Google "
+            f"Charts from the web); offline, `perfdoctor view {run}` shows the trace itself",
+            markup=False,
+            soft_wrap=True,
+        )
     process = None
     try:
         # Started inside the try: a SIGTERM that lands while the URL is printed (a slow
@@ -510,3 +660,63 @@ def tensorboard(
         # server running behind us. A stop during start_tensorboard is handled there.
         if process is not None:
             stop_tensorboard(process)
+
+
+@app.command(
+    help="Serve perfdoctor's tools to a coding agent: an MCP server over stdio (no network "
+    "port). Scripts and runs are only taken from under --root. Needs the extra: "
+    "pip install 'perfdoctor[agent]'."
+)
+@guarded
+def mcp(
+    ctx: typer.Context,
+    root: Annotated[
+        Path,
+        typer.Option(
+            "--root", metavar="DIR", help="The only directory the tools may run or read."
+        ),
+    ] = Path("."),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="DIR", help="Where sessions go (default ROOT/perfdoctor-runs)."
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.errors import MissingTool
+
+    try:
+        from perfdoctor.handover.mcp_server import serve
+    except ImportError as err:
+        raise MissingTool(
+            f"the MCP server needs the mcp package ({err.name or err} is missing)",
+            hint="pip install 'perfdoctor[agent]'",
+        ) from None
+    if out is not None:
+        check_output_dir(out.absolute())
+    serve(root, out)
+
+
+@app.command(
+    help="Print the skill that teaches a coding agent to use perfdoctor (SKILL.md), or write "
+    "it into DIR with --write."
+)
+@guarded
+def skill(
+    ctx: typer.Context,
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            metavar="DIR",
+            help="Write DIR/perfdoctor/SKILL.md (an agent's skills folder) instead of printing.",
+        ),
+    ] = None,
+) -> None:
+    from perfdoctor.handover.skill import skill_text, write_skill
+
+    if write is None:
+        sys.stdout.write(skill_text())
+        return
+    written = write_skill(write)
+    stderr_console().print(f"wrote {written}", markup=False)

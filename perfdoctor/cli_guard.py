@@ -7,8 +7,10 @@ a user can cause (README, "Exit codes"), 64 for a bug, and SIGTERM/SIGHUP handle
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -21,6 +23,7 @@ from rich.console import Console
 
 from perfdoctor.errors import (
     EXIT_INTERNAL,
+    OutputUnwritable,
     PerfdoctorError,
     ProfileStopped,
     Stopped,
@@ -121,7 +124,19 @@ def run_guarded(debug: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
     """
     try:
         with stop_signals_as_interrupts():
-            return fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except typer.Exit:
+                _flush_stdout()
+                raise
+            _flush_stdout()
+            return result
+    except OSError as err:
+        if err.errno not in NO_ROOM:
+            return _internal_error(err, debug)
+        if debug:
+            _print_traceback()
+        raise fail(output_unwritable(err)) from None
     except ProfileStopped as err:
         console = stderr_console()
         console.print(f"perfdoctor: {err}", markup=False, soft_wrap=True)
@@ -141,15 +156,53 @@ def run_guarded(debug: bool, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
     except Exception as err:
         if _is_click_exception(err):
             raise
-        if debug:
-            _print_traceback()
-        stderr_console().print(
-            f"perfdoctor: internal error: {type(err).__name__}: {_printable(str(err))}"
-            + ("" if debug else " (run again with --debug for the traceback)"),
-            markup=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(EXIT_INTERNAL) from None
+        return _internal_error(err, debug)
+
+
+def _internal_error(err: Exception, debug: bool) -> Any:
+    if debug:
+        _print_traceback()
+    stderr_console().print(
+        f"perfdoctor: internal error: {type(err).__name__}: {_printable(str(err))}"
+        + ("" if debug else " (run again with --debug for the traceback)"),
+        markup=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_INTERNAL) from None
+
+
+# Errors only a write can meet: no room left (a full disk, a quota, a file too large) or a
+# file system that turned read-only. Whatever perfdoctor was writing (a report, a run
+# directory, stdout redirected to a full disk), it is its output that cannot be written: 73.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def output_unwritable(
+    err: OSError, where: str | os.PathLike[str] | None = None
+) -> OutputUnwritable:
+    """The one line for an OSError met while writing perfdoctor's output."""
+    target = err.filename if err.filename is not None else where
+    what = (
+        f"cannot write {os.fsdecode(target)}" if target is not None else "cannot write its output"
+    )
+    return OutputUnwritable(
+        f"{what}: {err.strerror or err}",
+        hint="free some space, or write somewhere else (-o / --out)",
+    )
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now, inside the guard: a full disk behind a redirection must end in one
+    line and 73, not in an interpreter's 'Exception ignored' at exit. After a failed flush
+    stdout points at /dev/null, so the exit's own flush of what is left cannot fail again."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        raise
 
 
 def _printable(text: str) -> str:

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+# A memory size a device can have: "0.5" (half a byte) and 400 nines are no limit at all.
+SIZE_MIN_BYTES, SIZE_MAX_BYTES = 1 << 20, 1 << 60
+# The largest batch `--want-batch` plans for: 2**24 samples, beyond any global batch trained
+# (2**70 made the plan offer 7.4e19 micro-batches of accumulation).
+WANT_BATCH_MAX = 1 << 24
 
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -38,7 +43,12 @@ def parse_bytes(value: str | None, option: str) -> int | None:
     if match is None or float(match[1]) <= 0:
         raise UsageError(f"{option} takes a size such as 8GiB or 512MiB, not {value!r}")
     power = " kmgt".index(match[2].lower() or " ")
-    return int(float(match[1]) * 1024**power)
+    size = float(match[1]) * 1024**power  # inf for 400 nines: refused below, not int(inf)
+    if not (SIZE_MIN_BYTES <= size <= SIZE_MAX_BYTES):
+        raise UsageError(
+            f"{option} must lie between 1MiB and 1EiB (a device's memory), not {value!r}"
+        )
+    return int(size)
 
 
 def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | None:
@@ -49,6 +59,11 @@ def split_ids(value: str | None, option: str = "--only") -> tuple[str, ...] | No
     from perfdoctor.optimize.catalog import CATALOG
 
     ids = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not ids:  # "--only ,,," would silently try nothing
+        raise UsageError(
+            f"{option} names no optimization id: {value!r}",
+            hint="perfdoctor optimizations lists them all",
+        )
     for opt_id in ids:
         if opt_id in CATALOG:
             continue
@@ -97,6 +112,7 @@ class ProfileArgs:
     memory_limit: str | None = None
     want_batch: int | None = None
     keep_effective_batch: bool = False
+    progress_json: bool = False  # hidden: progress as JSON lines on stderr (the MCP server)
 
     @classmethod
     def from_params(
@@ -141,8 +157,8 @@ class ProfileArgs:
         split_ids(self.only, "--only")
         split_ids(self.skip, "--skip")
         parse_bytes(self.memory_limit, "--memory-limit")
-        if self.want_batch is not None and self.want_batch < 1:
-            raise UsageError("--want-batch must be at least 1")
+        if self.want_batch is not None and not 1 <= self.want_batch <= WANT_BATCH_MAX:
+            raise UsageError(f"--want-batch must be 1..{WANT_BATCH_MAX:,}, not {self.want_batch}")
         self._check_nodes()
 
     def _check_nodes(self) -> None:
@@ -377,6 +393,14 @@ def profile_options(
         typer.Option(
             "--keep-effective-batch",
             help="--plan-batch: keep the effective batch (gradient accumulation).",
+        ),
+    ] = False,
+    progress_json: Annotated[
+        bool,
+        typer.Option(
+            "--progress-json",
+            hidden=True,
+            help="Progress as JSON lines on stderr, for a program driving perfdoctor.",
         ),
     ] = False,
 ) -> None:

@@ -87,10 +87,19 @@ class Diagnosis:
     recommendations: tuple[Recommendation, ...]
 
 
+def resolve_input(path: Path) -> Path:
+    """path.resolve(), with a symbolic link that leads back to itself (`ln -s d d`) refused
+    as a path that does not exist (66): Python raises RuntimeError for the loop."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as err:
+        raise TargetNotFound(f"{path} does not exist: a symbolic link loop ({err})") from None
+
+
 def resolve_session_dir(path: Path) -> Path:
     """Accept the session dir, the `latest` link, a child run dir inside a session, or the
     `--out` directory of `perfdoctor profile` (its `latest` session)."""
-    path = path.resolve()
+    path = resolve_input(path)
     if not path.exists():
         # As everywhere else (diagnose, compare, the script of profile): a missing path is 66.
         raise TargetNotFound(f"{path} does not exist")
@@ -150,7 +159,8 @@ def _session_or_none(session_dir: Path) -> Session | None:
 
 def diagnose_session(session_dir: Path) -> Diagnosis:
     session_dir = resolve_session_dir(session_dir)
-    record = load_run(_baseline_dirs(session_dir)[0])
+    # A completed run always gets its report: a trace it cannot read costs only its facts.
+    record = load_run(_baseline_dirs(session_dir)[0], skip_corrupt_trace=True)
     facts = derive_facts(record)
     results = evaluate(facts)
     recommendations = recommend(results.findings, facts)
@@ -377,7 +387,9 @@ def analyze_session(session_dir: Path) -> Report:
     if session is not None:
         for variant in session.variants:
             if variant.runs:
-                runs[variant.label] = load_run(session_dir / variant.runs[0])
+                runs[variant.label] = load_run(
+                    session_dir / variant.runs[0], skip_corrupt_trace=True
+                )
     for label, run in runs.items():
         for key, value in series_for(run).items():
             if value:
@@ -405,6 +417,8 @@ def analyze_session(session_dir: Path) -> Report:
     warnings += [w for w in record.observed.warnings or () if w not in warnings]
     # What loading the run found amiss (steps.jsonl missing or unreadable, several traces).
     warnings += [n for n in record.notes if n not in warnings]
+    withheld = diagnosis.facts.settings.get("withheld") or ()
+    warnings += [w for w in withheld if w not in warnings]
     missed = profiler_window_missed(record.observed)
     if missed:
         warnings.append(missed)
@@ -516,6 +530,9 @@ def _script_end(
     step = manifest.stopped_at.get("step")
     if isinstance(step, int) and not isinstance(step, bool):
         end["step"] = step
+    framework = manifest.stopped_at.get("framework")
+    if isinstance(framework, str):
+        end["framework"] = framework
     where = manifest.stopped_at.get("location")
     if isinstance(where, dict) and where.get("file"):
         end["location"] = f"{where['file']}:{where.get('line')} in {where.get('function')}"
@@ -652,9 +669,11 @@ def _write_reports(session_dir: Path, report: Report) -> WrittenReports:
     `run_dir_bytes` is the session's size once they are all written; render the returned
     report (not the one passed in) to show the same figure the files state.
     """
+    from perfdoctor.history.trend import with_trend
     from perfdoctor.render.charts import build_charts
     from perfdoctor.render.registry import REPORT_RENDERERS, file_renderers
 
+    report = with_trend(session_dir, report)
     # The charts are drawn once (render/charts.py keeps them) while the scalars are written.
     _scalars_beside(session_dir, report, lambda: build_charts(report))
     renderers = {name: r.load() for name, r in file_renderers(REPORT_RENDERERS).items()}

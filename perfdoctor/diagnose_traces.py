@@ -189,6 +189,7 @@ def _warnings(record: TraceRunRecord, facts: Facts, extra: Sequence[str]) -> lis
             "trace does not say how many"
         )
     warnings.extend(record.notes)
+    warnings.extend(facts.settings.get("withheld") or ())
     if record.trace is not None:
         # The step note above already says it, with the cause.
         warnings.extend(n for n in record.trace.notes if "no ProfilerStep spans" not in n)
@@ -260,6 +261,20 @@ def diagnose_run(run: RunInput, out_dir: Path, notes: Sequence[str] = ()) -> Rep
     return build_trace_report(load_trace_run(run), out_dir=out_dir, notes=notes)
 
 
+def _diagnose_with_strays(
+    run: RunInput, out_dir: Path, notes: Sequence[str]
+) -> tuple[Report, list[RunInput]]:
+    """The run's report, and the traces found with it that are not of its job
+    (trace_record.one_job), each as a run of its own."""
+    record = load_trace_run(run)
+    report = build_trace_report(record, out_dir=out_dir, notes=notes)
+    strays = [
+        RunInput(name=f"{run.name}-{stray.worker}", directory=run.directory, ranks=(stray,))
+        for stray in record.strays
+    ]
+    return report, strays
+
+
 def diagnose_traces(paths: Sequence[Path], out_dir: Path | None = None) -> list[TraceDiagnosis]:
     """Every run found under `paths`, diagnosed (nothing written). A run whose trace cannot
     be used carries its error instead of a report; a missing path or no usable input at all
@@ -270,13 +285,23 @@ def diagnose_traces(paths: Sequence[Path], out_dir: Path | None = None) -> list[
     done = []
     for run in discovery.runs:
         try:
-            report = diagnose_run(run, run_out_dir(out_dir, discovery, run), discovery.notes)
+            report, strays = _diagnose_with_strays(
+                run, run_out_dir(out_dir, discovery, run), discovery.notes
+            )
         except PerfdoctorError as err:
             if len(discovery.runs) == 1:
                 raise
             done.append(TraceDiagnosis(run, None, err))
             continue
         done.append(TraceDiagnosis(run, report))
+        for stray in strays:
+            # Beside the job's own report: a folder of its own under the output directory.
+            try:
+                alone = diagnose_run(stray, out_dir / stray.name, discovery.notes)
+            except PerfdoctorError as err:
+                done.append(TraceDiagnosis(stray, None, err))
+                continue
+            done.append(TraceDiagnosis(stray, alone))
     return done
 
 

@@ -13,7 +13,8 @@ Exit codes of `perfdoctor` (README, "Exit codes"):
     66        the target was not found (missing file, a directory, unknown module)
     67        the script never trained: no optimizer step, backward or model forward was seen
     68        not a perfdoctor run directory, or one of its artifacts is corrupt or untrusted
-    69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`)
+    69        a required tool is missing (e.g. tensorboard for `perfdoctor tensorboard`,
+              torch-tb-profiler's trace viewer for `perfdoctor view`)
     70        `perfdoctor compare --fail-if-slower/--fail-if-more-memory`: B regressed beyond
               the limit and the noise, or could not be measured (or, with --strict, could not
               be told from noise)
@@ -141,3 +142,15 @@ class MissingTool(PerfdoctorError):
 
 class RunTimeout(PerfdoctorError):
     exit_code = EXIT_TIMEOUT
+
+
+# A script's error message as one line: its lines joined, clipped to this many characters.
+# The last line alone misleads: dynamo's backend failure ends "Set TORCHDYNAMO_VERBOSE=1 ...",
+# a torch C++ error's message ends in a lone quote.
+ERROR_MESSAGE_MAX = 600
+
+
+def one_line_message(text: str, limit: int = ERROR_MESSAGE_MAX) -> str:
+    """Every non-empty line of `text`, stripped, joined by " | ", clipped to `limit`."""
+    flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

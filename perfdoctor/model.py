@@ -202,6 +202,9 @@ class StepRecord:
     eval_forward_ms: float | None = None  # root forwards of a model in eval mode
     nograd_forward_ms: float | None = None  # root forwards under no_grad, model in train mode
     save_ms: float | None = None  # torch.save calls (checkpoints)
+    # CPU time of the thread that ran the step (the main thread): other processes' load
+    # stretches wall time, far less this (analyze/loop_account.py judges long steps by both).
+    cpu_ms: float | None = None
 
     @property
     def step_ms(self) -> float:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from perfdoctor import diagnose, rerun_outputs
 from perfdoctor.collect.torchrun import Nodes
@@ -193,6 +194,7 @@ def profile(options: ProfileOptions, sink: ProgressSink | None = None) -> Profil
             **({"nproc_per_node": options.nproc_per_node} if options.nproc_per_node > 1 else {}),
             **({"nodes": dataclasses.asdict(options.nodes)} if options.nodes else {}),
         },
+        git=_script_git(options.target, options.cwd),
     )
     runner = _Runner(options, session_dir, session, sink)
     try:
@@ -348,6 +350,7 @@ def _finish(runner: _Runner, baseline: RunManifest) -> ProfileOutcome:
         analyzed = diagnose.analyze_session(runner.session_dir)
         report = diagnose.write_reports(runner.session_dir, analyzed).report
         runner.reported = True
+        _record_history(runner)
     if baseline.status == "timeout":
         raise RunTimeout(
             f"the script ran past --timeout {runner.options.timeout_s:g}s and was stopped; "
@@ -400,11 +403,32 @@ def _stopped(runner: _Runner, err: KeyboardInterrupt) -> ProfileStopped:
             exit_code=code,
             hint=f"perfdoctor report {runner.session_dir} rebuilds the report",
         )
+    _record_history(runner)
     return ProfileStopped(
         f"stopped by {by}{where}; partial report in {runner.session_dir}",
         exit_code=code,
         hint=f"perfdoctor report {runner.session_dir} re-renders it",
     )
+
+
+def _script_git(target: Target, cwd: Path) -> dict[str, Any] | None:
+    """The commit of the script's repository (of the working directory for a module or a
+    launcher command), for `perfdoctor history`."""
+    from perfdoctor.history.git_info import git_state
+
+    where = (cwd / target.name).parent if target.kind == "script" else cwd
+    return git_state(where)
+
+
+def _record_history(runner: _Runner) -> None:
+    """The session's row in the --out directory's history index. Never fails the session:
+    the index is rebuilt from the session directories whenever it is next read."""
+    from perfdoctor.history import record_session
+
+    try:
+        record_session(runner.options.runs_root, runner.session_dir)
+    except Exception as err:
+        log.warning("history index not updated: %s", err)
 
 
 def _latest_target(runs_root: Path) -> str | None:

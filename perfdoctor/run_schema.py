@@ -269,6 +269,7 @@ class StopPoint(_Record):
 
     step: int | None = None  # steps closed when the plan ended
     location: SourceLine | None = None  # the user's line the stop came through
+    framework: str | None = None  # "lightning", "transformers": whose loop it came through
 
 
 class CommunicationInfo(_Record):
@@ -309,6 +310,18 @@ class FlopCountInfo(_Record):
     counted_step_ms: float | None = None  # wall time of the counted step
     previous_step_ms: float | None = None  # the warm-up step before it (the counting cost)
     skipped: str | None = None  # why nothing was counted
+
+
+class StepStacks(_Record):
+    """The user's innermost line on the main thread, sampled every interval_ms of CPU per
+    step (collect/stack_sampler.py); baseline runs with a profiler window only."""
+
+    interval_ms: float | None = None
+    samples: int | None = None  # ticks that read a stack, with a user frame or not
+    dropped: int | None = None  # samples not kept: the row cap was reached
+    not_sampled: str | None = None  # why the sampler did not run
+    # [step, file, function, first line, line, samples, main-thread CPU ms they stand for]
+    rows: list[list[Any]] | None = None
 
 
 class Observations(_Record):
@@ -352,6 +365,7 @@ class Observations(_Record):
     process: ProcessInfo | None = None  # a training sub-process's record only
     host_sync_calls: HostSyncCalls | None = None
     locations: dict[str, list[SourceLine]] | None = None  # by fact_catalog.LOCATION_TOPICS
+    step_stacks: StepStacks | None = None  # where the main thread was, per step
     applied: list[AppliedRow] | None = None  # what each runtime applier did
     warnings: list[str] | None = None  # one line each, for the report
     error: str | None = None  # "Type: message"

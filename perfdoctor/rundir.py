@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import re
 import tempfile
@@ -55,6 +56,8 @@ SESSION_FILE = "session.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+# The accepted fixes as a diff of the user's files (written by the pipeline when there are any).
+FIXES_PATCH = "fixes.patch"
 LATEST_LINK = "latest"
 BASELINE_LABEL = "baseline"
 
@@ -270,11 +273,31 @@ def load_steps(run_dir: Path) -> list[StepRecord]:
     return read_steps(run_dir).steps
 
 
+# A step's time (wall_ms, device_ms) is a duration a step can take: above a nanosecond (the
+# shortest step measured, an empty loop, takes microseconds) and below a year. 0, negative,
+# NaN, 1e-300 or 1e308 ms is no measurement: the step is skipped as invalid input.
+STEP_MS_MIN = 1e-6
+STEP_MS_MAX = 365 * 24 * 3600 * 1e3
+
+
+def usable_step_ms(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and STEP_MS_MIN <= value <= STEP_MS_MAX)
+
+
+def usable_step(step: StepRecord) -> bool:
+    """Whether the step's recorded times are durations a step can take."""
+    return (
+        step.wall_ms is not None and usable_step_ms(step.wall_ms) and usable_step_ms(step.device_ms)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class StepsFile:
     steps: list[StepRecord]
     found: bool  # False: there is no steps.jsonl
     unreadable: int  # lines that are no JSON step, a torn last line (writer killed) aside
+    impossible: int = 0  # steps whose time no step can take (usable_step), skipped
+    empty: bool = False  # the file is there but holds no line at all
 
 
 def read_steps(run_dir: Path) -> StepsFile:
@@ -285,13 +308,18 @@ def read_steps(run_dir: Path) -> StepsFile:
     data = path.read_bytes()
     lines = data.splitlines()
     steps = []
-    unreadable = 0
+    unreadable = impossible = 0
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            steps.append(decode_step_line(line))
+            step = decode_step_line(line)
         except msgspec.DecodeError:
             torn = i == len(lines) - 1 and not data.endswith(b"\n")
             unreadable += not torn
-    return StepsFile(steps, True, unreadable)
+            continue
+        if usable_step(step):
+            steps.append(step)
+        else:
+            impossible += 1
+    return StepsFile(steps, True, unreadable, impossible, empty=not data.strip())

@@ -56,6 +56,9 @@ class Session:
     # What perfdoctor's own re-runs left in the script's log folders and perfdoctor removed
     # (rerun_outputs.py), relative to `cwd`.
     removed_outputs: tuple[str, ...] = ()
+    # The script's repository when the session started (history/git_info.py):
+    # {"commit": "<sha>", "dirty": bool}; None outside a git repository.
+    git: dict[str, Any] | None = None
     perfdoctor_version: str = __version__
     schema_version: int = SCHEMA_VERSION
 
@@ -111,6 +114,7 @@ def load_session(session_dir: Path) -> Session:
         options=dict(data.get("options", {})),
         interrupted=data.get("interrupted") if isinstance(data.get("interrupted"), dict) else None,
         removed_outputs=tuple(str(p) for p in data.get("removed_outputs", ())),
+        git=data.get("git") if isinstance(data.get("git"), dict) else None,
         perfdoctor_version=data.get("perfdoctor_version", ""),
         schema_version=data.get("schema_version", SCHEMA_VERSION),
     )

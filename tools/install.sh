@@ -2,8 +2,9 @@
 # Installs perfdoctor into the current Python environment.
 #
 #   bash tools/install.sh          perfdoctor and its runtime dependencies
-#   bash tools/install.sh --dev    also the test tools, torch-tb-profiler, the framework test
-#                                  extras (lightning, transformers, accelerate) and (as root) chromium
+#   bash tools/install.sh --dev    also the test tools, torch-tb-profiler, the MCP SDK (the agent
+#                                  extra), the framework test extras (lightning, transformers,
+#                                  accelerate) and (as root) chromium
 #
 # A torch that is already installed is kept as it is (a GPU user's CUDA build stays). Only
 # where there is none do we install the CPU build of torch 2.13.0, so a fresh CPU machine does
@@ -32,7 +33,7 @@ if [[ "${1:-}" == "--dev" ]]; then
   # The framework tests' extras, constrained to the torch already installed: lightning,
   # transformers and accelerate must never replace it (a GPU user's CUDA build stays).
   TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__.split('+')[0])")
-  "$PY" -m pip install -q -e ".[frameworks]" -c <(echo "torch==${TORCH_VERSION}")
+  "$PY" -m pip install -q -e ".[frameworks,agent]" -c <(echo "torch==${TORCH_VERSION}")
   if ! command -v chromium >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     # The HTML report's browser test needs it; without it that test is skipped, not failed.
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \

@@ -11,7 +11,10 @@ compute. The families recognised here, with the names they emit:
 * HCCL (Gaudi/Ascend): `hccl*`;
 * DeepEP, expert-parallel all-to-all: `deep_ep::intranode::dispatch<...>`,
   `deep_ep::internode_ll::combine<...>`, `notify_dispatch`, `cached_notify_combine`;
+  the same family under another namespace (`dpsk::ep::internode::dispatch<...>`: its
+  dispatch/combine/notify kernels in an `ep`/`internode`/`intranode` scope);
   pplx-kernels (`pplx::`); any kernel named for an all-to-all (`all_to_all`, `alltoall`);
+* NVSHMEM / IBGDA (`nvshmemi_*`, `ibgda_*`): the one-sided transfers under those;
 * symmetric memory / NVLS (torch.distributed._symmetric_memory): `multimem_all_reduce`,
   `multimem_all_gather`, `one_shot_all_reduce`, `two_shot_all_reduce`; vLLM's and
   TensorRT-LLM's custom all-reduce (`cross_device_reduce_*stage`, `allreduce_fusion`);
@@ -53,6 +56,21 @@ _KERNEL_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl", re.compile(r"^nccl|ncclKernel|ncclDevKernel")),
     ("hccl", re.compile(r"^hccl")),
     ("deepep", re.compile(r"deep_ep::")),
+    # The DeepEP kernel family under another namespace (a fork renamed `deep_ep::` to
+    # `dpsk::ep::`; the MoE trace then showed 46% of its kernel time as compute): its
+    # dispatch/combine/notify kernels inside an `ep`, `internode` or `intranode` scope. The
+    # scope is required: a MoE token-dispatch permute kernel (`moe::dispatch_kernel`) is
+    # compute.
+    (
+        "deepep",
+        re.compile(
+            r"(?:^|[\s:])(?:ep|internode|intranode|internode_ll|intranode_ll)::"
+            r"(?:\w+::)*(?:cached_)?(?:notify(?:_dispatch|_combine)?|dispatch|combine)\b"
+        ),
+    ),
+    # NVSHMEM and its InfiniBand GPUDirect Async transport: one-sided puts/gets that DeepEP,
+    # pplx and Triton-distributed kernels move the tokens with.
+    ("nvshmem", re.compile(r"(?:^|[\s:])(?:nvshmem|ibgda)", re.IGNORECASE)),
     ("pplx", re.compile(r"pplx::")),
     (
         "symmetric_memory",
@@ -85,7 +103,10 @@ _HOST_NOT_COLLECTIVE = ("_c10d_functional::wait_tensor", "c10d_functional::wait_
 # '_' and spaces removed). Order matters: reduce_scatter before reduce, all-to-all before
 # the generic send/recv of the kernel that implements it.
 _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (ALL_TO_ALL, re.compile(r"alltoall|all2all|deepep::|pplx::|dispatch|combine")),
+    (
+        ALL_TO_ALL,
+        re.compile(r"alltoall|all2all|deepep::|pplx::|internode|intranode|dispatch|combine"),
+    ),
     (REDUCE_SCATTER, re.compile(r"reducescatter")),
     (ALL_GATHER, re.compile(r"allgather|gather")),
     (ALL_REDUCE, re.compile(r"allreduce|crossdevicereduce")),

@@ -104,6 +104,20 @@ def busbw_gbs(kind: str, size_bytes: float, dur_us: float, ranks: int) -> float:
     return algbw_gbs(size_bytes, dur_us) * bus_factor(kind, ranks)
 
 
+# No GPU link carries more than this per direction: NVLink 5 (B200) is 900 GB/s, so 10 TB/s
+# is a generous ceiling. A bus bandwidth above it (a size of 10**30 elements) is not a
+# measurement; the size it came from is invalid input.
+BUSBW_CEILING_GBS = 10_000.0
+
+
+def plausible_busbw(kind: str, size_bytes: float, dur_us: float, ranks: int) -> bool:
+    """Whether `size_bytes` moved in `dur_us` over `ranks` ranks stays under the ceiling (a
+    kernel of no duration: nothing to judge, the size stays)."""
+    if dur_us <= 0:
+        return True
+    return busbw_gbs(kind, size_bytes, dur_us, ranks) <= BUSBW_CEILING_GBS
+
+
 @dataclass(frozen=True)
 class Link:
     """One GPU's link to its peers, per direction."""

@@ -29,6 +29,7 @@ def comm_facts(comm: CommSummary | None, exposed_frac: float | None) -> dict[str
         "comm_busbw_gbs_p50": wait.busbw_gbs_p50,
         "comm_busbw_link_frac": wait.link_frac,
         "comm_size_r": wait.size_r,
+        "comm_dtype": comm.dtype,
         "comm_wait_verdict": wait.verdict,
         "comm_wait_reason": wait.reason,
         "comm_transfer_share": transfer,

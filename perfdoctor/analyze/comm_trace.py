@@ -17,9 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze import collectives as coll
-from perfdoctor.analyze.comm_bandwidth import Link, bus_factor, link_for, message_bytes
+from perfdoctor.analyze.comm_bandwidth import (
+    Link,
+    bus_factor,
+    link_for,
+    message_bytes,
+    plausible_busbw,
+)
+from perfdoctor.analyze.comm_kernels import comm_kernel_mask, enclosing, host_spans
 from perfdoctor.analyze.comm_wait import UNKNOWN, Sample, Verdict, classify
-from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, CommArgs, TraceEvents
+from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, TraceEvents
 from perfdoctor.analyze.trace_index import launch_rows
 
 # The parallelism a collective mix points at, when its collectives take at least this share
@@ -56,6 +63,12 @@ class CommSummary:
     # Every communication kernel in start order as (collective type, duration µs): what
     # job_ranks.py matches across the ranks of a job.
     sequence: tuple[tuple[str, float], ...] = ()
+    # Collectives whose recorded message size, over their kernel's time, would exceed
+    # BUSBW_CEILING_GBS: their sizes are dropped as invalid input (comm_bandwidth.py).
+    impossible_sizes: int = 0
+    # The dtype the most communication time moved, as the trace writes it ("Float",
+    # "BFloat16"); None when no collective recorded one.
+    dtype: str | None = None
 
     @property
     def dominant(self) -> str | None:
@@ -66,58 +79,6 @@ class CommSummary:
 
     def mix_text(self) -> str:
         return ", ".join(f"{k.kind.replace('_', '-')} {k.share:.0%}" for k in self.kinds[:4])
-
-
-def _host_spans(ev: TraceEvents) -> dict[int, tuple[np.ndarray, np.ndarray, list[tuple]]]:
-    """Per host thread, the collective ops and spans: (starts, ends, [(name, args)]) by
-    start."""
-    found: dict[int, list[tuple[float, float, str, CommArgs | None]]] = defaultdict(list)
-    mask = ev.code_mask(coll.is_comm_op)
-    for table, args in ((ev.cpu_ops, ev.comm_cpu), (ev.annotations, {})):
-        if len(table) == 0:
-            continue
-        for row in np.flatnonzero(mask[table.name]).tolist():
-            found[int(table.tid[row])].append(
-                (
-                    float(table.ts[row]),
-                    float(table.end[row]),
-                    ev.names[int(table.name[row])],
-                    args.get(row),
-                )
-            )
-    out = {}
-    for tid, spans in found.items():
-        spans.sort(key=lambda s: (s[0], -s[1]))
-        out[tid] = (
-            np.array([s[0] for s in spans]),
-            np.array([s[1] for s in spans]),
-            [(s[2], s[3]) for s in spans],
-        )
-    return out
-
-
-def _enclosing(
-    spans: tuple[np.ndarray, np.ndarray, list[tuple]], at: float
-) -> tuple[str | None, CommArgs | None]:
-    """The host collective around time `at`: the innermost span's name, and the args of
-    the innermost span that has any."""
-    starts, ends, info = spans
-    last = int(np.searchsorted(starts, at, side="right"))
-    name: str | None = None
-    args: CommArgs | None = None
-    # Back from the latest span starting before `at`: collective spans are few per thread
-    # and seldom nest more than three deep (record_param_comms in c10d:: in nccl:*).
-    for i in range(last - 1, max(-1, last - 9), -1):
-        if ends[i] < at:
-            continue
-        op_name, op_args = info[i]
-        if name is None and op_name != "record_param_comms":
-            name = op_name
-        if args is None and op_args is not None:
-            args = op_args
-        if name is not None and args is not None:
-            break
-    return name, args
 
 
 def _parallelism(kinds: dict[str, float], families: set[str]) -> str | None:
@@ -160,48 +121,70 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
     device_name = _device_name(ev, int(busiest))
     # ROCm's RCCL keeps NCCL's kernel names: on an AMD device they are RCCL's.
     on_amd = any(d.vendor == "AMD" for d in ev.devices)
-    is_comm = ev.code_mask(coll.is_comm_kernel)
-    rows = np.flatnonzero(
-        (devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL) & is_comm[gpu.name]
-    )
+    rows = np.flatnonzero((devices == busiest) & (gpu.col("kind") == GPU_KIND_KERNEL))
+    rows = rows[comm_kernel_mask(ev, rows)]
     if rows.size == 0:
         return None
     rows = rows[np.argsort(gpu.ts[rows], kind="stable")]
     launch = launch_rows(ev, rows)
-    spans = _host_spans(ev)
+    spans = host_spans(ev)
     samples: dict[str, list[Sample]] = defaultdict(list)
     bytes_by: dict[str, float] = defaultdict(float)
+    dtype_us: dict[str, float] = defaultdict(float)
     families: set[str] = set()
     groups: list[int] = []
     sequence: list[tuple[str, float]] = []
     world = (ev.distributed_info.world_size if ev.distributed_info else None) or None
-    for i, row in enumerate(rows.tolist()):
-        name = ev.names[int(gpu.name[row])]
-        family = coll.kernel_family(name) or "other"
+    impossible = 0  # collectives whose recorded size would move faster than any link
+    # One comm kernel per iteration; what depends only on a name is worked out once per
+    # name, and the columns are read as lists, not indexed row by row.
+    family_of: dict[int, str] = {}
+    kind_of: dict[tuple[str, str | None], str] = {}
+    launch_list = launch.tolist()
+    launch_tid = ev.runtime.tid[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    launch_ts = ev.runtime.ts[np.maximum(launch, 0)].tolist() if len(ev.runtime) else []
+    durs = gpu.dur[rows].tolist()
+    for i, (row, code) in enumerate(zip(rows.tolist(), gpu.name[rows].tolist(), strict=True)):
+        name = ev.names[code]
+        family = family_of.get(code)
+        if family is None:
+            # Named by its launch inside a collective's host call, not by a known library.
+            family = family_of[code] = coll.kernel_family(name) or "launched_in_collective"
         families.add("rccl" if on_amd and family == "nccl" else family)
         args = ev.comm_gpu.get(row)
         host_name = None
-        if launch[i] >= 0:
-            tid = int(ev.runtime.tid[launch[i]])
+        if launch_list[i] >= 0:
+            tid = launch_tid[i]
             if tid in spans:
-                host_name, host_args = _enclosing(spans[tid], float(ev.runtime.ts[launch[i]]))
+                host_name, host_args = enclosing(spans[tid], launch_ts[i])
                 args = args or host_args
         recorded = args.collective if args is not None else None
-        kind = coll.collective_kind(name, recorded or host_name)
+        key = (name, recorded or host_name)
+        kind = kind_of.get(key)
+        if kind is None:
+            kind = kind_of[key] = coll.collective_kind(*key)
         ranks = (args.group_size if args is not None else None) or world
         size = (
             message_bytes(kind, args.in_nelems, args.out_nelems, args.dtype)
             if args is not None
             else None
         )
-        sequence.append((kind, float(gpu.dur[row])))
+        dur = durs[i]
+        sequence.append((kind, dur))
+        if ranks is not None and ranks < 1:
+            ranks = None
+        if size is not None and ranks and not plausible_busbw(kind, size, dur, ranks):
+            size = None  # not physically possible: the size is invalid input, not a measurement
+            impossible += 1
+        if args is not None and args.dtype:
+            dtype_us[args.dtype] += dur
         if ranks:
             groups.append(ranks)
         if size is not None:
             bytes_by[kind] += size
         samples[kind].append(
             Sample(
-                dur_us=float(gpu.dur[row]),
+                dur_us=dur,
                 size_bytes=float(size) if size is not None else None,
                 bus_factor=bus_factor(kind, ranks) if ranks and size is not None else None,
             )
@@ -238,4 +221,6 @@ def summarize_comm(ev: TraceEvents) -> CommSummary | None:
         verdict_coverage=judged_us / comm_us if comm_us > 0 else 0.0,
         parallelism=_parallelism({k.kind: k.share for k in stats}, families),
         sequence=tuple(sequence),
+        impossible_sizes=impossible,
+        dtype=max(dtype_us, key=lambda d: dtype_us[d]) if dtype_us else None,
     )

@@ -41,6 +41,11 @@ MIN_SIZE_SPAN = 10.0
 # (a choice: a transfer-bound series on one link correlates above 0.9; half of that is
 # well clear of noise on a few samples).
 FLAT_R_MAX = 0.5
+# Pearson r of duration against bytes at or above this, over sizes spanning MIN_SIZE_SPAN:
+# the durations follow the sizes, which is what a transfer looks like, whatever the bus
+# bandwidth against the link (an MI300X DDP trace at r = 0.99 was called "waiting" for its
+# bandwidth alone: a slower or shared link than the table's, not a late peer).
+FOLLOW_R_MIN = 0.9
 # Median busbw below this share of the link's per-direction bandwidth: far below the link
 # (a choice: nccl-tests reach most of the link from a few MiB on NVLink and PCIe; a fifth
 # leaves room for protocol overheads and small rings).
@@ -106,6 +111,15 @@ def classify(samples: Sequence[Sample], link_gbs: float | None) -> Verdict:
             WAITING,
             f"durations flat in message size (r = {r:.2f} over sizes spanning {span:.0f}x)",
             _transfer_part(samples, bw_max),
+        )
+    follows = r is not None and span is not None and span >= MIN_SIZE_SPAN and r >= FOLLOW_R_MIN
+    if follows and link_frac is not None and link_frac < LOW_LINK_FRAC:
+        return verdict(
+            TRANSFER,
+            f"durations follow message size (r = {r:.2f} over sizes spanning {span:.0f}x): "
+            f"transfer, at {bw_p50:.1f} GB/s, {link_frac:.0%} of the link assumed (a slower "
+            "or shared link, not a late peer)",
+            total,
         )
     if link_frac is not None and link_frac < LOW_LINK_FRAC:
         return verdict(

@@ -28,7 +28,7 @@ from perfdoctor.analyze.compile_fixes import (
     recompile_fix,
 )
 from perfdoctor.analyze.trace_compiled import CompiledRegions
-from perfdoctor.errors import CorruptArtifact
+from perfdoctor.errors import CorruptArtifact, one_line_message
 
 Kind = Literal["graph_break", "recompile", "cudagraph_skip", "recompile_limit"]
 _BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)\s*$", re.M)
@@ -85,6 +85,10 @@ class CompileDiagnosis:
     noise_ms: float | None = None
     recompile_limit: int | None = None  # as the script left it (compile.json)
     recompile_limit_hit: bool = False  # dynamo warned that a frame reached it
+    # Frames whose compile failed (dynamo's fail_type): they ran eager, though counted among
+    # frames_compiled; the first failure, one line.
+    frames_failed: int = 0
+    failure: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -92,6 +96,7 @@ class CompileDiagnosis:
         return out
 
 
+FAILURE_TEXT_MAX = 300  # characters of a compile failure's reason shown
 DEFAULT_RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default (2.x)
 # McGill, Tukey & Larsen (1978), "Variations of box plots": the notch of a box plot,
 # median +- 1.58 IQR / sqrt(n), is a ~95% interval of the median.
@@ -313,7 +318,21 @@ def diagnose_compile(
             f"keeps failing its guards recompiles up to {limit} times instead of falling back "
             f"to eager after {DEFAULT_RECOMPILE_LIMIT}."
         )
+    failed = [f for f in frames.values() if f.fail_type]
+    failure = None
+    if failed:
+        first = failed[0]
+        failure = one_line_message(
+            f"{first.fail_type}: {first.fail_reason or 'no reason given'}", FAILURE_TEXT_MAX
+        )
+        notes.insert(
+            0,
+            f"{len(failed)} of {len(frames)} compiled frame(s) failed to compile and ran eager "
+            f"(torch.compile fell back): {failure}",
+        )
     return CompileDiagnosis(
+        frames_failed=len(failed),
+        failure=failure,
         issues=tuple(issues),
         frames_compiled=len(frames),
         recompiles=sum(1 for c in frames if not c.endswith("/0")),

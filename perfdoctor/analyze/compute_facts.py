@@ -20,7 +20,7 @@ from perfdoctor.analyze.device_peaks import (
     find_peak,
     memory_bandwidth_tbps,
 )
-from perfdoctor.analyze.flop_rate import Utilization, utilization
+from perfdoctor.analyze.flop_rate import NO_GPU_KERNELS, Utilization, utilization
 from perfdoctor.analyze.kernel_precision import dtype_precision
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.run_schema import Observations
@@ -69,6 +69,7 @@ def compute_settings(record: RunRecord) -> dict[str, Any]:
             "uncounted_ops": flops.uncounted_ops,
             "coverage": flops.coverage,
             "assumptions": list(flops.assumptions),
+            "over_peak": list(flops.over_peak),
             "flops_by_precision": dict(flops.flops_by_precision),
             "ops": [
                 {
@@ -119,7 +120,9 @@ def _rate(
         use = utilization(split, step_ms * 1000.0, peak, why)
         out["flops_per_step"] = total
         out["flops_source"] = COUNTER
-        out["achieved_tflops"] = total / (step_ms * 1e9) if step_ms > 0 else None
+        out["achieved_tflops"] = (
+            total / (step_ms * 1e9) if step_ms > 0 and not use.over_peak else None
+        )
         if counted.counted_step_ms is not None and counted.previous_step_ms is not None:
             out["flop_count_cost_ms"] = counted.counted_step_ms - counted.previous_step_ms
     elif flops is not None:
@@ -130,7 +133,10 @@ def _rate(
         )
         out["flops_per_step"] = flops.flops_per_step
         out["flops_source"] = f"trace shapes ({flops.counted_ops} ops, {flops.time_basis})"
-        out["achieved_tflops"] = flops.tflops
+        # Without the GPU's kernels the wall time says nothing of when the GPU did the work;
+        # above the peak the rate is a miscount (use.missing says which).
+        kernelless = flops.op_time_basis == NO_GPU_KERNELS
+        out["achieved_tflops"] = None if kernelless or use.over_peak else flops.tflops
     else:
         if counted is not None and counted.skipped:
             out["flops_source"] = f"not counted: {counted.skipped}"

@@ -65,6 +65,62 @@ FACTS: dict[str, FactDoc] = {
         "fraction", "steps", "a timed step (median) over the loop's wall time per step"
     ),
     "loop_long_steps": _f("count", "steps", "long loop-work steps (3x a timed step or more)"),
+    "loop_long_step_frac_fast_pace": _f(
+        "fraction",
+        "steps",
+        "the long steps' share of the loop with the other steps at the pace of the fastest "
+        "quarter of the timed steps, or of the stepping thread's CPU time, whichever is "
+        "larger; None on a quiet machine",
+    ),
+    "loop_long_step_code": _f(
+        "name",
+        "observations.json step_stacks",
+        "the user's function and lines the main thread was in during the long steps, with "
+        "its share of the samples",
+    ),
+    "jitter_excess_data_frac": _f(
+        "fraction",
+        "steps",
+        "share of the timed steps' time above their median that is extra DataLoader wait",
+    ),
+    "jitter_excess_other_frac": _f(
+        "fraction",
+        "steps",
+        "share of the timed steps' time above their median that no named cost or data wait "
+        "explains (the script's own code)",
+    ),
+    "jitter_excess_cause": _f(
+        "name",
+        "steps",
+        "the named cost that holds most of the timed steps' time above their median: compile, "
+        "eval_forward, nograd_forward or save",
+    ),
+    "jitter_excess_cause_frac": _f(
+        "fraction", "steps", "jitter_excess_cause's share of the time above the median"
+    ),
+    "jitter_longest_step_index": _f("count", "steps", "the longest timed step's index"),
+    "jitter_longest_step_ms": _f("ms", "steps", "the longest timed step's wall time"),
+    "phase_stall_ratio": _f(
+        "ratio",
+        "steps",
+        "the largest median / fastest instance of a phase (forward, backward, optimizer) "
+        "over the timed steps, phases with a median of 1 ms or more",
+    ),
+    "phase_stall_phase": _f("name", "steps", "the phase of phase_stall_ratio"),
+    "phase_stall_median_ms": _f("ms", "steps", "that phase's median over the timed steps"),
+    "phase_stall_fastest_ms": _f("ms", "steps", "that phase's fastest timed instance"),
+    "loop_load_stretch": _f(
+        "ratio",
+        "steps",
+        "median timed step's wall time (less data wait) over its CPU time, when 2x or more "
+        "(a loaded machine); None otherwise and on CUDA runs",
+    ),
+    "loop_long_step_periodic_under_load": _f(
+        "bool", "steps", "long steps came back at a fixed period while the machine was loaded"
+    ),
+    "loop_startup_compile_ms": _f(
+        "ms", "compile.json", "torch.compile time in the first step's one-off start-up"
+    ),
     "loop_period_steps": _f("count", "steps", "steps between long loop-work steps (2+ seen)"),
     "loop_long_step_recurs": _f(
         "bool", "steps", "the long loop work came back within the run (not only step 0)"
@@ -72,7 +128,8 @@ FACTS: dict[str, FactDoc] = {
     "loop_long_step_cost": _f(
         "name",
         "steps",
-        "what most of the long steps' excess went to: eval_forward, nograd_forward, save or other",
+        "what most of the long steps' excess went to: compile, eval_forward, nograd_forward, "
+        "save or other",
     ),
     "step_detection": _f(
         "name", "manifest", "optimizer, backward or time; profiler_step for a trace alone"
@@ -113,6 +170,12 @@ FACTS: dict[str, FactDoc] = {
         "bytes", "steps", "RSS slope over timed steps; 0 unless it rises in each third"
     ),
     "rss_bytes_max": _f("bytes", "steps", "largest process RSS over timed steps"),
+    "memory_growth_fit_sampled": _f(
+        "bool",
+        "steps",
+        "the memory growth slopes are medians of a seeded sample of 100,000 step pairs "
+        "(a long run: all pairs would grow with the square of the steps)",
+    ),
     "rss_growth_over_noise": _f(
         "ratio", "steps", "rise of the RSS slope over the timed steps / RSS scatter"
     ),
@@ -130,6 +193,11 @@ FACTS: dict[str, FactDoc] = {
     "dataloader_prefetch_factor": _f("count", "obs", "prefetch_factor (None with 0 workers)"),
     "dataloader_persistent_workers": _f("bool", "obs", "persistent_workers"),
     "dataloader_is_iterable": _f("bool", "obs", "the dataset is an IterableDataset"),
+    "dataloader_dataset_class": _f("name", "obs", "the training DataLoader's dataset class"),
+    "dataloader_sampler_class": _f("name", "obs", "the training DataLoader's sampler class"),
+    "dataloader_batch_size": _f(
+        "count", "obs", "the training DataLoader's batch_size (None: it does not batch rows)"
+    ),
     "torch_num_threads": _f("count", "obs", "torch.get_num_threads() during training"),
     "anomaly_detection_enabled": _f("bool", "obs", "torch.autograd anomaly mode was on"),
     "user_profiler_active": _f("bool", "obs", "the script runs its own torch.profiler"),
@@ -290,6 +358,13 @@ FACTS: dict[str, FactDoc] = {
     "misaligned_lowp_gemm_count": _f(
         "count", "trace", "fp16/bf16 GEMMs with a dim not a multiple of 8"
     ),
+    "trace_python_frames": _f(
+        "count", "trace", "Python frames (python_function events) the trace recorded"
+    ),
+    "misaligned_gemm_dims": _f("name", "trace", "those GEMMs' dims that are not multiples of 8"),
+    "embedding_rows": _f(
+        "count", "trace", "rows of the largest embedding table looked up (a vocabulary)"
+    ),
     "dataloader_trace_ms_per_step": _f("ms", "trace", "enumerate(DataLoader) time per step"),
     "comm_frac": _f(
         "frac",
@@ -393,6 +468,9 @@ FACTS: dict[str, FactDoc] = {
         "name", "trace", "dominant collective: transfer, waiting (for a peer) or unknown"
     ),
     "comm_wait_reason": _gpu("name", "trace", "why comm_wait_verdict says so"),
+    "comm_dtype": _gpu(
+        "name", "trace", "the dtype the most communication time moved (Float, BFloat16, ...)"
+    ),
     "comm_transfer_share": _gpu(
         "frac", "trace", "of the communication kernels' time, the transfer (not the wait)"
     ),
@@ -545,6 +623,16 @@ FACTS: dict[str, FactDoc] = {
     ),
     "oom_device_free_bytes": _gpu(
         "bytes", "memory", "free device memory when that request failed (device_free)"
+    ),
+    "memory_device": _gpu(
+        "count",
+        "memory",
+        "the device the memory figures are of: the one that ran out of memory, else the one "
+        "with the highest peak",
+    ),
+    "memory_devices": _gpu("count", "memory", "devices in the snapshot (segments or history)"),
+    "memory_other_devices": _gpu(
+        "name", "memory", "the snapshot's other devices in brief: peak, reserved, out-of-memory"
     ),
     "memory_cache_fragmented": _gpu(
         "bool",

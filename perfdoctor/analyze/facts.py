@@ -23,7 +23,9 @@ from perfdoctor.analyze.comm_trace import CommSummary
 from perfdoctor.analyze.compile_facts import compile_facts
 from perfdoctor.analyze.compute_facts import compute_facts, compute_settings
 from perfdoctor.analyze.cpu_precision import cpu_precision_facts
+from perfdoctor.analyze.fact_bounds import within_bounds
 from perfdoctor.analyze.fact_catalog import FACTS
+from perfdoctor.analyze.growth import growth_fit_sampled, sustained_growth
 from perfdoctor.analyze.load_window import with_run_load
 from perfdoctor.analyze.loop_account import loop_facts
 from perfdoctor.analyze.memory import (
@@ -61,11 +63,12 @@ def derive_facts(record: RunRecord) -> Facts:
         log.warning("facts missing from fact_catalog.FACTS, dropped: %s", ", ".join(unknown))
     values: dict[str, Scalar] = dict.fromkeys(FACTS)
     values.update({k: _plain(v) for k, v in measured.items() if k in FACTS})
-    return Facts(
-        values=values,
-        locations=_locations(record),
-        settings=_settings(record, samples),
-    )
+    # No share above its whole reaches a rule or a report (fact_bounds.py).
+    values, withheld = within_bounds(values)
+    settings = _settings(record, samples)
+    if withheld:
+        settings["withheld"] = list(withheld)
+    return Facts(values=values, locations=_locations(record), settings=settings)
 
 
 def fact_values(record: RunRecord, samples: SamplesSummary | None = None) -> dict[str, Any]:
@@ -109,83 +112,43 @@ def _observed(record: Any) -> Observations:
     return found if isinstance(found, Observations) else Observations()
 
 
-# Growth must show in every one of this many consecutive parts of the timed window.
-GROWTH_SEGMENTS = 3
-# ... and rise over the window by at least this many times the readings' resolution (the
-# median size of a change between two readings): RSS moves in allocator-sized pieces (1 MiB
-# pymalloc arenas), and a random walk of +-1 piece per step, bounded like a flat RSS, rose
-# past 4 pieces in 6 of 3000 simulated 20-step windows and past 5 in none, while a 1 MiB/step
-# leak under +-0.3 MiB jitter rose past 5 in all 200 of its 10-step windows.
-GROWTH_MIN_RESOLUTIONS = 5.0
+# A phase needs this many timed steps to compare its median with its fastest instance, and a
+# median of at least this many ms (a sub-millisecond phase varies by more than 10x alone).
+STALL_MIN_STEPS = 8
+STALL_MIN_MEDIAN_MS = 1.0
 
 
-def _theil_sen(xs: np.ndarray, ys: np.ndarray) -> float | None:
-    """Median of the pairwise slopes: one jump moves it little, unlike least squares."""
-    i, j = np.triu_indices(len(xs), k=1)
-    dx = xs[j] - xs[i]
-    keep = dx != 0
-    if not keep.any():
-        return None
-    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
-
-
-def _sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
-    """Growth per step that persists over the whole timed window, and how far it rises
-    above the noise.
-
-    A leak (tensors kept with their graphs, a growing cache) adds memory at every step, to
-    the end, at the same rate. Shapes that only look like it: one jump (a buffer allocated
-    once, an epoch boundary), a swing with no trend (numpy buffers of a DataLoader, +-8 MiB
-    per step on cnn_slow_dataloader.py), jitter of an allocator that moves RSS in MiB-sized
-    pieces (pymalloc arenas, glibc heap top), and warm-up that settles within the window (a
-    Trainer filling its caches: ~1 MiB per step early, a few KiB per step later). So the
-    timed window is cut into GROWTH_SEGMENTS consecutive parts (fewer below six steps), and
-    growth persists only when every part rises on its own (positive Theil-Sen slope) by more
-    than the series' scatter: one jump lifts one part, a swing or jitter lifts some and
-    lowers others. The whole rise must also span GROWTH_MIN_RESOLUTIONS times the size of a
-    typical change between two readings, the resolution at which RSS readings move: a few
-    arena-sized pieces up is within what jitter draws. Growth that does not persist is 0.
-
-    The rate is the slowest part's: what the window sustains to its end (settling growth
-    reports its tail, a steady leak the same rate in every part); never above the slope
-    over the whole window. The second value is the rise at that rate over the window
-    divided by the scatter around the whole-window line (1.4826 x the median absolute
-    residual, a robust standard deviation), so a slope that noise alone could draw stays
-    below the rules' 3. CUDA's allocated bytes do not scatter: there the ratio is large (or
-    1e9) for any steady growth.
-    """
-    if len(points) < 4:
-        return None, None
-    ordered = sorted(points)
-    xs = np.asarray([x for x, _ in ordered], dtype=np.float64)
-    ys = np.asarray([y for _, y in ordered], dtype=np.float64)
-    slope = _theil_sen(xs, ys)
-    if slope is None:
-        return None, None
-    residuals = ys - slope * xs
-    residuals -= np.median(residuals)
-    scatter = 1.4826 * float(np.median(np.abs(residuals)))
-    # At least two points per part: a short window is cut in fewer parts.
-    parts = np.array_split(np.arange(len(xs)), min(GROWTH_SEGMENTS, len(xs) // 2))
-    part_slopes = [_theil_sen(xs[p], ys[p]) for p in parts]
-    rises = [
-        s * float(xs[p].max() - xs[p].min()) if s is not None else None
-        for s, p in zip(part_slopes, parts, strict=True)
-    ]
-    if not all(s is not None and s > 0 for s in part_slopes) or not all(
-        r is not None and r > scatter for r in rises
+def phase_stall(timed: Sequence[StepRecord]) -> dict[str, Scalar]:
+    """The phase (forward, backward, optimizer) whose median timed instance is the most times
+    its fastest one: the same ops on the same shapes, so a 10x spread is not the work. On a
+    loaded machine two intra-op threads wait on each other whenever one is descheduled, and
+    a small-op phase reads 30-200x its quiet time in some steps and not in others (a 0.9 ms
+    policy-gradient update read 0.3-165 ms forwards at load 11 on 2 cores)."""
+    best: tuple[float, str, float, float] | None = None
+    for name, value in (
+        ("forward", lambda s: s.forward_ms),
+        ("backward", lambda s: s.backward_ms),
+        ("optimizer", lambda s: s.optimizer_ms),
     ):
-        return 0.0, 0.0
-    rate = min(slope, *(s for s in part_slopes if s is not None))
-    rise = rate * float(xs.max() - xs.min())
-    changes = np.abs(np.diff(ys))
-    changes = changes[changes > 0]
-    resolution = float(np.median(changes)) if changes.size else 0.0
-    if scatter > 0 and rise < GROWTH_MIN_RESOLUTIONS * resolution:
-        return 0.0, 0.0  # a few allocator-sized pieces off a line: jitter can rise that far
-    if scatter == 0:  # a perfectly straight line (CUDA allocated bytes): any rise is a trend
-        return rate, 1e9 if rise > 0 else 0.0  # 1e9, not inf: JSON has no inf
-    return rate, rise / scatter
+        found = [v for v in finite_numbers(value(s) for s in timed) if v > 0]
+        if len(found) < STALL_MIN_STEPS:
+            continue
+        median = float(np.median(found))
+        fastest = min(found)
+        if median < STALL_MIN_MEDIAN_MS:
+            continue
+        ratio = median / fastest
+        if best is None or ratio > best[0]:
+            best = (ratio, name, median, fastest)
+    if best is None:
+        return {}
+    ratio, name, median, fastest = best
+    return {
+        "phase_stall_ratio": ratio,
+        "phase_stall_phase": name,
+        "phase_stall_median_ms": median,
+        "phase_stall_fastest_ms": fastest,
+    }
 
 
 def _training_loader_index(obs: Observations) -> int | None:
@@ -277,7 +240,14 @@ def batch_size(record: RunRecord) -> int | None:
 def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     timed = record.timed_steps
     out: dict[str, Scalar] = {"steps_timed": len(timed)}
-    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in record.ranks])
+    # A perfdoctor run's ranks step in lockstep under its hooks: the job's step is the
+    # slowest rank's. Traces of a job are each rank's own ProfilerStep spans, and the report
+    # diagnoses one rank's trace (its GPU window, data wait, breakdown): its step is that
+    # rank's own, or the report would give the step as 19.9 ms (another rank's) beside the
+    # 12.5 ms window and a data share of each (the 8-rank DLRM job). The ranks table keeps
+    # every rank's own step.
+    lockstep = [] if getattr(record, "source", None) == "trace" else record.ranks
+    walls = run_stats.timed_step_ms(record.steps, [r.steps for r in lockstep])
     # A NaN/inf loss is written as null with loss_finite=false (JSON has no NaN).
     captured = [s for s in record.steps if s.loss is not None or s.loss_finite is False]
     out["loss_is_finite"] = (
@@ -318,8 +288,9 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     out["throughput_samples_s"] = run_stats.throughput_samples_s(
         walls, run_stats.samples_per_step(timed, batch)
     )
+    out.update(phase_stall(timed))
     rss = [(float(s.index), float(s.rss_bytes)) for s in timed if s.rss_bytes is not None]
-    out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = _sustained_growth(rss)
+    out["rss_growth_bytes_per_step"], out["rss_growth_over_noise"] = sustained_growth(rss)
     out["rss_bytes_max"] = int(max(y for _, y in rss)) if rss else None
     cuda = [
         (float(s.index), float(s.cuda_allocated_bytes))
@@ -329,7 +300,8 @@ def _step_facts(record: RunRecord) -> dict[str, Scalar]:
     (
         out["cuda_allocated_growth_bytes_per_step"],
         out["cuda_allocated_growth_over_noise"],
-    ) = _sustained_growth(cuda)
+    ) = sustained_growth(cuda)
+    out["memory_growth_fit_sampled"] = growth_fit_sampled(max(len(rss), len(cuda)))
     return out
 
 
@@ -668,6 +640,9 @@ def _observation_facts(obs: Observations) -> dict[str, Scalar]:
         "dataloader_prefetch_factor": loader.prefetch_factor,
         "dataloader_persistent_workers": loader.persistent_workers,
         "dataloader_is_iterable": loader.iterable,
+        "dataloader_dataset_class": loader.dataset_class,
+        "dataloader_sampler_class": loader.sampler_class,
+        "dataloader_batch_size": loader.batch_size,
         "torch_num_threads": torch.num_threads,
         "anomaly_detection_enabled": torch.anomaly_enabled,
         "user_profiler_active": profiler.user_profiler if profiler else None,
@@ -808,6 +783,11 @@ def _trace_facts(record: RunRecord) -> dict[str, Scalar]:
         "matmul_ms_frac": t.matmul_frac,
         "fp32_matmul_conv_frac": t.fp32_matmul_conv_frac,
         "misaligned_lowp_gemm_count": t.misaligned_lowp_gemm_count,
+        "trace_python_frames": t.python_frames,
+        "misaligned_gemm_dims": (
+            ", ".join(str(d) for d in t.misaligned_gemm_dims) if t.misaligned_gemm_dims else None
+        ),
+        "embedding_rows": t.embedding_rows,
         "dataloader_trace_ms_per_step": t.dataloader_ms_per_step,
         "comm_frac": t.comm_frac,
     }

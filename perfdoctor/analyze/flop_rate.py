@@ -11,7 +11,7 @@ FLOPs / (wall x peak) when one precision does all the work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,11 @@ from perfdoctor.analyze.trace_events import TraceEvents
 from perfdoctor.analyze.trace_index import Steps
 
 TOP_OPS = 12
+# A measured rate may pass the datasheet peak by this much before it is called impossible:
+# the peak is at the boost clock, and a kernel's µs-rounded time is short by up to 1 µs.
+PEAK_TOLERANCE = 1.05
+# The op time basis of a GPU trace whose FLOP ops launched no recorded kernel.
+NO_GPU_KERNELS = "none (no GPU kernels recorded for the ops)"
 # One precision doing at least this share of the FLOPs names the denominator alone.
 SINGLE_PRECISION_SHARE = 0.9
 
@@ -67,6 +72,9 @@ class FlopSummary:
     # when custom ops (a fused MoE, a serving engine's attention) launch GEMMs with no aten
     # shapes to count, and the FLOPs and MFU are then a lower bound. None on a CPU trace.
     coverage: float | None = None
+    # Ops whose rate came out above the device's peak for their precision, said in words:
+    # their rate is withheld (a miscounted FLOP formula or a mislinked kernel time).
+    over_peak: tuple[str, ...] = ()
 
     @property
     def flops_per_step(self) -> float | None:
@@ -84,6 +92,7 @@ class Utilization:
     peak_text: str | None  # "989.5 TFLOP/s dense bf16, H100 SXM"
     source: str | None
     missing: str | None  # why there is no MFU
+    over_peak: bool = False  # the FLOPs over the wall time came out above the peak
 
 
 def flop_summary(
@@ -93,6 +102,10 @@ def flop_summary(
         return None
     ops = ev.cpu_ops
     on_gpu = found.kernels.size > 0
+    # A GPU trace whose kernels were not linked or not recorded: the ops' CPU time is the
+    # time to launch them, not to compute them (an A100 trace without its GPU side showed an
+    # aten::mm at 1,273 TFLOP/s). Such ops get no time, so no rate.
+    cpu_time_means_compute = on_gpu or not (ev.devices or len(ev.gpu))
     durs = ev.gpu.dur[found.kernels] if on_gpu else np.empty(0)
     kernel_time = np.zeros(found.ops.size)
     if on_gpu:
@@ -119,7 +132,10 @@ def flop_summary(
             assumptions.add(counted.assumption)
         cls = best.get(i)
         precision = _peak_key(cls, counted.dtype)
-        time = float(kernel_time[i]) if on_gpu else float(ops.dur[row])
+        if on_gpu:
+            time = float(kernel_time[i])
+        else:
+            time = float(ops.dur[row]) if cpu_time_means_compute else 0.0
         total += counted.flops
         by_precision[precision] = by_precision.get(precision, 0.0) + counted.flops
         key = (name, _shape_text(dims), precision)
@@ -151,7 +167,13 @@ def flop_summary(
         steps=steps.count,
         time_us=time_us,
         time_basis=basis,
-        op_time_basis="GPU kernel time" if on_gpu else "CPU op time",
+        op_time_basis=(
+            "GPU kernel time"
+            if on_gpu
+            else "CPU op time"
+            if cpu_time_means_compute
+            else NO_GPU_KERNELS
+        ),
         flops_by_precision=dict(sorted(by_precision.items(), key=lambda kv: -kv[1])),
         ops=tuple(rates[:TOP_OPS]),
         counted_ops=found.ops.size - uncounted,
@@ -196,6 +218,15 @@ def utilization(
         missing = f"{peak.name} has no listed peak for {', '.join(lacking) or 'these ops'}"
         return Utilization(None, None, None, peak.source, missing)
     effective = counted / at_peak_s / 1e12
+    mfu = at_peak_s / (time_us * 1e-6)
+    if not peak.estimate and mfu > PEAK_TOLERANCE:
+        # More work than the device can do in the window: the FLOPs are miscounted or the
+        # window misses part of the run. Saying so beats printing an MFU above 100%.
+        missing = (
+            f"the counted FLOPs over {time_us / 1000:,.4g} ms would be {mfu:.0%} of the "
+            f"{peak.name}'s peak, which no device reaches: the FLOP count or the window is wrong"
+        )
+        return Utilization(None, None, None, peak.source, missing, over_peak=True)
     kind = "estimated" if peak.estimate else "dense"
     main, main_flops = max(flops_by_precision.items(), key=lambda kv: kv[1])
     if main_flops >= SINGLE_PRECISION_SHARE * total and main not in lacking:
@@ -209,7 +240,31 @@ def utilization(
         text = f"{effective:,.4g} TFLOP/s {kind}, FLOP-weighted over {mix}, {peak.name}"
     if lacking:
         text += f" (no peak for {', '.join(lacking)}: those FLOPs left out)"
-    return Utilization(at_peak_s / (time_us * 1e-6), effective, text, peak.source, None)
+    return Utilization(mfu, effective, text, peak.source, None)
+
+
+def within_peak(flops: FlopSummary, peak: DevicePeak | None) -> FlopSummary:
+    """`flops` with every per-op rate above the device's peak for its precision withheld,
+    and said: such a rate is a miscount (the V100 ResNet traces drew fp32 convolutions at 33
+    to 55 TFLOP/s above a 15.7 TFLOP/s roof), never a measurement. A CPU's peak is an
+    estimate, so its rates are left as they are."""
+    if peak is None or peak.estimate:
+        return flops
+    ops, said = [], []
+    for op in flops.ops:
+        limit = peak.peak(*_split_key(op.precision))
+        rate = op.tflops
+        if limit and rate is not None and rate > limit * PEAK_TOLERANCE:
+            said.append(
+                f"{op.op} ({op.shapes}, {_label(op.precision)}): its FLOPs over its kernel time "
+                f"give {rate:,.4g} TFLOP/s, above the {peak.name}'s {limit:,.4g} TFLOP/s peak, "
+                "so its FLOPs or its time are miscounted and no rate is shown"
+            )
+            op = replace(op, time_us=None)
+        ops.append(op)
+    if not said:
+        return flops
+    return replace(flops, ops=tuple(ops), over_peak=tuple(said))
 
 
 def _conv_outputs(ev: TraceEvents, found: OpKernels) -> dict[Any, list[int]]:
@@ -217,12 +272,12 @@ def _conv_outputs(ev: TraceEvents, found: OpKernels) -> dict[Any, list[int]]:
     their gradient has the output's shape, which the forward's recorded inputs do not give."""
     out: dict[Any, list[int]] = {}
     for row in found.ops.tolist():
-        if ev.names[int(ev.cpu_ops.name[row])] != "aten::convolution_backward":
-            continue
+        name = ev.names[int(ev.cpu_ops.name[row])]
         dims = ev.shapes.get(row, ([], []))[1]
-        key = conv_backward_key(dims)
-        if key is not None:
-            out[key] = list(dims[0])
+        backward = conv_backward_key(name, dims)
+        if backward is not None:
+            key, grad = backward
+            out[key] = grad
     return out
 
 

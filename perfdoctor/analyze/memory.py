@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,17 @@ _SEGMENT_DOWN = ("segment_free", "segment_unmap")
 
 
 @dataclass(frozen=True)
+class DeviceBrief:
+    """One device of a snapshot that is not the one analysed in full."""
+
+    device: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    oom_events: int
+    history_entries: int
+
+
+@dataclass(frozen=True)
 class MemorySummary:
     device: int
     peak_allocated_bytes: int
@@ -109,6 +120,8 @@ class MemorySummary:
     # and the device's free memory then; None without an `oom` entry.
     oom_request_bytes: int | None = None
     oom_device_free_bytes: int | None = None
+    # The snapshot's other devices (with segments or history), in device order.
+    other_devices: tuple[DeviceBrief, ...] = ()
 
     @property
     def activation_bytes_frac(self) -> float | None:
@@ -148,7 +161,10 @@ def summarize_snapshot(
     max_entries: int | None = None,
     top: int = 5,
 ) -> MemorySummary:
-    """The summary of the device with the highest peak (a snapshot covers every device)."""
+    """The summary of one device of the snapshot (it covers every device the process used),
+    with the others in brief: the device that ran out of memory, or else the one with the
+    highest peak. A three-device snapshot with its OOM on device 1 was analysed without
+    naming the device and without a word of the other two."""
     by_device: dict[int, list[dict[str, Any]]] = {}
     for seg in _list(data.get("segments")):
         if isinstance(seg, dict):
@@ -164,7 +180,30 @@ def summarize_snapshot(
         _summarize_device(d, by_device.get(d, []), traces, picker, max_entries, top, data)
         for d in sorted(devices or {0})
     ]
-    return max(summaries, key=lambda s: (s.peak_allocated_bytes, s.peak_reserved_bytes))
+    chosen = max(
+        summaries,
+        key=lambda s: (s.oom_events > 0, s.peak_allocated_bytes, s.peak_reserved_bytes),
+    )
+    others = tuple(
+        DeviceBrief(
+            s.device,
+            s.peak_allocated_bytes,
+            s.peak_reserved_bytes,
+            s.oom_events,
+            s.history_entries,
+        )
+        for s in summaries
+        if s is not chosen
+    )
+    return replace(chosen, other_devices=others) if others else chosen
+
+
+def _several_devices(data: dict[str, Any]) -> bool:
+    devices = {
+        _int(seg.get("device", 0)) for seg in _list(data.get("segments")) if isinstance(seg, dict)
+    }
+    devices |= {i for i, t in enumerate(_list(data.get("device_traces"))) if t}
+    return len(devices) > 1
 
 
 def _list(value: Any) -> list[Any]:
@@ -241,7 +280,9 @@ def _summarize_device(
     entries = [e for e in _list(raw) if isinstance(e, dict)]
     notes: list[str] = []
     stats = data.get("memory_stats")
-    if not isinstance(stats, dict):
+    if not isinstance(stats, dict) or _several_devices(data):
+        # memory_stats is one device's (torch.cuda.memory_stats()): with several devices in
+        # the snapshot it would give each of them the OOMs of one.
         stats = {}
     retries = stats.get("num_alloc_retries", data.get("num_alloc_retries"))
     ooms = sum(1 for e in entries if e.get("action") == "oom")
@@ -489,6 +530,9 @@ SNAPSHOT_FACTS = (
     "oom_request_bytes",
     "oom_device_free_bytes",
     "memory_cache_fragmented",
+    "memory_device",
+    "memory_devices",
+    "memory_other_devices",
 )
 
 
@@ -514,12 +558,30 @@ def snapshot_facts(summary: MemorySummary, device_total: int | None = None) -> d
         "memory_history_entries": summary.history_entries,
         "oom_request_bytes": summary.oom_request_bytes,
         "oom_device_free_bytes": summary.oom_device_free_bytes,
+        "memory_device": summary.device,
+        "memory_devices": 1 + len(summary.other_devices),
+        "memory_other_devices": other_devices_text(summary.other_devices),
         "memory_cache_fragmented": cache_fragmented(
             summary.oom_request_bytes,
             summary.free_bytes - summary.free_internal_bytes,
             summary.largest_free_block_bytes,
         ),
     }
+
+
+def other_devices_text(others: Sequence[DeviceBrief]) -> str | None:
+    """'device 0: peak 3.1 GB allocated, no out-of-memory; device 2: ...' (None: no other)."""
+    if not others:
+        return None
+    parts = []
+    for o in others:
+        oom = f"{o.oom_events} out-of-memory" if o.oom_events else "no out-of-memory"
+        history = "" if o.history_entries else " (no history: the state at the snapshot)"
+        parts.append(
+            f"device {o.device}: peak {format_bytes(o.peak_allocated_bytes)} allocated, "
+            f"{format_bytes(o.peak_reserved_bytes)} reserved, {oom}{history}"
+        )
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -595,6 +657,17 @@ def memory_series(summary: MemorySummary | None) -> dict[str, Any]:
             "alloc_retries": summary.alloc_retries,
             "oom_request_bytes": summary.oom_request_bytes,
             "oom_device_free_bytes": summary.oom_device_free_bytes,
+            "device": summary.device,
+            "other_devices": [
+                {
+                    "device": o.device,
+                    "peak_allocated_bytes": o.peak_allocated_bytes,
+                    "peak_reserved_bytes": o.peak_reserved_bytes,
+                    "oom_events": o.oom_events,
+                    "history_entries": o.history_entries,
+                }
+                for o in summary.other_devices
+            ],
             "categories_at_peak": dict(summary.categories_at_peak),
             "top_sites": sites,
             "top_sites_overall": [_site_json(s) for s in summary.top_sites_overall],

@@ -7,11 +7,14 @@ differences that are stated where they apply:
 * causal attention does half the work of the full score matrix; FlopCounterMode counts it
   whole, which is how MFU above 100% gets reported on causal LLM training. Here the count is
   halved when the op's recorded arguments say `is_causal` (the FlashAttention papers' count);
-* a convolution's output size needs its stride and padding, which a trace records only as
-  list arguments it leaves empty. The backward reads the output size from the gradient's
-  shape, and a training trace's forward takes it from the backward of the same input and
-  weight shapes (`conv_out`); otherwise the forward assumes stride 1 and "same" padding (the
-  output as large as the input) and says so.
+* a convolution's output size needs its stride, padding and dilation. torch >= 2.1 records
+  them in Concrete Inputs and the forward computes its output from them; older traces leave
+  list arguments empty. The backward reads the output size from the gradient's shape (under
+  every name torch has given it: convolution_backward, cudnn_/mkldnn_/miopen_convolution_
+  backward, thnn_conv2d_backward, the double backward), and a training trace's forward takes
+  it from the backward of the same input and weight shapes (`conv_out`); otherwise the
+  forward assumes stride 1 and "same" padding (the output as large as the input) and says
+  so (a V100 ResNet-50 trace's strided convolutions came out ~4x high that way).
 
 Bytes are the least traffic the op needs: each input read once and the output written once,
 in the recorded dtypes (the roofline's arithmetic intensity). None when a dtype is unknown.
@@ -83,7 +86,40 @@ _CONV_TRANSPOSED = frozenset(
         "aten::cudnn_convolution_transpose",
     }
 )
-_CONV_BACKWARD = frozenset({"aten::convolution_backward", "aten::_slow_conv2d_backward"})
+# Backward convolution -> positions of (grad_output, input, weight) in its recorded inputs:
+# the old cudnn/mkldnn/miopen ops take (self, grad_output, weight, ...), the double backward
+# (ggI, ggW, ggb, gO, weight, self, ...); the autograd nodes count when they carry all three.
+_CONV_BACKWARD_ARGS: dict[str, tuple[int, int, int]] = {
+    "aten::convolution_backward": (0, 1, 2),
+    "aten::_slow_conv2d_backward": (0, 1, 2),
+    "aten::thnn_conv2d_backward": (0, 1, 2),
+    "aten::cudnn_convolution_backward": (1, 0, 2),
+    "aten::miopen_convolution_backward": (1, 0, 2),
+    "aten::mkldnn_convolution_backward": (1, 0, 2),
+    "aten::_convolution_double_backward": (3, 5, 4),
+    "CudnnConvolutionBackward": (0, 1, 2),
+    "CudnnConvolutionBackward0": (0, 1, 2),
+    "ConvolutionBackward0": (0, 1, 2),
+    "ThnnConv2DBackward": (0, 1, 2),
+    "MkldnnConvolutionBackward": (0, 1, 2),
+}
+_CONV_BACKWARD = frozenset(_CONV_BACKWARD_ARGS)
+# Forward convolution -> positions of (stride, padding, dilation) in Concrete Inputs (torch
+# >= 2.1 records int lists there as "[2, 2]"). cudnn_convolution moved its bias out in torch
+# 1.8: (self, weight, padding, stride, dilation, ...) then, (self, weight, bias, padding,
+# ...) before; _geometry tells them apart by which position holds a list.
+_CONV_GEOMETRY_ARGS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "aten::conv1d": ((3, 4, 5),),
+    "aten::conv2d": ((3, 4, 5),),
+    "aten::conv3d": ((3, 4, 5),),
+    "aten::convolution": ((3, 4, 5),),
+    "aten::_convolution": ((3, 4, 5),),
+    "aten::cudnn_convolution": ((3, 2, 4), (4, 3, 5)),
+    "aten::miopen_convolution": ((4, 3, 5), (3, 2, 4)),
+    "aten::mkldnn_convolution": ((4, 3, 5),),
+    "aten::_slow_conv2d_forward": ((4, 5, -1),),
+    "aten::slow_conv3d_forward": ((4, 5, -1),),
+}
 # convolution / _convolution carry `transposed` as their 7th argument.
 _CONV_TRANSPOSED_ARG = {"aten::convolution": 6, "aten::_convolution": 6}
 
@@ -231,7 +267,8 @@ def _conv(
     name: str, s: list[list[int] | None], concrete: list[Any]
 ) -> tuple[float, list[int], str | None]:
     if name in _CONV_BACKWARD:
-        grad, x, w = _shape(s[0]), _shape(s[1]), _shape(s[2])
+        g, i, k = _CONV_BACKWARD_ARGS[name]
+        grad, x, w = _shape(s[g]), _shape(s[i]), _shape(s[k])
         forward = 2.0 * x[0] * math.prod(grad[2:]) * w[0] * math.prod(w[1:])
         # grad_input and grad_weight, each one forward's worth (flop_counter's
         # conv_backward_flop with both outputs wanted, as autograd asks for a trained conv).
@@ -244,8 +281,57 @@ def _conv(
     if transposed:
         # Each input point scatters through the whole filter: [C_in, C_out/g, *k].
         return 2.0 * x[0] * math.prod(x[2:]) * math.prod(w), x, CONV_SAME_PADDING
+    geometry = _geometry(name, concrete, len(x) - 2)
+    if geometry is not None:
+        out = [x[0], w[0], *_conv_spatial(x[2:], w[2:], *geometry)]
+        return 2.0 * x[0] * math.prod(out[2:]) * w[0] * math.prod(w[1:]), out, None
     out = [x[0], w[0], *x[2:]]
     return 2.0 * x[0] * math.prod(x[2:]) * w[0] * math.prod(w[1:]), out, CONV_SAME_PADDING
+
+
+def _int_list(value: Any, rank: int) -> list[int] | None:
+    """A recorded int list ("[2, 2]", "[1]" broadcast to the rank), None when it is not."""
+    if isinstance(value, list):
+        items = value
+    elif isinstance(value, str) and value.startswith("[") and value.endswith("]"):
+        items = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+    else:
+        return None
+    try:
+        ints = [int(v) for v in items]
+    except (TypeError, ValueError):
+        return None
+    if len(ints) == 1:
+        ints = ints * rank
+    return ints if len(ints) == rank else None
+
+
+def _geometry(
+    name: str, concrete: list[Any], rank: int
+) -> tuple[list[int], list[int], list[int]] | None:
+    """(stride, padding, dilation) of a forward convolution from its concrete args."""
+    for stride_at, pad_at, dil_at in _CONV_GEOMETRY_ARGS.get(name, ()):
+        if max(stride_at, pad_at) >= len(concrete):
+            continue
+        stride = _int_list(concrete[stride_at], rank)
+        padding = _int_list(concrete[pad_at], rank)
+        dilation = _int_list(concrete[dil_at], rank) if 0 <= dil_at < len(concrete) else [1] * rank
+        if stride is not None and padding is not None and dilation is not None:
+            return stride, padding, dilation
+    return None
+
+
+def _conv_spatial(
+    size: list[int], kernel: list[int], stride: list[int], pad: list[int], dil: list[int]
+) -> list[int]:
+    """Output size per spatial dim: floor((in + 2p - d(k - 1) - 1) / s) + 1."""
+    out = [
+        (n + 2 * p - d * (k - 1) - 1) // max(st, 1) + 1
+        for n, k, st, p, d in zip(size, kernel, stride, pad, dil, strict=True)
+    ]
+    if any(o <= 0 for o in out):
+        raise ValueError("a convolution with no output")
+    return out
 
 
 def _conv_known(s: list[list[int] | None], out: list[int]) -> tuple[float, list[int], str | None]:
@@ -253,11 +339,18 @@ def _conv_known(s: list[list[int] | None], out: list[int]) -> tuple[float, list[
     return 2.0 * x[0] * math.prod(out[2:]) * w[0] * math.prod(w[1:]), out, None
 
 
-def conv_backward_key(dims: Sequence[Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(input shape, weight shape) of a convolution_backward, to find its forward by."""
-    if len(dims) < 3 or not all(_is_shape(d) and d for d in dims[:3]):
+def conv_backward_key(
+    name: str, dims: Sequence[Any]
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], list[int]] | None:
+    """((input shape, weight shape), gradient shape) of a backward convolution: the key to
+    find its forward by, and that forward's output shape. None for any other op."""
+    at = _CONV_BACKWARD_ARGS.get(name)
+    if at is None or len(dims) <= max(at):
         return None
-    return tuple(dims[1]), tuple(dims[2])
+    grad, x, w = (dims[i] for i in at)
+    if not all(_is_shape(d) and d for d in (grad, x, w)):
+        return None
+    return (tuple(x), tuple(w)), list(grad)
 
 
 def _bytes(

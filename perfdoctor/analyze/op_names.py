@@ -25,8 +25,22 @@ CONV_OPS = frozenset(
         "aten::conv_transpose2d",
         "aten::conv_transpose3d",
         "aten::_nnpack_spatial_convolution",
+        # Backward convolutions under the names older torch records (2021-era traces: the
+        # V100 ResNet-50 ones counted none of them), and the autograd nodes around them.
+        "aten::cudnn_convolution_backward",
+        "aten::miopen_convolution_backward",
+        "aten::mkldnn_convolution_backward",
+        "aten::thnn_conv2d_backward",
+        "aten::_convolution_double_backward",
+        "CudnnConvolutionBackward",
+        "CudnnConvolutionBackward0",
+        "ConvolutionBackward0",
+        "ThnnConv2DBackward",
+        "MkldnnConvolutionBackward",
     }
 )
+# Embedding lookups: their weight's rows are a vocabulary (or a position table).
+EMBEDDING_OPS = frozenset({"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"})
 MATMUL_OPS = frozenset(
     {
         "aten::mm",

@@ -146,10 +146,18 @@ def _load_steps(
         found = rundir.read_steps(run)
         if notes is not None and not found.found:
             notes.append(f"{path} is missing: no step was recorded, so there are no step figures")
+        if notes is not None and found.empty:
+            notes.append(f"{path} is empty: no step was recorded, so there are no step figures")
         if notes is not None and found.unreadable:
             notes.append(
                 f"{path}: {found.unreadable} line(s) could not be read as steps and were "
                 f"skipped ({len(found.steps)} read)"
+            )
+        if notes is not None and found.impossible:
+            notes.append(
+                f"invalid input: {path}: {found.impossible} step(s) record a time no step can "
+                f"take (0, negative, NaN or beyond a year) and were skipped "
+                f"({len(found.steps)} kept)"
             )
         return tuple(found.steps)
     except run_schema.SchemaMismatch as err:
@@ -212,9 +220,13 @@ def _newest_trace(run: Path) -> tuple[Path | None, tuple[str, ...]]:
     return ordered[-1], tuple(p.name for p in ordered)
 
 
-def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
+def load_run(
+    child_dir: Path, *, with_trace: bool = True, skip_corrupt_trace: bool = False
+) -> RunRecord:
     """One child run directory, decoded. `with_trace=False` leaves the profiler trace unread
-    (its path is still found): what the A/B verdicts need, at a fraction of the time."""
+    (its path is still found): what the A/B verdicts need, at a fraction of the time.
+    `skip_corrupt_trace`: a trace that cannot be read is left out with a note (a session's
+    report) instead of raising CorruptArtifact."""
     child_dir = Path(child_dir)
     if not child_dir.is_dir():
         raise BadRunDir(f"{child_dir} is not a directory")
@@ -231,7 +243,15 @@ def load_run(child_dir: Path, *, with_trace: bool = True) -> RunRecord:
     roots = _user_roots(spec)
 
     trace_path, trace_files = _newest_trace(child_dir)
-    trace = load_trace(trace_path, roots) if trace_path is not None and with_trace else None
+    trace = None
+    if trace_path is not None and with_trace:
+        try:
+            trace = load_trace(trace_path, roots)
+        except CorruptArtifact as err:
+            if not skip_corrupt_trace:
+                raise
+            # The run completed: its report comes without the trace's facts, not at all.
+            notes.append(f"trace not used: {err}")
     if len(trace_files) > 1:
         notes.append(f"{len(trace_files)} traces found; analysed the newest, {trace_files[-1]}")
 

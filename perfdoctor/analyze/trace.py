@@ -25,7 +25,12 @@ from perfdoctor.analyze.frames import UserCode
 from perfdoctor.analyze.pytree import build_pytree
 from perfdoctor.analyze.timeline_facts import timeline_facts
 from perfdoctor.analyze.trace_compiled import CompiledRegions, compiled_regions
-from perfdoctor.analyze.trace_events import TraceEvents, parse_trace
+from perfdoctor.analyze.trace_events import (
+    MAX_MSG_NELEMS,
+    MAX_TENSOR_ELEMENTS,
+    TraceEvents,
+    parse_trace,
+)
 from perfdoctor.analyze.trace_gpu import GpuSummary, summarize_gpu
 from perfdoctor.analyze.trace_index import find_steps
 from perfdoctor.analyze.trace_ops import op_shares
@@ -54,10 +59,13 @@ class TraceSummary:
     fp32_matmul_conv_frac: float | None  # None without record_shapes
     op_share_basis: str  # "gpu_kernel_time" or "cpu_op_time"
     misaligned_lowp_gemm_count: int | None  # None without record_shapes
+    misaligned_gemm_dims: tuple[int, ...]
+    embedding_rows: int | None  # the largest embedding table's rows (a vocabulary)
     dataloader_ms_per_step: float | None
     comm_frac: float | None
     gpu: GpuSummary | None
     has_stacks: bool
+    python_frames: int  # python_function events (with_stack=True)
     has_shapes: bool
     # Facts.locations topics (fact_catalog.LOCATION_TOPICS) found in the trace.
     locations: Mapping[str, tuple[SourceLocation, ...]] = field(default_factory=dict)
@@ -94,6 +102,24 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
     copies = trace_host.host_to_device_copies(ev, steps, attributor)
     step_ms = steps.durations_ms()
     window = steps.total_us
+    comm = summarize_comm(ev)
+    if ev.invalid_shapes:
+        notes.append(
+            f"invalid input: {ev.invalid_shapes} op(s) record input shapes no tensor can have "
+            f"(a negative size or over {MAX_TENSOR_ELEMENTS:,} elements); their shapes and "
+            "FLOPs are ignored"
+        )
+    if ev.invalid_comm_args:
+        notes.append(
+            f"invalid input: {ev.invalid_comm_args} collective op(s) or kernel(s) record a "
+            "message size or group size no collective can have (negative, not a number, "
+            f"over {MAX_MSG_NELEMS:,} elements); those values are ignored"
+        )
+    if comm is not None and comm.impossible_sizes:
+        notes.append(
+            f"invalid input: {comm.impossible_sizes} collective(s) record a message size "
+            "that no link could move in the kernel's time; those sizes are ignored"
+        )
     gpu = summarize_gpu(ev, steps)
     locations = {
         "host_sync": syncs.locations,
@@ -124,15 +150,18 @@ def summarize_trace(ev: TraceEvents, user_roots: Sequence[str | Path] = ()) -> T
         fp32_matmul_conv_frac=shares.fp32_frac,
         op_share_basis=shares.basis,
         misaligned_lowp_gemm_count=shares.misaligned_lowp_gemms,
+        misaligned_gemm_dims=shares.misaligned_dims,
+        embedding_rows=shares.embedding_rows,
         dataloader_ms_per_step=steps.per_step(loading.total_us / 1000.0),
         comm_frac=trace_host.comm_time(ev, steps) / window if window > 0 else None,
         gpu=gpu,
         has_stacks=has_stacks,
+        python_frames=len(ev.python),
         has_shapes=bool(ev.shapes),
         locations={topic: locs for topic, locs in locations.items() if locs},
         device_properties=ev.device_properties,
         notes=tuple(notes),
-        comm=summarize_comm(ev),
+        comm=comm,
         timeline_facts=timeline_facts(ev, steps, gpu),
         compute=summarize_compute(ev, steps),
         compiled=compiled_regions(ev, steps),

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import gzip
 import logging
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,7 +39,13 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
-from perfdoctor.analyze.op_names import ATTENTION_OPS, CONV_OPS, GROUPED_MM_OPS, MATMUL_OPS
+from perfdoctor.analyze.op_names import (
+    ATTENTION_OPS,
+    CONV_OPS,
+    EMBEDDING_OPS,
+    GROUPED_MM_OPS,
+    MATMUL_OPS,
+)
 from perfdoctor.analyze.trace_meta import (
     DeviceInfo,
     DistributedInfo,
@@ -81,6 +89,21 @@ CATEGORY_ALIASES: dict[str, str] = {
     CUDA_DRIVER: CUDA_DRIVER,
     "Driver": CUDA_DRIVER,
 }
+# The same, matched case-, space- and underscore-blind ("Python Function", "PYTHON_FUNCTION"
+# as other writers and ROCm builds spell them): an MI300X report said "the trace has no
+# Python frames" beside 6,649 of them.
+_LOOSE_ALIASES = {re.sub(r"[^a-z]", "", k.lower()): v for k, v in CATEGORY_ALIASES.items()}
+
+
+def canonical_category(cat: str) -> str | None:
+    """The current kineto name of a trace category, under any spelling seen; None for a
+    category the analysis does not read."""
+    exact = CATEGORY_ALIASES.get(cat)
+    if exact is not None:
+        return exact
+    return _LOOSE_ALIASES.get(re.sub(r"[^a-z]", "", cat.lower())) if cat else None
+
+
 # record_function spans that current kineto files under user_annotation and 2021-era kineto
 # under Operator.
 ANNOTATION_PREFIXES = (
@@ -98,8 +121,8 @@ GPU_KIND_KERNEL, GPU_KIND_MEMCPY, GPU_KIND_MEMSET = 0, 1, 2
 _GPU_KINDS = {KERNEL: GPU_KIND_KERNEL, GPU_MEMCPY: GPU_KIND_MEMCPY, GPU_MEMSET: GPU_KIND_MEMSET}
 
 # Ops whose record_shapes payload is decoded: GEMMs and convolutions (precision, alignment).
-# Attention and grouped GEMMs: their FLOPs (op_flops.py).
-SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS
+# Attention and grouped GEMMs: their FLOPs (op_flops.py). Embeddings: their vocabulary.
+SHAPE_OPS = CONV_OPS | MATMUL_OPS | ATTENTION_OPS | GROUPED_MM_OPS | EMBEDDING_OPS
 
 _MISSING = -1
 _NO_RAW = msgspec.Raw(b"")
@@ -182,8 +205,10 @@ class Table:
     def __len__(self) -> int:
         return int(self.ts.shape[0])
 
-    @property
+    @cached_property
     def end(self) -> np.ndarray:
+        # Computed once: callers index it row by row (`table.end[row]`), and recomputing a
+        # whole column per row made those loops O(rows x events).
         return self.ts + self.dur
 
     def col(self, key: str) -> np.ndarray:
@@ -234,6 +259,12 @@ class TraceEvents:
     # Kernels recorded by CUPTI's range profiler (per-kernel counters, experimental_config
     # profiler_metrics) instead of as kernel activities: a trace with no kernel timeline.
     profiler_range_count: int = 0
+    # Collective ops / kernels whose recorded message size or group size is impossible (a
+    # negative group, 10**30 elements, "²"): ignored as invalid input, counted for a note.
+    invalid_comm_args: int = 0
+    # GEMM / convolution ops whose `Input Dims` hold a tensor no device can hold (a negative
+    # dimension, more than MAX_TENSOR_ELEMENTS elements): their shapes are dropped.
+    invalid_shapes: int = 0
 
     def name_codes(self, predicate: Any) -> np.ndarray:
         """Codes of every name for which predicate(name) is true (a small table)."""
@@ -394,6 +425,8 @@ class EventBuilder:
         self.shapes: dict[int, tuple[list[Any], list[Any]]] = {}
         self.comm_cpu: dict[int, CommArgs] = {}
         self.comm_gpu: dict[int, CommArgs] = {}
+        self.invalid_comm = 0  # collectives' args out of any collective's range (ignored)
+        self.invalid_shapes = 0  # ops whose recorded shapes no tensor can have (ignored)
         self.concrete: dict[int, list[Any]] = {}
         self.open_spans: dict[tuple[Any, Any], list[_Event]] = defaultdict(list)
         self.events_seen = 0
@@ -443,7 +476,12 @@ class EventBuilder:
         canon: dict[str, list[_Event]] = defaultdict(list)
         old_ops: list[_Event] = []
         for cat, evs in groups.items():
-            name = CATEGORY_ALIASES.get(cat)
+            name = canonical_category(cat)
+            if name is None and not cat:
+                # Frames written without a category still carry their Python id.
+                frames = [e for e in evs if e.args is not None and e.args.python_id is not None]
+                canon[PYTHON_FUNCTION].extend(frames)
+                continue
             if name == CPU_OP and cat != CPU_OP:
                 old_ops.extend(evs)
             elif name is not None:
@@ -491,7 +529,7 @@ class EventBuilder:
         self.cpu.add(events, self.names, self.tids, external_id=_external_ids(args))
         if not events:
             return
-        _collect_comm(args, offset, self.comm_cpu)
+        self.invalid_comm += _collect_comm(args, offset, self.comm_cpu)
         index = self.names.index
         shape_codes = [index[n] for n in SHAPE_OPS if n in index]
         if not shape_codes:
@@ -499,6 +537,9 @@ class EventBuilder:
         codes = self.cpu.parts["name"][-1]
         for row in np.flatnonzero(np.isin(codes, shape_codes)).tolist():
             types, dims = _decode_shapes(args[row])
+            if dims and not plausible_dims(dims):
+                self.invalid_shapes += 1
+                dims = []  # no FLOPs from a tensor no device could hold (1e12 x 1e12)
             if types or dims:
                 self.shapes[offset + row] = (types, dims)
             concrete = _decode_concrete(args[row])
@@ -529,13 +570,15 @@ class EventBuilder:
     def _add_gpu(self, events: list[_Event]) -> None:
         args = _args_of(events)
         n = len(events)
-        _collect_comm(args, self.gpu.rows, self.comm_gpu)
+        self.invalid_comm += _collect_comm(args, self.gpu.rows, self.comm_gpu)
         self.gpu.add(
             events,
             self.names,
             self.tids,
             kind=np.fromiter(
-                (_GPU_KINDS[CATEGORY_ALIASES[e.cat]] for e in events), dtype=np.int8, count=n
+                (_GPU_KINDS[canonical_category(e.cat) or KERNEL] for e in events),
+                dtype=np.int8,
+                count=n,
             ),
             correlation=_ids([a.correlation for a in args]),
             external_id=_external_ids(args),
@@ -612,7 +655,16 @@ class EventBuilder:
             profiler_range_count=self.profiler_ranges,
             comm_cpu=self.comm_cpu,
             comm_gpu=self.comm_gpu,
+            invalid_comm_args=self.invalid_comm,
+            invalid_shapes=self.invalid_shapes,
         )
+
+
+# The largest message a collective can carry, in elements: 2**40 (a TiB of bytes at one
+# byte each, more than any GPU's memory). A bigger `In msg nelems` (10**30, 1e308) is no
+# size; and 2**20 ranks in one group, more than any job has run.
+MAX_MSG_NELEMS = 1 << 40
+MAX_GROUP_SIZE = 1 << 20
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -620,26 +672,40 @@ def _int_or_none(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and np.isfinite(value):
+    if isinstance(value, float) and np.isfinite(value) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        # isdigit() alone is true for "²", which int() refuses.
         return int(value)
     return None
 
 
-def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> None:
-    """The rows (offset + index) whose args name a collective or its message size."""
+def _in_range(value: Any, low: int, high: int) -> int | None:
+    """An integer field that only [low, high] can hold; anything else is no value."""
+    found = _int_or_none(value)
+    return found if found is not None and low <= found <= high else None
+
+
+def _collect_comm(args: list[_Args], offset: int, out: dict[int, CommArgs]) -> int:
+    """The rows (offset + index) whose args name a collective or its message size; returns
+    how many recorded a size or group size that no collective can have (ignored)."""
+    invalid = 0
     for i, a in enumerate(args):
         if a.collective_name is None and a.in_msg_nelems is None:
             continue
         name = a.collective_name
-        out[offset + i] = CommArgs(
+        found = CommArgs(
             collective=name if isinstance(name, str) else None,
-            in_nelems=_int_or_none(a.in_msg_nelems),
-            out_nelems=_int_or_none(a.out_msg_nelems),
-            group_size=_int_or_none(a.group_size),
+            in_nelems=_in_range(a.in_msg_nelems, 0, MAX_MSG_NELEMS),
+            out_nelems=_in_range(a.out_msg_nelems, 0, MAX_MSG_NELEMS),
+            group_size=_in_range(a.group_size, 1, MAX_GROUP_SIZE),
             dtype=a.dtype if isinstance(a.dtype, str) else None,
         )
+        recorded = (a.in_msg_nelems, a.out_msg_nelems, a.group_size)
+        kept = (found.in_nelems, found.out_nelems, found.group_size)
+        invalid += any(r is not None and k is None for r, k in zip(recorded, kept, strict=True))
+        out[offset + i] = found
+    return invalid
 
 
 def _finite(value: Any) -> float:
@@ -702,6 +768,32 @@ def _decode_concrete(args: _Args) -> list[Any]:
         return _SHAPE_DECODER.decode(args.concrete) if len(args.concrete) else []
     except DECODE_ERRORS:
         return []
+
+
+# The most elements one tensor can have: 2**40 (a TiB at one byte each), past any GPU's
+# memory. `Input Dims` of 1e12 x 1e12 made 2.6e37 FLOPs and an MFU of 1.1e28 %.
+MAX_TENSOR_ELEMENTS = 1 << 40
+
+
+def plausible_dims(dims: list[Any]) -> bool:
+    """Whether every tensor in an op's `Input Dims` (a list per input; a list of lists for a
+    tensor list) has non-negative integer sizes and at most MAX_TENSOR_ELEMENTS elements."""
+    stack: list[Any] = list(dims)
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, list) or not item:
+            continue
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in item):
+            numel = 1
+            for d in item:
+                if d < 0 or d > MAX_TENSOR_ELEMENTS:
+                    return False
+                numel *= d
+            if numel > MAX_TENSOR_ELEMENTS:
+                return False
+        else:
+            stack.extend(item)
+    return True
 
 
 def _decode_shapes(args: _Args) -> tuple[list[Any], list[Any]]:

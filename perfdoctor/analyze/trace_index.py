@@ -63,6 +63,11 @@ def find_steps(ev: TraceEvents) -> Steps:
     if rows.size == 0:
         empty = np.empty(0)
         return Steps((), empty, empty, empty, empty)
+    # A span of no duration (or none recorded) holds no step: timing one is dividing by 0.
+    rows = rows[ann.dur[rows] > 0]
+    if rows.size == 0:
+        empty = np.empty(0)
+        return Steps((), empty, empty, empty, empty)
     rows = rows[np.argsort(ann.ts[rows], kind="stable")]
     numbers = tuple(
         int(STEP_NAME.match(ev.names[c]).group(1))  # type: ignore[union-attr]

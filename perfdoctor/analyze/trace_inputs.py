@@ -235,7 +235,10 @@ def _free_name_runs(directory: Path, files: list[Path]) -> list[RunInput]:
         ranks = tuple(
             RankInput(_trace_stem(f.name), f, rank_from_name(_trace_stem(f.name))) for f in members
         )
-        runs.append(RunInput(name=key.replace("rank*", "ranks"), directory=directory, ranks=ranks))
+        # "ranks" names a group; one rank's file keeps its own name (a lone rank-0 trace
+        # was titled "..._ranks").
+        name = key.replace("rank*", "ranks") if len(members) > 1 else _trace_stem(members[0].name)
+        runs.append(RunInput(name=name, directory=directory, ranks=ranks))
     return runs
 
 

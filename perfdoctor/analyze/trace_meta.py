@@ -72,6 +72,27 @@ def _int(value: Any) -> int | None:
     return int(value)
 
 
+# A compute capability or gfx version part is a small non-negative number (CUDA 3.5 .. 12.x,
+# gfx 9.0 .. 12.x): anything else (a negative computeMinor) is no version at all.
+_VERSION_PART_MAX = 99
+
+
+def _version_part(value: Any) -> int | None:
+    found = _int(value)
+    return found if found is not None and 0 <= found <= _VERSION_PART_MAX else None
+
+
+def _positive(value: Any) -> int | None:
+    """A count or size that only a positive number can be (SMs, warp size, memory)."""
+    found = _int(value)
+    return found if found is not None and found > 0 else None
+
+
+def _non_negative(value: Any) -> int | None:
+    found = _int(value)
+    return found if found is not None and found >= 0 else None
+
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -92,8 +113,8 @@ def vendor_of(props: Mapping[str, Any]) -> str | None:
 
 def parse_device(props: Mapping[str, Any]) -> DeviceInfo:
     """One deviceProperties / computeProperties entry -> DeviceInfo (never raises)."""
-    major = _int(props.get("computeMajor", props.get("major")))
-    minor = _int(props.get("computeMinor", props.get("minor")))
+    major = _version_part(props.get("computeMajor", props.get("major")))
+    minor = _version_part(props.get("computeMinor", props.get("minor")))
     version = (major, minor) if major is not None and minor is not None else None
     vendor = vendor_of(props)
     gfx_arch = None
@@ -105,12 +126,12 @@ def parse_device(props: Mapping[str, Any]) -> DeviceInfo:
         index=_int(props.get("id")),
         vendor=vendor,
         name=_str(props.get("name")),
-        memory_bytes=_int(props.get("totalGlobalMem")),
+        memory_bytes=_positive(props.get("totalGlobalMem")),
         compute_capability=version if vendor == NVIDIA else None,
         gfx_arch=gfx_arch if vendor == AMD else None,
         gfx_version=version if vendor == AMD else None,
-        sm_count=_int(props.get("numSms", props.get("multiProcessorCount"))),
-        warp_size=_int(props.get("warpSize")),
+        sm_count=_positive(props.get("numSms", props.get("multiProcessorCount"))),
+        warp_size=_positive(props.get("warpSize")),
     )
 
 
@@ -134,9 +155,9 @@ def parse_distributed(info: Mapping[str, Any] | None) -> DistributedInfo | None:
     if not isinstance(info, Mapping):
         return None
     return DistributedInfo(
-        rank=_int(info.get("rank")),
-        world_size=_int(info.get("world_size")),
+        rank=_non_negative(info.get("rank")),
+        world_size=_positive(info.get("world_size")),
         backend=_str(info.get("backend")),
         nccl_version=_str(info.get("nccl_version")),
-        pg_count=_int(info.get("pg_count")),
+        pg_count=_positive(info.get("pg_count")),
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.analyze.attribution import Attributor
-from perfdoctor.analyze.op_names import CONV_OPS, MATMUL_OPS
+from perfdoctor.analyze.op_names import CONV_OPS, EMBEDDING_OPS, MATMUL_OPS
 from perfdoctor.analyze.trace_events import GPU_KIND_KERNEL, Table, TraceEvents
 from perfdoctor.analyze.trace_index import (
     Steps,
@@ -23,6 +23,7 @@ from perfdoctor.model import SourceLocation
 
 # TorchTidy's MatMulDimInFP16Pattern checks mm/bmm/addmm; baddbmm is the same GEMM.
 ALIGNMENT_OPS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"})
+MAX_ODD_DIMS = 5
 LOW_PRECISION = frozenset({"c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn", "c10::Float8_e5m2"})
 FLOAT_TYPES = LOW_PRECISION | {"float", "double"}
 
@@ -33,6 +34,11 @@ class OpShares:
     matmul_frac: float | None
     fp32_frac: float | None  # None without record_shapes
     misaligned_lowp_gemms: int | None  # None without record_shapes
+    # The dims (last two of an input) of those GEMMs that are not multiples of 8, a few.
+    misaligned_dims: tuple[int, ...]
+    # Rows of the largest embedding table looked up in the steps: a vocabulary. None
+    # without an embedding op with shapes (a ResNet has none).
+    embedding_rows: int | None
     misaligned_locations: tuple[SourceLocation, ...]
     basis: str  # "gpu_kernel_time" or "cpu_op_time"
 
@@ -70,6 +76,7 @@ def op_shares(ev: TraceEvents, steps: Steps, attributor: Attributor) -> OpShares
     family = family[steps.contains(ops.ts[family])]
     fp32_rows: list[int] = []
     bad_rows: list[int] = []
+    odd_dims: set[int] = set()
     for row in _leaf_rows(ops, family).tolist():
         types, dims = ev.shapes.get(row, ([], []))
         dtype = first_float_type(types)
@@ -77,6 +84,7 @@ def op_shares(ev: TraceEvents, steps: Steps, attributor: Attributor) -> OpShares
             fp32_rows.append(row)
         elif dtype in LOW_PRECISION and align_mask[ops.name[row]] and misaligned(dims):
             bad_rows.append(row)
+            odd_dims.update(_odd_dims(dims))
     fp32 = np.array(fp32_rows, dtype=np.int64)
     bad = np.array(bad_rows, dtype=np.int64)
     conv = family[conv_mask[ops.name[family]]]
@@ -112,9 +120,33 @@ def op_shares(ev: TraceEvents, steps: Steps, attributor: Attributor) -> OpShares
         matmul_frac=share(mm),
         fp32_frac=share(fp32) if has_shapes else None,
         misaligned_lowp_gemms=misaligned_count,
+        misaligned_dims=tuple(sorted(odd_dims)[:MAX_ODD_DIMS]),
+        embedding_rows=_embedding_rows(ev, steps),
         misaligned_locations=bad_locations,
         basis=basis,
     )
+
+
+def _odd_dims(dims: list[object], multiple: int = 8) -> list[int]:
+    out: list[int] = []
+    for shape in dims:
+        if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
+            out.extend(d for d in shape[-2:] if d % multiple)
+    return out
+
+
+def _embedding_rows(ev: TraceEvents, steps: Steps) -> int | None:
+    """Rows of the largest embedding weight looked up in the steps (its first input)."""
+    ops = ev.cpu_ops
+    rows = rows_named(ops, ev.code_mask(lambda n: n in EMBEDDING_OPS))
+    rows = rows[steps.contains(ops.ts[rows])] if rows.size else rows
+    best = None
+    for row in rows.tolist():
+        dims = ev.shapes.get(row, ([], []))[1]
+        weight = dims[0] if dims else None
+        if isinstance(weight, list) and len(weight) == 2 and isinstance(weight[0], int):
+            best = max(best or 0, weight[0])
+    return best
 
 
 def _leaf_rows(ops: Table, rows: np.ndarray) -> np.ndarray:

@@ -59,6 +59,8 @@ class TraceRunRecord(RunRecord):
     # Which traced rank the others wait for in their collectives (job_ranks.py); the
     # record's own trace is that rank's.
     job: JobWaits | None = None
+    # Traces found with the run that are not of its job (one_job): each gets its own report.
+    strays: tuple[RankInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class _RankTrace:
     vendor: str | None
     dataloader_iter: str | None
     comm_ms_per_step: float | None
+    start_epoch_us: float | None = None  # when the trace begins, where it says (epoch µs)
 
 
 # --------------------------------------------------------------------------- device
@@ -132,15 +135,11 @@ def _data_wait_per_step(ev: TraceEvents, steps: Steps) -> list[float] | None:
     if all(rows.size == 0 for _, rows in spans):
         return None
     by_thread = union_by_thread(spans)
-    out = []
-    for start, end in zip(steps.starts.tolist(), steps.ends.tolist(), strict=True):
-        lo, hi = np.array([start]), np.array([end])
-        total = 0.0
-        for us, ue in by_thread.values():
-            cs, ce = intervals.clip(us, ue, lo, hi)
-            total += intervals.total(cs, ce)
-        out.append(total / 1000.0)
-    return out
+    lo, hi = steps.starts.astype(np.float64), steps.ends.astype(np.float64)
+    total = np.zeros(lo.shape, dtype=np.float64)
+    for us, ue in by_thread.values():
+        total += intervals.time_in_windows(us, ue, lo, hi)
+    return (total / 1000.0).tolist()
 
 
 def steps_from_trace(ev: TraceEvents) -> tuple[StepRecord, ...]:
@@ -220,7 +219,85 @@ def _read_rank(source: RankInput) -> _RankTrace:
         vendor=vendor,
         dataloader_iter=_dataloader_iter(ev),
         comm_ms_per_step=_comm_ms_per_step(summary, p50),
+        start_epoch_us=_start_epoch_us(ev),
     )
+
+
+# A timestamp past this (µs) is since the epoch (2001 on): kineto writes epoch time, or
+# times relative to baseTimeNanoseconds; anything smaller is a clock of its own.
+_EPOCH_US_MIN = 1e15
+# Ranks of one job are traced within the same profiling window: starts further apart than
+# this are not one job (a choice: an hour is far beyond any schedule's skew).
+JOB_START_SPREAD_US = 3600e6
+
+
+def _start_epoch_us(ev: TraceEvents) -> float | None:
+    tables = [t for t in (ev.cpu_ops, ev.annotations, ev.runtime, ev.gpu, ev.python) if len(t)]
+    if not tables:
+        return None
+    first = float(min(t.ts.min() for t in tables))
+    base = ev.base_time_ns
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and base > 0:
+        first += float(base) / 1000.0
+    return first if first >= _EPOCH_US_MIN else None
+
+
+def _job_key(r: _RankTrace) -> tuple[Any, Any, bool]:
+    """What every rank of one job shares: world size, backend, and GPU work or none."""
+    dist = r.distributed or {}
+    return (dist.get("world_size"), dist.get("backend"), len_gpu_work(r))
+
+
+def _describe(key: tuple[Any, Any, bool]) -> str:
+    world, backend, gpu = key
+    parts = [f"world size {world}" if world is not None else "no distributedInfo"]
+    if backend:
+        parts.append(str(backend))
+    parts.append("GPU work" if gpu else "no GPU work")
+    return ", ".join(parts)
+
+
+def one_job(ranks: list[_RankTrace]) -> tuple[list[_RankTrace], list[tuple[_RankTrace, str]]]:
+    """The ranks that form one job, and the others with why they are not of it. The job is
+    the largest group sharing world size, backend and GPU work, recorded within an hour of
+    each other; a folder holding a job's 8 ranks and an unrelated CPU trace of a 300-rank
+    gloo job merged the stray as "rank 34" (a 1,579.7% step spread) without a word."""
+    if len(ranks) < 2:
+        return ranks, []
+    # Identity, not equality: a rank's summary holds arrays.
+    groups: dict[tuple[Any, Any, bool], list[int]] = {}
+    for i, r in enumerate(ranks):
+        groups.setdefault(_job_key(r), []).append(i)
+    key = max(groups, key=lambda k: (len(groups[k]), -groups[k][0]))
+    job = [ranks[i] for i in groups[key]]
+    strays = [
+        (r, f"{_describe(_job_key(r))}, against {_describe(key)} for the job")
+        for r in ranks
+        if _job_key(r) != key
+    ]
+    starts = [r.start_epoch_us for r in job if r.start_epoch_us is not None]
+    if starts:
+        mid = float(np.median(starts))
+        far = [
+            r
+            for r in job
+            if r.start_epoch_us is not None and abs(r.start_epoch_us - mid) > JOB_START_SPREAD_US
+        ]
+        for r in far:
+            hours = abs(r.start_epoch_us - mid) / 3600e6  # type: ignore[operator]
+            strays.append((r, f"recorded {hours:,.1f} h apart from the job's other traces"))
+        gone = {id(r) for r in far}
+        job = [r for r in job if id(r) not in gone]
+    world = key[0]
+    if isinstance(world, int) and world > 0:
+        beyond = [r for r in job if r.rank is not None and r.rank >= world]
+        for r in beyond:
+            strays.append((r, f"rank {r.rank} in a job of world size {world}"))
+        gone = {id(r) for r in beyond}
+        job = [r for r in job if id(r) not in gone]
+    if not job:
+        return ranks, []  # nothing holds together: leave the run as it was given
+    return job, strays
 
 
 def rank_summary(
@@ -267,9 +344,34 @@ def _order(ranks: list[_RankTrace]) -> list[_RankTrace]:
 
 def load_trace_run(run: RunInput) -> TraceRunRecord:
     """Parse every rank's trace (and the snapshot) of one run into a TraceRunRecord."""
-    ranks = _order([_read_rank(r) for r in run.ranks])
-    memory = load_memory(run.snapshot) if run.snapshot is not None else None
     notes: list[str] = []
+    read: list[_RankTrace] = []
+    failed: list[CorruptArtifact] = []
+    for source in run.ranks:
+        try:
+            read.append(_read_rank(source))
+        except CorruptArtifact as err:
+            failed.append(err)
+    # A bad file beside good ones costs only itself: the good ones are reported, the bad
+    # one named in a warning. Nothing usable at all is still the error.
+    memory = None
+    if run.snapshot is not None:
+        try:
+            memory = load_memory(run.snapshot)
+        except CorruptArtifact as err:
+            if not read:
+                raise
+            notes.append(f"skipped: {err}")
+    if not read and failed:
+        raise failed[0]
+    notes.extend(f"skipped: {err}" for err in failed)
+    ranks = _order(read)
+    ranks, strays = one_job(ranks)
+    for stray, why in strays:
+        notes.append(
+            f"{stray.source.trace.name} is not of this job ({why}): left out of it and "
+            "diagnosed on its own"
+        )
     for r in ranks:
         if r.source.older:
             notes.append(
@@ -333,6 +435,7 @@ def load_trace_run(run: RunInput) -> TraceRunRecord:
         if len(ranks) > 1
         else (),
         job=job,
+        strays=tuple(s.source for s, _ in strays),
     )
 
 

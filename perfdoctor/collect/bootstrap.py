@@ -27,6 +27,7 @@ rank stopped mid-training always has.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import platform
 import random
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ from typing import Any
 import perfdoctor
 from perfdoctor import run_schema, rundir
 from perfdoctor.analyze.frames import UserCode
-from perfdoctor.collect import parent_death, process_tree, script_runner
+from perfdoctor.collect import parent_death, process_tree, script_runner, session_leader
 from perfdoctor.collect.probes_steps import PlanComplete
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.step_log import ArtifactUnwritable
@@ -53,6 +55,7 @@ from perfdoctor.errors import (
     EXIT_OUTPUT_UNWRITABLE,
     EXIT_TARGET_NOT_FOUND,
     EXIT_USAGE,
+    one_line_message,
 )
 from perfdoctor.model import RunSpec
 
@@ -134,6 +137,7 @@ def _initial_user_root(spec: RunSpec) -> str:
 
 def main(argv: list[str]) -> int:
     parent_death.arm()  # armed already by sitecustomize, unless started without `site`
+    session_leader.install()  # os.setpgrp() works as under plain python (session_leader.py)
     _log_to_stderr()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m perfdoctor.collect.bootstrap <run_dir>/spec.json\n")
@@ -208,10 +212,44 @@ def main(argv: list[str]) -> int:
             parent_death.stop_tree()
             parent_death.finish_stopping()
             parent_death.leave_now(outcome.exit_code)
+    if outcome.stopped:
+        _leave_despite_threads(outcome.exit_code)
     if outcome.reraise is not None:
         # SystemExit(n) keeps Python's own handling: a string code is printed, exits 1.
         raise outcome.reraise
     return outcome.exit_code
+
+
+# After perfdoctor stopped the script at the plan's end, its non-daemon threads (a reader, a
+# heartbeat that loops forever) get this long to end; Python would wait for them forever
+# at exit, and the session never finished.
+THREAD_GRACE_S = 2.0
+
+
+def _leave_despite_threads(code: int) -> None:
+    """Exit now, artifacts written, if threads of the script would hold the process open."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    for thread in _holding_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    still = _holding_threads()
+    if not still:
+        return
+    log.warning(
+        "the script's thread(s) %s still ran after the planned steps: the run ends without "
+        "waiting for them",
+        ", ".join(repr(t.name) for t in still[:5]),
+    )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def _holding_threads() -> list[threading.Thread]:
+    main_thread = threading.main_thread()
+    return [
+        t for t in threading.enumerate() if t is not main_thread and not t.daemon and t.is_alive()
+    ]
 
 
 def _watch_compile(probes: Any) -> Any:
@@ -242,7 +280,29 @@ def _stop_point(probes: Any, user_code: UserCode, exc: PlanComplete) -> dict[str
     location = user_code.innermost_in_traceback(exc.__traceback__)
     if location is not None:
         point["location"] = location
+    framework = _training_framework(exc.__traceback__)
+    if framework is not None:
+        point["framework"] = framework
     return point
+
+
+# The training loop's owner, by the files the stop came through: what "its end of training"
+# holds differs (Lightning's on_train_end and final checkpoint, the HF Trainer's save).
+_FRAMEWORK_FILES = (
+    ("lightning", ("/pytorch_lightning/trainer/", "/lightning/pytorch/trainer/")),
+    ("transformers", ("/transformers/trainer.py",)),
+)
+
+
+def _training_framework(tb: Any) -> str | None:
+    files: list[str] = []
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename.replace("\\", "/"))
+        tb = tb.tb_next
+    for name, markers in _FRAMEWORK_FILES:
+        if any(marker in f for f in files for marker in markers):
+            return name
+    return None
 
 
 def _exit_status(code: Any) -> int:
@@ -292,8 +352,7 @@ def _report_crash(
 ) -> None:
     _print_script_traceback(exc, resolved)
     outcome.exit_code = 1
-    message = str(exc).strip().splitlines()
-    outcome.observations["error"] = f"{type(exc).__name__}: {message[-1] if message else ''}"
+    outcome.observations["error"] = f"{type(exc).__name__}: {one_line_message(str(exc))}"
     outcome.observations["error_type"] = type(exc).__name__
     location = user_code.innermost_in_traceback(exc.__traceback__)
     if location is not None:
@@ -379,6 +438,10 @@ def _finalize(
         log.warning("observations.json does not match its schema: %s", err)
     try:
         rundir.write_json(Path(spec.run_dir) / rundir.OBSERVATIONS_FILE, observations)
+    except OSError as err:
+        # A full disk or a read-only file system: one line, the parent ends in 73 and says
+        # why; a traceback of perfdoctor's own here would read as the script's.
+        log.warning("observations.json not written: %s", err.strerror or err)
     except Exception:
         log.exception("observations.json not written")
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from perfdoctor.collect import parent_death, torchrun, tree_settle
+from perfdoctor.collect import parent_death, subreaper, torchrun, tree_settle
 from perfdoctor.collect.cpu_sampler import CpuSampler
 from perfdoctor.collect.manifest import write_manifest
 from perfdoctor.collect.nvml import NvmlSampler
@@ -42,6 +42,7 @@ from perfdoctor.collect.supervision import (
     end_leftovers,
     supervise,
     terminate_group,
+    terminate_then_kill,
 )
 from perfdoctor.errors import (
     EXIT_INTERRUPTED,
@@ -120,6 +121,9 @@ def launch(
         ENTRY_CODE,
         str(spec_path),
     ]
+    # Orphans of the run (a double-forked daemon) come to perfdoctor, not to init.
+    subreaper.become_subreaper()
+    started_at = time.time()
     try:
         proc = subprocess.Popen(
             command,
@@ -172,6 +176,12 @@ def launch(
             outcome.warnings.append("processes the script left behind were terminated")
         if tree_settle.end_tree(run_dir, LEFTOVER_GRACE_S):
             outcome.warnings.append("processes of the run still running were terminated")
+        adopted = subreaper.adopted_since(started_at, exclude={proc.pid})
+        if adopted:
+            terminate_then_kill(adopted, LEFTOVER_GRACE_S)
+            outcome.warnings.append(
+                f"{len(adopted)} process(es) the script detached (a daemon) were terminated"
+            )
         outcome.warnings.extend(tree_settle.settle(run_dir))
         sampler.stop()
         for tee in tees:

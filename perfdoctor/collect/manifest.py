@@ -16,7 +16,7 @@ from typing import Any
 
 from perfdoctor import __version__
 from perfdoctor.collect.supervision import ChildOutcome
-from perfdoctor.errors import EXIT_MISSING_TOOL, EXIT_TIMEOUT
+from perfdoctor.errors import EXIT_MISSING_TOOL, EXIT_TIMEOUT, one_line_message
 from perfdoctor.model import AppliedOptimization, DeviceInfo, RunManifest, RunSpec, RunStatus
 from perfdoctor.run_schema import RUN_SCHEMA_VERSION
 from perfdoctor.rundir import (
@@ -304,8 +304,7 @@ def _one_line(value: Any) -> str | None:
     if isinstance(value, Mapping):
         kind, message = value.get("type"), value.get("message")
         value = f"{kind}: {message}" if kind else message
-    lines = [line.strip() for line in str(value).splitlines() if line.strip()]
-    return lines[-1] if lines else None
+    return one_line_message(str(value)) or None
 
 
 def _has_traceback(lines: tuple[str, ...]) -> bool:

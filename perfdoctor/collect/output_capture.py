@@ -6,6 +6,7 @@ and the last lines are kept for the manifest's error line.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import threading
@@ -50,8 +51,11 @@ class OutputTee(threading.Thread):
         if self._pipe is None:
             return
         fd = self._pipe.fileno()
-        with self._log_path.open("wb") as log:
-            logging_to_file = True
+        try:
+            log: IO[bytes] | None = self._log_path.open("wb")
+        except OSError:  # the disk is already full: drain the pipe all the same, or the
+            log = None  # child blocks on its next write
+        try:
             while True:
                 try:
                     chunk = os.read(fd, 65536)
@@ -59,16 +63,20 @@ class OutputTee(threading.Thread):
                     break
                 if not chunk:
                     break
-                if logging_to_file:
+                if log is not None:
                     try:
                         log.write(chunk)
                         log.flush()
-                    except OSError:  # the disk is full: keep draining the pipe, or the
-                        logging_to_file = False  # child blocks on its next write
+                    except OSError:  # the disk is full: keep draining the pipe
+                        _closed(log)
+                        log = None
                 self._filter(chunk)
             if self._held:
                 self._emit(self._held)
             self._emit(b"", final=True)
+        finally:
+            if log is not None:
+                _closed(log)
         self._pipe.close()
 
     def _filter(self, chunk: bytes) -> None:
@@ -110,3 +118,9 @@ class OutputTee(threading.Thread):
                 self._echo.flush()
             except (OSError, ValueError):
                 self._echo = None  # the terminal went away (closed pipe); keep logging
+
+
+def _closed(log: IO[bytes]) -> None:
+    """Close a log whose disk is full; a close that fails to flush is no error here."""
+    with contextlib.suppress(OSError):
+        log.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
 from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
 from perfdoctor.collect.profiler_window import ProfilerWindow
 from perfdoctor.collect.runtime import Runtime
+from perfdoctor.collect.stack_sampler import StackSampler
 from perfdoctor.collect.step_log import FLUSH_EVERY, StepLog
 from perfdoctor.collect.sync_watch import SyncCallWatcher
 
@@ -127,6 +129,9 @@ class Probes:
         )
         self.nvtx, self.nvtx_info = Nvtx.create(spec.nvtx)
         self.sync_watch = SyncCallWatcher(torch, user_code)
+        # Where the time between optimizer steps goes (a rollout's simulator): the baseline
+        # with a profiler window samples it, variants do not.
+        self.stacks = StackSampler(user_code) if self.plan.profiled else None
         self.comm = CommWatch(torch)
         self.flops = StepFlopCounter(
             torch, self.plan.warmup, os.environ.get("PERFDOCTOR_FLOP_COUNT", "1") != "0"
@@ -157,6 +162,7 @@ class Probes:
         self.location_counts: dict[str, Counter[tuple[str, int, str]]] = {}
         self._step_nvtx: Any = None
         self._rss_reader = RssReader()
+        self._cpu_start: float | None = None  # this thread's CPU clock at the step's start
         # In-process A/B (collect/ab_switch.py): set by attach_ab when the spec asks for it.
         self.ab: Any = None
         # set by probes_hooks: GradScaler.scale(loss) -> remember which loss was scaled
@@ -171,6 +177,8 @@ class Probes:
         self.roots.start_discovery()
         probes_hooks.install(self)
         self.comm.install(_is_compiling_fn(self.torch))
+        if self.stacks is not None:
+            self.stacks.start()
 
     # ------------------------------------------------------------------ StepListener
 
@@ -210,6 +218,11 @@ class Probes:
             if phase == "profiled" and self.sync_watch.steps_watched == 0:
                 self.sync_watch.install()
         self.sync_watch.step_started()
+        self._cpu_start = time.thread_time()
+        if self.stacks is not None:
+            self.stacks.step_started(index)
+            if phase in ("profiler_warmup", "profiled"):
+                self.stacks.stop()  # the profiler records its own stacks; no handler in them
         if index == self.plan.warmup and self.settings is None:
             self.settings = observe.torch_settings(self.torch)
         self.roots.track_shapes = phase != "warmup"
@@ -273,6 +286,8 @@ class Probes:
             # return at once (StepTracker.stopped).
             self.roots.remove_hooks()
         self.sync_watch.uninstall()
+        if self.stacks is not None:
+            self.stacks.stop()
         self.flops.stop("the plan ended")
         if self.memory.info.get("recorded") and self.plan.profiled:
             self.memory.dump("profiled window")
@@ -405,6 +420,8 @@ class Probes:
         self.roots.grad_use.finish(script_ended_normally=script_ended_normally)
         self.flops.stop("the script ended")
         self.sync_watch.uninstall()
+        if self.stacks is not None:
+            self.stacks.stop()
         if self.profiler is not None:
             self.profiler.close()
         if self.memory.recording:
@@ -480,6 +497,9 @@ class Probes:
         }
         if self.location_counts:
             obs["locations"] = self._locations()
+        stacks = self.stacks.summary() if self.stacks is not None else None
+        if stacks:
+            obs["step_stacks"] = stacks
         if self.step_detection_note:
             obs["step_detection_note"] = self.step_detection_note
         if self._closure_calls:
@@ -533,6 +553,11 @@ class Probes:
             "cuda_allocated_bytes": None,
             "cuda_max_allocated_bytes": None,
             "comm_ms": self.comm.step_ms(step.start, step.end),
+            "cpu_ms": (
+                _ms(max(time.thread_time() - self._cpu_start, 0.0))
+                if self._cpu_start is not None
+                else None
+            ),
             **loop_fields(step),
         }
         if self.cuda_used:

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import gzip
 import inspect
+import json
 import logging
 import os
-import shutil
+import re
 import socket
 import statistics
 import time
@@ -258,13 +259,43 @@ def _trace_writer(run_dir: Path, worker: str) -> Any:
                 open(plain, "rb") as source,
                 gzip.open(partial, "wb", compresslevel=TRACE_GZIP_LEVEL) as target,
             ):
-                shutil.copyfileobj(source, target, 1 << 20)
+                for line in source:
+                    target.write(repair_line(line))
             os.replace(partial, final)
         finally:
             plain.unlink(missing_ok=True)
             (run_dir / f".{name}.gz.tmp").unlink(missing_ok=True)
 
     return write
+
+
+# kineto writes one `"key": "value"` per line and does not escape the value: a script named
+# tr"ain.py made `"name": "tr"ain.py(4): <module>",`, invalid JSON, and a completed run lost
+# its report. A line of one pair has four quotes; one with more that is no valid pair gets
+# the inner quotes escaped (and is kept as it was if that does not make it valid).
+_PAIR_LINE = re.compile(rb'^(\s*"[^"\\]*": ")(.*)("\s*,?\s*)$', re.DOTALL)
+_BARE_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def repair_line(line: bytes) -> bytes:
+    """`line` of a kineto trace, with the bare quotes inside its one string value escaped."""
+    if line.count(b'"') <= 4:
+        return line
+    match = _PAIR_LINE.match(line)
+    if match is None or not _BARE_QUOTE.search(match[2]):
+        return line
+    if _valid_pair(line):
+        return line  # several pairs on one line, all well formed
+    fixed = match[1] + _BARE_QUOTE.sub(rb'\\"', match[2]) + match[3]
+    return fixed if _valid_pair(fixed) else line
+
+
+def _valid_pair(line: bytes) -> bool:
+    try:
+        json.loads(b"{" + line.strip().rstrip(b",") + b"}")
+    except ValueError:
+        return False
+    return True
 
 
 def _sync_events_config(torch: Any) -> Any:

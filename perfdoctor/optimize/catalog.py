@@ -471,9 +471,20 @@ _ENTRIES: tuple[Optimization, ...] = (
     _manual(
         id="pad-gemm-dims",
         title="Pad fp16/bf16 GEMM dimensions to multiples of 8",
-        risk="changes model shapes (vocabulary, hidden sizes)",
-        code_change="vocab_size = (vocab_size + 63) // 64 * 64",
+        risk="changes model shapes (hidden sizes, classifier width)",
+        code_change=(
+            "n = (n + 7) // 8 * 8  # each odd GEMM dim: hidden size, classifier width, batch\n"
+            "logits = model(x)[:, :num_classes]  # slice padded outputs off"
+        ),
         applies_when="low-precision GEMMs with a dimension not a multiple of 8",
+        device="cuda",
+    ),
+    _manual(
+        id="pad-vocab",
+        title="Pad the vocabulary to a multiple of 64",
+        risk="changes the embedding and LM-head shapes (mask the padded logits)",
+        code_change="vocab_size = (vocab_size + 63) // 64 * 64",
+        applies_when="an embedding / LM head whose vocabulary is not a multiple of 64",
         device="cuda",
     ),
     _manual(
@@ -504,6 +515,21 @@ _ENTRIES: tuple[Optimization, ...] = (
         ),
         applies_when="one rank's host work outside forward and backward makes the others wait",
         device="any",
+    ),
+    _manual(
+        id="index-whole-batches",
+        title="Index whole batches of the in-memory tensors (no per-row __getitem__ + collate)",
+        risk="none: the same rows in the same order; drop_last as before",
+        code_change=(
+            "from torch.utils.data import BatchSampler, DataLoader, RandomSampler\n"
+            "batches = BatchSampler(RandomSampler(ds), batch_size=256, drop_last=False)\n"
+            "loader = DataLoader(ds, sampler=batches, batch_size=None)  # ds[list] -> a batch"
+        ),
+        applies_when=(
+            "a TensorDataset of in-memory tensors is fetched row by row and collated again"
+        ),
+        device="any",
+        tailor=snippets.batched_indexing_for_script,
     ),
     _manual(
         id="faster-data-pipeline",

@@ -31,12 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from perfdoctor import rundir
 from perfdoctor.analyze.fact_catalog import FACTS
 from perfdoctor.analyze.facts import derive_facts
 from perfdoctor.analyze.record import RunRecord, load_run
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, usable
-from perfdoctor.diagnose import resolve_session_dir
-from perfdoctor.errors import BadRunDir
+from perfdoctor.diagnose import resolve_input, resolve_session_dir
+from perfdoctor.errors import BadRunDir, CorruptArtifact
 from perfdoctor.model import (
     DeviceInfo,
     Facts,
@@ -149,7 +150,7 @@ def side_run_dirs(path: Path) -> tuple[Path, list[Path]]:
 
     A child run directory (baseline/, a variant's, or one repeat-k) stands for itself and its
     own repeats; a session directory (or the `latest` link) for every baseline repeat."""
-    resolved = Path(path).resolve()
+    resolved = resolve_input(Path(path))
     if resolved.is_dir() and is_child_dir(resolved):
         return resolved, repeat_dirs(resolved)
     session = resolve_session_dir(resolved)
@@ -170,9 +171,26 @@ class LoadedSide:
     findings: tuple[Finding, ...]
 
 
+def _refuse_impossible_steps(records: Sequence[RunRecord]) -> None:
+    """CorruptArtifact when no run of a side has a usable timed step because its steps
+    record times no step can take (all 0, NaN, negative, 1e308 ms): invalid input, not a run
+    that could not be measured, so no gate can read it as a pass or as undecided."""
+    if any(r.timed_steps for r in records):
+        return
+    for record in records:
+        impossible = rundir.read_steps(record.dir).impossible
+        if impossible:
+            raise CorruptArtifact(
+                f"invalid input: {record.dir / rundir.STEPS_FILE} has no usable step: "
+                f"{impossible} step(s) record a time no step can take (0, negative, NaN or "
+                "beyond a year)"
+            )
+
+
 def load_side(path: Path) -> LoadedSide:
     where, dirs = side_run_dirs(path)
     records = tuple(load_run(d) for d in dirs)
+    _refuse_impossible_steps(records)
     # Repeat 1 is the profiled run: the only one with a trace, so the one to diagnose.
     facts = derive_facts(records[0])
     return LoadedSide(

@@ -31,11 +31,19 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
 from perfdoctor.optimize.run_level import run_level_half_width
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240601
+# A run longer than this many steps is bootstrapped m-out-of-n: each resample draws this many
+# of its steps, and the resampled median's distance from the run's own median is scaled by
+# sqrt(m/n) (a median's spread shrinks as 1/sqrt(n)). Resampling every step of a 500,000-step
+# run 2,000 times took hours; this keeps the cost of a comparison bounded in the run length.
+BOOTSTRAP_MAX_STEPS = 2000
+_BLOCK = 200  # resamples drawn at once on that path
 CONFIDENCE = 0.95
 
 
@@ -102,6 +110,57 @@ def _log_ratio(baseline_ms: Sequence[float], variant_ms: Sequence[float]) -> flo
     return math.log(statistics.median(baseline_ms) / statistics.median(variant_ms))
 
 
+def _bootstrap_log_ratios(
+    pairs: Sequence[tuple[RunSample, RunSample]], resamples: int, seed: int
+) -> list[float]:
+    """The mean pair log ratio of each bootstrap resample."""
+    if all(
+        len(b.step_ms) <= BOOTSTRAP_MAX_STEPS and len(v.step_ms) <= BOOTSTRAP_MAX_STEPS
+        for b, v in pairs
+    ):
+        # Every step resampled, draw for draw as before long runs had their own path.
+        rng = random.Random(seed)
+        return [
+            statistics.fmean(
+                _log_ratio(
+                    rng.choices(b.step_ms, k=len(b.step_ms)),
+                    rng.choices(v.step_ms, k=len(v.step_ms)),
+                )
+                for b, v in pairs
+            )
+            for _ in range(resamples)
+        ]
+    gen = np.random.default_rng(seed)
+    total = np.zeros(resamples)
+    for b, v in pairs:
+        total += _resampled_log_medians(gen, b.step_ms, resamples)
+        total -= _resampled_log_medians(gen, v.step_ms, resamples)
+    return [float(x) for x in total / len(pairs)]
+
+
+def _resampled_log_medians(
+    gen: np.random.Generator, step_ms: Sequence[float], k: int
+) -> np.ndarray:
+    """log medians of k bootstrap resamples of one run's steps; m-out-of-n above
+    BOOTSTRAP_MAX_STEPS: m steps drawn, the distance from the run's own log median rescaled
+    by sqrt(m/n) to the run's length. Memory: _BLOCK x m draws at a time, whatever the
+    run's length."""
+    steps = np.asarray(step_ms, dtype=np.float64)
+    n = len(steps)
+    m = min(n, BOOTSTRAP_MAX_STEPS)
+    # In blocks of resamples: k x m draws at once would be 64 MB of indices and values.
+    drawn = np.concatenate(
+        [
+            np.log(np.median(steps[gen.integers(0, n, size=(rows, m))], axis=1))
+            for rows in [_BLOCK] * (k // _BLOCK) + ([k % _BLOCK] if k % _BLOCK else [])
+        ]
+    )
+    if m == n:
+        return drawn
+    full = math.log(float(np.median(steps)))
+    return full + (drawn - full) * math.sqrt(m / n)
+
+
 def paired_medians(pairs: Sequence[tuple[RunSample, RunSample]]) -> tuple[float, float]:
     """The geometric means of the paired runs' median steps, baseline side and variant side:
     the two step times whose ratio is the speedup (exp of the mean pair log ratio)."""
@@ -164,18 +223,7 @@ def estimate_speedup(
     baseline_ms, variant_ms = paired_medians(pairs)
     center = math.log(baseline_ms / variant_ms)  # == mean(logs), up to rounding
 
-    rng = random.Random(seed)
-    boot: list[float] = []
-    for _ in range(resamples):
-        boot.append(
-            statistics.fmean(
-                _log_ratio(
-                    rng.choices(b.step_ms, k=len(b.step_ms)),
-                    rng.choices(v.step_ms, k=len(v.step_ms)),
-                )
-                for b, v in pairs
-            )
-        )
+    boot = _bootstrap_log_ratios(pairs, resamples, seed)
     run_level = (
         run_level_half_width(logs, run_level_confidence)
         if run_level_confidence is not None

@@ -129,11 +129,20 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
     for opt_id in ordered:
         opt = CATALOG[opt_id]
         entry = kept[opt_id]
+        # A runtime fix that this script's settings keep from being tried (its skip_auto
+        # hook) is a by-hand change here, and the report says why, not only the log.
+        not_tried = opt.skip_auto(facts, False) if opt.skip_auto and opt.kind == "runtime" else None
+        conflicts = conflicts_for(opt_id, ordered, facts)
+        if not_tried:
+            conflicts = (
+                *conflicts,
+                f"not tried at runtime in this session: {not_tried}; make the change by hand",
+            )
         recommendations.append(
             Recommendation(
                 optimization_id=opt_id,
                 title=title_for(opt_id, opt.title, facts),
-                kind=opt.kind,
+                kind="manual" if not_tried else opt.kind,
                 risk=opt.risk,
                 code_change=code_change_for(opt, facts),
                 addresses=tuple(entry.rule_ids),
@@ -144,7 +153,7 @@ def recommend(findings: Sequence[Finding], facts: Facts) -> list[Recommendation]
                     upper_bound=entry.step_time_upper_bound,
                 ),
                 locations=tuple(entry.locations),
-                conflicts=conflicts_for(opt_id, ordered, facts),
+                conflicts=conflicts,
             )
         )
     return recommendations

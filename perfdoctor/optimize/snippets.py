@@ -116,6 +116,28 @@ def dataloader_workers_for_script(facts: Facts, code_change: str) -> str:
     )
 
 
+def batched_indexing_for_script(facts: Facts, code_change: str) -> str:
+    """A BatchSampler over the script's own sampler and batch size, at the line that builds
+    its DataLoader: the in-memory dataset gets a list of indices and returns a whole batch."""
+    batch = facts.get("dataloader_batch_size")
+    if not isinstance(batch, int) or batch <= 0:
+        return code_change
+    sampler = facts.get("dataloader_sampler_class")
+    inner = "SequentialSampler" if sampler == "SequentialSampler" else "RandomSampler"
+    built = facts.locations.get("dataloader_construct", ())
+    at = (
+        f"# at {built[0].file}:{built[0].line}, where the DataLoader is built "
+        f"(was batch_size={batch}{', shuffle=True' if inner == 'RandomSampler' else ''}):\n"
+        if built
+        else ""
+    )
+    return (
+        f"{at}from torch.utils.data import BatchSampler, DataLoader, {inner}\n"
+        f"batches = BatchSampler({inner}(ds), batch_size={batch}, drop_last=False)\n"
+        "loader = DataLoader(ds, sampler=batches, batch_size=None)  # ds[list] -> a batch"
+    )
+
+
 # The title hooks, by optimization id (recommend.py asks here; the catalog keeps its titles).
 TITLES: dict[str, TitleHook] = {"fused-optimizer": fused_optimizer_title}
 

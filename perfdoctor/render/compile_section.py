@@ -197,8 +197,11 @@ def compile_section(report: Report) -> CompileSection | None:
     if picked is None:
         return None
     label, d = picked
+    compiled = f"{d.get('frames_compiled', 0)} ({d.get('recompiles', 0)} recompiles)"
+    if d.get("frames_failed"):
+        compiled += f"; {d.get('frames_failed')} failed and ran eager: {d.get('failure') or '?'}"
     figures = [
-        ("frames compiled", f"{d.get('frames_compiled', 0)} ({d.get('recompiles', 0)} recompiles)"),
+        ("frames compiled", compiled),
         ("graph-break sites", str(d.get("graph_breaks", 0))),
         ("compile time, whole run", fmt.seconds(d.get("compile_s_total"))),
         (

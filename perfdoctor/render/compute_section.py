@@ -67,6 +67,8 @@ def compute_section(report: Report) -> ComputeSection | None:
         )
         for assumption in trace.get("assumptions") or []:
             notes.append(f"Assumed: {assumption}.")
+        for wrong in trace.get("over_peak") or []:
+            notes.append(f"Not shown: {wrong}.")
         coverage = _num(trace.get("coverage"))
         if coverage is not None and coverage < COVERED:
             notes.append(

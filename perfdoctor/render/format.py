@@ -175,17 +175,22 @@ def applied(
 # C1 (0x9b is a one-byte CSI on some terminals). Names of kernels, devices, files and frames
 # come from traces and snapshots other people hand over: `ESC[2J` in a kernel name would
 # clear the user's screen, `ESC]0;...` retitle it, when printed raw.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 controls but newline and tab; and the bidirectional controls (U+202E RIGHT-TO-LEFT
+# OVERRIDE and its kin, U+061C, U+200E/F, U+2066-2069): in a name or path they reorder what
+# a terminal or browser shows ("Trojan Source"), so they are shown escaped too.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 T = TypeVar("T")
 
 
 def _visible(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def printable(text: str) -> str:
-    """`text` with every control character but newline and tab shown escaped (`\\x1b`)."""
+    """`text` with every control character but newline and tab shown escaped (`\\x1b`), the
+    bidirectional controls too (`\\u202e`)."""
     return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
 
 

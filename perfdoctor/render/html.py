@@ -16,6 +16,7 @@ from perfdoctor.render import (
     batch_section,
     compute_section,
     gpu_view,
+    history_section,
     loop_section,
     measurement,
     outcome,
@@ -117,7 +118,9 @@ footer { color: var(--muted); font-size: 0.85rem; text-align: center; margin-top
 
 
 def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    # Control and bidi characters shown escaped (fmt.printable): a U+202E in a trace's name
+    # would otherwise reorder the page around it.
+    return html.escape(fmt.printable(str(text)), quote=True)
 
 
 def render_html(report: Report) -> str:
@@ -139,6 +142,7 @@ def render_html(report: Report) -> str:
             "" if summary.is_trace(report) else _variants(report),
             "" if summary.is_trace(report) else _patch(report),
             _charts(_shown_charts(report)),
+            history_section.html_section(report),
             _skipped(report),
             _warnings(report),
             _environment(report),

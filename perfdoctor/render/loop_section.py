@@ -15,8 +15,12 @@ from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
 
 TITLE = "Where the loop's time goes"
+# A timed step this share of the loop's time per step or more stands for it (1 - the 20%
+# of the loop the loop-work rule flags, analyze/loop_account.py LONG_SHARE_FLAG).
+REPRESENTS_MIN_SHARE = 0.8
 COLUMNS = ("part", "time", "share of the loop")
 COST_NAMES = {
+    "compile_ms": "torch.compile compiling (compile.json)",
     "eval_forward_ms": "evaluation (model.eval() forwards)",
     "nograd_forward_ms": "no_grad forwards in train mode (rollouts, generation)",
     "save_ms": "checkpointing (torch.save)",
@@ -48,7 +52,13 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
     total = _num(loop.get("loop_ms")) or 0.0
 
     def share(value: float | None) -> str:
-        return fmt.percent(value / total) if value is not None and total > 0 else fmt.MISSING
+        if value is None or total <= 0:
+            return fmt.MISSING
+        if value > total * (1.0 + 1e-6):
+            # A part larger than the loop it is a part of is a bug upstream: say so, do not
+            # print a share above 100%.
+            return "exceeds the loop (not shown)"
+        return fmt.percent(value / total)
 
     steps = loop.get("steps")
     rows = [
@@ -76,10 +86,24 @@ def loop_rows(report: Report) -> list[tuple[str, str, str]]:
             # The starting process's time is not in the lead's loop: no share of it.
             apart = key == "starting_process_ms"
             rows.append((name, fmt.ms(value), "another process" if apart else share(value)))
+    for code in loop.get("long_code") or ():
+        if isinstance(code, Mapping) and code.get("text"):
+            rows.append((f"in the long steps: {code['text']}", "", ""))
     startup = _num(loop.get("first_step_startup_ms"))
     if startup:
+        compiled = _num((loop.get("startup_costs_ms") or {}).get("compile_ms"))
         rows.append(
-            ("first step's one-off start-up (not repeated)", fmt.ms(startup), share(startup))
+            (
+                "first step's one-off start-up (not repeated)"
+                + (
+                    f", {fmt.ms(min(compiled, startup))} of it torch.compile compiling "
+                    "(compile.json)"
+                    if compiled
+                    else ""
+                ),
+                fmt.ms(startup),
+                share(startup),
+            )
         )
     setup = _num(loop.get("setup_ms"))
     if setup is not None:
@@ -104,6 +128,15 @@ def loop_verdict(report: Report) -> str:
             "torch.save in them (jitter, or code perfdoctor does not name). "
         )
     if loop.get("representative", True):
+        timed_share = _num(loop.get("timed_share"))
+        if timed_share is not None and timed_share < REPRESENTS_MIN_SHARE:
+            # Long steps with nothing named in them still make a loop step longer than a
+            # timed one: "represent" beside "14% of a loop step" contradicts itself.
+            return seen + (
+                f"A timed step is {fmt.percent(timed_share, 0)} of the loop's time per step: "
+                "the rest is in long steps perfdoctor could not name, so the step figures "
+                "describe the short steps only."
+            )
         return seen + "The timed steps represent the loop's time."
     share = _num(loop.get("long_share"))
     return (
@@ -126,11 +159,15 @@ def headline_note(report: Report) -> str | None:
             costs[key] = costs.get(key, 0.0) + float(value)
     lead = max(costs, key=lambda k: costs[k]) if costs else None
     mostly = f", mostly {COST_NAMES.get(lead, lead)}" if lead else ""
+    code = [c for c in loop.get("long_code") or () if isinstance(c, Mapping) and c.get("text")]
+    if code:
+        mostly += f", where the main thread was in {code[0]['text']}"
     if loop.get("recurs") is False:
         return (
             f"The first step held {fmt.percent(share, 0)} of these steps' wall time{mostly}; "
-            "it did not come back in this run, so whether the loop repeats it (a rollout per "
-            "update) or not (a one-off) is unknown: time more steps (--steps)."
+            "it did not come back in this run, so whether the loop repeats it (an evaluation "
+            "every N steps, a rollout per update) or not (a one-off) is unknown: time more "
+            "steps (--steps)."
         )
     return (
         f"The step figures leave out {fmt.percent(share, 0)} of the loop's wall time: rare "

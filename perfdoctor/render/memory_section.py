@@ -117,6 +117,24 @@ def _section(label: str, row: Mapping[str, Any], s: Mapping[str, Any]) -> Memory
     failure = wording.failure_row(s)
     if failure is not None:
         figures.append(failure)
+    others = s.get("other_devices")
+    if isinstance(others, list) and others:
+        # A snapshot covers every device the process used: say which one these figures are
+        # of, and what the others held.
+        of = f"{s.get('device', '?')} (of {len(others) + 1} in the snapshot)"
+        figures.insert(0, ("device", of))
+        for o in others:
+            if not isinstance(o, Mapping):
+                continue
+            ooms = _num(o.get("oom_events")) or 0
+            figures.append(
+                (
+                    f"device {o.get('device', '?')}",
+                    f"peak {fmt.nbytes(_num(o.get('peak_allocated_bytes')))} allocated, "
+                    f"{fmt.nbytes(_num(o.get('peak_reserved_bytes')))} reserved, "
+                    + (f"{ooms:.0f} out-of-memory" if ooms else "no out-of-memory"),
+                )
+            )
     expandable = s.get("expandable_segments")
     if isinstance(expandable, bool):
         figures.append(("expandable_segments", "on" if expandable else "off"))

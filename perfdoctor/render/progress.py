@@ -5,6 +5,8 @@ On a terminal it is a rich progress bar; elsewhere (CI logs, pipes) one plain li
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,8 +123,81 @@ class PlainSink(ProgressSink):
         self.console.print(f"perfdoctor: {message}", markup=False)
 
 
+# Starts every line of JsonLinesSink: the reader tells them from the script's own output.
+JSON_PROGRESS_PREFIX = "perfdoctor-progress: "
+
+
+class JsonLinesSink(ProgressSink):
+    """One JSON object per event on stderr, for a program that drives `perfdoctor profile`
+    (the MCP server turns them into progress notifications). Steps are sent at most every
+    STEP_EVERY_S, so a fast script does not flood the pipe."""
+
+    STEP_EVERY_S = 0.5
+
+    def __init__(self, stream=None) -> None:
+        self._stream = stream
+        self._sent_at = 0.0
+        self._reader_gone = False
+
+    def _send(self, event: str, **fields: object) -> None:
+        if self._reader_gone:
+            return
+        stream = self._stream or sys.stderr
+        try:
+            stream.write(JSON_PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            # The reader is gone (its pipe closed): the run goes on, and its report is
+            # written all the same.
+            self._reader_gone = True
+
+    def run_started(self, run: RunAnnouncement) -> None:
+        self._send(
+            "run_started",
+            label=run.label,
+            description=_run_name(run),
+            number=run.number,
+            planned_runs=run.planned_runs,
+            planned_steps=run.planned_steps,
+            ab_arms=list(run.ab_arms),
+            session_left_s=run.session_left_s,
+        )
+
+    def step(self, progress: object) -> None:
+        now = time.monotonic()
+        if now - self._sent_at < self.STEP_EVERY_S:
+            return
+        self._sent_at = now
+        self._send(
+            "step",
+            label=getattr(progress, "label", None),
+            step=getattr(progress, "step", None),
+            planned_steps=getattr(progress, "planned_steps", None),
+            phase=getattr(progress, "phase", ""),
+            note=getattr(progress, "note", None),  # in-process A/B: the pairs so far
+            elapsed_s=getattr(progress, "elapsed_s", None),
+        )
+
+    def run_finished(self, run: RunAnnouncement, manifest: RunManifest) -> None:
+        self._send(
+            "run_finished",
+            label=run.label,
+            number=run.number,
+            planned_runs=run.planned_runs,
+            status=manifest.status,
+            steps_seen=manifest.steps_seen,
+            wall_s=manifest.wall_s,
+        )
+
+    def note(self, message: str) -> None:
+        self._send("note", message=message)
+
+
 @contextmanager
-def make_progress_sink(console: Console) -> Iterator[ProgressSink]:
+def make_progress_sink(console: Console, as_json: bool = False) -> Iterator[ProgressSink]:
+    if as_json:
+        yield JsonLinesSink()
+        return
     if not console.is_terminal:
         yield PlainSink(console)
         return

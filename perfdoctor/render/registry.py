@@ -52,6 +52,8 @@ REPORT_RENDERERS = _by_name(
     Renderer("md", "perfdoctor.render.markdown:render_markdown", REPORT_MD),
     Renderer("html", "perfdoctor.render.html:render_html", REPORT_HTML),
     Renderer("json", "perfdoctor.render.json_report:render_json", REPORT_JSON),
+    # For agents and CI logs: printed only, never a session file (report.json holds it all).
+    Renderer("brief", "perfdoctor.render.brief:render_brief"),
 )
 
 # A render.comparison_output.Compared: `compare` (terminal) and `compare --json`.

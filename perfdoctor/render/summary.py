@@ -78,6 +78,15 @@ def headline(report: Report) -> Headline:
     return replace(head, run_notes=notes) if notes else head
 
 
+# What a stopped script's end of training held, by whose loop it was stopped in (the stop
+# point's framework, collect/bootstrap.py): Lightning's words only where Lightning ran.
+_END_OF_TRAINING = {
+    "lightning": "its end of training (on_train_end, final checkpoint, logger finalisation)",
+    "transformers": "its end of training (the Trainer's on_train_end callbacks, final save)",
+}
+_PLAIN_END = "what the script does after its loop (saving, a final evaluation, printing)"
+
+
 def run_notes(report: Report) -> tuple[str, ...]:
     """Where perfdoctor stopped the script (or that it ran to its end), and which output
     folders of perfdoctor's own re-runs it removed."""
@@ -98,8 +107,8 @@ def run_notes(report: Report) -> tuple[str, ...]:
         )
         where = f", in {end['location']}" if end.get("location") else ""
         notes.append(
-            f"The script was stopped by perfdoctor{at}{where}: its end of training "
-            "(on_train_end, final checkpoint, logger finalisation) did not run; "
+            f"The script was stopped by perfdoctor{at}{where}: "
+            f"{_END_OF_TRAINING.get(str(end.get('framework')), _PLAIN_END)} did not run; "
             "--run-to-end lets it finish."
         )
     elif end.get("run_to_end"):
@@ -628,11 +637,22 @@ def step_rows(report: Report) -> list[tuple[str, str]]:
         ("waiting for data", fmt.percent(base.data_wait_frac)),
         ("peak memory", fmt.nbytes(base.peak_memory_bytes)),
         ("steps timed", fmt.number(base.steps_timed)),
-        ("optimizer steps", fmt.number(base.optimizer_steps)),
+        ("optimizer steps", optimizer_steps_text(base)),
         ("micro-batches per step", fmt.number(micro)),
         ("steps counted by", step_counting(base)),
     ]
     return rows
+
+
+def optimizer_steps_text(base: BaselineSummary) -> str:
+    """Finished optimizer.step() calls. With a closure (LBFGS) one call runs its closure many
+    times and the plan can end inside the first call: "0" alone reads as no optimizer."""
+    if base.closure_steps and base.optimizer_steps is not None:
+        return (
+            f"{fmt.number(base.optimizer_steps)} finished step(closure) call(s), "
+            f"{fmt.number(base.closure_steps)} closure calls"
+        )
+    return fmt.number(base.optimizer_steps)
 
 
 def step_counting(base: BaselineSummary) -> str:
@@ -827,6 +847,17 @@ def world_text(report: Report) -> str:
     return f"world size {world}" + (f" ({details})" if details else "")
 
 
+def view_command(report: Report) -> str:
+    """`perfdoctor view`: the trace in the viewer torch-tb-profiler ships, with no network
+    (TensorBoard's Profiler tab needs it). For a diagnosed trace, the user's own file."""
+    traces = sorted(path for name, path in report.artifacts.items() if "trace" in name.lower())
+    if not traces:
+        return ""
+    if is_trace(report):
+        return f"perfdoctor view {traces[0]}"
+    return f"perfdoctor view {report.run_dir}" if report.run_dir else ""
+
+
 def tensorboard_command(report: Report) -> str:
     # A diagnose report directory holds no traces: the user's own logdir is the one to open.
     if is_trace(report) or not report.run_dir:
@@ -863,6 +894,9 @@ def artifact_rows(report: Report, brief: bool = False) -> list[tuple[str, str]]:
             continue
         shown.add(os.path.normpath(full))
         rows.append((name, full))
+    viewer = view_command(report)
+    if viewer:
+        rows.append(("trace, offline viewer", viewer))
     command = tensorboard_command(report)
     if command:
         rows.append(("traces and scalars", command))

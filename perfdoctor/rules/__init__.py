@@ -29,6 +29,7 @@ from perfdoctor.rules import (
     optimizer,
     precision,
     sync,
+    thread_stall,
     timeline_causes,
     utilization,
 )
@@ -41,6 +42,7 @@ ALL_RULES: tuple[Rule, ...] = (
     *input_pipeline.RULES,
     *timeline_causes.RULES,
     *debug.RULES,
+    *thread_stall.RULES,
     *cpu.RULES,
     *precision.RULES,
     *cpu_precision.RULES,

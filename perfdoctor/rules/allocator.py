@@ -73,11 +73,16 @@ def check_allocator_churn(facts: Facts, t: Mapping[str, float]) -> Finding | Non
     elif frees >= t["storm_frees"]:
         optimizations = ("keep-allocator-caching", "no-empty-cache-in-loop")
         cause = "the caching allocator is off or emptied every step"
+        frames = num(facts, "trace_python_frames")
+        unseen = (
+            "the trace's Python frames do not show it either"
+            if frames
+            else "the trace has no Python frames to show it"
+        )
         fix = (
             "look for PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING in the "
             "environment (unset it) and for torch.cuda.empty_cache() in the loop (remove it; "
-            "the trace has no Python frames to show it): a steady step frees nothing back "
-            "to the driver"
+            f"{unseen}): a steady step frees nothing back to the driver"
         )
     else:
         cause = "a few long device allocations and frees"
@@ -116,7 +121,7 @@ RULES = (
         title="Device malloc/free in the step (caching allocator off or emptied)",
         area="memory",
         needs=("device_is_cuda",),
-        uses=("gpu_idle_alloc_frac", *_CONTEXT_FACTS),
+        uses=("gpu_idle_alloc_frac", "trace_python_frames", *_CONTEXT_FACTS),
         thresholds={"share_frac": 0.05, "empty_cache_frac": 0.01, "storm_frees": 50.0},
         source=(
             "5%: the GAIN_WARNING step of the severity ladder (TF-xprof's moderately-bound "

@@ -23,9 +23,26 @@ _DDP = (
     "keep find_unused_parameters off, set gradient_as_bucket_view=True and a bucket_cap_mb "
     "that fits the model; with gradient accumulation, wrap the micro-batches between two "
     "optimizer steps in model.no_sync() so only the last one communicates (a larger batch "
-    "does the same per sample; re-check the learning rate either way); a DDP comm hook "
+    "does the same per sample; re-check the learning rate either way)."
+)
+# Compression halves a message only where it is fp32: an all-reduce already in bf16 (an
+# MI300X DDP trace was told to compress its bf16 gradients) has nothing to gain from it.
+_COMPRESS = "The messages are fp32: a DDP comm hook (bf16 compression) halves each of them."
+_COMPRESS_UNKNOWN = (
+    "If the gradients travel in fp32 (the trace records no message dtype), a DDP comm hook "
     "(bf16 compression) halves each message."
 )
+FP32_DTYPES = frozenset({"float", "float32", "c10::float", "torch.float32"})
+
+
+def compression_text(facts: Facts) -> str:
+    """The compression advice the recorded message dtype allows ('' when low precision)."""
+    dtype = text(facts, "comm_dtype")
+    if dtype is None:
+        return _COMPRESS_UNKNOWN
+    return _COMPRESS if dtype.lower() in FP32_DTYPES else ""
+
+
 _FSDP = (
     "FSDP's all-gathers and reduce-scatters hide behind compute when they are issued ahead: "
     "backward_prefetch=BackwardPrefetch.BACKWARD_PRE and forward_prefetch=True (FSDP1), or "
@@ -95,7 +112,9 @@ def advice(facts: Facts) -> CommAdvice:
     tp = _TENSOR_PARALLEL if parallelism is None else ""
     # One fix per share: accumulation and a larger batch cut the same all-reduces, so only
     # one of them carries the estimate (the other is named in the text).
-    return CommAdvice(" ".join(p for p in (_DDP, tp) if p), ("grad-accumulation",))
+    return CommAdvice(
+        " ".join(p for p in (_DDP, compression_text(facts), tp) if p), ("grad-accumulation",)
+    )
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,22 @@ def _run_one(
     if unknown:
         raise ValueError(f"rule {rule.id} names undeclared optimizations {unknown}")
     gain = finding.gain
-    if gain.step_time_frac is not None:
+    saved = gain.step_time_frac
+    if saved is not None and not 0.0 <= saved <= 1.0:
+        # A saving is a share of the step: outside 0-100% the estimate is a miscount, and
+        # the report says so rather than promise it.
+        finding = replace(
+            finding,
+            gain=replace(
+                gain,
+                step_time_frac=None,
+                method=f"not estimated: the estimate came out at {saved:.0%} of the step, "
+                "outside 0-100% (a miscount upstream)",
+            ),
+        )
+    elif saved is not None:
         # Estimates are coarse; four decimals keep reports and JSON free of float noise.
-        finding = replace(finding, gain=replace(gain, step_time_frac=round(gain.step_time_frac, 4)))
+        finding = replace(finding, gain=replace(gain, step_time_frac=round(saved, 4)))
     return finding
 
 

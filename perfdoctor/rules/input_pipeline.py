@@ -100,6 +100,20 @@ def _per_batch_ms(facts: Facts) -> float | None:
     return wait / max(1.0, num(facts, "micro_batches_per_step") or 1.0)
 
 
+# Datasets whose rows are slices of tensors held in memory: a list of indices fetches a whole
+# batch in one indexing call per tensor (torch.utils.data: TensorDataset, StackDataset of them).
+IN_MEMORY_DATASETS = ("TensorDataset", "StackDataset")
+
+
+def in_memory_rows(facts: Facts) -> bool:
+    """The training DataLoader batches rows (batch_size set) of an in-memory tensor dataset."""
+    return (
+        facts.get("dataloader_dataset_class") in IN_MEMORY_DATASETS
+        and facts.get("dataloader_batch_size") is not None
+        and flag(facts, "dataloader_is_iterable") is not True
+    )
+
+
 def _usable_cores(facts: Facts) -> int:
     usable, _, _ = _compute_cores(facts)
     return usable
@@ -130,6 +144,21 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("dataloader-workers")
         if busy is not None:
             advice += load_sentence(busy)
+    elif in_memory_rows(facts):
+        # Rows of tensors already in memory: the wait is per-row indexing and collate, work
+        # a worker process would do the same way and then hand over through shared memory.
+        per_batch = _per_batch_ms(facts)
+        cost = f" ({per_batch:.2f} ms per batch)" if per_batch is not None else ""
+        advice = (
+            f"The dataset is a {facts.get('dataloader_dataset_class')} of tensors already in "
+            f"memory, so the wait{cost} is the DataLoader fetching each row on its own "
+            "(__getitem__ once per sample) and collate stacking them again: worker processes "
+            "would do the same work and add a copy through shared memory per batch. Index "
+            "whole batches instead: a BatchSampler passed as sampler= with batch_size=None "
+            "hands the dataset a list of indices and TensorDataset gathers the batch in one "
+            "indexing call per tensor (or slice the tensors with a shuffled index yourself)."
+        )
+        optimizations.append("index-whole-batches")
     elif busy is not None:
         # Workers starved by other processes wait for cores, not for their own code: more
         # workers take more of the same cores, and a cheaper __getitem__ may not be the cause.
@@ -191,8 +220,8 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
         optimizations.append("dataloader-workers")
     if is_cuda(facts) and flag(facts, "dataloader_pin_memory") is False:
         optimizations.append("pin-memory")
-    if exceeds:
-        pass  # fewer workers take no cores: advised on a busy machine too
+    if exceeds or "index-whole-batches" in optimizations:
+        pass  # neither takes cores: advised on a busy machine too
     elif busy is None:
         optimizations.append("faster-data-pipeline")
     else:
@@ -226,6 +255,7 @@ def check_input_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
                 facts,
                 "data_wait_ms_p50",
                 *_DATALOADER_SETTINGS,
+                "dataloader_dataset_class",
                 "dataloader_multiprocess",
                 "cpu_util_mean_frac",
                 "step_timing_source",
@@ -328,6 +358,9 @@ RULES = (
             "cpu_cores_physical",
             "ranks_launched",
             "micro_batches_per_step",
+            "dataloader_dataset_class",
+            "dataloader_sampler_class",
+            "dataloader_batch_size",
         ),
         thresholds={
             "warning_frac": 0.05,
@@ -352,7 +385,12 @@ RULES = (
         check=check_input_bound,
         selects_optimizations=True,
         topics=("data_loading", "dataloader_construct"),
-        optimizations=("dataloader-workers", "pin-memory", "faster-data-pipeline"),
+        optimizations=(
+            "dataloader-workers",
+            "pin-memory",
+            "faster-data-pipeline",
+            "index-whole-batches",
+        ),
     ),
     Rule(
         id=PAGEABLE_HTOD,

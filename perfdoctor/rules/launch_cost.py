@@ -45,7 +45,7 @@ class LaunchCap:
             host_ms = self.frac * self.window_ms
             return (
                 f"{OPS_CAP_WHAT} ({self.launches:.0f} kernel/memcpy launches; syncs and calls "
-                f"over 50 µs left out) = {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms "
+                f"over 50 µs left out) = {host_ms:,.2f} ms of a {_ms(self.window_ms)} ms "
                 f"window: launch overhead is at most {_share(self.frac)} of it"
             )
         how = (
@@ -56,7 +56,7 @@ class LaunchCap:
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} kernel/memcpy launches x {self.launch_us:.1f} µs ({how}) "
-            f"= {host_ms:,.2f} ms of a {self.window_ms:,.0f} ms window: launch overhead is at "
+            f"= {host_ms:,.2f} ms of a {_ms(self.window_ms)} ms window: launch overhead is at "
             f"most {_share(self.frac)} of it"
         )
 
@@ -65,12 +65,12 @@ class LaunchCap:
         if self.from_ops:
             return (
                 f"the launching ops' host time, {self.frac * self.window_ms:,.2f} ms of "
-                f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
+                f"{_ms(self.window_ms)} ms, {_share(self.frac)}"
             )
         host_ms = self.launches * self.launch_us / 1000.0
         return (
             f"{self.launches:.0f} launches x {self.launch_us:.1f} µs = {host_ms:,.2f} ms of "
-            f"{self.window_ms:,.0f} ms, {_share(self.frac)}"
+            f"{_ms(self.window_ms)} ms, {_share(self.frac)}"
         )
 
     def evidence(self, host_busy: float) -> Evidence:
@@ -108,3 +108,10 @@ def launch_cap(facts: Facts, fallback_us: float) -> LaunchCap | None:
     launch_us = measured if measured is not None else fallback_us
     frac = launches * launch_us / (window_ms * 1000.0)
     return LaunchCap(frac, launches, launch_us, measured is not None, window_ms)
+
+
+def _ms(value: float) -> str:
+    """Three significant digits, never an exponent (a 12.5 ms window read "13 ms")."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"

@@ -16,7 +16,7 @@ from perfdoctor.rules.base import (
     seen,
     where,
 )
-from perfdoctor.rules.memory_oom import oom_request_text
+from perfdoctor.rules.memory_oom import device_text, oom_request_text, other_devices_text
 from perfdoctor.units import format_bytes
 
 MEMORY_NEAR_CAPACITY = "memory-near-capacity"
@@ -105,18 +105,29 @@ def check_allocator_pressure(facts: Facts, t: Mapping[str, float]) -> Finding | 
     fixes, freed = _pressure_fixes(facts, t)
     if "expandable-segments" not in fixes and not _expandable_on(facts):
         fixes = (*fixes, "expandable-segments")
+    oom = ooms >= t["min_oom_events"]
+    on = device_text(facts)
     what = (
-        f"ran out of memory {ooms:g} time(s)" + oom_request_text(facts)
-        if ooms >= t["min_oom_events"]
-        else f"had to free its cache and retry cudaMalloc {retries:g} times"
+        f"ran out of memory {ooms:g} time(s){on}" + oom_request_text(facts)
+        if oom
+        else f"had to free its cache and retry cudaMalloc {retries:g} times{on}"
+    )
+    # An `oom` entry is the allocation that failed after the flush-and-retry: the script got
+    # torch.OutOfMemoryError, which ends a run unless it is caught. Calling it a retry that
+    # "stalls the step" (as a snapshot's fatal OOM once was) hides that the run died.
+    cost = (
+        "That is fatal, not a slowdown: the allocation still failed after the allocator "
+        "freed its cache and retried, so the script got torch.OutOfMemoryError, which ends "
+        "the run unless the script catches it."
+        if oom
+        else "Each retry synchronizes the device and releases cached blocks, which stalls the step."
     )
     return Finding(
         rule_id=ALLOCATOR_PRESSURE,
-        severity="critical" if ooms >= t["min_oom_events"] else "warning",
+        severity="critical" if oom else "warning",
         title=f"The CUDA allocator {what}",
         explanation=(
-            f"The caching allocator {what}. Each retry synchronizes the device and releases "
-            f"cached blocks, which stalls the step. {_CHECKPOINT_TRADE}"
+            f"The caching allocator {what}. {cost}{other_devices_text(facts)} {_CHECKPOINT_TRADE}"
         ),
         evidence=(
             ev("oom_events", ooms, t["min_oom_events"], ">="),
@@ -311,7 +322,10 @@ _GROWTH_SOURCE = (
     "scripts were flagged for those before), each third by more than the scatter, at the "
     "rate of its slowest third (warm-up that settles in the window is no leak: an HF "
     "Trainer run was flagged at ~1 MiB/step while its RSS stayed within 8 MB over 200 "
-    "steps), and by at least 5x the readings' resolution (analyze/facts.py "
+    "steps), or, for a leak served in heap-sized chunks (a few equal readings, then a "
+    "jump: a kept-graph leak grew 338 -> 443 MB in 19 steps that way and read as 0), the "
+    "thirds' levels climbing at a steady rate in three or more pieces that it rarely gives "
+    "back; and by at least 5x the readings' resolution (analyze/growth.py "
     "GROWTH_MIN_RESOLUTIONS: RSS moves in 1 MiB arenas)"
 )
 
@@ -360,6 +374,9 @@ RULES = (
             "expandable_segments",
             "oom_request_bytes",
             "oom_device_free_bytes",
+            "memory_device",
+            "memory_devices",
+            "memory_other_devices",
         ),
         thresholds={"min_retries": 2.0, "min_oom_events": 1.0, **_PRESSURE_THRESHOLDS},
         source=(

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 from perfdoctor.model import Facts
-from perfdoctor.rules.base import num
+from perfdoctor.rules.base import num, text
 from perfdoctor.units import format_bytes
+
+
+def device_text(facts: Facts) -> str:
+    """' on device 1' when the snapshot held several devices, '' otherwise."""
+    device = num(facts, "memory_device")
+    devices = num(facts, "memory_devices")
+    if device is None or not devices or devices < 2:
+        return ""
+    return f" on device {device:.0f}"
+
+
+def other_devices_text(facts: Facts) -> str:
+    """' Devices 0 and 2 of the snapshot had no out-of-memory (peaks ...).' or ''."""
+    others = text(facts, "memory_other_devices")
+    return f" The snapshot's other devices: {others}." if others else ""
 
 
 def oom_request_text(facts: Facts) -> str:

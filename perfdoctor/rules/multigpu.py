@@ -99,6 +99,7 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
             + _peer_wait_text(facts)
             + " "
             + _COMM_ADVICE
+            + (" " + compression if (compression := comm_advice.compression_text(facts)) else "")
         ),
         evidence=(
             ev(share_fact, share, t["comm_frac"], ">"),
@@ -124,9 +125,8 @@ def check_communication(facts: Facts, t: Mapping[str, float]) -> Finding | None:
 
 _COMM_ADVICE = (
     "Gradient accumulation (with DDP's no_sync() on the micro-batches between two optimizer "
-    "steps) or a larger batch communicates less often per sample; DDP comm hooks "
-    "(fp16/bf16 compression) shrink each message. Accumulation raises the effective batch, so "
-    "re-check the learning rate."
+    "steps) or a larger batch communicates less often per sample. Accumulation raises the "
+    "effective batch, so re-check the learning rate."
 )
 
 
@@ -471,6 +471,7 @@ RULES = (
             "gpu_comm_exposed_transfer_frac",
             "comm_transfer_share",
             "comm_wait_verdict",
+            "comm_dtype",
             "comm_wait_reason",
             "comm_busbw_gbs_p50",
             "comm_link_gbs",

@@ -44,11 +44,22 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     share = num(facts, "fp32_matmul_conv_frac")
     if cc is None or share is None or cc < t["min_compute_capability"]:
         return None
-    if flag(facts, "autocast_used") is True or share < t["fp32_frac"]:
+    autocast = flag(facts, "autocast_used")
+    if autocast is True or share < t["fp32_frac"]:
         return None
     if computes_in_low_precision(facts, t["lowp_kernel_frac"]):
         return None
-    gain = share * t["assumed_speedup_saving"]
+    # The share is of op (GPU: kernel) time; the GPU runs kernels only `busy` of the step,
+    # so the step saves at most that part of it (a V100 ResNet trace 67% fp32 convolutions
+    # at 50% busy was skipped outright, which is as wrong as promising 33% of the step).
+    busy = num(facts, "gpu_busy_frac")
+    # Of the busy time, the compute kernels' part: exposed communication gets nothing from a
+    # faster GEMM either.
+    compute = num(facts, "gpu_compute_frac")
+    if busy is not None and compute is not None:
+        busy = min(busy, compute)
+    scale = min(max(busy, 0.0), 1.0) if busy is not None else 1.0
+    gain = share * t["assumed_speedup_saving"] * scale
     amp = _amp_id(facts, t["bf16_compute_capability"])
     optimizations = [amp]
     if cc >= t["bf16_compute_capability"] and flag(facts, "tf32_matmul_enabled") is False:
@@ -62,21 +73,33 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
     mem_text = (
         f" Activations in {dtype} also halve, about {format_bytes(memory)}." if memory else ""
     )
+    busy_text = (
+        f" The GPU runs compute kernels {pct(busy)} of the step, so the step gains at most "
+        "that part of their speed-up; what fills the rest of the time is a separate finding."
+        if busy is not None and busy < 1.0
+        else ""
+    )
+    no_autocast = (
+        "and the script does not autocast"
+        if autocast is False
+        else "(the kernels compute in fp32: no autocast reaches them)"
+    )
     return Finding(
         rule_id=FP32_ON_TENSOR_CORES,
         severity=severity_for_gain(gain, floor="warning"),
         title=f"{pct(share)} of op time is fp32 matmul/conv on a tensor-core GPU",
         explanation=(
             f"This GPU (compute capability {cc:.1f}) has tensor cores, but {pct(share)} of the op "
-            f"time runs matmuls and convolutions in fp32 and the script does not autocast. "
-            f"Mixed precision in {dtype} runs them on tensor cores.{mem_text}"
+            f"time runs matmuls and convolutions in fp32 {no_autocast}. "
+            f"Mixed precision in {dtype} runs them on tensor cores.{mem_text}{busy_text}"
         ),
         evidence=(
             ev("fp32_matmul_conv_frac", share, t["fp32_frac"], ">="),
             ev("gpu_compute_capability", cc, t["min_compute_capability"], ">="),
-            ev("autocast_used", False),
+            *((ev("autocast_used", False),) if autocast is False else ()),
             *seen(
                 facts,
+                "gpu_busy_frac",
                 "lowp_matmul_kernel_frac",
                 "compute_precision",
                 "tensor_core_kernel_frac",
@@ -89,7 +112,9 @@ def check_fp32_on_tensor_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
             memory_bytes=memory,
             method=(
                 f"fp32 matmul/conv share x {t['assumed_speedup_saving']:g}, assuming tensor "
-                "cores at least double those ops; memory: half the activations"
+                "cores at least double those ops"
+                + (", x the GPU's busy share of the step" if busy is not None else "")
+                + "; memory: half the activations"
             ),
         ),
     )
@@ -200,16 +225,33 @@ def check_misaligned_gemm(facts: Facts, t: Mapping[str, float]) -> Finding | Non
     if count is None or count < t["min_count"]:
         return None
     locs = locations(facts, "misaligned_gemm")
+    dims = text(facts, "misaligned_gemm_dims")
+    # Vocabulary padding only where there is a vocabulary to pad: an embedding whose table is
+    # not a multiple of 64 (a ResNet's 1000-class classifier got "pad the vocabulary").
+    vocab = num(facts, "embedding_rows")
+    pad_vocab = vocab is not None and int(vocab) % int(t["vocab_multiple"]) != 0
+    which = f" (dims {dims})" if dims else ""
+    advice = (
+        f"The embedding table has {vocab:,.0f} rows, not a multiple of "
+        f"{t['vocab_multiple']:g}: pad the vocabulary (and the LM head that shares it) to one."
+        if pad_vocab
+        else "Pad the hidden sizes, classifier width or batch to a multiple of 8 and slice the "
+        "padding off the output."
+    )
     return Finding(
         rule_id=MISALIGNED_GEMM,
         severity="info",
         title=f"{count:g} fp16/bf16 GEMMs have a dimension that is not a multiple of 8",
         explanation=(
             "Tensor-core GEMM kernels need the matrix dimensions in multiples of 8 for 16-bit "
-            "types; other sizes fall back to slower kernels or padding. Pad hidden sizes, "
-            f"vocabulary and batch to a multiple of 8 (64 is better still).{where(locs)}"
+            f"types; other sizes fall back to slower kernels or padding{which}. "
+            f"{advice}{where(locs)}"
         ),
-        evidence=(ev("misaligned_lowp_gemm_count", count, t["min_count"], ">="),),
+        evidence=(
+            ev("misaligned_lowp_gemm_count", count, t["min_count"], ">="),
+            *seen(facts, "misaligned_gemm_dims", "embedding_rows"),
+        ),
+        optimizations=("pad-vocab",) if pad_vocab else ("pad-gemm-dims",),
         locations=locs,
         gain=GainEstimate(method="not estimated: depends on the shapes; re-run measures"),
     )
@@ -220,13 +262,17 @@ RULES = (
         id=FP32_ON_TENSOR_CORES,
         title="fp32 matmul/conv time on a tensor-core GPU (no autocast)",
         area="precision",
+        # autocast_used is observed only in a perfdoctor run; on a trace the kernels' fp32
+        # precision (lowp_matmul_kernel_frac) says the same.
         needs=(
             "device_is_cuda",
             "gpu_compute_capability",
             "fp32_matmul_conv_frac",
-            "autocast_used",
         ),
         uses=(
+            "autocast_used",
+            "gpu_busy_frac",
+            "gpu_compute_frac",
             "tf32_matmul_enabled",
             "tensor_core_kernel_frac",
             "tensor_active_frac",
@@ -324,12 +370,17 @@ RULES = (
         title="fp16/bf16 GEMM dimensions not multiples of 8",
         area="precision",
         needs=("misaligned_lowp_gemm_count",),
-        thresholds={"min_count": 1.0},
-        source="torch/profiler/_pattern_matcher.py MatMulDimInFP16Pattern (any occurrence)",
+        uses=("misaligned_gemm_dims", "embedding_rows"),
+        thresholds={"min_count": 1.0, "vocab_multiple": 64.0},
+        source=(
+            "torch/profiler/_pattern_matcher.py MatMulDimInFP16Pattern (any occurrence); a "
+            "vocabulary padded to 64: nanoGPT's 50257 -> 50304"
+        ),
         description="Low-precision mm/bmm/addmm whose last two dims are not multiples of 8.",
         check=check_misaligned_gemm,
         device="cuda",
         topics=("misaligned_gemm",),
-        optimizations=("pad-gemm-dims",),
+        selects_optimizations=True,
+        optimizations=("pad-gemm-dims", "pad-vocab"),
     ),
 )

@@ -280,6 +280,13 @@ def check_gpu_bound(facts: Facts, t: Mapping[str, float]) -> Finding | None:
     compute = num(facts, "gpu_compute_frac")
     if busy is None or busy < t["busy_frac"]:
         return None
+    # Busy with communication only is not kernels setting the pace: with the exposed
+    # communication taken out, the compute must still fill the window (an MI300X DDP trace
+    # said "64% exposed communication" and "the kernels themselves set the pace ->
+    # torch.compile" side by side). The communication finding tells that story.
+    exposed = num(facts, "gpu_comm_exposed_frac")
+    if exposed is not None and busy - exposed < t["busy_frac"]:
+        return None
     # The kernels say what the GEMMs compute in: fp32 GEMM/conv/attention kernels (SIMT or
     # TF32) are what autocast moves; a run already in bf16/fp8 gets no precision advice, and
     # kernels of unknown precision are not counted as fp32.
@@ -372,7 +379,9 @@ RULES = (
         thresholds={"busy_frac": 0.85, "fp32_matmul_kernel_frac": 0.2, "lowp_kernel_frac": 0.5},
         source=(
             "85% busy: the complement of HTA's idle share at which its docs stop looking at "
-            "idle time and point at kernel optimisation (choice here); the top kernels are "
+            "idle time and point at kernel optimisation (choice here), counted without the "
+            "exposed communication (busy only communicating is the communication rule's); "
+            "the top kernels are "
             "HTA's get_gpu_kernel_breakdown and tb_plugin's Kernel view; fp32 GEMM/conv/attention "
             "kernels >= 20% of kernel time (kernel names, analyze/kernel_precision.py): choice "
             f"here, from which AMP/TF32 are worth trying; {LOWP_SOURCE}"

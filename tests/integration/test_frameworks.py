@@ -162,6 +162,9 @@ def test_lightning_stopped_early_says_where_and_leaves_its_own_logs(
     markdown = (session / "report.md").read_text()
     assert f"stopped by perfdoctor at step {2 + TIMED}" in markdown
     assert "--run-to-end" in markdown
+    # Lightning's words because the stop came through Lightning's trainer (issue 32).
+    assert end["framework"] == "lightning"
+    assert "final checkpoint, logger finalisation" in markdown
     assert report["removed_outputs"] == []  # the only run is the user's own
     assert sorted(p.name for p in (cwd / "lightning_logs").iterdir()) == ["version_0"]
 

@@ -45,6 +45,17 @@ def test_a_rollout_every_8_steps_is_measured_and_flagged(tmp_path: Path) -> None
     assert any("do not represent the loop" in w for w in run["report"]["warnings"])
     assert "## Where the loop's time goes" in run["md"]
     assert "loop-work-outside-steps" in [f["rule_id"] for f in run["report"]["findings"]]
+    # Issue 32: the stack sampler names the script's own code in the long steps (step 0:
+    # step 8 is the profiler's start-up, where the sampler stops), and every step row has
+    # the stepping thread's CPU time.
+    code = loop["long_code"]
+    assert code and code[0]["file"].endswith("periodic_work.py"), loop
+    assert code[0]["function"] in ("environment_step", "main"), code
+    rows = [
+        json.loads(line)
+        for line in (run["session"] / "baseline" / "steps.jsonl").read_text().splitlines()
+    ]
+    assert rows and all(isinstance(r.get("cpu_ms"), float) for r in rows)
 
 
 def test_an_evaluation_and_checkpoint_every_8_steps_are_named(tmp_path: Path) -> None:

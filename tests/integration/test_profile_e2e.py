@@ -328,6 +328,21 @@ def test_a_crash_at_step_5_exits_1_with_a_partial_report(tmp_path: Path) -> None
     assert "RuntimeError: planted failure at step 5" in markdown
 
 
+def test_a_multi_line_error_is_shown_whole_with_no_raw_escape(tmp_path: Path) -> None:
+    # dynamo's backend failure ends "Set TORCHDYNAMO_VERBOSE=1 ...": the last line alone
+    # hid the cause. And the message is the script's: its ESC must not reach the terminal.
+    profiled, _ = profile_stopping_script(
+        tmp_path,
+        'raise RuntimeError("backend failed: the cause\\n\\x1b[31mred\\n\\n"\n'
+        '                   "Set TORCHDYNAMO_VERBOSE=1")',
+        "--quiet",
+    )
+    assert profiled.proc.returncode == 1, profiled.proc.stderr
+    last = profiled.proc.stderr.strip().splitlines()[-1]
+    assert "RuntimeError: backend failed: the cause | \\x1b[31mred | Set TORCHDYNAMO" in last
+    assert "\x1b" not in profiled.proc.stderr
+
+
 def test_a_scripts_own_exit_code_is_passed_through_and_said_to_be_the_scripts(
     tmp_path: Path,
 ) -> None:

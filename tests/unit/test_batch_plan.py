@@ -10,11 +10,21 @@ from types import SimpleNamespace
 import pytest
 
 from perfdoctor.analyze.run_stats import RunSample
-from perfdoctor.batch_plan import AUTO_MIN_BUDGET_S, _Planner, auto_reason, offer, per_sample
+from perfdoctor.batch_plan import (
+    AUTO_MIN_BUDGET_S,
+    _cap_by_failures,
+    _Planner,
+    address_space_limit,
+    auto_reason,
+    mem_available_bytes,
+    offer,
+    per_sample,
+)
 from perfdoctor.model import Finding, Target
 from perfdoctor.optimize.batch_knob import BatchKnob
 from perfdoctor.optimize.estimate import estimate_speedup
 from perfdoctor.optimize.verdicts import speed_verdict
+from perfdoctor.run_schema import BatchPlan, BatchPlanPoint
 
 
 def test_per_sample_turns_a_slower_step_into_a_faster_batch() -> None:
@@ -201,3 +211,47 @@ def test_pipeline_runs_the_plan_on_its_own_only_when_the_findings_call_for_it(
     run(True, other)  # --plan-batch: always, without a budget
     assert len(calls) == 2 and calls[1]["trigger"] == "--plan-batch"
     assert calls[1]["budget_s"] is None
+
+
+def _planner() -> _Planner:
+    knob = BatchKnob("argument", 8, "--batch-size", "the script's --batch-size argument")
+    return _Planner(
+        SimpleNamespace(session_dir=Path("."), started=0),  # type: ignore[arg-type]
+        _Notes(),
+        Target(kind="script", name="train.py"),
+        knob,
+        on_cuda=False,
+        rounds=2,
+    )
+
+
+def test_a_failed_check_caps_the_predicted_limit() -> None:
+    # The check at batch 32 failed to allocate; the fit still predicted 390 (issue 31).
+    planner = _planner()
+    plan = BatchPlan(knob="argument", knob_detail="--batch-size", limit_batch=390)
+    points = [
+        BatchPlanPoint(batch=8, status="completed"),
+        BatchPlanPoint(batch=16, status="completed"),
+        BatchPlanPoint(batch=32, status="script_crashed", role="verify"),
+    ]
+    _cap_by_failures(planner, plan, points)
+    assert plan.limit_batch == 16
+    assert "batch 32 failed to run" in planner.notes[-1]
+    # All ran: the prediction stands.
+    plan.limit_batch = 390
+    _cap_by_failures(planner, plan, points[:2])
+    assert plan.limit_batch == 390
+
+
+def test_the_cpu_limit_is_the_address_space_limit_when_lower(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (1 << 30, resource.RLIM_INFINITY))
+    assert address_space_limit() == 1 << 30
+    assert mem_available_bytes() == 1 << 30  # this machine has more than 1 GiB available
+    monkeypatch.setattr(
+        resource, "getrlimit", lambda _which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    )
+    assert address_space_limit() is None

@@ -265,3 +265,26 @@ def test_error_lines_show_no_raw_escapes_or_markup(tmp_path: Path) -> None:
     result = _invoke("diagnose", str(path), "-o", str(tmp_path / "out"))
     assert result.exit_code == EXIT_BAD_RUN_DIR
     assert "\x1b" not in result.output and "[bold]" in result.output
+
+
+_BIDI_CONTROLS = ("\u202e", "\u2066", "\u2069", "\u200f")
+_BIDI = "\u202eexe.\u2066x\u2069\u200f"
+
+
+def test_bidi_controls_in_names_and_paths_are_shown_escaped(tmp_path: Path) -> None:
+    doc = json.loads((ANALYZE_FIXTURES / "cuda_two_steps.json").read_text())
+    for ev in doc["traceEvents"]:
+        if isinstance(ev.get("name"), str) and ev.get("cat") in ("kernel", "cpu_op"):
+            ev["name"] = _BIDI + ev["name"]
+    trace = tmp_path / f"run{_BIDI}.json"
+    trace.write_text(json.dumps(doc))
+    result = _invoke("diagnose", str(trace), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "\\u202e" in result.output  # shown, escaped
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "out" / name).read_text()
+        assert "\\u202e" in text, name
+        for raw in _BIDI_CONTROLS:
+            assert raw not in text, (name, hex(ord(raw)))
+    for raw in _BIDI_CONTROLS:
+        assert raw not in result.output

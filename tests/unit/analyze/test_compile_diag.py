@@ -255,3 +255,28 @@ def test_a_disabled_helper_is_rewritten_only_where_it_is_wrapped(
     fix = break_fix("Skip calling `torch.compiler.disable()`d function", code)
     assert fix.rewritten == rewritten
     assert "torch.compiler.disable" in fix.advice
+
+
+def test_a_compile_that_failed_and_ran_eager_is_reported() -> None:
+    # suppress_errors: a backend failure falls back to eager; the frame still counts as
+    # compiled in dynamo's metrics, so "frames compiled 1" alone hid it (issue 31).
+    log = run_schema.compile_log(
+        {
+            "frames": [
+                {
+                    "compile_id": "0/0",
+                    "step": 0,
+                    "compile_s": 0.5,
+                    "fail_type": "BackendCompilerFailed",
+                    "fail_reason": "backend='broken' raised:\nRuntimeError: no\n\nSet "
+                    "TORCHDYNAMO_VERBOSE=1 for the internal stack trace",
+                }
+            ]
+        }
+    )
+    d = diagnose_compile(log, None, measured_steps=range(5, 15))
+    assert d.frames_compiled == 1 and d.frames_failed == 1
+    assert d.failure is not None and d.failure.startswith("BackendCompilerFailed: backend=")
+    assert "RuntimeError: no" in d.failure and "\n" not in d.failure
+    assert "failed to compile and ran eager" in d.notes[0]
+    assert d.to_json()["frames_failed"] == 1

@@ -3,6 +3,7 @@ summarize_trace), the peak table (analyze/device_peaks.py) and the CPU estimate.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,48 @@ def test_a_strided_forward_conv_takes_its_output_from_its_backward(tmp_path: Pat
     assert flops.flops == forward + 2 * forward
     assert flops.flops_by_precision == {"tf32": 3 * forward}
     assert "stride 1" not in " ".join(flops.assumptions)
+
+
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0}
+
+
+def test_a_gpu_trace_without_kernels_has_no_mfu_and_says_why(tmp_path: Path) -> None:
+    """An A100 inference trace whose GPU side was not recorded: the ops' CPU time is launch
+    time, so neither an MFU (it said 44% of 19.5 TFLOP/s) nor per-op rates (an aten::mm at
+    1,273 TFLOP/s) are measured."""
+    fp32_mm = ("aten::mm", [[4096, 4096], [4096, 4096]], ["float"] * 2, MM, 100.0)
+    trace = gemm_trace([fp32_mm] * 4, device=A100)
+    trace["traceEvents"] = [
+        e for e in trace["traceEvents"] if e["cat"] not in ("kernel", "cuda_runtime")
+    ]
+    compute = summarize(tmp_path, trace)
+    assert compute.flops is not None and compute.flops.flops == 4 * 2 * 4096**3
+    assert all(op.time_us is None and op.tflops is None for op in compute.flops.ops)
+    assert "no GPU kernels" in compute.flops.op_time_basis
+    use = compute.utilization
+    assert use is not None and use.mfu is None
+    assert "no GPU kernels" in use.missing
+
+
+def test_the_report_of_a_kernelless_gpu_trace_prints_why_not_an_mfu(tmp_path: Path) -> None:
+    import json
+
+    from perfdoctor.diagnose_traces import diagnose_traces
+    from perfdoctor.render.markdown import render_markdown
+
+    fp32_mm = ("aten::mm", [[4096, 4096], [4096, 4096]], ["float"] * 2, MM, 100.0)
+    trace = gemm_trace([fp32_mm] * 4, device=A100)
+    trace["traceEvents"] = [
+        e for e in trace["traceEvents"] if e["cat"] not in ("kernel", "cuda_runtime")
+    ]
+    path = tmp_path / "infer.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    (done,) = diagnose_traces([path], tmp_path / "out")
+    assert done.report is not None
+    assert done.report.facts.get("mfu_frac") is None
+    text = str(render_markdown(done.report))
+    assert "no GPU kernels" in text
+    assert re.search(r"MFU \d", text) is None
+    (row,) = [line for line in text.splitlines() if line.startswith("| aten::mm")]
+    assert row.split("|")[5].strip() == "\\-"  # no per-op rate
+    assert "achieved" not in text

@@ -80,3 +80,36 @@ def test_subtract_keeps_the_time_outside_the_cut_intervals() -> None:
     assert s.tolist() == [0, 5, 25] and e.tolist() == [2, 10, 28]
     s, e = intervals.subtract(arr(0), arr(10), arr(), arr())
     assert s.tolist() == [0] and e.tolist() == [10]
+
+
+def _clip_one_window_at_a_time(s, e, lo, hi):
+    """The reference: the loop over windows that clip() used to be."""
+    out_s, out_e = [], []
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        i = int(np.searchsorted(e, a, side="right"))
+        j = int(np.searchsorted(s, b, side="left"))
+        if i < j:
+            out_s.append(np.maximum(s[i:j], a))
+            out_e.append(np.minimum(e[i:j], b))
+    if not out_s:
+        return np.empty(0), np.empty(0)
+    return np.concatenate(out_s), np.concatenate(out_e)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_clip_and_time_in_windows_match_one_window_at_a_time(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    s, e = intervals.union(
+        *(lambda a: (a, a + rng.uniform(0, 8, a.size)))(rng.uniform(0, 100, rng.integers(0, 30)))
+    )
+    lo = np.sort(rng.uniform(-5, 105, rng.integers(0, 12)))
+    # Disjoint sorted windows for clip; time_in_windows takes any, overlapping included.
+    hi = np.minimum(lo + rng.uniform(0, 15, lo.size), np.r_[lo[1:], np.inf])
+    got_s, got_e = intervals.clip(s, e, lo, hi)
+    want_s, want_e = _clip_one_window_at_a_time(s, e, lo, hi)
+    assert np.array_equal(got_s, want_s) and np.array_equal(got_e, want_e)
+    wide = lo + rng.uniform(0, 30, lo.size)
+    per_window = intervals.time_in_windows(s, e, lo[::-1], wide[::-1])
+    for k, (a, b) in enumerate(zip(lo[::-1].tolist(), wide[::-1].tolist(), strict=True)):
+        cs, ce = _clip_one_window_at_a_time(s, e, np.array([a]), np.array([b]))
+        assert per_window[k] == pytest.approx(intervals.total(cs, ce), abs=1e-9)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from perfdoctor.analyze.facts import _sustained_growth
+from perfdoctor.analyze.growth import sustained_growth as _sustained_growth
 
 MIB = 2**20
 
@@ -109,3 +110,72 @@ def test_a_leak_in_whole_mib_pieces_is_still_growth() -> None:
 def test_a_steady_cuda_leak_keeps_its_rate_and_clean_line() -> None:
     slope, over_noise = _sustained_growth([(float(i), 1e9 + i * 4096.0) for i in range(12)])
     assert slope == 4096.0 and over_noise == 1e9
+
+
+# Issue 32: a leak served in heap-sized chunks (RSS flat for a few readings, then a jump)
+# leaves a part of the window flat; the parts' levels still climb at one rate.
+_CHUNKED_LEAK_MEASURED = [383.9, 391.9, 395.9, 401.9, 415.9, 415.9, 415.9, 415.9, 417.9, 417.9]
+_CHUNKED_LEAK_MEASURED += [433.9, 433.9, 433.9, 435.9, 441.9, 455.9, 455.9, 455.9, 457.9, 457.9]
+
+
+def _rule_fires(points: list[tuple[float, float]]) -> bool:
+    """The memory-growth-host rule over these readings, as the pipeline would run it."""
+    from perfdoctor.rules.memory import _GROWTH_THRESHOLDS, check_growth_host
+    from tests.unit.rules.factsets import make_facts
+
+    slope, over_noise = _sustained_growth(points)
+    facts = make_facts(
+        "cpu",
+        steps_timed=len(points),
+        rss_growth_bytes_per_step=slope,
+        rss_growth_over_noise=over_noise,
+        rss_bytes_max=max(y for _, y in points),
+    )
+    return check_growth_host(facts, _GROWTH_THRESHOLDS) is not None
+
+
+def test_a_leak_served_in_chunks_with_a_flat_stretch_is_growth() -> None:
+    # Measured (torch 2.13 CPU): a script appending each step's output, graph attached, to a
+    # list; 4 MiB/step in 2..16 MiB pieces with four equal readings in the middle. Before:
+    # (0.0, 0.0), no finding.
+    points = _mib(_CHUNKED_LEAK_MEASURED)
+    slope, over_noise = _sustained_growth(points)
+    assert slope is not None and 3.0 * MIB < slope < 4.5 * MIB
+    assert over_noise is not None and over_noise >= 3.0
+    assert _rule_fires(points)
+
+
+def test_the_issue_shape_338_to_443_mb_with_three_equal_readings_is_growth() -> None:
+    # 19 readings, 338 -> 443 MB (~5.8 MB/step), one stretch of three equal readings.
+    mb = [338, 344, 350, 357, 362, 368, 375, 381, 386, 386, 386, 404, 409, 415, 421, 426]
+    mb += [432, 437, 443]
+    points = [(float(i), v * 1e6) for i, v in enumerate(mb)]
+    slope, _ = _sustained_growth(points)
+    assert slope is not None and 4.5e6 < slope < 6.5e6
+    assert _rule_fires(points)
+
+
+def test_two_allocations_made_once_are_not_growth() -> None:
+    # Two 20 MiB buffers at a third and two thirds of the window: the levels climb steadily
+    # but in two pieces.
+    rss = [400.0] * 7 + [420.0] * 7 + [440.0] * 6
+    assert _sustained_growth(_mib(rss)) == (0.0, 0.0)
+    assert not _rule_fires(_mib(rss))
+
+
+def test_bounded_allocator_jitter_is_never_growth() -> None:
+    # RSS moving by whole MiB pieces (up, down or not at all) within +-4 MiB of where it
+    # started: some of these walks climb for a whole window; none may read as a leak.
+    rng = np.random.default_rng(32)
+    for n in (10, 20):
+        for _ in range(150):
+            rss = [400.0]
+            for _ in range(n - 1):
+                nxt = rss[-1] + float(rng.choice([-1.0, 0.0, 1.0]))
+                rss.append(nxt if abs(nxt - 400.0) <= 4.0 else rss[-1])
+            assert not _rule_fires(_mib(rss)), rss
+
+
+def test_a_step_up_at_warm_up_then_flat_noise_is_not_growth() -> None:
+    rss = [380.0, 395.0, 410.0] + [410.0 + (0.6 if i % 3 == 0 else -0.4) for i in range(17)]
+    assert not _rule_fires(_mib(rss))

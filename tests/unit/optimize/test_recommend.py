@@ -197,3 +197,20 @@ def test_fused_optimizer_is_not_tried_on_an_optimizer_without_fused_kernels():
     adam = Facts({**CPU.values, "optimizer_class": "Adam"})
     assert auto_candidates(recommend(findings, adam), adam) == ["fused-optimizer"]
     assert auto_candidates(recommend(findings, CPU), CPU) == ["fused-optimizer"]  # unknown
+
+
+def test_a_runtime_fix_this_script_keeps_from_being_tried_says_why_in_the_report():
+    # Issue 32: Adadelta has no fused kernel, so the fused-optimizer applier cannot switch
+    # it; the recommendation was listed as a runtime fix and the reason was only in the log.
+    facts = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "optimizer_class": "Adadelta"})
+    (rec,) = recommend([finding("single-tensor-optimizer", "fused-optimizer", gain=0.1)], facts)
+    assert rec.kind == "manual"
+    assert "foreach=True" in rec.code_change
+    assert any(
+        "not tried at runtime" in c and "Adadelta has no fused implementation" in c
+        for c in rec.conflicts
+    )
+    assert "fused-optimizer" not in auto_candidates([rec], facts)
+    adam = Facts({"device_is_cuda": False, "cpu_cores_logical": 2, "optimizer_class": "Adam"})
+    (tried,) = recommend([finding("single-tensor-optimizer", "fused-optimizer", gain=0.1)], adam)
+    assert tried.kind == "runtime" and not any("not tried" in c for c in tried.conflicts)

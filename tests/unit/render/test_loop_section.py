@@ -62,6 +62,22 @@ def test_closure_steps_name_how_steps_were_counted() -> None:
     base = replace(cpu_report().baseline, optimizer_steps=1, closure_steps=29)
     report = replace(cpu_report(), baseline=base)
     rows = dict(summary.step_rows(report))
-    assert rows["optimizer steps"] == "1"
+    assert rows["optimizer steps"] == "1 finished step(closure) call(s), 29 closure calls"
     assert rows["steps counted by"].startswith("closure calls inside optimizer.step(closure)")
     assert "29" in rows["steps counted by"]
+
+
+def test_an_lbfgs_plan_that_ends_inside_its_first_step_does_not_read_as_no_optimizer() -> None:
+    # Issue 32: LBFGS(max_iter=20) runs 20 closure calls per step(); the plan ended inside
+    # the first call, and the row said "optimizer steps 0".
+    base = replace(cpu_report().baseline, optimizer_steps=0, closure_steps=16)
+    rows = dict(summary.step_rows(replace(cpu_report(), baseline=base)))
+    assert rows["optimizer steps"] == "0 finished step(closure) call(s), 16 closure calls"
+
+
+def test_the_stop_note_uses_lightnings_words_only_for_lightning() -> None:
+    plain = replace(cpu_report(), script_end={"stopped_by_perfdoctor": True, "step": 29})
+    note = " ".join(summary.run_notes(plain))
+    assert "on_train_end" not in note and "after its loop" in note
+    pl = replace(plain, script_end={**plain.script_end, "framework": "lightning"})
+    assert "on_train_end, final checkpoint, logger finalisation" in " ".join(summary.run_notes(pl))

@@ -18,9 +18,14 @@ from perfdoctor.render.markdown import render_markdown
 from perfdoctor.render.json_report import render_json
 from perfdoctor.render.terminal import render_terminal, make_console
 from perfdoctor.render.tensorboard_export import write_scalars
+from perfdoctor.render.brief import render_brief
 import perfdoctor.tensorboard_launch
+try:  # the MCP server (the agent extra): only its profile tool's child imports torch
+    import perfdoctor.handover.mcp_server
+except ImportError:
+    pass
 report = cpu_report()
-render_html(report); render_markdown(report); render_json(report)
+render_html(report); render_markdown(report); render_json(report); render_brief(report)
 import os
 render_terminal(report, make_console(open(os.devnull, "w")))
 write_scalars(Path(tempfile.mkdtemp()), report)

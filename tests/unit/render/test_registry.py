@@ -17,7 +17,7 @@ from .fixtures import cpu_report
 
 
 def test_the_report_formats_and_their_files() -> None:
-    assert list(REPORT_RENDERERS) == ["terminal", "md", "html", "json"]
+    assert list(REPORT_RENDERERS) == ["terminal", "md", "html", "json", "brief"]
     assert set(file_renderers(REPORT_RENDERERS)) == {
         rundir.REPORT_MD,
         rundir.REPORT_HTML,
@@ -36,7 +36,7 @@ def test_an_unknown_format_is_a_usage_error_naming_the_known_ones() -> None:
     with pytest.raises(UsageError) as caught:
         find_renderer(REPORT_RENDERERS, "xml")
     assert caught.value.exit_code == EXIT_USAGE
-    assert str(caught.value) == "--format must be one of terminal, md, html, json"
+    assert str(caught.value) == "--format must be one of terminal, md, html, json, brief"
 
 
 def test_text_formats_return_text_and_the_terminal_needs_a_console() -> None:

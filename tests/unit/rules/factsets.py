@@ -30,6 +30,11 @@ CPU_TUNED: dict[str, Scalar] = {
     "step_ms_p90": 13.1,
     "step_ms_mean": 12.3,
     "step_jitter_ratio": 1.09,
+    # the same phase at its median against its fastest timed instance (quiet: near 1)
+    "phase_stall_ratio": 1.2,
+    "phase_stall_phase": "backward",
+    "phase_stall_median_ms": 5.4,
+    "phase_stall_fastest_ms": 4.5,
     "data_wait_ms_p50": 0.2,
     "data_wait_frac": 0.015,
     "forward_frac": 0.35,

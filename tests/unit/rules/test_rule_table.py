@@ -705,6 +705,32 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
     ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.08}, "warning"),
     ("gpu-idle-input", "gpu", {"data_wait_frac": None, "gpu_idle_host_data_frac": 0.05}, None),
     ("gpu-idle-input", "gpu", {"gpu_idle_host_data_frac": 0.3}, None),
+    # Issue 32: a phase 10x its fastest instance on a busy machine is the stall's.
+    (
+        "intra-op-stall",
+        "cpu",
+        {
+            "phase_stall_ratio": 230.0,
+            "phase_stall_median_ms": 70.0,
+            "phase_stall_fastest_ms": 0.3,
+            "cpu_other_busy_cores": 1.7,
+        },
+        "critical",
+    ),
+    (
+        "intra-op-stall",
+        "cpu",
+        {"phase_stall_ratio": 12.0, "cpu_other_busy_cores": 1.7},
+        "warning",
+    ),
+    ("intra-op-stall", "cpu", {"phase_stall_ratio": 9.0, "cpu_other_busy_cores": 1.7}, None),
+    ("intra-op-stall", "cpu", {"phase_stall_ratio": 230.0, "cpu_other_busy_cores": 0.1}, None),
+    (
+        "intra-op-stall",
+        "cpu",
+        {"phase_stall_ratio": 230.0, "cpu_other_busy_cores": 1.7, "torch_num_threads": 1},
+        None,
+    ),
 ]
 
 
