@@ -46,9 +46,11 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.optimize.estimate import adjacent_baselines
+from perfdoctor.optimize.fix_patch import PATCH_NAME, build_fix_patch
 from perfdoctor.optimize.inprocess import ABLog, load_ab_log
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.inprocess_verdict import compare_in_process
+from perfdoctor.optimize.measured_recommendations import follow_measurement
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
@@ -447,6 +449,10 @@ def analyze_session(session_dir: Path) -> Report:
             + (f" ({limit:,} events)" if limit else "")
             + ", so the snapshot holds only the latest allocator events"
         )
+    fix_patch = _fix_patch(variants, diagnosis, record, target, session, session_dir)
+    artifacts = _artifacts(session_dir, manifest.artifacts if manifest else {})
+    if fix_patch:
+        artifacts["fixes_patch"] = str(session_dir / PATCH_NAME)
     return Report(
         schema_version=SCHEMA_VERSION,
         script=script,
@@ -458,10 +464,12 @@ def analyze_session(session_dir: Path) -> Report:
         baseline=_baseline_summary(record, diagnosis.facts, list(baseline.values())),
         findings=diagnosis.findings,
         skipped_rules=diagnosis.skipped,
-        recommendations=diagnosis.recommendations,
+        recommendations=tuple(
+            follow_measurement(diagnosis.recommendations, variants, diagnosis.facts)
+        ),
         variants=tuple(variants),
         run_dir=str(session_dir),
-        artifacts=_artifacts(session_dir, manifest.artifacts if manifest else {}),
+        artifacts=artifacts,
         warnings=tuple(warnings),
         facts=dict(diagnosis.facts.values),
         created_at=session.created_at if session else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -474,7 +482,42 @@ def analyze_session(session_dir: Path) -> Report:
         removed_outputs=tuple(dict.fromkeys(session.removed_outputs)) if session else (),
         ranks=rank_summaries(record),
         loop=loop_summary(account),
+        fix_patch=fix_patch,
     )
+
+
+def _fix_patch(
+    variants: Sequence[VariantResult],
+    diagnosis: Diagnosis,
+    record: RunRecord,
+    target: Target,
+    session: Session | None,
+    session_dir: Path,
+) -> dict[str, Any]:
+    """fixes.patch of the accepted fixes (optimize/fix_patch.py), as report.json holds it;
+    {} without an accepted fix or a script file to patch."""
+    if not any(v.verdict == "accepted" for v in variants) or target.kind == "command":
+        return {}
+    cwd = record.spec.cwd if record.spec is not None else (session.cwd if session else None)
+    if not cwd:
+        return {}
+    script = target.name
+    if target.kind == "module":  # -m pkg.train: its file under the working directory
+        base = target.name.replace(".", "/")
+        found = [p for p in (f"{base}.py", f"{base}/__main__.py") if (Path(cwd) / p).is_file()]
+        if not found:
+            return {}
+        script = found[0]
+    changes = {r.optimization_id: r.code_change for r in diagnosis.recommendations}
+    try:
+        patch = build_fix_patch(variants, diagnosis.facts, script, Path(cwd), changes)
+    except (OSError, ValueError, RecursionError) as err:  # a report without a patch, said why
+        log.warning("fixes.patch not built: %s", err)
+        return {}
+    if patch.empty:
+        return {}
+    path = str(session_dir / PATCH_NAME)
+    return {**patch.to_dict(path), "text": patch.text(path)}
 
 
 def _script_end(
@@ -662,4 +705,7 @@ def _write_reports(session_dir: Path, report: Report) -> WrittenReports:
         sized = rendered_with
     for fname, text in texts.items():
         write_file(paths[fname], text)  # a link at the name is replaced, never written through
+    patch_text = report.fix_patch.get("text") if report.fix_patch else None
+    if isinstance(patch_text, str) and patch_text:
+        write_file(session_dir / PATCH_NAME, patch_text.encode("utf-8"))
     return WrittenReports(sized, paths)

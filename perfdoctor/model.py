@@ -495,3 +495,8 @@ class Report:
     # The whole loop's wall time and whether the timed steps stand for it (docs/report-schema.md
     # `loop`, analyze/loop_account.py); {} when there were no timed steps to compare with.
     loop: Mapping[str, Any] = field(default_factory=dict)
+    # fixes.patch (docs/report-schema.md `fix_patch`, optimize/fix_patch.py): the accepted
+    # fixes as a diff of the user's files: "path", "root" (where it applies from), "apply"
+    # (the command), "hunks" (each change with its measured gain), "lines_to_add" (fixes with
+    # no source line), "text" (the file's content); {} when no fix was accepted.
+    fix_patch: Mapping[str, Any] = field(default_factory=dict)

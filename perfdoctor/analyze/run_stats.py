@@ -94,6 +94,19 @@ class PoolFigures:
 # --------------------------------------------------------------------------- numbers
 
 
+def step_at_speedup(baseline_step_ms: float | None, speedup: float | None) -> float | None:
+    """A variant's step time stated against the report's one baseline step time (the
+    profiled baseline run's p50, BaselineSummary.step_ms_p50): that step divided by the
+    variant's measured speedup. Every report shows this one baseline figure; the paired
+    medians the speedup is the ratio of stay in the measurement details, where their own
+    pool (blocks of one process, or A/B runs) is named."""
+    if baseline_step_ms is None or speedup is None or speedup <= 0:
+        return None
+    if not (math.isfinite(baseline_step_ms) and math.isfinite(speedup)):
+        return None
+    return baseline_step_ms / speedup
+
+
 def finite_numbers(values: Iterable[Any]) -> list[float]:
     """The finite int/float values of `values` as floats (bools, None and NaN left out)."""
     return [

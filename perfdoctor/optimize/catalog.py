@@ -29,7 +29,7 @@ from typing import Any, Literal
 from perfdoctor.model import Facts
 from perfdoctor.optimize import policies, snippets
 from perfdoctor.optimize.policies import ConflictHook, SkipAutoHook, StandInHook, TailorHook
-from perfdoctor.optimize.sizing import Sizing, size_dataloader_workers
+from perfdoctor.optimize.sizing import Sizing, size_cpu_threads, size_dataloader_workers
 
 OptimizationKind = Literal["runtime", "env", "manual"]
 DeviceScope = Literal["any", "cuda", "cpu"]
@@ -335,15 +335,16 @@ _ENTRIES: tuple[Optimization, ...] = (
     ),
     _runtime(
         id="cpu-threads",
-        title="Intra-op CPU threads = usable cores",
+        title="Intra-op CPU threads sized to the free cores",
         risk="competes with DataLoader workers for cores; changes reduction order (rounding)",
         code_change=(
-            "# usable cores less the DataLoader's workers (the same CPU budget)\n"
+            "# usable cores less the DataLoader's workers and the cores other jobs keep busy\n"
             "torch.set_num_threads(len(os.sched_getaffinity(0)) - num_workers)"
         ),
-        applies_when="CPU training with fewer intra-op threads than usable cores",
+        applies_when="CPU training with fewer intra-op threads than usable cores, or more "
+        "than the cores the DataLoader's workers and other processes leave (both directions)",
         device="cpu",
-        verify="torch.get_num_threads() equals the usable cores at a later step",
+        verify="torch.get_num_threads() equals the sized count at a later step",
         # More threads split matmul reductions into other blocks: the rounding differs from
         # the first step on and the difference compounds (measured 1.9e-4 after 23 steps of
         # gpt_char_lm.py, 1 -> 2 threads), so "exact" would reject a correct change.
@@ -351,6 +352,7 @@ _ENTRIES: tuple[Optimization, ...] = (
         conflicts=policies.thread_conflicts,
         skip_auto=policies.skip_threads_already_set,
         tailor=snippets.cpu_threads_for_script,
+        sizing=size_cpu_threads,
     ),
     _runtime(
         id="cpu-fp32",

@@ -44,8 +44,9 @@ The parent passes the sizing to the child in its environment (RunSpec.env, recor
 spec.json): WORKERS_ENV holds the worker count and WORKERS_WHY_ENV the one-line reason the
 applier reports (docs/run-directory.md).
 
-cpu-threads: `cpu_threads_target` is the thread count its applier sets: the usable cores
-less the DataLoader's workers, the same budget.
+cpu-threads: `cpu_threads_target` is the thread count its applier sets, in both directions:
+the usable cores less the DataLoader's workers (the same budget) and less the cores other
+processes kept busy in the baseline (THREADS_RESERVE_ENV carries those to the applier).
 """
 
 from __future__ import annotations
@@ -56,13 +57,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from perfdoctor.model import Facts, Scalar
-from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET
+from perfdoctor.rules.cpu import FEWER_WORKERS_TARGET, thread_budget
 
 WORKERS_ENV = "PERFDOCTOR_DATALOADER_WORKERS"
 WORKERS_WHY_ENV = "PERFDOCTOR_DATALOADER_WORKERS_WHY"
 # "1": the count is fewer workers than the script's own (0 allowed): the applier lowers the
 # script's num_workers to it instead of keeping it (fewer_workers below).
 WORKERS_FEWER_ENV = "PERFDOCTOR_DATALOADER_WORKERS_FEWER"
+# cpu-threads: cores to leave to other processes (their busy cores in the baseline).
+THREADS_RESERVE_ENV = "PERFDOCTOR_CPU_THREADS_RESERVE"
 CPU_MAX_WORKERS = 4  # workers without a measurement: the training's own threads need cores
 SPARE_WORKERS = 1  # CUDA runs: on top of data / compute, for batches slower than the median
 # Amdahl's parallel fraction of a CPU step's compute (rules/cpu.py, assumed_parallel_fraction).
@@ -277,21 +280,41 @@ def _size_for_cpu(head: str, split: Split, cores: int, others: float | None) -> 
 
 
 def cpu_threads_target(facts: Facts) -> int | None:
-    """The intra-op thread count the cpu-threads applier (collect/appliers/cpu.py) sets:
-    the cores the run may use (its CPU affinity, its share of them per rank), minus the
-    training DataLoader's worker processes. None when the cores were not observed."""
-    cpu = facts.settings.get("cpu") if isinstance(facts.settings, dict) else None
-    affinity = cpu.get("affinity_cores") if isinstance(cpu, dict) else None
-    cores = affinity if isinstance(affinity, int) and affinity > 0 else None
-    if cores is None:
-        logical = _number(facts.get("cpu_cores_logical"))
-        cores = int(logical) if logical else None
-    if cores is None:
+    """The intra-op thread count the cpu-threads applier (collect/appliers/cpu.py) sets, up
+    or down: the cores the run may use (its CPU affinity, its share of them per rank), less
+    the training DataLoader's worker processes and the cores other processes kept busy
+    (rules/cpu.py thread_budget). None when the cores were not observed."""
+    budget = thread_budget(facts)
+    return budget[0] if budget is not None else None
+
+
+@dataclass(frozen=True)
+class ThreadSizing:
+    """cpu-threads on a busy machine: the cores other processes kept busy in the baseline,
+    which the applier leaves them (THREADS_RESERVE_ENV), beside the workers it counts
+    itself."""
+
+    threads: int
+    reserve: int
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.threads} intra-op thread(s): {self.reserve} core(s) left to the other "
+            "processes that kept them busy in the baseline"
+        )
+
+    def env(self) -> dict[str, str]:
+        return {THREADS_RESERVE_ENV: str(self.reserve)}
+
+
+def size_cpu_threads(facts: Facts, cores: int) -> ThreadSizing | None:
+    """The reserve for the applier where the baseline's machine was busy, else None (the
+    applier then counts the usable cores less the workers, as it always has)."""
+    budget = thread_budget(facts)
+    if budget is None or budget[3] == 0:
         return None
-    ranks = int(_number(facts.get("ranks_launched")) or 1)
-    usable = max(1, cores // max(1, ranks))
-    workers = int(_number(facts.get("dataloader_num_workers")) or 0)
-    return budget_threads(usable, workers)
+    return ThreadSizing(budget[0], budget[3])
 
 
 def sizing_env(optimizations: Sequence[str], sizings: Mapping[str, Sizing]) -> dict[str, str]:

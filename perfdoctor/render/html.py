@@ -19,6 +19,7 @@ from perfdoctor.render import (
     history_section,
     loop_section,
     measurement,
+    outcome,
     summary,
 )
 from perfdoctor.render import format as fmt
@@ -139,6 +140,7 @@ def render_html(report: Report) -> str:
             _findings(report),
             _recommendations(report),
             "" if summary.is_trace(report) else _variants(report),
+            "" if summary.is_trace(report) else _patch(report),
             _charts(_shown_charts(report)),
             history_section.html_section(report),
             _skipped(report),
@@ -415,6 +417,40 @@ def _recommendations(report: Report) -> str:
         return ""
     items = "".join(_recommendation(r) for r in report.recommendations)
     return f"<section><h2>Recommendations</h2>{items}</section>"
+
+
+def _patch(report: Report) -> str:
+    """fixes.patch: each change with its measured gain, the lines to add, the command."""
+    patch = report.fix_patch or {}
+    hunks, adds = patch.get("hunks") or [], patch.get("lines_to_add") or []
+    if not hunks and not adds:
+        return ""
+    parts = ["<section><h2>Patch of the proven fixes</h2>"]
+    if hunks:
+        rows = "".join(
+            f"<tr><td>{esc(h.get('file'))}:{esc(h.get('line'))}</td>"
+            f"<td>{esc(h.get('optimization_id'))}</td><td>{esc(h.get('change'))}</td>"
+            f"<td>{esc(h.get('gain'))}</td></tr>"
+            for h in hunks
+        )
+        parts.append(
+            f"<p>{esc(outcome.patch_path(report) or '')} changes:</p><table><thead><tr>"
+            "<th>file:line</th><th>fix</th><th>change</th><th>measured</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    for add in adds:
+        parts.append(
+            f"<p>Add by hand ({esc(add.get('optimization_id'))}, measured "
+            f"{esc(add.get('gain'))}; {esc(add.get('where'))}):</p>"
+            f"<pre>{esc(add.get('line'))}</pre>"
+        )
+    command = patch.get("apply")
+    if isinstance(command, str) and command:
+        parts.append(
+            "<p>Apply it (<code>patch -p1</code> from the same directory works too; "
+            f"<code>-R</code> takes it back):</p><pre>{esc(command)}</pre>"
+        )
+    return "".join(parts) + "</section>"
 
 
 def _variants(report: Report) -> str:

@@ -18,6 +18,7 @@ from perfdoctor.render import (
     gpu_view,
     loop_section,
     measurement,
+    outcome,
     summary,
 )
 from perfdoctor.render import format as fmt
@@ -75,6 +76,7 @@ def render_markdown(report: Report) -> str:
     lines += _recommendations(report)
     if not summary.is_trace(report):  # a trace has no variants: nothing was applied
         lines += _variants(report)
+        lines += _patch(report)
     lines += _skipped(report)
     lines += _warnings(report)
     lines += _environment(report)
@@ -342,6 +344,44 @@ def _variants(report: Report) -> list[str]:
         lines += ["What the applied optimizations changed:", ""]
         lines += [f"- {md_text(opt_id)}: {md_text(detail)}" for opt_id, detail in changes]
         lines.append("")
+    return lines
+
+
+def _patch(report: Report) -> list[str]:
+    """fixes.patch: each change with its measured gain (here, never in the user's code),
+    the lines to add by hand, and how to apply it."""
+    patch = report.fix_patch or {}
+    hunks, adds = patch.get("hunks") or [], patch.get("lines_to_add") or []
+    if not hunks and not adds:
+        return []
+    lines = ["## Patch of the proven fixes", ""]
+    if hunks:
+        lines += [f"`{md_text(outcome.patch_path(report) or '')}` changes:", ""]
+        lines += _table(
+            ["file:line", "fix", "change", "measured"],
+            [
+                [
+                    md_text(f"{h.get('file')}:{h.get('line')}"),
+                    md_text(str(h.get("optimization_id"))),
+                    md_text(str(h.get("change"))),
+                    md_text(str(h.get("gain"))),
+                ]
+                for h in hunks
+            ],
+        )
+        lines.append("")
+    for add in adds:
+        lines += [
+            f"Add by hand ({md_text(str(add.get('optimization_id')))}, measured "
+            f"{md_text(str(add.get('gain')))}; {md_text(str(add.get('where')))}):",
+            "",
+            *_code_block(str(add.get("line"))),
+            "",
+        ]
+    command = patch.get("apply")
+    if isinstance(command, str) and command:
+        lines += ["Apply it (`patch -p1` from the same directory works too; `-R` takes it back):"]
+        lines += ["", *_code_block(command, "sh"), ""]
     return lines
 
 

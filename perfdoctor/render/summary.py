@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from perfdoctor.analyze import straggler
 from perfdoctor.analyze.fact_catalog import TRACE_ONLY_REASON
+from perfdoctor.analyze.run_stats import step_at_speedup
 from perfdoctor.model import (
     BaselineSummary,
     Finding,
@@ -24,7 +25,7 @@ from perfdoctor.model import (
     VariantResult,
 )
 from perfdoctor.render import format as fmt
-from perfdoctor.render import loop_section, memory_wording, workload_view
+from perfdoctor.render import loop_section, memory_wording, outcome, workload_view
 from perfdoctor.render.job_headline import JOB_OWN_WORDS, job_prefix, job_rank_note
 from perfdoctor.rundir import BASELINE_LABEL, REPORT_HTML, REPORT_JSON, REPORT_MD
 
@@ -165,16 +166,17 @@ def _headline(report: Report) -> Headline:
         )
         return Headline(
             slow=slow,
-            fix="Nothing to fix from what was measured.",
-            measured=_measured_overall(report),
+            fix=outcome.fix_line(report) or "Nothing to fix from what was measured.",
+            measured=_measured_best(report) or _measured_overall(report),
             status_note=status_note,
         )
     top = lead_finding(report)
     recs = recommendations_for(report, top)
+    # What was measured leads: the best accepted fix, its speedup and interval, the patch.
     return Headline(
         slow=_slow_sentence(top),
-        fix=_fix_sentence(top, recs),
-        measured=_measured_sentence(report, top, recs),
+        fix=outcome.fix_line(report) or _fix_sentence(top, recs),
+        measured=_measured_best(report) or _measured_sentence(report, top, recs),
         status_note=status_note,
     )
 
@@ -510,26 +512,56 @@ def _fix_sentence(top: Finding, recs: list[Recommendation]) -> str:
     return "No automatic fix: see the explanation of this finding."
 
 
+def _measured_best(report: Report) -> str | None:
+    """The Measured line after apply: the best accepted fix (render/outcome.py), whatever
+    finding it addresses, and how many others were accepted beside it."""
+    best = outcome.best_accepted(report)
+    if best is None:
+        return None
+    accepted = [v for v in report.variants if v.verdict == "accepted" and v.peel_of is None]
+    others = len(accepted) - 1
+    text = _variant_sentence(best, report.baseline.step_ms_p50)
+    return text + (f" {others} other variant(s) accepted too." if others else "")
+
+
 def _nothing_applied(variant: VariantResult) -> bool:
     """Every applier of the variant refused: its runs timed the unchanged script, so its
     'speedup' is run-to-run noise, not an effect."""
     return bool(variant.applied) and not any(item.applied for item in variant.applied)
 
 
-def _variant_sentence(variant: VariantResult) -> str:
+def _variant_sentence(variant: VariantResult, baseline_ms: float | None = None) -> str:
     if variant.verdict == "failed":
         return f"{variant.label}: failed ({variant.reason})."
     if _nothing_applied(variant):
         return f"{variant.label}: {variant.verdict} ({variant.reason})."
-    text = f"{variant.label}: {fmt.speedup(variant.speedup, variant.speedup_noise)}"
+    # The interval where there is one (it is what the verdict was decided on), else the band.
+    noise = None if variant.interval is not None else variant.speedup_noise
+    text = f"{variant.label}: {fmt.speedup(variant.speedup, noise)}"
+    if variant.interval is not None:
+        text += f" [{variant.interval[0]:.2f}, {variant.interval[1]:.2f}]"
+    if variant.load:  # the figure holds at the load it was measured at
+        text += f" while {fmt.one_line(variant.load).split(';')[0]}"
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
-    # The two step times the speedup is the ratio of (never a figure of another pool).
-    step = paired_step_text(variant)
+    # One baseline step time in the whole report (analyze/run_stats.step_at_speedup): the
+    # variant's step is that figure over the speedup; the speedup's own pool is named.
+    step = report_step_text(variant, baseline_ms)
     if step != fmt.MISSING:
-        text += f", step {step} ({paired_text(variant)})"
+        text += f", step {step} (the baseline's step over the speedup; {paired_text(variant)})"
     return f"{text}, {variant.verdict} ({variant_reason(variant)})."
+
+
+def report_step_text(variant: VariantResult, baseline_ms: float | None) -> str:
+    """ "654→451 ms": the report's baseline step time, then the variant's at its speedup.
+    Without the report's baseline (perfdoctor compare), the paired medians."""
+    if baseline_ms is None:
+        return paired_step_text(variant)
+    mine = step_at_speedup(baseline_ms, variant.speedup)
+    if mine is None:
+        return fmt.MISSING
+    return f"{fmt.number(baseline_ms)}→{fmt.ms(mine)}"
 
 
 def paired_step_text(variant: VariantResult) -> str:
@@ -585,7 +617,7 @@ def _measured_sentence(report: Report, top: Finding, recs: list[Recommendation])
     accepted = [v for v in relevant if v.verdict == "accepted"]
     pool = accepted or relevant
     best = max(pool, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
-    return _variant_sentence(best)
+    return _variant_sentence(best, report.baseline.step_ms_p50)
 
 
 def _measured_overall(report: Report) -> str:
@@ -595,7 +627,7 @@ def _measured_overall(report: Report) -> str:
     if not accepted:
         return f"{len(report.variants)} variant(s) measured, none accepted."
     best = max(accepted, key=lambda v: v.speedup if v.speedup is not None else float("-inf"))
-    return _variant_sentence(best)
+    return _variant_sentence(best, report.baseline.step_ms_p50)
 
 
 def step_rows(report: Report) -> list[tuple[str, str]]:
@@ -721,14 +753,14 @@ def variant_rows(report: Report) -> list[VariantRow]:
         VariantRow(
             label=BASELINE_LABEL,
             applied=fmt.MISSING,
-            step_p50=fmt.MISSING,
+            step_p50=fmt.ms(base.step_ms_p50),
             step_p90=fmt.ms(p90),
             speedup=fmt.speedup(1.0) if base.step_ms_p50 is not None else fmt.MISSING,
             memory=fmt.nbytes(base.peak_memory_bytes),
             loss_delta=fmt.MISSING,
             verdict="reference",
-            reason="the unmodified script: each variant row shows the baseline runs it was "
-            "paired with",
+            reason="the unmodified script: its step time is the report's one baseline figure, "
+            "which each variant's step is stated against",
         )
     ]
     for v in report.variants:
@@ -736,7 +768,7 @@ def variant_rows(report: Report) -> list[VariantRow]:
             VariantRow(
                 label=v.label,
                 applied=fmt.applied(v.applied, v.optimizations, v.label),
-                step_p50=paired_step_text(v),
+                step_p50=report_step_text(v, base.step_ms_p50),
                 step_p90=fmt.ms(v.step_ms_p90),
                 speedup=fmt.MISSING
                 if _nothing_applied(v)
@@ -752,15 +784,18 @@ def variant_rows(report: Report) -> list[VariantRow]:
 
 
 # Column headers of the variants table, the same in every renderer.
-PAIRED_STEP_HEADER = "step, paired"
+PAIRED_STEP_HEADER = "step p50"
 POOLED_P90_HEADER = "p90, pooled"
 VARIANTS_NOTE = (
-    "Step, paired: baseline → variant, each the geometric mean of the median steps of the "
-    "A/B runs paired with each other (paired medians; for a fix measured in one process, of "
-    "the paired block medians of the switched run): their ratio is the speedup, ± its "
-    "noise band. p90, pooled: the 90th percentile of every timed step of every run of a row "
-    "(the baseline row: all baseline runs), a descriptive figure. The diagnosis's Measured "
-    "line sets the same paired medians beside the speedup."
+    "Step p50: the report's one baseline step time (the profiled baseline run's median) → "
+    "that step divided by the variant's speedup. The speedup is the ratio of the paired "
+    "medians (the geometric means of the median steps of the A/B runs paired with each "
+    "other, or, for a fix measured in one process, of the paired block medians of the "
+    "switched run), ± its noise band; How each fix was measured lists them for the fixes "
+    "measured in one process, and report.json holds them for every variant "
+    "(baseline_step_ms_p50, step_ms_p50). p90, pooled: the "
+    "90th percentile of every timed step of every run of a row (the baseline row: all "
+    "baseline runs), a descriptive figure."
 )
 
 

@@ -25,6 +25,7 @@ from perfdoctor.render import (
     gpu_view,
     loop_section,
     measurement,
+    outcome,
     summary,
 )
 from perfdoctor.render import format as fmt
@@ -432,4 +433,6 @@ def _footer_lines(report: Report) -> list[Text]:
             line = Text(f"  {name}: ", style="dim")
             line.append(path)
             lines.append(line)
+    # The summary ends with the command that applies what was proven.
+    lines += [Text(line, style="bold green") for line in outcome.apply_lines(report)]
     return lines

@@ -21,6 +21,7 @@ from perfdoctor.rules.machine_load import Contention, contention
 from perfdoctor.rules.measurement import BUSY_MACHINE
 
 THREADS_BELOW_CORES = "cpu-threads-below-cores"
+THREADS_ABOVE_BUDGET = "cpu-threads-above-budget"
 CPU_OVERSUBSCRIBED = "cpu-oversubscribed"
 WORKERS_EXCEED_CORES = "dataloader-workers-exceed-cores"
 # The count advised (and tried by the dataloader-workers re-run, optimize/sizing.py
@@ -41,6 +42,74 @@ def _compute_cores(facts: Facts) -> tuple[int, int, int]:
     usable = max(1, usable // max(1, int(num(facts, "ranks_launched") or 1)))
     workers = int(num(facts, "dataloader_num_workers") or 0)
     return usable, workers, max(1, usable - workers)
+
+
+def busy_reserve(facts: Facts) -> int:
+    """Cores to leave to other processes: the ones they kept busy (rounded) when that load
+    is at busy-machine's limit, else none. Threads beyond the cores left are descheduled
+    inside OpenMP's parallel regions and stall their team at each barrier."""
+    busy = contention(facts)
+    return round(busy.others) if busy is not None else 0
+
+
+def thread_budget(facts: Facts) -> tuple[int, int, int, int] | None:
+    """(intra-op threads the budget allows, usable cores, DataLoader workers, cores kept
+    for other processes): the usable cores (the run's CPU affinity, else the logical cores;
+    one rank's share) less the workers and the other processes' busy cores, at least one.
+    The cpu-threads applier sets exactly this (optimize/sizing.cpu_threads_target), up or
+    down. None when the cores were not observed."""
+    cpu = facts.settings.get("cpu") if isinstance(facts.settings, Mapping) else None
+    affinity = cpu.get("affinity_cores") if isinstance(cpu, Mapping) else None
+    cores = affinity if isinstance(affinity, int) and affinity > 0 else None
+    if cores is None:
+        logical = num(facts, "cpu_cores_logical")
+        cores = int(logical) if logical else None
+    if cores is None:
+        return None
+    usable = max(1, cores // max(1, int(num(facts, "ranks_launched") or 1)))
+    workers = int(num(facts, "dataloader_num_workers") or 0)
+    reserve = busy_reserve(facts)
+    return max(1, usable - workers - reserve), usable, workers, reserve
+
+
+def check_threads_above_budget(facts: Facts, t: Mapping[str, float]) -> Finding | None:
+    """More intra-op threads than the cores left to them: the DataLoader's workers and other
+    processes take the rest. The one direction cpu-threads-below-cores does not cover (on a
+    busy 2-core machine with 4 workers, 1 thread instead of 2 ran 2.5x faster by the
+    script's own clock, issue 29)."""
+    threads = num(facts, "torch_num_threads")
+    budget = thread_budget(facts)
+    if threads is None or budget is None:
+        return None
+    target, usable, workers, reserve = budget
+    if threads <= target:
+        return None
+    takers = []
+    if workers:
+        takers.append(f"{workers} DataLoader worker(s)")
+    if reserve:
+        takers.append(f"{reserve} core(s) other processes kept busy")
+    left = " and ".join(takers) or "nothing"
+    return Finding(
+        rule_id=THREADS_ABOVE_BUDGET,
+        severity="warning",
+        title=f"{threads:.0f} intra-op threads on {target} free core(s)",
+        explanation=(
+            f"torch runs {threads:.0f} intra-op threads on {usable} usable core(s), of which "
+            f"{left} take {usable - target if usable > target else usable}: the threads "
+            "outnumber the cores left, get descheduled inside parallel regions and wait for "
+            f"each other. torch.set_num_threads({target}) fits them; the cpu-threads variant "
+            "measures it (both arms under the same load)."
+        ),
+        evidence=(
+            ev("torch_num_threads", int(threads), target, ">"),
+            *seen(facts, "cpu_cores_logical", "dataloader_num_workers", "cpu_other_busy_cores"),
+        ),
+        gain=GainEstimate(
+            method="not estimated: what contention costs varies; the cpu-threads variant "
+            "measures it"
+        ),
+    )
 
 
 def check_threads_below_cores(facts: Facts, t: Mapping[str, float]) -> Finding | None:
@@ -223,6 +292,26 @@ def check_workers_exceed_cores(facts: Facts, t: Mapping[str, float]) -> Finding 
 
 
 RULES = (
+    Rule(
+        id=THREADS_ABOVE_BUDGET,
+        title="CPU intra-op threads above the cores left to them",
+        area="cpu",
+        needs=("torch_num_threads", "cpu_cores_logical"),
+        uses=("dataloader_num_workers", "cpu_other_busy_cores", "ranks_launched"),
+        thresholds={},
+        source=(
+            "PyTorch CPU performance tuning guide (oversubscription: threads beyond the cores "
+            "stall at OpenMP barriers); measured here: 1 thread instead of 2 beside 4 "
+            "DataLoader workers on a busy 2-core machine, 2.5x faster (issue 29)"
+        ),
+        description=(
+            "CPU training with torch.get_num_threads() above the usable cores less the "
+            "DataLoader's workers and the cores other processes keep busy."
+        ),
+        check=check_threads_above_budget,
+        device="cpu",
+        optimizations=("cpu-threads",),
+    ),
     Rule(
         id=THREADS_BELOW_CORES,
         title="CPU intra-op threads below the usable cores",

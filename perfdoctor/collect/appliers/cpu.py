@@ -1,4 +1,5 @@
-"""CPU intra-op threads = usable cores minus DataLoader workers.
+"""CPU intra-op threads = usable cores minus DataLoader workers (minus the cores other
+processes kept busy in the baseline, PERFDOCTOR_CPU_THREADS_RESERVE): up or down.
 
 Decision (documented in the report detail): the applier sets torch's intra-op threads to the
 cores this process may run on, less one per DataLoader worker process once the loaders are
@@ -22,6 +23,7 @@ import sys
 import torch
 
 from perfdoctor.collect.appliers.base import Applier, ApplyContext, usable_cores
+from perfdoctor.optimize.sizing import THREADS_RESERVE_ENV
 
 
 class CpuThreads(Applier):
@@ -32,7 +34,13 @@ class CpuThreads(Applier):
     switchable = True
 
     def install(self, ctx: ApplyContext) -> None:
-        self.target = usable_cores()
+        # Cores other processes kept busy in the baseline (optimize/sizing.py): left to them,
+        # so on a busy machine the count may go down as well as up.
+        try:
+            reserve = max(0, int(os.environ.get(THREADS_RESERVE_ENV, "0")))
+        except ValueError:
+            reserve = 0
+        self.target = max(1, usable_cores() - reserve)
         self.script_requests: list[int] = []
         self.active = True
         before = torch.get_num_threads()
@@ -50,7 +58,9 @@ class CpuThreads(Applier):
         ctx.patcher.patch(torch, "set_num_threads", set_num_threads)
         original(self.target)
         self.mark_applied(
-            f"intra-op threads held at {self.target} (usable cores; {before} at startup)"
+            f"intra-op threads held at {self.target} (usable cores"
+            + (f" less {reserve} busy with other processes" if reserve else "")
+            + f"; {before} at startup)"
         )
         self.before = before
 
@@ -60,13 +70,15 @@ class CpuThreads(Applier):
                 default=0,
             )
             usable = usable_cores()
-            self.target = max(1, usable - workers)
+            self.target = max(1, usable - workers - reserve)
             if self.active:
                 original(self.target)
-            if workers:
+            if workers or reserve:
+                minus = [f"{workers} DataLoader workers"] if workers else []
+                minus += [f"{reserve} cores other processes kept busy"] if reserve else []
                 self.mark_applied(
                     f"intra-op threads held at {self.target} ({usable} usable cores minus "
-                    f"{workers} DataLoader workers; {before} at startup)"
+                    f"{' and '.join(minus)}; {before} at startup)"
                 )
             if self.target == before and not any(n != before for n in self.script_requests):
                 # Nothing differs from the unmodified script: say so rather than time noise.

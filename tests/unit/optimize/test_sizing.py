@@ -315,3 +315,23 @@ def test_the_re_run_is_not_skipped_for_script_workers_beyond_the_cores() -> None
     assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=4), False) is None
     assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=1), False)
     assert skip_workers_set_by_script(facts(**two_cores, dataloader_num_workers=0), False) is None
+
+
+def test_cpu_threads_sizes_down_beside_workers_and_busy_cores():
+    """Both directions (issue 29): 4 workers on 2 cores, or other processes keeping a core
+    busy, leave the intra-op threads one core; the applier gets the busy cores to leave."""
+    from perfdoctor.optimize.policies import skip_threads_already_set
+    from perfdoctor.optimize.sizing import THREADS_RESERVE_ENV, size_cpu_threads
+
+    quiet = {"cpu_cores_logical": 2, "torch_num_threads": 2}
+    assert cpu_threads_target(Facts(quiet)) == 2
+    assert size_cpu_threads(Facts(quiet), 2) is None  # quiet: the applier's own count
+    workers = Facts({**quiet, "dataloader_num_workers": 4})
+    assert cpu_threads_target(workers) == 1
+    assert skip_threads_already_set(workers, False) is None  # 2 -> 1 is worth a variant
+    busy = Facts({**quiet, "cpu_other_busy_cores": 1.2})
+    assert cpu_threads_target(busy) == 1
+    sizing = size_cpu_threads(busy, 2)
+    assert sizing is not None and sizing.env() == {THREADS_RESERVE_ENV: "1"}
+    # Raising stays: 1 thread on 4 quiet cores goes up to 4.
+    assert cpu_threads_target(Facts({"cpu_cores_logical": 4, "torch_num_threads": 1})) == 4

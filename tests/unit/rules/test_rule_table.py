@@ -121,6 +121,16 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         None,
     ),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 2}, None),
+    # cpu-threads-above-budget: the other direction (usable - workers - others' busy cores)
+    ("cpu-threads-above-budget", "cpu", {"torch_num_threads": 2}, None),
+    ("cpu-threads-above-budget", "cpu", {"torch_num_threads": 2, **BUSY_2_CORES}, "warning"),
+    (
+        "cpu-threads-above-budget",
+        "cpu",
+        {"torch_num_threads": 2, "dataloader_num_workers": 4},
+        "warning",
+    ),
+    ("cpu-threads-above-budget", "cpu", {"torch_num_threads": 1, **BUSY_2_CORES}, None),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "dataloader_num_workers": 1}, None),
     ("cpu-threads-below-cores", "cpu", {"torch_num_threads": 1, "cpu_cores_physical": 1}, None),
     (

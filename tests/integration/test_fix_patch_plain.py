@@ -1,0 +1,90 @@
+"""fixes.patch does what was measured: the patch of an accepted anomaly-off is applied to a copy
+of a script, and the patched copy, run plainly (no perfdoctor), is faster by the script's own
+clock than the original, alternated in one test run. Anomaly mode makes each step of this
+MLP about 2x slower; the assertion is only on the direction, summed over alternated pairs,
+never an absolute time."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfdoctor.model import AppliedOptimization, Facts, VariantResult
+from perfdoctor.optimize.fix_patch import PATCH_NAME, build_fix_patch
+
+SCRIPT = '''"""A short training loop with anomaly detection left on; prints its own clock."""
+import statistics
+import time
+
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+torch.autograd.set_detect_anomaly(True)
+model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(64, 64), nn.ReLU())])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+times = []
+for step in range(40):
+    start = time.perf_counter()
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step >= 5:
+        times.append(time.perf_counter() - start)
+print(f"ms/step {statistics.median(times) * 1000:.4f}")
+'''
+PAIRS = 2
+
+
+def _accepted_anomaly_off() -> VariantResult:
+    return VariantResult(
+        label="anomaly-off",
+        optimizations=("anomaly-off",),
+        step_ms_p50=1.0,
+        step_ms_p90=None,
+        speedup=2.0,
+        speedup_noise=None,
+        peak_memory_bytes=None,
+        loss_delta=0.0,
+        verdict="accepted",
+        reason="faster",
+        applied=(AppliedOptimization("anomaly-off", True, True, "anomaly mode off"),),
+        method="in-process",
+        interval=(1.8, 2.2),
+    )
+
+
+def _own_clock(path: Path) -> float:
+    proc = subprocess.run(
+        [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, check=True
+    )
+    found = re.search(r"ms/step ([0-9.]+)", proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    return float(found.group(1))
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="no patch(1)")
+def test_the_patched_copy_is_faster_by_its_own_clock(tmp_path: Path) -> None:
+    original = tmp_path / "original"
+    patched = tmp_path / "patched"
+    for folder in (original, patched):
+        folder.mkdir()
+        (folder / "train.py").write_text(SCRIPT)
+    patch = build_fix_patch([_accepted_anomaly_off()], Facts(values={}), "train.py", patched)
+    (patched / PATCH_NAME).write_text(patch.text())
+    subprocess.run(["patch", "-p1", "-i", PATCH_NAME], cwd=patched, check=True, capture_output=True)
+    assert "set_detect_anomaly(False)" in (patched / "train.py").read_text()
+
+    before, after = [], []
+    for i in range(PAIRS):  # alternated: A B, B A, so a drift of the machine cancels
+        order = (original, patched) if i % 2 == 0 else (patched, original)
+        for folder in order:
+            (before if folder is original else after).append(_own_clock(folder / "train.py"))
+    assert sum(after) < sum(before), (before, after)
