@@ -253,13 +253,14 @@ class UserCode:
                 best, verdict = at + len(marker), False
         return verdict
 
-    def location(self, filename: str, line: int, function: str) -> Location:
-        """{"file", "line", "function"}, the file relative to cwd when it lies under it."""
+    def location(self, filename: str, line: int | None, function: str) -> Location:
+        """{"file", "line", "function"}, the file relative to cwd when it lies under it (line
+        0 where Python knows none: a frame between lines, or a traceback entry of one)."""
         path = os.path.abspath(filename)
         norm = os.path.normcase(path)
         if self._cwd is not None and norm.startswith(self._cwd.rstrip(os.sep) + os.sep):
             path = os.path.relpath(path, self._cwd)
-        return {"file": path, "line": int(line), "function": function}
+        return {"file": path, "line": int(line or 0), "function": function}
 
     def caller(self, frame: FrameType | None) -> Location | None:
         """The innermost user frame at or above `frame` (None: no user frame on the stack)."""

@@ -182,6 +182,7 @@ def launch(
             outcome.warnings.append(
                 f"{len(adopted)} process(es) the script detached (a daemon) were terminated"
             )
+        subreaper.stop_being_subreaper()
         outcome.warnings.extend(tree_settle.settle(run_dir))
         sampler.stop()
         for tee in tees:

@@ -106,7 +106,11 @@ class StackSampler:
         if step is None or not self.running:
             return
         self._samples += 1
-        key = self._innermost_user(frame)
+        try:
+            key = self._innermost_user(frame)
+        except Exception:  # a signal handler must never raise into the user's script
+            log.debug("stack sample failed", exc_info=True)
+            return
         if key is None:
             return
         row = (step, *key)
@@ -120,7 +124,9 @@ class StackSampler:
         depth = 0
         while frame is not None and depth < MAX_DEPTH:
             code = frame.f_code
-            if self._user_code.is_user_file(code.co_filename):
+            # f_lineno is None while a frame sits between lines (a compiled region's
+            # resume point, a generator's setup): skip to its caller.
+            if frame.f_lineno is not None and self._user_code.is_user_file(code.co_filename):
                 loc = self._user_code.location(code.co_filename, frame.f_lineno, code.co_name)
                 return (str(loc["file"]), code.co_name, code.co_firstlineno, frame.f_lineno)
             frame = frame.f_back

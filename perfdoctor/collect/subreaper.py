@@ -39,6 +39,19 @@ def become_subreaper() -> bool:
         return False
 
 
+def stop_being_subreaper() -> None:
+    """Orphans go to init again: a long-lived process that ran the launcher in-process (an
+    MCP server, a test runner) must not collect every later orphan as a zombie of its own."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        logger.debug("leaving the subreaper role failed", exc_info=True)
+
+
 def adopted_since(started_at: float, exclude: set[int] | None = None) -> list[Any]:
     """Running descendants of this process created at or after `started_at` (time.time()
     seconds, as psutil counts) outside its own process group, but `exclude`: what a run

@@ -205,7 +205,15 @@ class _Files:
             return None  # outside the patch root: a library, another checkout
         return path if path.is_file() else None
 
+    def key(self, file: str) -> str:
+        """One name per file: the run can name a file relative to its cwd in one record and
+        by its absolute path in another, and two names would give one file two diffs (the
+        second then reads as already applied, and `patch --batch` reverses it)."""
+        path = self.resolve(file)
+        return str(path) if path is not None else file
+
     def source(self, file: str) -> Source | None:
+        file = self.key(file)
         if file in self.sources:
             return self.sources[file]
         path = self.resolve(file)
@@ -222,7 +230,7 @@ class _Files:
 
     def add(self, file: str, edits: Sequence[Edit]) -> list[Edit]:
         """The edits that do not overlap ones already taken on the file."""
-        taken = self.edits.setdefault(file, [])
+        taken = self.edits.setdefault(self.key(file), [])
         kept = []
         for edit in edits:
             if any(_overlap(edit, other) for other in taken):

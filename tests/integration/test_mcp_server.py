@@ -94,7 +94,14 @@ async def server(root: Path) -> AsyncIterator[ClientSession]:
 
 
 def _server_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if "mcp" in p.cmdline()]
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:  # a zombie or a process that just ended has no command line to read
+            if "mcp" in process.cmdline():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
 
 
 def run(test: Callable[[], Any]) -> None:
