@@ -245,7 +245,10 @@ def compare_in_process(
     would = None
     if verdict == "undecided":
         would = reason.split("would decide it: ", 1)[-1].split(" (stopped", 1)[0]
-    load_bound = verdict == "accepted" and basis.busy and gives_cores_back(result.applied)
+    # Only this variant's own appliers: the A/B process installs every arm's, so a
+    # cpu-threads arm beside it would otherwise label anomaly-off load-bound too.
+    own = [a for a in result.applied if a.id in result.optimizations]
+    load_bound = verdict == "accepted" and basis.busy and gives_cores_back(own)
     if load_bound:
         reason += (
             "; load-bound: it wins by leaving contended cores to the other processes, and "

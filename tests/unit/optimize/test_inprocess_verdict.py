@@ -172,3 +172,41 @@ def test_the_verdict_states_the_load_and_a_thread_cut_that_wins_by_it_is_load_bo
         [sample("cpu-threads", applied=(threads,))], ("cpu-threads",), label="cpu-threads",
     )  # fmt: skip
     assert quiet.verdict == "accepted" and not quiet.load_bound
+
+
+def test_a_fix_measured_beside_a_thread_cut_in_one_process_is_not_load_bound() -> None:
+    """The A/B process installs every arm's appliers: anomaly-off measured there beside a
+    cpu-threads arm wins on its own, and is not labelled as winning by the load."""
+    threads = AppliedOptimization(
+        id="cpu-threads",
+        applied=True,
+        verified=True,
+        detail="intra-op threads held at 1 (usable cores; 2 at startup)",
+    )
+    anomaly = AppliedOptimization(id="anomaly-off", applied=True, verified=True, detail="off")
+    busy = RunSample(
+        label="ab",
+        step_ms=(10.0,) * 20,
+        applied=(anomaly, threads),
+        run_dir="/s/ab",
+        other_busy_cores=1.5,
+        cpu_cores=2,
+    )
+    log = ab_log(1.6)
+    log = ABLog(
+        design=ABDesign(
+            arms=(Arm("baseline"), Arm("anomaly-off", ("anomaly-off",))),
+            comparisons=(Comparison("anomaly-off", 0, 1),),
+        ),
+        rounds=log.rounds,
+        measure_s=log.measure_s,
+        comparisons=(ComparisonEnd("anomaly-off", "faster", log.rounds, 3),),
+        blocks=log.blocks,
+    )
+    result = compare_in_process(
+        BASELINE, busy, log, [sample("anomaly-off", applied=(anomaly, threads))],
+        ("anomaly-off",), label="anomaly-off",
+    )  # fmt: skip
+    assert result.verdict == "accepted"
+    assert "at 1.5 other busy cores of 2" in result.reason
+    assert not result.load_bound and "load-bound" not in result.reason
