@@ -1,4 +1,6 @@
-"""The report's charts: matplotlib figures rendered to inline SVG strings.
+"""The report's charts, as inline SVG strings: matplotlib figures, except the line charts
+over steps (step time, loss), which line_svg.py writes directly in the same look (a
+diagnosed trace's report then loads no matplotlib: issue 30).
 
 Only `Report.series` (and the baseline breakdown) is read; see the comment on `Report.series`
 in model.py and docs/report-schema.md for its shape. A chart whose data is missing is not
@@ -23,6 +25,7 @@ from typing import Any, cast
 
 from perfdoctor.model import Report
 from perfdoctor.render import format as fmt
+from perfdoctor.render import line_svg
 from perfdoctor.render.summary import BREAKDOWN_PARTS
 from perfdoctor.rundir import BASELINE_LABEL
 
@@ -332,25 +335,22 @@ def _step_time_chart(report: Report, series: Mapping[str, Any], colors: dict[str
     if too_few := _too_few_points(lines):
         return Chart("step_time", title, None, too_few)
 
-    def draw(fig: Any) -> None:
-        ax = fig.add_subplot()
-        if warmup_end is not None:
-            ax.axvspan(-0.5, warmup_end, color="#999999", alpha=0.12, lw=0)
-            ax.text(0, 1.0, " warm-up", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
-        for label, xs, ys in lines:
-            ax.plot(xs, ys, lw=1.2, color=colors.get(label), label=_legend_label(label))
-        ax.set_xlabel("step")
-        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
+    # Headroom above the warm-up's label, which sat on the warm-up steps' line.
+    tallest = max((y for _, _, ys in lines for y in ys), default=0.0)
+    svg = line_svg.line_chart(
+        [
+            line_svg.Line(_legend_label(label), xs, ys, colors.get(label), 1.2)
+            for label, xs, ys in lines
+        ],
+        xlabel="step",
         # On CUDA the step times are the GPU's clock (the tables' too), not the host's.
-        ax.set_ylabel("step time (ms, GPU clock)" if _on_cuda(report) else "step time (ms)")
-        ax.set_ylim(bottom=0)
-        if warmup_end is not None:  # headroom: the label sat on the warm-up steps' line
-            tallest = max((y for _, _, ys in lines for y in ys if _finite(y)), default=0.0)
-            if tallest > 0:
-                ax.set_ylim(top=tallest * 1.15)
-        _legend(ax, len(lines))
-
-    return Chart("step_time", title, _render(draw))
+        ylabel="step time (ms, GPU clock)" if _on_cuda(report) else "step time (ms)",
+        integer_x=True,  # steps are whole numbers
+        y_bottom=0.0,
+        y_top=tallest * 1.15 if warmup_end is not None and tallest > 0 else None,
+        span=None if warmup_end is None else line_svg.Span(-0.5, warmup_end, "warm-up", 0.0),
+    )
+    return Chart("step_time", title, svg)
 
 
 def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:
@@ -649,13 +649,10 @@ def _loss_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str
     if too_few := _too_few_points(lines):
         return Chart("loss", title, None, too_few)
 
-    def draw(fig: Any) -> None:
-        ax = fig.add_subplot()
-        for label, xs, ys in lines:
-            ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
-        ax.set_xlabel("step")
-        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
-        ax.set_ylabel("loss")
-        _legend(ax, len(lines))
-
-    return Chart("loss", title, _render(draw))
+    svg = line_svg.line_chart(
+        [line_svg.Line(_legend_label(label), xs, ys, colors.get(label)) for label, xs, ys in lines],
+        xlabel="step",
+        ylabel="loss",
+        integer_x=True,  # steps are whole numbers
+    )
+    return Chart("loss", title, svg)

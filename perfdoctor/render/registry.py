@@ -2,7 +2,8 @@
 the session's report files (diagnose.write_reports) all look their renderer up here.
 
 A renderer is named by "module:function" and imported on first use: `--help` loads no
-renderer, and matplotlib is loaded only when the HTML report is drawn.
+renderer, and matplotlib is loaded only when the HTML report draws a chart that needs it (a
+diagnosed trace's report draws none: its step-time chart is written directly).
 """
 
 from __future__ import annotations

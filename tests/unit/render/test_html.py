@@ -75,7 +75,8 @@ def test_hostile_text_is_escaped_everywhere():
     for tag, attrs in tags:
         assert not [a for a in attrs if a.startswith("on")], (tag, attrs)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    # matplotlib escaped the hostile legend and tick labels in the SVG too.
+    # The hostile legend and tick labels are escaped in the SVG too (matplotlib draws the
+    # breakdown, render/line_svg.py the step time).
     assert "&lt;script&gt;" in _figure(text, "breakdown")
     assert "&lt;script&gt;" in _figure(text, "step_time")
 
