@@ -1,5 +1,5 @@
 """`python -m perfdoctor` is the `perfdoctor` command."""
 
-from perfdoctor.cli import app
+from perfdoctor.cli import run
 
-app(prog_name="perfdoctor")
+run()
