@@ -35,22 +35,30 @@ class KernelMix:
 
 
 def kernel_classes(ev: TraceEvents, found: OpKernels) -> list[KernelPrecision]:
-    """One class per kernel of `found.kernels`, using the owning op's dtype."""
-    dtypes: list[str | None] = []
-    for owner in found.owner.tolist():
-        if owner < 0:
-            dtypes.append(None)
-            continue
-        types, _ = ev.shapes.get(int(found.ops[owner]), ([], []))
-        dtypes.append(first_float_type(types))
-    cache: dict[tuple[int, str | None], KernelPrecision] = {}
-    out = []
-    for code, dtype in zip(ev.gpu.name[found.kernels].tolist(), dtypes, strict=True):
-        key = (code, dtype)
-        if key not in cache:
-            cache[key] = classify_kernel(ev.names[code], dtype)
-        out.append(cache[key])
-    return out
+    """One class per kernel of `found.kernels`, using the owning op's dtype: each op's dtype
+    is read once (an op launches many kernels), each distinct (kernel name, dtype) is
+    classified once, and the classes are spread over the kernels by numpy."""
+    if found.kernels.size == 0:
+        return []
+    codes: dict[str | None, int] = {None: 0}  # dtype -> code; 0: no owner or no float type
+    op_dtype = np.fromiter(
+        (
+            codes.setdefault(first_float_type(ev.shapes.get(op, ([], []))[0]), len(codes))
+            for op in found.ops.tolist()
+        ),
+        dtype=np.int64,
+        count=found.ops.size,
+    )
+    owned = found.owner >= 0
+    dtype = np.zeros(found.kernels.size, dtype=np.int64)
+    dtype[owned] = op_dtype[found.owner[owned]]
+    width = len(codes)
+    keys, inverse = np.unique(
+        ev.gpu.name[found.kernels].astype(np.int64) * width + dtype, return_inverse=True
+    )
+    dtypes = list(codes)  # in code order
+    table = [classify_kernel(ev.names[key // width], dtypes[key % width]) for key in keys.tolist()]
+    return [table[i] for i in inverse.ravel().tolist()]
 
 
 def kernel_mix(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import math
 import re
 import zlib
 from collections import defaultdict
@@ -585,8 +586,9 @@ class EventBuilder:
             # The GPU row's own pid is the device; args.device says the same where present.
             device=_device_ids(args, events),
             stream=_stream_ids(args, events),
+            # Kernels record no bytes: None is the common value, tested first.
             bytes=np.fromiter(
-                (_finite(a.bytes) for a in args),
+                (np.nan if a.bytes is None else _finite(a.bytes) for a in args),
                 dtype=np.float64,
                 count=n,
             ),
@@ -714,7 +716,8 @@ def _finite(value: Any) -> float:
             out = float(value)
         except OverflowError:
             return np.nan
-        return out if np.isfinite(out) else np.nan
+        # math, not numpy: numpy's ufunc on one Python float costs ~1 us, per GPU row.
+        return out if math.isfinite(out) else np.nan
     return np.nan
 
 
