@@ -9,7 +9,10 @@ copies of its steps, shifted timestamps, renumbered ids) into a scratch folder o
 checkout (`--work`, default a temporary folder; never committed). Each measurement is its
 own process, read with wait4: wall seconds, its own CPU seconds (user + sys) and peak RSS.
 Arms alternate within each round (A B C / C B A), so drift of a shared machine cancels out;
-on a loaded machine the CPU seconds are the stable figure.
+on a loaded machine the CPU seconds are the stable figure. Each checkout's modules are
+byte-compiled first, as an installed package's are: with PYTHONDONTWRITEBYTECODE set (as in
+some shells here) every run would otherwise compile perfdoctor's ~130 modules from source,
+about 1 s of CPU that no user pays.
 
     python benchmarks/diagnose_speed.py                           # 183 MB, 3 rounds
     python benchmarks/diagnose_speed.py --sizes 183,2000 --rounds 2
@@ -100,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.trace.exists():
         out(f"no trace at {args.trace}: pass --trace")
         return 0
+    for src in (ROOT, args.baseline_src):
+        if src is not None:
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(src / "perfdoctor")],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
     work = args.work or Path(tempfile.mkdtemp(prefix="perfdoctor-diagnose-speed-"))
     work.mkdir(parents=True, exist_ok=True)
     out(machine_line())
