@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from perfdoctor.model import Report
+from perfdoctor.render import bar_svg, line_svg
 from perfdoctor.render import format as fmt
-from perfdoctor.render import line_svg
 from perfdoctor.render.summary import BREAKDOWN_PARTS
 from perfdoctor.rundir import BASELINE_LABEL
 
@@ -373,39 +373,30 @@ def _breakdown_chart(report: Report, series: Mapping[str, Any], colors: dict[str
     parts_seen = [p for p in BREAKDOWN_PARTS if any(p in v for _, v in rows)]
     parts_seen += sorted({p for _, v in rows for p in v} - set(parts_seen))
 
-    def draw(fig: Any) -> None:
-        ax = fig.add_subplot()
-        names = [fmt.one_line(label, _TICK_LABEL_CHARS) for label, _ in rows]
-        positions = list(range(len(rows)))
-        left = [0.0] * len(rows)
-        for i, part in enumerate(parts_seen):
-            widths = [values.get(part, 0.0) for _, values in rows]
-            color = _PART_COLORS.get(part, _PALETTE[i % len(_PALETTE)])
-            ax.barh(
-                positions, widths, left=left, color=color, label=_legend_label(part), height=0.6
+    totals = [sum(values.get(part, 0.0) for part in parts_seen) for _, values in rows]
+    # Each total says which run (and on CUDA which clock) it is: the Variants table's step
+    # times are the paired medians over every A/B run, a different figure.
+    source = [s for s in ("run 1" if len(rows) > 1 else "", "host" if clock else "") if s]
+    suffix = f" ({', '.join(source)})" if source else ""
+    svg = bar_svg.stacked_bars(
+        [
+            bar_svg.Bar(
+                fmt.one_line(label, _TICK_LABEL_CHARS),
+                [values.get(part, 0.0) for part in parts_seen],
+                f" {fmt.ms(total)}{suffix}",
             )
-            left = [a + b for a, b in zip(left, widths, strict=True)]
-        # Each total says which run (and on CUDA which clock) it is: the Variants table's step
-        # times are the paired medians over every A/B run, a different figure.
-        source = [s for s in ("run 1" if len(rows) > 1 else "", "host" if clock else "") if s]
-        suffix = f" ({', '.join(source)})" if source else ""
-        for pos, total in zip(positions, left, strict=True):
-            ax.text(total, pos, f" {fmt.ms(total)}{suffix}", va="center", fontsize=8)
-        ax.set_yticks(positions, names)
-        ax.invert_yaxis()
-        ax.set_xlabel("time per step (ms" + (", host clock)" if clock else ")"))
-        ax.set_xlim(right=max(left) * (1.35 if suffix else 1.18) if max(left) > 0 else 1)
-        ax.grid(axis="y", visible=False)
-        ax.legend(
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.28),
-            ncol=min(len(parts_seen), 6),
-            fontsize=8,
-            frameon=False,
-        )
-
-    height = 1.6 + 0.45 * len(rows)
-    return Chart("breakdown", title, _render(draw, height=height))
+            for (label, values), total in zip(rows, totals, strict=True)
+        ],
+        [
+            bar_svg.Part(_legend_label(part), _PART_COLORS.get(part, _PALETTE[i % len(_PALETTE)]))
+            for i, part in enumerate(parts_seen)
+        ],
+        xlabel="time per step (ms" + (", host clock)" if clock else ")"),
+        x_max=max(totals) * (1.35 if suffix else 1.18) if max(totals) > 0 else 1.0,
+        height_in=1.6 + 0.45 * len(rows),
+        columns=min(len(parts_seen), 6),
+    )
+    return Chart("breakdown", title, svg)
 
 
 def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:

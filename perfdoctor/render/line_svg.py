@@ -36,14 +36,14 @@ MARGIN = 0.05  # of the data range, on each side of an axis whose limit is not g
 MAX_BINS = 9
 _STEPS = (1.0, 2.0, 2.5, 5.0, 10.0)
 _INT_STEPS = (1.0, 2.0, 5.0, 10.0)
-_FONT = (
+FONT = (
     "font-family: 'DejaVu Sans', 'Bitstream Vera Sans', 'Lucida Grande', 'Verdana', "
     "'Geneva', 'Arial', 'Helvetica', sans-serif"
 )
-_GRID = 'stroke="#b0b0b0" stroke-opacity="0.3" stroke-width="0.8"'
-_PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
-_LINE_HEIGHT = 1.17  # of the font size: one line of DejaVu Sans, ascent plus descent
-_ASCENT = 0.76  # of the font size, above the baseline
+GRID = 'stroke="#b0b0b0" stroke-opacity="0.3" stroke-width="0.8"'
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
+LINE_HEIGHT = 1.17  # of the font size: one line of DejaVu Sans, ascent plus descent
+ASCENT = 0.76  # of the font size, above the baseline
 # Advance widths of DejaVu Sans in em, for the characters tick labels are made of; other
 # characters take the average of its lower-case letters.
 _ADVANCE = {
@@ -145,7 +145,7 @@ def _esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _num(value: float) -> str:
+def coord(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
@@ -187,7 +187,7 @@ def line_chart(
     ys_all = [y for line in lines for y in line.ys]
     x0, x1 = _limits(xs_all, None, None)
     y0, y1 = _limits(ys_all, y_bottom, y_top)
-    line_h = TICK_SIZE * _LINE_HEIGHT
+    line_h = TICK_SIZE * LINE_HEIGHT
     bottom = height - (PAD + line_h + LABEL_PAD + line_h + TICK_PAD + TICK_LEN)
     top = PAD
     y_ticks = ticks(y0, y1, int((bottom - top) // (TICK_SIZE * 2)))
@@ -205,35 +205,36 @@ def line_chart(
     frame = _Frame(left, top, right, bottom, x0, x1, y0, y1)
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_num(width)}pt" '
-        f'height="{_num(height)}pt" viewBox="0 0 {_num(width)} {_num(height)}" version="1.1">',
-        f'<rect width="{_num(width)}" height="{_num(height)}" fill="#ffffff"/>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{coord(width)}pt" '
+        f'height="{coord(height)}pt" viewBox="0 0 {coord(width)} {coord(height)}" version="1.1">',
+        f'<rect width="{coord(width)}" height="{coord(height)}" fill="#ffffff"/>',
     ]
     if span is not None:
         parts.append(_span(frame, span))
     parts += _grid_and_ticks(frame, x_ticks, x_labels, y_ticks, y_labels)
     for i, line in enumerate(lines):
-        color = line.color or _PALETTE[i % len(_PALETTE)]
+        color = line.color or PALETTE[i % len(PALETTE)]
         points = " ".join(
-            f"{_num(frame.x(x))},{_num(frame.y(y))}" for x, y in zip(line.xs, line.ys, strict=True)
+            f"{coord(frame.x(x))},{coord(frame.y(y))}"
+            for x, y in zip(line.xs, line.ys, strict=True)
         )
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{color}" '
-            f'stroke-width="{_num(line.width)}" stroke-linejoin="round" stroke-linecap="square"/>'
+            f'stroke-width="{coord(line.width)}" stroke-linejoin="round" stroke-linecap="square"/>'
         )
     # The spines over the lines, as matplotlib draws them.
     parts.append(
-        f'<path d="M {_num(left)} {_num(top)} L {_num(left)} {_num(bottom)} L {_num(right)} '
-        f'{_num(bottom)}" fill="none" stroke="#000000" stroke-width="0.8" '
+        f'<path d="M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L {coord(right)} '
+        f'{coord(bottom)}" fill="none" stroke="#000000" stroke-width="0.8" '
         'stroke-linecap="square"/>'
     )
-    label_y = height - PAD - line_h + TICK_SIZE * _ASCENT
-    parts.append(_text((left + right) / 2, label_y, xlabel, TICK_SIZE, "middle"))
+    label_y = height - PAD - line_h + TICK_SIZE * ASCENT
+    parts.append(svg_text((left + right) / 2, label_y, xlabel, TICK_SIZE, "middle"))
     mid = (top + bottom) / 2
-    label_x = PAD + TICK_SIZE * _ASCENT
+    label_x = PAD + TICK_SIZE * ASCENT
     parts.append(
-        f'<text x="{_num(label_x)}" y="{_num(mid)}" transform="rotate(-90 {_num(label_x)} '
-        f'{_num(mid)})" style="font-size: {_num(TICK_SIZE)}px; {_FONT}; text-anchor: middle">'
+        f'<text x="{coord(label_x)}" y="{coord(mid)}" transform="rotate(-90 {coord(label_x)} '
+        f'{coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; text-anchor: middle">'
         f"{_esc(ylabel)}</text>"
     )
     if len(lines) > 1:
@@ -242,10 +243,10 @@ def line_chart(
     return "\n".join(parts)
 
 
-def _text(x: float, y: float, text: str, size: float, anchor: str, color: str = "") -> str:
+def svg_text(x: float, y: float, text: str, size: float, anchor: str, color: str = "") -> str:
     fill = f' fill="{color}"' if color else ""
     return (
-        f'<text x="{_num(x)}" y="{_num(y)}"{fill} style="font-size: {_num(size)}px; {_FONT}; '
+        f'<text x="{coord(x)}" y="{coord(y)}"{fill} style="font-size: {coord(size)}px; {FONT}; '
         f'text-anchor: {anchor}">{_esc(text)}</text>'
     )
 
@@ -254,12 +255,12 @@ def _span(frame: _Frame, span: Span) -> str:
     a = min(max(frame.x(span.x0), frame.left), frame.right)
     b = min(max(frame.x(span.x1), frame.left), frame.right)
     shade = (
-        f'<rect x="{_num(a)}" y="{_num(frame.top)}" width="{_num(max(b - a, 0.0))}" '
-        f'height="{_num(frame.bottom - frame.top)}" fill="#999999" fill-opacity="0.12"/>'
+        f'<rect x="{coord(a)}" y="{coord(frame.top)}" width="{coord(max(b - a, 0.0))}" '
+        f'height="{coord(frame.bottom - frame.top)}" fill="#999999" fill-opacity="0.12"/>'
     )
     # From the axes' top edge down, clamped into the axes.
     at = min(max(frame.x(span.label_at), frame.left), frame.right)
-    label = _text(at, frame.top + LEGEND_SIZE * _ASCENT, " " + span.label, LEGEND_SIZE, "start")
+    label = svg_text(at, frame.top + LEGEND_SIZE * ASCENT, " " + span.label, LEGEND_SIZE, "start")
     return shade + "\n" + label.replace("<text ", '<text xml:space="preserve" ', 1)
 
 
@@ -271,21 +272,21 @@ def _grid_and_ticks(
     y_labels: Sequence[str],
 ) -> list[str]:
     grid, marks, texts = [], [], []
-    below = frame.bottom + TICK_LEN + TICK_PAD + TICK_SIZE * _ASCENT
+    below = frame.bottom + TICK_LEN + TICK_PAD + TICK_SIZE * ASCENT
     for value, label in zip(x_ticks, x_labels, strict=True):
-        x = _num(frame.x(value))
-        grid.append(f"M {x} {_num(frame.top)} L {x} {_num(frame.bottom)}")
-        marks.append(f"M {x} {_num(frame.bottom)} l 0 {_num(TICK_LEN)}")
-        texts.append(_text(frame.x(value), below, label, TICK_SIZE, "middle"))
+        x = coord(frame.x(value))
+        grid.append(f"M {x} {coord(frame.top)} L {x} {coord(frame.bottom)}")
+        marks.append(f"M {x} {coord(frame.bottom)} l 0 {coord(TICK_LEN)}")
+        texts.append(svg_text(frame.x(value), below, label, TICK_SIZE, "middle"))
     beside = frame.left - TICK_LEN - TICK_PAD
     for value, label in zip(y_ticks, y_labels, strict=True):
-        y = _num(frame.y(value))
-        grid.append(f"M {_num(frame.left)} {y} L {_num(frame.right)} {y}")
-        marks.append(f"M {_num(frame.left)} {y} l {_num(-TICK_LEN)} 0")
-        middle = frame.y(value) + TICK_SIZE * (_ASCENT - _LINE_HEIGHT / 2)
-        texts.append(_text(beside, middle, label, TICK_SIZE, "end"))
+        y = coord(frame.y(value))
+        grid.append(f"M {coord(frame.left)} {y} L {coord(frame.right)} {y}")
+        marks.append(f"M {coord(frame.left)} {y} l {coord(-TICK_LEN)} 0")
+        middle = frame.y(value) + TICK_SIZE * (ASCENT - LINE_HEIGHT / 2)
+        texts.append(svg_text(beside, middle, label, TICK_SIZE, "end"))
     return [
-        f'<path d="{" ".join(grid)}" fill="none" {_GRID}/>',
+        f'<path d="{" ".join(grid)}" fill="none" {GRID}/>',
         f'<path d="{" ".join(marks)}" fill="none" stroke="#000000" stroke-width="0.8"/>',
         *texts,
     ]
@@ -306,7 +307,7 @@ def _legend(frame: _Frame, lines: Sequence[Line]) -> str:
         for c in range(columns)
     ]
     box_w = sum(col_w) + size * (_COL_GAP * (columns - 1) + 2 * _BORDER)
-    row_h = size * _LINE_HEIGHT
+    row_h = size * LINE_HEIGHT
     box_h = rows * row_h + (rows - 1) * size * _ROW_GAP + 2 * size * _BORDER
     x, y = _best_corner(frame, lines, box_w, box_h)
     out = []
@@ -314,14 +315,14 @@ def _legend(frame: _Frame, lines: Sequence[Line]) -> str:
         c, r = divmod(i, rows)
         left = x + size * _BORDER + sum(col_w[:c]) + c * size * _COL_GAP
         middle = y + size * _BORDER + r * (row_h + size * _ROW_GAP) + row_h / 2
-        color = line.color or _PALETTE[i % len(_PALETTE)]
+        color = line.color or PALETTE[i % len(PALETTE)]
         out.append(
-            f'<path d="M {_num(left)} {_num(middle)} l {_num(size * _HANDLE)} 0" '
-            f'stroke="{color}" stroke-width="{_num(line.width)}" stroke-linecap="square"/>'
+            f'<path d="M {coord(left)} {coord(middle)} l {coord(size * _HANDLE)} 0" '
+            f'stroke="{color}" stroke-width="{coord(line.width)}" stroke-linecap="square"/>'
         )
-        baseline = middle + size * (_ASCENT - _LINE_HEIGHT / 2)
+        baseline = middle + size * (ASCENT - LINE_HEIGHT / 2)
         text_x = left + size * (_HANDLE + _HANDLE_PAD)
-        out.append(_text(text_x, baseline, line.label, size, "start"))
+        out.append(svg_text(text_x, baseline, line.label, size, "start"))
     return "\n".join(out)
 
 

@@ -2,9 +2,9 @@
 trace's step-time chart is written as SVG directly, render/line_svg.py), no torch, no
 TensorBoard. matplotlib's import alone cost the command 0.75 s of CPU, more than the
 analysis of a 180 MB trace. One child process running the real command on a small GPU trace
-with neither recorded shapes nor DataLoader spans (as the GPU corpus's NCCL trace of the
-benchmark), no timing. A trace with shapes also draws the per-op roofline, and one with
-DataLoader spans the step breakdown: matplotlib still draws those two.
+with DataLoader spans (its report draws the step time and the step breakdown, both written
+as SVG directly) and no recorded shapes, no timing. A trace with shapes also draws the
+per-op roofline (log axes), which matplotlib still draws.
 
 `typer.completion` and pydantic are imported by typer itself (typer.main and its parameter
 coercion, since typer 0.2x), whatever the command: not checked here."""
@@ -42,9 +42,7 @@ BANNED = ("matplotlib", "torch", "tensorboard", "tensorflow", "PIL")
 
 def test_diagnose_of_a_trace_imports_no_matplotlib_nor_torch(tmp_path: Path):
     out = tmp_path / "reports"
-    trace = synthetic.write_trace(
-        tmp_path / "t.pt.trace.json", synthetic.input_bound_trace(loader=None)
-    )
+    trace = synthetic.write_trace(tmp_path / "t.pt.trace.json", synthetic.input_bound_trace())
     probe = _PROBE.format(trace=str(trace), out=str(out), banned=BANNED)
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=scaled(120)
@@ -54,5 +52,7 @@ def test_diagnose_of_a_trace_imports_no_matplotlib_nor_torch(tmp_path: Path):
     assert code == "0", result.stderr
     # The command did draw its chart: the check is not vacuous.
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert re.search(r'<figure id="chart-step_time">.*?<div class="plot"><svg', html)
+    for chart in ("step_time", "breakdown"):
+        figure = re.search(rf'<figure id="chart-{chart}">(.*?)</figure>', html, re.DOTALL)
+        assert figure is not None and '<div class="plot"><svg' in figure.group(1), chart
     assert imported == "", f"diagnose imported {imported}"
