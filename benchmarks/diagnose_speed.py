@@ -123,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for name in names if i % 2 == 0 else names[::-1]:
                 command, env = commands[name]
-                r = run_child(command, env={**env, "OMP_NUM_THREADS": "1"})
+                # cwd: the scratch folder. `python -m` puts the working directory first on
+                # sys.path, ahead of PYTHONPATH: run from a checkout, every arm imported that
+                # checkout's perfdoctor (the baseline arm measured this branch's code).
+                r = run_child(command, cwd=work, env={**env, "OMP_NUM_THREADS": "1"})
                 if r.returncode != 0:
                     out(f"{name} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
                     return 1
