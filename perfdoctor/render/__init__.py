@@ -3,4 +3,4 @@ json_report.py; progress.py (the live display of `perfdoctor profile`) and
 tensorboard_export.py (Report.series -> TensorBoard scalars). Renderers read a
 `perfdoctor.model.Report` and never measure or judge.
 Modules are imported directly (matplotlib is loaded only by the HTML report's charts that
-need it; line_svg.py draws the step-time and loss charts without it)."""
+need it; line_svg.py, bar_svg.py and loglog_svg.py draw the others without it)."""

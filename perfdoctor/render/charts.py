@@ -1,6 +1,8 @@
-"""The report's charts, as inline SVG strings: matplotlib figures, except the line charts
-over steps (step time, loss), which line_svg.py writes directly in the same look (a
-diagnosed trace's report then loads no matplotlib: issue 30).
+"""The report's charts, as inline SVG strings: matplotlib figures for the utilization and
+memory charts (and batch_section.py's curve); the step time, the loss and the step
+breakdown are written directly in the same look (line_svg.py, bar_svg.py; the roofline in
+compute_section.py by loglog_svg.py), so a diagnosed trace's report loads no matplotlib
+(its import alone was 0.75 s of CPU: issue 30).
 
 Only `Report.series` (and the baseline breakdown) is read; see the comment on `Report.series`
 in model.py and docs/report-schema.md for its shape. A chart whose data is missing is not

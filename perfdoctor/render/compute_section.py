@@ -100,48 +100,28 @@ def roofline_svg(report: Report) -> str | None:
     points = roofline_points(report)
     if not points:
         return None
-    from perfdoctor.render import charts
+    from perfdoctor.render.loglog_svg import roofline_chart
 
     peak_tflops = _num(report.facts.get("mfu_peak_tflops"))
     peak = (report.compute or {}).get("peak")
     bandwidth = _num(peak.get("memory_tbps")) if isinstance(peak, Mapping) else None
-    return charts._render(_draw_roofline, points, peak_tflops, bandwidth, height=3.4)
-
-
-def _draw_roofline(
-    fig: Any,
-    points: list[tuple[float, float, str]],
-    peak: float | None,
-    bandwidth_tbps: float | None,
-) -> None:
-    ax = fig.add_subplot(1, 1, 1)
     xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    ax.scatter(xs, ys, s=18)
-    for x, y, label in points[:6]:
-        ax.annotate(label[:28], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    # Plain numbers: log axes label in mathtext ("$\\mathdefault{10^{3}}$"), which an SVG
-    # with text kept as text (svg.fonttype none) shows verbatim; minor labels overlap.
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.4g}"))
-        axis.set_minor_formatter(NullFormatter())
-    if peak:
+    roof: list[tuple[float, float]] = []
+    lo = min(xs) / 2
+    if peak_tflops and bandwidth:
         # The roofs: bandwidth x intensity up to the ridge, the dense peak after it.
-        lo, hi = min(xs) / 2, max(xs) * 2
-        if bandwidth_tbps:
-            ridge = peak / bandwidth_tbps
-            roof_x = [lo, max(min(ridge, hi), lo), hi]
-            roof_y = [min(peak, bandwidth_tbps * x) for x in roof_x]
-            ax.plot(roof_x, roof_y, linestyle="--", linewidth=1, color="#888888")
-        else:
-            ax.axhline(peak, linestyle="--", linewidth=1, color="#888888")
-        ax.annotate(f"dense peak {peak:,.4g} TFLOP/s", (lo, peak), fontsize=7, va="bottom")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte, least traffic from shapes)")
-    ax.set_ylabel("achieved TFLOP/s")
+        hi = max(xs) * 2
+        ridge = peak_tflops / bandwidth
+        roof = [(x, min(peak_tflops, bandwidth * x)) for x in (lo, max(min(ridge, hi), lo), hi)]
+    return roofline_chart(
+        points,
+        roof=roof,
+        peak=peak_tflops,
+        peak_label=f"dense peak {peak_tflops:,.4g} TFLOP/s" if peak_tflops else "",
+        peak_at=lo,
+        xlabel="arithmetic intensity (FLOP per byte, least traffic from shapes)",
+        ylabel="achieved TFLOP/s",
+    )
 
 
 def _headline(facts: Mapping[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """report.html: one self-contained file that reads offline and can be mailed or attached.
 
 No script, no external stylesheet, font or image: CSS is inline and the charts are inline
-SVG (render/charts.py: from matplotlib, or written directly for the line charts over
-steps). A Content-Security-Policy meta tag forbids every fetch, so even a mistake here could
+SVG (render/charts.py: from matplotlib, or written directly where a trace's report draws
+one). A Content-Security-Policy meta tag forbids every fetch, so even a mistake here could
 not make the page reach the network. Every string that comes from a trace, a script or a
 path goes through `esc` (html.escape with quotes).
 """

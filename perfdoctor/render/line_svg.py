@@ -1,8 +1,9 @@
 """Line charts over steps (step time, loss) written as SVG directly, without matplotlib.
 
-They are the only charts a diagnosed trace draws, and drawing one with matplotlib cost
+Every diagnosed trace's report draws the step time, and drawing it with matplotlib cost
 `perfdoctor diagnose` about 0.9 s of CPU (0.75 s of it matplotlib's import), a fifth of the
-whole command on a 180 MB trace (issue 30). Written by hand they cost milliseconds.
+whole command on a 180 MB trace (issue 30). Written by hand it costs milliseconds. The
+other charts a trace's report can draw are written the same way (bar_svg.py, loglog_svg.py).
 
 They keep the look of the matplotlib charts beside them (render/charts.py): a 5.8 x 3 inch
 figure at 72 dpi (a pixel is a point), the same palette and sans-serif text (9 px, legend

@@ -3,7 +3,7 @@ the session's report files (diagnose.write_reports) all look their renderer up h
 
 A renderer is named by "module:function" and imported on first use: `--help` loads no
 renderer, and matplotlib is loaded only when the HTML report draws a chart that needs it (a
-diagnosed trace's report draws none: its step-time chart is written directly).
+diagnosed trace's report draws none: its charts are written as SVG directly).
 """
 
 from __future__ import annotations
