@@ -56,7 +56,7 @@ from perfdoctor.optimize.sequential import (
     undecided,
 )
 from perfdoctor.optimize.sizing import Sizing, sizing_env
-from perfdoctor.optimize.switchable import SWITCHABLE
+from perfdoctor.optimize.switchable import SWITCHABLE, needs_warmup_block
 from perfdoctor.report_signals import deferred_stop_signals
 from perfdoctor.rundir import (
     BASELINE_LABEL,
@@ -791,6 +791,7 @@ class _Runner:
                 design.settle_steps,
                 CONTINUATION_ROUNDS,
                 design.statistic,
+                warmup_arms=sum(needs_warmup_block(a.optimizations) for a in arms),
             )
             if why_not is None and block is None:
                 why_not = f"a script of {manifest.steps_seen} steps holds no block of each arm"

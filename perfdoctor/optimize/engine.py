@@ -157,18 +157,26 @@ def block_steps_for(step_s: float | None, statistic: str = PAIRED_MEDIANS) -> in
 
 
 def block_steps_to_fit(
-    script_steps: int, warmup: int, arms: int, settle: int, wanted_rounds: int, statistic: str
+    script_steps: int,
+    warmup: int,
+    arms: int,
+    settle: int,
+    wanted_rounds: int,
+    statistic: str,
+    warmup_arms: int | None = None,
 ) -> int | None:
     """Counted steps per block so that a script of `script_steps` steps holds the warm-up,
-    one first block per arm, and `wanted_rounds` rounds (None: no block fits at all). The
-    statistic's floor holds: a throughput window keeps its WINDOW_MIN_STEPS."""
+    a first block of each of the `warmup_arms` arms that need one (all `arms` when None;
+    optimize/switchable.needs_warmup_block), and `wanted_rounds` rounds (None: no block fits
+    at all). The statistic's floor holds: a throughput window keeps its WINDOW_MIN_STEPS."""
     floor = WINDOW_MIN_STEPS if statistic == THROUGHPUT_WINDOWS else MIN_BLOCK_STEPS
+    firsts = arms if warmup_arms is None else max(0, min(arms, warmup_arms))
     room = script_steps - warmup
-    length = room // max(1, arms * (wanted_rounds + 1))
+    length = room // max(1, arms * wanted_rounds + firsts)
     counted = length - settle
     if counted >= floor:
         return counted
-    return floor if room >= arms * 2 * (floor + settle) else None
+    return floor if room >= (arms + firsts) * (floor + settle) else None
 
 
 # --------------------------------------------------------------------------- estimate
