@@ -45,6 +45,7 @@ from perfdoctor.model import (
     Target,
     VariantResult,
 )
+from perfdoctor.optimize.engine import DEFAULT_MAX_ROUNDS, Looks, rerun_looks
 from perfdoctor.optimize.estimate import adjacent_baselines
 from perfdoctor.optimize.fix_patch import PATCH_NAME, build_fix_patch
 from perfdoctor.optimize.inprocess import ABLog, load_ab_log
@@ -54,8 +55,7 @@ from perfdoctor.optimize.measured_recommendations import follow_measurement
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
-from perfdoctor.optimize.sequential import extended_confidence
-from perfdoctor.optimize.verdicts import compare_variant, stack_candidates, with_rounds_advice
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
@@ -233,24 +233,28 @@ def compare_variants(
         )
         paired = adjacent_baselines(session.run_order, list(samples_by_rel), variant.runs)
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
-        extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
         results.append(
-            with_rounds_advice(
-                compare_variant(
-                    baseline_runs,
-                    samples,
-                    variant.optimizations,
-                    label=variant.label,
-                    run_level_confidence=(
-                        extended_confidence(variant.max_extra_looks) if extended else None
-                    ),
-                    rounds_note=variant.rounds_stop,
-                    statistic=variant.statistic,
-                    statistic_why=variant.statistic_why,
-                )
+            compare_variant(
+                baseline_runs,
+                samples,
+                variant.optimizations,
+                label=variant.label,
+                looks=session_looks(session),
+                rounds_note=variant.rounds_stop,
+                statistic=variant.statistic,
+                statistic_why=variant.statistic_why,
             )
         )
     return results
+
+
+def session_looks(session: Session) -> Looks:
+    """The engine's looks for the session's re-run comparisons: from --repeat rounds up to
+    --max-rounds (optimize/engine.py rerun_looks); the pipeline stops a variant's rounds at
+    these same looks."""
+    raw = session.options.get("max_rounds")
+    max_rounds = raw if isinstance(raw, int) and not isinstance(raw, bool) else DEFAULT_MAX_ROUNDS
+    return rerun_looks(session.repeat, max_rounds)
 
 
 def _in_process_result(

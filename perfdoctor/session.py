@@ -23,10 +23,8 @@ class VariantPlan:
     optimizations: tuple[str, ...]
     stacked: bool = False  # the accepted optimizations together
     runs: tuple[str, ...] = ()  # child run dirs, relative to the session, in run order
-    # Extra rounds (optimize/sequential.py), set only for a variant undecided after the
-    # planned rounds: the most extra looks --max-rounds allowed (their verdicts' confidence
-    # follows from it), and why the rounds stopped.
-    max_extra_looks: int = 0
+    # Why the variant's rounds stopped (decided at a look, --max-rounds, the budget), or why
+    # an in-process chain was not started again (optimize/engine.py).
     rounds_stop: str | None = None
     # "in-process": the speed comes from comparison `label` of the A/B child run `ab_run`
     # (relative to the session), and `runs` are the variant's seeded runs for numerics;
@@ -108,7 +106,6 @@ def load_session(session_dir: Path) -> Session:
                 optimizations=tuple(v["optimizations"]),
                 stacked=v.get("stacked", False),
                 runs=tuple(v.get("runs", ())),
-                max_extra_looks=int(v.get("max_extra_looks", 0)),
                 rounds_stop=v.get("rounds_stop"),
                 method=str(v.get("method", "re-runs")),
                 ab_run=v.get("ab_run"),
