@@ -52,6 +52,7 @@ from perfdoctor.optimize.inprocess import ABLog, load_ab_log
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.inprocess_verdict import compare_in_process
 from perfdoctor.optimize.measured_recommendations import follow_measurement
+from perfdoctor.optimize.prediction import with_prediction
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
@@ -223,7 +224,11 @@ def compare_variants(
     for variant in session.variants:
         if variant.method == IN_PROCESS and variant.ab_run is not None:
             results.append(
-                _in_process_result(session_dir, session, variant, samples_by_rel, ab_cache)
+                with_prediction(
+                    _in_process_result(session_dir, session, variant, samples_by_rel, ab_cache),
+                    variant.predicted_speedup,
+                    variant.predicted_from or "",
+                )
             )
             continue
         if not variant.runs:
@@ -233,17 +238,18 @@ def compare_variants(
         )
         paired = adjacent_baselines(session.run_order, list(samples_by_rel), variant.runs)
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
+        judged = compare_variant(
+            baseline_runs,
+            samples,
+            variant.optimizations,
+            label=variant.label,
+            looks=session_looks(session),
+            rounds_note=variant.rounds_stop,
+            statistic=variant.statistic,
+            statistic_why=variant.statistic_why,
+        )
         results.append(
-            compare_variant(
-                baseline_runs,
-                samples,
-                variant.optimizations,
-                label=variant.label,
-                looks=session_looks(session),
-                rounds_note=variant.rounds_stop,
-                statistic=variant.statistic,
-                statistic_why=variant.statistic_why,
-            )
+            with_prediction(judged, variant.predicted_speedup, variant.predicted_from or "")
         )
     return results
 

@@ -708,7 +708,7 @@ class _Runner:
             settle_steps=self._settle_steps(fixes),
         )
         for variant in variants:
-            self.session = self.session.with_variant(variant)
+            self.session = self.session.with_variant(self._with_prediction(variant))
         save_session(self.session_dir, self.session)
         planned = self.started + 1 + len(fixes if not stack else (STACKED_LABEL,))
         chain_started = time.monotonic()
@@ -841,7 +841,7 @@ class _Runner:
         --max-rounds and the time budget of the rounds past the first look (--round-budget,
         else DEFAULT_BUDGET_FACTOR x what the rounds up to it took)."""
         for variant in variants:
-            self.session = self.session.with_variant(variant)
+            self.session = self.session.with_variant(self._with_prediction(variant))
         save_session(self.session_dir, self.session)
 
         looks = diagnose.session_looks(self.session)
@@ -939,6 +939,21 @@ class _Runner:
             else:
                 self._update_variant(variant.label, rounds_stop=f"decided after {rounds} rounds")
         return still
+
+    def _with_prediction(self, variant: VariantPlan) -> VariantPlan:
+        """dataloader-workers alone, sized from the baseline's split: what the sizing
+        predicted it buys, for the report to check against the measurement."""
+        sizing = self.sizings.get("dataloader-workers")
+        predicted = getattr(sizing, "predicted_speedup", None)
+        if variant.optimizations != ("dataloader-workers",) or predicted is None:
+            return variant
+        if variant.peel_of is not None:
+            return variant
+        return replace(
+            variant,
+            predicted_speedup=predicted,
+            predicted_from=getattr(sizing, "predicted_from", "") or None,
+        )
 
     def _verdicts(self) -> dict[str, VariantResult]:
         results = diagnose.compare_variants(self.session_dir, parse_traces=False)

@@ -39,6 +39,10 @@ class VariantPlan:
     statistic_why: str | None = None
     # A peel comparison (the stack against the stack without one fix): the fix it prices.
     peel_of: str | None = None
+    # dataloader-workers alone: what the sizing predicted from the baseline's split
+    # (optimize/sizing.py), checked against the measurement in the report.
+    predicted_speedup: float | None = None
+    predicted_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ def load_session(session_dir: Path) -> Session:
                 statistic=v.get("statistic"),
                 statistic_why=v.get("statistic_why"),
                 peel_of=v.get("peel_of"),
+                predicted_speedup=v.get("predicted_speedup"),
+                predicted_from=v.get("predicted_from"),
             )
             for v in data.get("variants", ())
         ),
