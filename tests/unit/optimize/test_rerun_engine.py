@@ -16,6 +16,7 @@ from perfdoctor.optimize.engine import (
     RUN_LOOK_SCHEDULE,
     THROUGHPUT_WINDOWS,
     Looks,
+    estimate,
     rerun_looks,
     run_pairs,
 )
@@ -117,3 +118,28 @@ def test_undecided_reads_both_kinds_of_verdict() -> None:
     assert not undecided(result("rejected", "within noise: 1.01x ± 0.02", 1.01, 0.02))
     assert not undecided(result("accepted", "faster: 1.40x ± 0.05", 1.4, 0.05))
     assert not undecided(result("rejected", "not applied: x", 1.2, 0.5))
+
+
+def test_a_a_over_whole_runs_stays_within_alpha() -> None:
+    """A/A of re-runs: each run's value moves with run-to-run noise and, one run in ten, a
+    neighbour's burst that slows it 1.5x; looks after every round from the 3rd to the 6th.
+    "faster" or "slower" over all the looks stays within ALPHA."""
+    rng = random.Random(5)
+    looks = rerun_looks(2, 6)
+    false, trials = 0, 400
+    for _ in range(trials):
+        pairs: list[tuple[float, float]] = []
+        decided = None
+        for rounds in range(1, looks.max_pairs + 1):
+            a, b = (
+                100.0 * rng.lognormvariate(0, 0.05) * (1.5 if rng.random() < 0.1 else 1.0)
+                for _ in range(2)
+            )
+            pairs.append((a, b))
+            if rounds in looks.at:
+                est = estimate(pairs, looks.confidence)
+                if est is not None and est.decision in ("faster", "slower"):
+                    decided = est.decision
+                    break
+        false += decided is not None
+    assert false / trials <= ALPHA
