@@ -650,7 +650,9 @@ class _Runner:
             rounds = min(looks.first_look, looks.max_pairs)
             left += (len(rerun) * rounds + rounds - 1) * run_s
         self.deadline = time.monotonic() + left
-        self.sink.note(f"expected time left: up to about {left:.0f}s (extra rounds not counted)")
+        self.sink.note(
+            f"expected time left: up to about {left:.0f}s (rounds past a first look not counted)"
+        )
 
     def run_in_process(self, ids: Sequence[str], *, stack: bool = False) -> None:
         """One A/B child run switching the fixes between steps (optimize/inprocess.py), then
