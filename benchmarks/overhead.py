@@ -31,6 +31,11 @@ is the parent), and separately its sampler thread alone.
 --diagnose runs the null step with each hook family left out of the child in turn, to
 attribute the fixed cost. It prints, it never asserts.
 
+--calls counts instead of timing (deterministic, so usable on a loaded machine): the null
+step's child under cProfile (`_calls_child.py`) with two plans, --calls-steps timed steps
+and twice that; the difference in calls over the difference in steps is what one more
+steady-state step costs, per perfdoctor module and function (set-up and end cancel out).
+
 --peers compares perfdoctor with TraceML (`traceml-ai`) on the issue-30 steps, a null step
 (Linear(8, 8), batch 8) and a 3-layer MLP (hidden 384, batch 64), OMP_NUM_THREADS=1: the
 script (`_peer_steps.py`) times its own steps, and runs plain (`python script.py`), under
@@ -77,6 +82,7 @@ PEER_SCRIPT = HERE / "_peer_steps.py"
 PEER_MODELS = ("null", "mlp")
 PEER_ARMS = ("plain", "perfdoctor", "traceml")
 CHILD_WITHOUT = HERE / "_bootstrap_without.py"
+CALLS_CHILD = HERE / "_calls_child.py"
 # Steps per arm: enough steady-state steps for a stable median in about 1-3 s of training.
 DEFAULT_TIMED = {
     "null_step": 400,
@@ -388,6 +394,54 @@ def print_diagnosis(res: Rounds) -> None:
         )
 
 
+def child_calls(model: Path, warmup: int, timed: int, work: Path) -> dict[str, list[float]]:
+    """Calls and own seconds per perfdoctor function in one child under cProfile."""
+    run_dir = work / f"calls-{model.stem}-{timed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = spec_for(model, StepPlan(warmup, timed, 0), run_dir, "calls")
+    write_json(run_dir / SPEC_FILE, spec)
+    result = work / f"calls-{timed}.json"
+    proc = subprocess.run(
+        [sys.executable, str(CALLS_CHILD), str(result), str(run_dir / SPEC_FILE)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0 or not result.exists():
+        raise SystemExit(f"{model.name} child under cProfile failed:\n{proc.stderr[-2000:]}")
+    return json.loads(result.read_text())
+
+
+def calls_per_step(model: Path, warmup: int, steps: int, work: Path) -> None:
+    """One more step's perfdoctor calls: two plans, steps and 2 x steps, differenced."""
+    short = child_calls(model, warmup, steps, work)
+    long = child_calls(model, warmup, 2 * steps, work)
+    per: dict[str, tuple[float, float]] = {}
+    for key in set(short) | set(long):
+        a, b = short.get(key, [0, 0.0]), long.get(key, [0, 0.0])
+        calls = (b[0] - a[0]) / steps
+        if abs(calls) >= 0.005:
+            per[key] = (calls, (b[1] - a[1]) / steps * 1e6)
+    own = {k: v for k, v in per.items() if "is_compiling" not in k.rsplit(":", 1)[1]}
+    by_file: dict[str, list[float]] = {}
+    for key, (calls, us) in own.items():
+        row = by_file.setdefault(key.rsplit(":", 1)[0], [0.0, 0.0])
+        row[0] += calls
+        row[1] += us
+    total_calls = sum(c for c, _ in own.values())
+    total_us = sum(u for _, u in own.values())
+    out(f"{model.stem}: perfdoctor function calls per step (steps {steps} -> {2 * steps}, "
+        f"differenced): {total_calls:.1f} calls, {total_us:.1f} us own time under cProfile")  # fmt: skip
+    out("")
+    out("| module | calls per step | share of profiled own time |")
+    out("|---|---|---|")
+    for name, (calls, us) in sorted(by_file.items(), key=lambda kv: -kv[1][0]):
+        out(f"| {name} | {calls:.2f} | {us / total_us * 100 if total_us else 0:.0f}% |")
+    out("")
+    out("| function | calls per step | own us per step under cProfile |")
+    out("|---|---|---|")
+    for key, (calls, us) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+        out(f"| {key} | {calls:.2f} | {us:.1f} |")
+
+
 def _traceml_command(venv: Path | None) -> str | None:
     import shutil
 
@@ -489,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
     parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
+    parser.add_argument(
+        "--calls", action="store_true", help="count perfdoctor's calls per null step (cProfile)"
+    )
+    parser.add_argument("--calls-steps", type=int, default=1000, help="steps of the short plan")
     args = parser.parse_args(argv)
 
     out(machine_line())
@@ -505,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         null_step = work / "null_step.py"
         null_step.write_text(NULL_STEP_SCRIPT)
+        if args.calls:
+            calls_per_step(null_step, args.warmup, args.calls_steps, work)
+            return 0
         if args.diagnose:
             timed = args.timed or DEFAULT_TIMED["null_step"]
             out(f"P1 diagnosis: null step, {args.rounds} rounds of {timed} steps per arm")
