@@ -179,14 +179,7 @@ class Probes:
         self._warmup_end = plan.warmup
         self._timed_end = plan.timed_end
         self._timed_to_end = plan.profiled == 0  # no profiled window: timed to the end
-        self._phase_ends = frozenset(
-            (plan.warmup, plan.timed_end, plan.profiled_start, plan.total)
-        )
-
-    def _phase(self, index: int) -> str:
-        if self._warmup_end <= index and (index < self._timed_end or self._timed_to_end):
-            return "timed"  # the steady state, without a call into the plan
-        return self.plan.phase(index)
+        self._phase_ends = frozenset((plan.warmup, plan.timed_end, plan.profiled_start, plan.total))
 
     def install(self) -> None:
         from perfdoctor.collect import probes_hooks
@@ -229,7 +222,10 @@ class Probes:
         # so a CPU run's steady-state step makes no call it does not need (issue 30).
         if self.ab is not None:
             self.ab.step_started(index)
-        phase = self._phase(index)
+        if self._warmup_end <= index and (index < self._timed_end or self._timed_to_end):
+            phase = "timed"  # self._phase, inlined
+        else:
+            phase = self.plan.phase(index)
         if not self.cuda_used and (phase == "warmup" or index % FLUSH_EVERY == 0):
             # Scripts move to CUDA before training; checking is ~3 us, so not every step.
             self.cuda_used = observe.cuda_in_use(self.torch)
@@ -287,7 +283,10 @@ class Probes:
         if self.nvtx is not None:
             self.nvtx.end(self._step_nvtx)
             self._step_nvtx = None
-        phase = self._phase(index)
+        if self._warmup_end <= index and (index < self._timed_end or self._timed_to_end):
+            phase = "timed"  # self._phase, inlined
+        else:
+            phase = self.plan.phase(index)
         if phase == "timed" and self.profiler is not None:
             self.profiler.timed_step(wall_s)
         # The row's raw values, taken now; its dict is built when the rows are written.
@@ -311,9 +310,9 @@ class Probes:
                 int(cuda.memory_allocated()) if cuda is not None else None,
                 int(cuda.max_memory_allocated()) if cuda is not None else None,
                 arm,
-            )
+            ),
+            note,  # its progress line comes from the same values
         )
-        step_log.progress(index, phase, wall_s * 1000.0, step.end, note=note)
         grad_use = self.roots.grad_use
         if grad_use.pending:
             grad_use.step_closed()

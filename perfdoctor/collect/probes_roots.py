@@ -162,23 +162,10 @@ class GradUse:
         self._previous: list[list[Any]] = []
         self.pending = False  # records wait for a step's close to be judged
         self.watched = 0  # forwards with a graph, each watched one counted by its weight
-        self.first_forwards = 0  # steps' first train-mode grad forwards (the sampled kind)
+        # Steps' first train-mode grad forwards, the sampled kind (RootFinder._exit).
+        self.first_forwards = 0
         self.unused: Counter[tuple[str, int, str] | None] = Counter()
         self._user_codes: dict[Any, bool] = {}  # code object -> is the user's
-
-    def forward(self, output: Any, frame: Any, kind: str | None, in_step: int) -> None:
-        """A root forward under grad mode ended: watch it, or one in GRAD_WATCH_EVERY
-        (see GRAD_WATCH_FIRST). `kind` as StepTracker.forward_end; `in_step`: root forwards
-        of the open step so far, this one included."""
-        weight = 1
-        if kind is None and in_step <= 1:
-            self.first_forwards += 1
-            count = self.first_forwards
-            if count > GRAD_WATCH_FIRST:
-                if count % GRAD_WATCH_EVERY:
-                    return
-                weight = GRAD_WATCH_EVERY
-        self.watch(output, frame, weight)
 
     def watch(self, output: Any, frame: Any, weight: int = 1) -> None:
         nodes = self._graph_nodes(output)
@@ -545,8 +532,17 @@ class RootFinder:
         if self.nvtx is not None:
             self.nvtx.end(self._nvtx_handle)
         if self.resolved and self._forward_grad:
+            grad_use = self.grad_use
+            if self._forward_kind is None and in_step <= 1:
+                # GradUse.forward's sampling, inlined: most forwards stop here.
+                count = grad_use.first_forwards = grad_use.first_forwards + 1
+                if count > GRAD_WATCH_FIRST and count % GRAD_WATCH_EVERY:
+                    return
+                weight = 1 if count <= GRAD_WATCH_FIRST else GRAD_WATCH_EVERY
+            else:
+                weight = 1
             # Frames above: Module._call_impl and its helpers, then the user's call site.
-            self.grad_use.forward(output, sys._getframe(2), self._forward_kind, in_step)
+            grad_use.watch(output, sys._getframe(2), weight)
 
     def _batch_dim(self, module: Any) -> int:
         """1 for a time-major sequence model (recurrent or attention layers built with

@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 BACKWARD_SOURCE = "backward"
+# Modes whose steps end only after a step event (not by time): an open step without one is
+# never pending, so a forward or backward in it changes nothing (the hot path skips _trigger).
+_STEP_SIGNALS = ("optimizer", "backward")
 
 
 class PlanComplete(BaseException):
@@ -179,12 +182,13 @@ class StepTracker:
         a call per forward."""
         now = self._clock()
         self._forward_total += 1
-        self._trigger("forward", now)
-        if batch is not None:
+        step = self._open
+        if step is None or step.sources or self.stopped or self.mode not in _STEP_SIGNALS:
+            self._trigger("forward", now)  # (a step without a step event yet stays open)
             step = self._open
-            if step is not None and not step.batch_from_model:
-                step.batch_size = int(batch)
-                step.batch_from_model = True
+        if batch is not None and step is not None and not step.batch_from_model:
+            step.batch_size = int(batch)
+            step.batch_from_model = True
         return self._clock()
 
     def input_batch(self, size: int) -> None:
@@ -235,7 +239,9 @@ class StepTracker:
         step = self._open
         if self.mode == "backward" and step is not None and BACKWARD_SOURCE in step.sources:
             self._close(now, "repeat")
-        self._trigger("backward", now)
+            step = None
+        if step is None or step.sources or self.mode not in _STEP_SIGNALS:
+            self._trigger("backward", now)  # (as in forward_start)
         return self._clock()
 
     def backward_end(self, t0: float, loss: Any) -> None:
@@ -444,7 +450,10 @@ class StepTracker:
             return
         self._open = None
         self.steps_closed += 1
-        self._listener.step_closed(step.close(now, closed_by))
+        step.end = now  # step.close, inlined: once per step
+        step.closed_by = closed_by
+        step.losses = tuple(step.losses)
+        self._listener.step_closed(step)
 
     def _ensure_open(self, now: float) -> None:
         if self._open is not None or self.stopped:

@@ -70,12 +70,19 @@ class StepLog:
         self._pending.append((row, losses))
         self.rows_added += 1
 
-    def add_step(self, raw: tuple[Any, ...]) -> None:
+    def add_step(self, raw: tuple[Any, ...], note: str | None = None) -> None:
         """A closed step's raw values, as Probes.step_closed takes them: (ClosedStep, phase,
         rss bytes, CPU seconds, comm ms, any DataLoader seen, CUDA allocated, CUDA max
-        allocated, A/B arm or NO_ARM). The row is built when it is written (`_row_of`)."""
-        self._pending.append((raw, raw[0].losses))
+        allocated, A/B arm or NO_ARM). The row is built when it is written (`_row_of`);
+        the step's progress line (as `progress`) comes from the same values."""
+        step = raw[0]
+        self._pending.append((raw, step.losses))
         self.rows_added += 1
+        end = step.end
+        self._progress_rows.append((step.index, raw[1], end, (end - step.start) * 1000.0, note))
+        if end - self._progress_flushed >= PROGRESS_FLUSH_S:
+            self._progress_flushed = end
+            self._write_progress()
 
     def progress(
         self, index: int, phase: str, wall_ms: float, now: float, note: str | None = None
@@ -160,14 +167,15 @@ def _row_of(raw: Any) -> dict[str, Any]:
     if type(raw) is not tuple:
         return raw  # type: ignore[no-any-return]
     step, phase, rss, cpu_s, comm_ms, any_data, cuda_allocated, cuda_max, arm = raw
+    # round(x * 1000.0, 4) inline, not _ms(): this runs for every step.
     row: dict[str, Any] = {
         "index": step.index,
         "phase": phase,
-        "wall_ms": _ms(step.end - step.start),
-        "data_wait_ms": _ms(step.data_s) if (step.data_calls or any_data) else None,
-        "forward_ms": _ms(step.forward_s) if step.forward_calls else None,
-        "backward_ms": _ms(step.backward_s) if step.micro_batches else None,
-        "optimizer_ms": _ms(step.optimizer_s) if step.optimizer_s > 0 else None,
+        "wall_ms": round((step.end - step.start) * 1000.0, 4),
+        "data_wait_ms": round(step.data_s * 1000.0, 4) if (step.data_calls or any_data) else None,
+        "forward_ms": round(step.forward_s * 1000.0, 4) if step.forward_calls else None,
+        "backward_ms": round(step.backward_s * 1000.0, 4) if step.micro_batches else None,
+        "optimizer_ms": round(step.optimizer_s * 1000.0, 4) if step.optimizer_s > 0 else None,
         "micro_batches": step.micro_batches,
         "loss": None,
         "batch_size": step.batch_size,
@@ -175,16 +183,12 @@ def _row_of(raw: Any) -> dict[str, Any]:
         "cuda_allocated_bytes": cuda_allocated,
         "cuda_max_allocated_bytes": cuda_max,
         "comm_ms": comm_ms,
-        "cpu_ms": _ms(max(cpu_s, 0.0)) if cpu_s is not None else None,
+        "cpu_ms": round(max(cpu_s, 0.0) * 1000.0, 4) if cpu_s is not None else None,
         **loop_fields(step),
     }
     if arm is not NO_ARM:
         row["arm"] = arm
     return row
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 4)
 
 
 def _step_lines(rows: list[dict[str, Any]]) -> bytes:
@@ -218,7 +222,7 @@ def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:
             continue
         chunk = scalars[pos : pos + len(losses)]
         pos += len(losses)
-        out.append(None if any(v is None for v in chunk) else float(sum(chunk)))  # type: ignore[arg-type]
+        out.append(None if None in chunk else float(sum(chunk)))  # type: ignore[arg-type]
     return out
 
 
