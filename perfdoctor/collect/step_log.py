@@ -184,8 +184,9 @@ def _row_of(raw: Any) -> dict[str, Any]:
         "cuda_max_allocated_bytes": cuda_max,
         "comm_ms": comm_ms,
         "cpu_ms": round(max(cpu_s, 0.0) * 1000.0, 4) if cpu_s is not None else None,
-        **loop_fields(step),
     }
+    if step.eval_forward_s or step.nograd_forward_s or step.save_s:  # (a training step: no)
+        row.update(loop_fields(step))
     if arm is not NO_ARM:
         row["arm"] = arm
     return row
