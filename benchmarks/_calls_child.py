@@ -4,8 +4,8 @@
 
 Runs the child exactly as perfdoctor runs it (bootstrap.main, no parent) with cProfile on
 from the first timed step to the end of the plan (set-up, warm-up, discovery and the
-end's observations stay out), and writes per function: calls and own seconds, keyed "file:function", for
-perfdoctor's own functions and for the torch functions its hooks call
+end's observations stay out), and writes per function: calls and own seconds, keyed
+"file:function", for perfdoctor's own functions and for the torch function its hooks call
 (`torch.compiler.is_compiling`). Used by `overhead.py --calls`, which runs two plans of
 different lengths and divides the difference by the difference in steps: the calls one
 more step costs, exactly, whatever the set-up and the end cost. Never used by perfdoctor.
