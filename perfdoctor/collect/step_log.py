@@ -238,7 +238,13 @@ def _to_floats(tensors: list[Any]) -> list[float | None]:
             by_device.setdefault(t.device, []).append(i)
         result: list[float | None] = [None] * len(tensors)
         for indices in by_device.values():
-            stacked = torch.stack([tensors[i].reshape(()).double() for i in indices])
+            group = [tensors[i] for i in indices]
+            try:
+                # Losses of one shape (the usual case): three ops for the whole batch of
+                # rows, not two per loss (each a dispatch of ~2-5 us on a small step).
+                stacked = torch.stack(group).reshape(len(group)).double()
+            except RuntimeError:  # shapes () and (1,) mixed, or dtypes stack refuses
+                stacked = torch.stack([t.reshape(()).double() for t in group])
             for i, value in zip(indices, stacked.cpu().tolist(), strict=True):
                 result[i] = float(value)
         return result
