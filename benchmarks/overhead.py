@@ -442,16 +442,33 @@ def calls_per_step(model: Path, warmup: int, steps: int, work: Path) -> None:
         out(f"| {key.rsplit('site-packages/', 1)[-1]} | {calls:.2f} |")
 
 
-def _traceml_command(venv: Path | None) -> str | None:
+# TraceML 0.5 waits a fixed 15 s for its aggregator process to listen, and at load 20 the
+# aggregator's start (importing torch) takes longer: the script then never starts, three
+# tries in a row. The `traceml` command is run through its own interpreter with that wait
+# raised; nothing else of TraceML changes, and none of it is inside a timed step.
+TRACEML_LAUNCH = (
+    "import sys; import traceml_ai.launcher.commands as c; "
+    "c.DEFAULT_TCP_READY_TIMEOUT_SEC = 300.0; "
+    "from traceml_ai.launcher.cli import main; sys.argv[0] = 'traceml'; sys.exit(main())"
+)
+
+
+def _traceml_command(venv: Path | None) -> list[str] | None:
+    """How to run `traceml`: its script's interpreter with TRACEML_LAUNCH, or the command."""
     import shutil
 
-    if venv is not None and (venv / "bin" / "traceml").exists():
-        return str(venv / "bin" / "traceml")
-    return shutil.which("traceml")
+    found = venv / "bin" / "traceml" if venv is not None else None
+    path = str(found) if found is not None and found.exists() else shutil.which("traceml")
+    if path is None:
+        return None
+    first = Path(path).read_bytes()[:300].split(b"\n", 1)[0].decode(errors="replace")
+    if first.startswith("#!") and "python" in first:
+        return [first[2:].strip(), "-c", TRACEML_LAUNCH]
+    return [path]
 
 
 def run_peer(
-    arm: str, model: str, steps: int, work: Path, traceml: str | None
+    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None
 ) -> tuple[float, float]:
     """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
     result = work / f"peer-{arm}-{model}.json"
@@ -476,7 +493,7 @@ def run_peer(
     else:
         assert traceml is not None
         env["PEER_TRACEML"] = "1"
-        command = [traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
+        command = [*traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
     for _ in range(3):
         proc = subprocess.run(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -492,7 +509,7 @@ def run_peer(
     return float(got["median_ms"]), float(got["cpu_median_ms"])
 
 
-def peers(rounds: int, steps: int, work: Path, traceml: str) -> None:
+def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
     out(f"peers: {rounds} rounds, {steps} steps per run (50 warm-up left out), arms alternate")
     wall: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
