@@ -441,10 +441,10 @@ class RootFinder:
         # hooks: the bound methods go in as they are (InertWhenCopied's layer costs a call
         # per forward and per hook). Otherwise they copy as inert hooks.
         mine = root.__dict__
-        private = all(isinstance(mine.get(n), PrivateHooks) for n in _HOOKS_HELD)
+        all_private = all(isinstance(mine.get(n), PrivateHooks) for n in _HOOKS_HELD)
 
         def hook(method: Callable[..., Any]) -> Any:
-            return method if private else InertWhenCopied(method)
+            return method if all_private else InertWhenCopied(method)
 
         try:
             pre = root.register_forward_pre_hook(
