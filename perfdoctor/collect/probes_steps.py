@@ -199,11 +199,6 @@ class StepTracker:
             step.batch_size = int(size)
             step.batch_from_model = True
 
-    def open_forward_calls(self) -> int:
-        """Root forwards ended so far in the open step (0 without one)."""
-        step = self._open
-        return step.forward_calls if step is not None else 0
-
     def forward_end(self, t0: float, kind: str | None = None) -> int:
         """`kind`: "eval" (the model in eval mode), "no_grad" (no graph built), None (a
         training forward). Returns the open step's root forwards so far (0 without one)."""
