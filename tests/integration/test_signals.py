@@ -144,9 +144,7 @@ def test_sigterm_during_the_baseline_stops_the_tree_and_keeps_a_partial_report(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
-    # One warm-up step: a second (the default is 5) runs the FLOP count, which imports
-    # torch._dynamo in the child (about 1.5 s of CPU) before the stop this test is about.
-    proc = _start(["profile", "--steps", "2000", "--warmup", "1", "--quiet", "train.py"], tmp_path)
+    proc = _start(["profile", "--steps", "2000", "--quiet", "train.py"], tmp_path)
     baseline = tmp_path / "perfdoctor-runs" / "latest" / "baseline"
     # perfdoctor's child, its 2 DataLoader workers and the helper that left the group.
     tree, out, err = _terminate_when(proc, lambda: _steps_in(baseline) >= 3, "3 steps", 4)
@@ -231,8 +229,7 @@ def test_sigkill_of_perfdoctor_stops_the_tree(tmp_path: Path) -> None:
     """SIGKILL (kill -9, the OOM killer, a harness's timeout) runs none of perfdoctor's code:
     its child learns of it from the kernel (collect/parent_death.py) and stops the tree."""
     (tmp_path / "train.py").write_text(SCRIPT)
-    args = ["profile", "--steps", "100000", "--warmup", "1", "--no-apply", "--quiet"]
-    proc = _start([*args, "train.py"], tmp_path)  # one warm-up step: no FLOP count (above)
+    proc = _start(["profile", "--steps", "100000", "--no-apply", "--quiet", "train.py"], tmp_path)
     baseline = tmp_path / "perfdoctor-runs" / "latest" / "baseline"
     _wait_for(lambda: _steps_in(baseline) >= 1, "a step", proc)
     # perfdoctor's child, its 2 DataLoader workers and the helper in a session of its own.
