@@ -82,7 +82,7 @@ def tensorboard(tmp_path_factory: pytest.TempPathFactory):
     _write_trace(session / VARIANT, width=16)
     write_scalars(session, _series())
     assert list((session / "baseline").glob("*.pt.trace.json.gz"))
-    process, url = start_tensorboard(session, ready_timeout_s=60)
+    process, url = start_tensorboard(session, ready_timeout_s=scaled(60))
     try:
         assert url.startswith("http://127.0.0.1:")
         yield url
@@ -197,7 +197,7 @@ def test_a_taken_port_is_reported_not_hung(tmp_path: Path):
         sock.listen()
         port = sock.getsockname()[1]
         with pytest.raises(TensorBoardFailed, match="already in use") as err:
-            start_tensorboard(tmp_path, port=port, ready_timeout_s=60)
+            start_tensorboard(tmp_path, port=port, ready_timeout_s=scaled(60))
     assert err.value.exit_code == EXIT_MISSING_TOOL
 
 

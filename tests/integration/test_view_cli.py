@@ -51,6 +51,10 @@ def test_view_prints_the_url_serves_the_trace_and_stops_on_ctrl_c():
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        # Ctrl-C as in a terminal: a suite run in the background (nohup, CI, `&` in a
+        # script) inherits SIGINT ignored, and then the server never saw it and the test
+        # waited out its limit.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         url, lines = _wait_for_url(process, scaled(60))
