@@ -5,7 +5,9 @@
     traceml run _peer_steps.py                 # with PEER_TRACEML=1: trace_step(model)
 
 Everything comes from the environment (PEER_MODEL null|mlp, PEER_STEPS, PEER_WARMUP,
-PEER_OUT, PEER_TRACEML), so no tool's own option parsing touches the script's arguments.
+PEER_OUT, PEER_TRACEML, PEER_START_AT), so no tool's own option parsing touches the script's
+arguments. PEER_START_AT (a time.time() value) holds the loop until then: arms started
+together then time their steps side by side, under the same load of a shared machine.
 A step is one loop iteration, zero_grad through optimizer.step (inside TraceML's
 `trace_step` block where it is on): the time between the starts of consecutive iterations,
 so whatever a tool does at a step's edges is inside it. The medians of the steps after the
@@ -28,6 +30,7 @@ STEPS = int(os.environ.get("PEER_STEPS", "600"))
 WARMUP = int(os.environ.get("PEER_WARMUP", "50"))
 OUT = os.environ.get("PEER_OUT")
 TRACEML = os.environ.get("PEER_TRACEML") == "1"
+START_AT = float(os.environ.get("PEER_START_AT", "0"))
 
 
 def build() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -61,6 +64,8 @@ def main() -> None:
         def step_block() -> contextlib.AbstractContextManager[object]:
             return contextlib.nullcontext()
 
+    if START_AT:
+        time.sleep(max(START_AT - time.time(), 0.0))
     starts, cpu = [], []
     for _ in range(STEPS + 1):
         starts.append(time.perf_counter())

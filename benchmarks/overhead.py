@@ -31,6 +31,11 @@ is the parent), and separately its sampler thread alone.
 --diagnose runs the null step with each hook family left out of the child in turn, to
 attribute the fixed cost. It prints, it never asserts.
 
+--calls counts instead of timing (deterministic, so usable on a loaded machine): the null
+step's child under cProfile (`_calls_child.py`) with two plans, --calls-steps timed steps
+and twice that; the difference in calls over the difference in steps is what one more
+steady-state step costs, per perfdoctor module and function (set-up and end cancel out).
+
 --peers compares perfdoctor with TraceML (`traceml-ai`) on the issue-30 steps, a null step
 (Linear(8, 8), batch 8) and a 3-layer MLP (hidden 384, batch 64), OMP_NUM_THREADS=1: the
 script (`_peer_steps.py`) times its own steps, and runs plain (`python script.py`), under
@@ -77,6 +82,7 @@ PEER_SCRIPT = HERE / "_peer_steps.py"
 PEER_MODELS = ("null", "mlp")
 PEER_ARMS = ("plain", "perfdoctor", "traceml")
 CHILD_WITHOUT = HERE / "_bootstrap_without.py"
+CALLS_CHILD = HERE / "_calls_child.py"
 # Steps per arm: enough steady-state steps for a stable median in about 1-3 s of training.
 DEFAULT_TIMED = {
     "null_step": 400,
@@ -388,16 +394,81 @@ def print_diagnosis(res: Rounds) -> None:
         )
 
 
-def _traceml_command(venv: Path | None) -> str | None:
+def child_calls(model: Path, warmup: int, timed: int, work: Path) -> dict[str, list[float]]:
+    """Calls and own seconds per perfdoctor function in one child under cProfile."""
+    run_dir = work / f"calls-{model.stem}-{timed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = spec_for(model, StepPlan(warmup, timed, 0), run_dir, "calls")
+    write_json(run_dir / SPEC_FILE, spec)
+    result = work / f"calls-{timed}.json"
+    proc = subprocess.run(
+        [sys.executable, str(CALLS_CHILD), str(result), str(run_dir / SPEC_FILE)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0 or not result.exists():
+        raise SystemExit(f"{model.name} child under cProfile failed:\n{proc.stderr[-2000:]}")
+    return json.loads(result.read_text())
+
+
+def calls_per_step(model: Path, warmup: int, steps: int, work: Path) -> None:
+    """One more step's perfdoctor calls: two plans, steps and 2 x steps, differenced.
+
+    Calls only: cProfile's own times on a loaded machine move by more than the effect."""
+    short = child_calls(model, warmup, steps, work)
+    long = child_calls(model, warmup, 2 * steps, work)
+    per: dict[str, float] = {}
+    for key in set(short) | set(long):
+        calls = (long.get(key, [0])[0] - short.get(key, [0])[0]) / steps
+        if abs(calls) >= 0.005:
+            per[key] = calls
+    own = {k: v for k, v in per.items() if "is_compiling" not in k.rsplit(":", 1)[1]}
+    by_file: dict[str, float] = {}
+    for key, calls in own.items():
+        name = key.rsplit(":", 1)[0]
+        by_file[name] = by_file.get(name, 0.0) + calls
+    compiling = sum(v for k, v in per.items() if k not in own)
+    out(f"{model.stem}: perfdoctor function calls per step (steps {steps} -> {2 * steps}, "
+        f"differenced): {sum(own.values()):.1f}, and torch.compiler.is_compiling "
+        f"{compiling:.1f}")  # fmt: skip
+    out("")
+    out("| module | calls per step |")
+    out("|---|---|")
+    for name, calls in sorted(by_file.items(), key=lambda kv: -kv[1]):
+        out(f"| {name} | {calls:.2f} |")
+    out("")
+    out("| function | calls per step |")
+    out("|---|---|")
+    for key, calls in sorted(per.items(), key=lambda kv: -kv[1]):
+        out(f"| {key.rsplit('site-packages/', 1)[-1]} | {calls:.2f} |")
+
+
+# TraceML 0.5 waits a fixed 15 s for its aggregator process to listen, and at load 20 the
+# aggregator's start (importing torch) takes longer: the script then never starts, three
+# tries in a row. The `traceml` command is run through its own interpreter with that wait
+# raised; nothing else of TraceML changes, and none of it is inside a timed step.
+TRACEML_LAUNCH = (
+    "import sys; import traceml_ai.launcher.commands as c; "
+    "c.DEFAULT_TCP_READY_TIMEOUT_SEC = 300.0; "
+    "from traceml_ai.launcher.cli import main; sys.argv[0] = 'traceml'; sys.exit(main())"
+)
+
+
+def _traceml_command(venv: Path | None) -> list[str] | None:
+    """How to run `traceml`: its script's interpreter with TRACEML_LAUNCH, or the command."""
     import shutil
 
-    if venv is not None and (venv / "bin" / "traceml").exists():
-        return str(venv / "bin" / "traceml")
-    return shutil.which("traceml")
+    found = venv / "bin" / "traceml" if venv is not None else None
+    path = str(found) if found is not None and found.exists() else shutil.which("traceml")
+    if path is None:
+        return None
+    first = Path(path).read_bytes()[:300].split(b"\n", 1)[0].decode(errors="replace")
+    if first.startswith("#!") and "python" in first:
+        return [first[2:].strip(), "-c", TRACEML_LAUNCH]
+    return [path]
 
 
 def run_peer(
-    arm: str, model: str, steps: int, work: Path, traceml: str | None
+    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None
 ) -> tuple[float, float]:
     """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
     result = work / f"peer-{arm}-{model}.json"
@@ -422,7 +493,7 @@ def run_peer(
     else:
         assert traceml is not None
         env["PEER_TRACEML"] = "1"
-        command = [traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
+        command = [*traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
     for _ in range(3):
         proc = subprocess.run(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -438,7 +509,7 @@ def run_peer(
     return float(got["median_ms"]), float(got["cpu_median_ms"])
 
 
-def peers(rounds: int, steps: int, work: Path, traceml: str) -> None:
+def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
     out(f"peers: {rounds} rounds, {steps} steps per run (50 warm-up left out), arms alternate")
     wall: dict[tuple[str, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[float]] = {}
@@ -489,6 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
     parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
+    parser.add_argument(
+        "--calls", action="store_true", help="count perfdoctor's calls per null step (cProfile)"
+    )
+    parser.add_argument("--calls-steps", type=int, default=1000, help="steps of the short plan")
     args = parser.parse_args(argv)
 
     out(machine_line())
@@ -505,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         null_step = work / "null_step.py"
         null_step.write_text(NULL_STEP_SCRIPT)
+        if args.calls:
+            calls_per_step(null_step, args.warmup, args.calls_steps, work)
+            return 0
         if args.diagnose:
             timed = args.timed or DEFAULT_TIMED["null_step"]
             out(f"P1 diagnosis: null step, {args.rounds} rounds of {timed} steps per arm")

@@ -563,10 +563,16 @@ def advice_problems(report: dict[str, Any]) -> list[str]:
             rec.get("code_change", ""),
         )
         if "busy-machine" in ids and opt_id in ("cpu-threads", "dataloader-workers"):
-            # Fewer workers than the script's (workers-exceed-cores) take no more cores.
+            # Fewer workers (workers-exceed-cores) or fewer intra-op threads (the threads above
+            # the free cores) than the script ran take no more cores.
             statements = "\n".join(line.split("#")[0] for line in code.splitlines())
-            asked = re.search(r"num_workers=(\d+)", statements)
-            had = facts.get("dataloader_num_workers")
+            pattern, fact = (
+                (r"num_workers=(\d+)", "dataloader_num_workers")
+                if opt_id == "dataloader-workers"
+                else (r"set_num_threads\((\d+)\)", "torch_num_threads")
+            )
+            asked = re.search(pattern, statements)
+            had = facts.get(fact)
             fewer = asked is not None and isinstance(had, int) and int(asked.group(1)) < had
             if not fewer:
                 problems.append(f"{opt_id} on a busy machine")

@@ -286,7 +286,10 @@ def profile_options(
         int,
         typer.Option(
             metavar="N",
-            help="A/B rounds per variant; with --no-apply, baseline runs (1 unless given).",
+            help=(
+                "A/B re-run rounds before a variant's first look (at least 3); with "
+                "--no-apply, baseline runs (1 unless given)."
+            ),
         ),
     ] = 2,
     max_rounds: Annotated[
@@ -294,7 +297,7 @@ def profile_options(
         typer.Option(
             "--max-rounds",
             metavar="N",
-            help="Rounds in all for a variant still within noise after --repeat rounds.",
+            help="Re-run rounds in all for a variant still undecided at its looks.",
         ),
     ] = 6,
     round_budget: Annotated[
@@ -302,7 +305,7 @@ def profile_options(
         typer.Option(
             "--round-budget",
             metavar="SECONDS",
-            help="Time the extra rounds may take (default: twice the --repeat rounds').",
+            help="Time the rounds past the first look may take (default: twice the first's).",
         ),
     ] = None,
     in_process: Annotated[

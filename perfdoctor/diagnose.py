@@ -45,17 +45,18 @@ from perfdoctor.model import (
     Target,
     VariantResult,
 )
+from perfdoctor.optimize.engine import DEFAULT_MAX_ROUNDS, Looks, rerun_looks
 from perfdoctor.optimize.estimate import adjacent_baselines
 from perfdoctor.optimize.fix_patch import PATCH_NAME, build_fix_patch
 from perfdoctor.optimize.inprocess import ABLog, load_ab_log
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.inprocess_verdict import compare_in_process
 from perfdoctor.optimize.measured_recommendations import follow_measurement
+from perfdoctor.optimize.prediction import with_prediction
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
-from perfdoctor.optimize.sequential import extended_confidence
-from perfdoctor.optimize.verdicts import compare_variant, stack_candidates, with_rounds_advice
+from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
 from perfdoctor.run_schema import Observations
@@ -223,7 +224,11 @@ def compare_variants(
     for variant in session.variants:
         if variant.method == IN_PROCESS and variant.ab_run is not None:
             results.append(
-                _in_process_result(session_dir, session, variant, samples_by_rel, ab_cache)
+                with_prediction(
+                    _in_process_result(session_dir, session, variant, samples_by_rel, ab_cache),
+                    variant.predicted_speedup,
+                    variant.predicted_from or "",
+                )
             )
             continue
         if not variant.runs:
@@ -233,24 +238,29 @@ def compare_variants(
         )
         paired = adjacent_baselines(session.run_order, list(samples_by_rel), variant.runs)
         baseline_runs = [samples_by_rel[rel] for rel in paired] or list(samples_by_rel.values())
-        extended = variant.max_extra_looks > 0 and len(variant.runs) > session.repeat
+        judged = compare_variant(
+            baseline_runs,
+            samples,
+            variant.optimizations,
+            label=variant.label,
+            looks=session_looks(session),
+            rounds_note=variant.rounds_stop,
+            statistic=variant.statistic,
+            statistic_why=variant.statistic_why,
+        )
         results.append(
-            with_rounds_advice(
-                compare_variant(
-                    baseline_runs,
-                    samples,
-                    variant.optimizations,
-                    label=variant.label,
-                    run_level_confidence=(
-                        extended_confidence(variant.max_extra_looks) if extended else None
-                    ),
-                    rounds_note=variant.rounds_stop,
-                    statistic=variant.statistic,
-                    statistic_why=variant.statistic_why,
-                )
-            )
+            with_prediction(judged, variant.predicted_speedup, variant.predicted_from or "")
         )
     return results
+
+
+def session_looks(session: Session) -> Looks:
+    """The engine's looks for the session's re-run comparisons: from --repeat rounds up to
+    --max-rounds (optimize/engine.py rerun_looks); the pipeline stops a variant's rounds at
+    these same looks."""
+    raw = session.options.get("max_rounds")
+    max_rounds = raw if isinstance(raw, int) and not isinstance(raw, bool) else DEFAULT_MAX_ROUNDS
+    return rerun_looks(session.repeat, max_rounds)
 
 
 def _in_process_result(

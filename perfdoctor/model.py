@@ -395,6 +395,10 @@ class VariantResult:
     load_bound: bool = False
     # undecided only: what would decide it ("about 400 more steps", "a quieter machine").
     would_decide: str | None = None
+    # dataloader-workers: the speedup the measured split predicted for the worker count, and
+    # that prediction against the measurement (optimize/prediction.py).
+    predicted_speedup: float | None = None
+    prediction_check: str | None = None
 
 
 @dataclass(frozen=True)

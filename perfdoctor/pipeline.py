@@ -49,14 +49,8 @@ from perfdoctor.optimize.engine import (
 )
 from perfdoctor.optimize.inprocess import SCRIPT_ENDED, load_ab_log, pool
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
-from perfdoctor.optimize.sequential import (
-    DEFAULT_BUDGET_FACTOR,
-    RoundsPolicy,
-    stop_reason,
-    undecided,
-)
 from perfdoctor.optimize.sizing import Sizing, sizing_env
-from perfdoctor.optimize.switchable import SWITCHABLE
+from perfdoctor.optimize.switchable import SWITCHABLE, needs_warmup_block
 from perfdoctor.report_signals import deferred_stop_signals
 from perfdoctor.rundir import (
     BASELINE_LABEL,
@@ -83,6 +77,9 @@ MAX_AB_PROCESSES = 8
 AB_CHAIN_WALL_FACTOR = 3.0
 # Rounds a continuation run's blocks are sized to fit in the script's steps.
 CONTINUATION_ROUNDS = 6
+# Time the re-run rounds past the first look may take, as a multiple of what the rounds up to
+# it took (--round-budget overrides it): an undecided variant can at most triple its A/B.
+DEFAULT_BUDGET_FACTOR = 2.0
 # Statuses after which the script's numbers cannot be trusted for A/B runs.
 FAILED_STATUSES = ("script_exited", "script_crashed", "timeout", "launch_failed", "interrupted")
 
@@ -108,9 +105,9 @@ class ProfileOptions:
     baseline_runs: int = 1
     # --run-to-end: every run lets the script finish (only the plan's steps are measured).
     run_to_end: bool = False
-    # Extra A/B rounds for a variant still undecided after `repeat` rounds
-    # (optimize/sequential.py): at most `max_rounds` rounds in all, and the extra rounds
-    # take at most `round_budget_s` seconds (None: twice what the planned rounds took).
+    # Re-run rounds (optimize/engine.py's looks for whole runs, from `repeat` rounds and at
+    # least 3): at most `max_rounds` rounds in all, and the rounds past the first look take
+    # at most `round_budget_s` seconds (None: twice what the rounds up to it took).
     max_rounds: int = 6
     round_budget_s: float | None = None
     # In-process A/B (optimize/inprocess.py): fixes that can be switched between steps are
@@ -137,7 +134,8 @@ class RunAnnouncement:
     planned_runs: int
     planned_steps: int
     profiled: bool
-    # An extra A/B round (optimize/sequential.py): its number and the most rounds allowed.
+    # A re-run round past the first look (optimize/engine.py): its number and the most
+    # rounds allowed.
     # The total of runs grows with each such round, so the display names the round instead.
     extra_round: int | None = None
     max_rounds: int | None = None
@@ -640,17 +638,21 @@ class _Runner:
     def plan_eta(self, switched: Sequence[str], rerun: Sequence[str]) -> None:
         """The session's expected end: an A/B run takes its budget, its arms' first blocks and
         a start-up; each switchable fix a seeded run at most; each fix measured by re-runs
-        --repeat rounds and the baseline runs between them (extra rounds not counted)."""
+        the rounds up to its first look and the baseline runs between them (rounds past the
+        first look not counted)."""
         run_s = statistics.median(self.run_s) if self.run_s else 10.0
         left = 0.0
         if switched:
             left += self.options.ab_budget_s * AB_OVERHEAD + run_s
             left += len(switched) * run_s
         if rerun:
-            rounds = max(1, self.session.repeat)
+            looks = diagnose.session_looks(self.session)
+            rounds = min(looks.first_look, looks.max_pairs)
             left += (len(rerun) * rounds + rounds - 1) * run_s
         self.deadline = time.monotonic() + left
-        self.sink.note(f"expected time left: up to about {left:.0f}s (extra rounds not counted)")
+        self.sink.note(
+            f"expected time left: up to about {left:.0f}s (rounds past a first look not counted)"
+        )
 
     def run_in_process(self, ids: Sequence[str], *, stack: bool = False) -> None:
         """One A/B child run switching the fixes between steps (optimize/inprocess.py), then
@@ -708,7 +710,7 @@ class _Runner:
             settle_steps=self._settle_steps(fixes),
         )
         for variant in variants:
-            self.session = self.session.with_variant(variant)
+            self.session = self.session.with_variant(self._with_prediction(variant))
         save_session(self.session_dir, self.session)
         planned = self.started + 1 + len(fixes if not stack else (STACKED_LABEL,))
         chain_started = time.monotonic()
@@ -791,6 +793,7 @@ class _Runner:
                 design.settle_steps,
                 CONTINUATION_ROUNDS,
                 design.statistic,
+                warmup_arms=sum(needs_warmup_block(a.optimizations) for a in arms),
             )
             if why_not is None and block is None:
                 why_not = f"a script of {manifest.steps_seen} steps holds no block of each arm"
@@ -833,101 +836,70 @@ class _Runner:
 
     def run_ab_rounds(self, variants: list[VariantPlan], *, baseline_first: bool = False) -> None:
         """Alternate baseline and candidates: round r runs [B_r,] C1..Ck, reversed on even
-        rounds, so a linear drift of the machine cancels out of the paired ratios. Then the
-        variants still undecided get extra rounds (`_extra_rounds`)."""
+        rounds, so a linear drift of the machine cancels out of the paired ratios. Each round
+        is one pair per variant for the measurement engine (optimize/engine.py); at the
+        engine's looks for whole runs (from --repeat rounds, at least 3) every variant is
+        judged, and a decided one stops. The undecided go on, one round at a time, within
+        --max-rounds and the time budget of the rounds past the first look (--round-budget,
+        else DEFAULT_BUDGET_FACTOR x what the rounds up to it took)."""
         for variant in variants:
-            self.session = self.session.with_variant(variant)
+            self.session = self.session.with_variant(self._with_prediction(variant))
         save_session(self.session_dir, self.session)
 
+        looks = diagnose.session_looks(self.session)
+        first, most = looks.first_look, looks.max_pairs
         started = time.monotonic()
         runs_before = self.started
-        rounds = self.session.repeat
-        baseline_runs = rounds if baseline_first else rounds - 1
-        planned = self.started + rounds * len(variants) + baseline_runs
-        for round_index in range(1, rounds + 1):
-            need_baseline = baseline_first or round_index > 1
-            if need_baseline:
-                self.run(
-                    BASELINE_LABEL,
-                    (),
-                    repeat=self.baseline_repeats + 1,
-                    planned_runs=planned,
-                )
-            ordered = variants if round_index % 2 == 1 else list(reversed(variants))
-            for variant in ordered:
-                manifest = self.run(
-                    variant.label,
-                    variant.optimizations,
-                    repeat=round_index,
-                    planned_runs=planned,
-                )
-                if manifest.status in FAILED_STATUSES:
-                    # A crashing variant keeps crashing: do not spend more runs on it.
-                    variants = [v for v in variants if v.label != variant.label]
-            if not variants:
-                return
-        elapsed = time.monotonic() - started
-        self._extra_rounds(variants, elapsed, elapsed / max(1, self.started - runs_before))
-
-    def _extra_rounds(self, variants: list[VariantPlan], planned_s: float, run_s: float) -> None:
-        """One more round (a baseline run, then each undecided variant) at a time while a
-        variant's verdict is undecided, within --max-rounds and the time budget
-        (optimize/sequential.py holds the stopping rule)."""
-        policy = RoundsPolicy(
-            planned_rounds=self.session.repeat,
-            max_rounds=self.options.max_rounds,
-            budget_s=(
-                self.options.round_budget_s
-                if self.options.round_budget_s is not None
-                else DEFAULT_BUDGET_FACTOR * planned_s
-            ),
-        )
-        if policy.max_extra_looks == 0:
-            return
-        results = self._verdicts()
-        pending = [v for v in variants if v.label in results and undecided(results[v.label])]
-        if not pending:
-            return
-        for variant in pending:
-            self._update_variant(variant.label, max_extra_looks=policy.max_extra_looks)
-        results = self._verdicts()  # the extended variants' bands are run-level from now on
-        self.sink.note(
-            "undecided after "
-            f"{policy.planned_rounds} rounds: {', '.join(v.label for v in pending)}; "
-            f"more rounds, up to {policy.max_rounds}"
-        )
-        rounds, spent_s = policy.planned_rounds, 0.0
+        pending = list(variants)
+        budget_s, past_first = 0.0, started  # set once the first look's rounds are done
+        rounds = 0
+        run_s = 0.0
         while pending:
-            still = []
-            for variant in pending:
-                result = results.get(variant.label)
-                if result is None:  # not judged (no run of it left a record): nothing to add
-                    self._update_variant(variant.label, rounds_stop="no verdict to refine")
-                    continue
-                why = stop_reason(
-                    result,
-                    rounds=rounds,
-                    policy=policy,
-                    spent_s=spent_s,
-                    next_round_s=run_s * (1 + len(pending)),
-                )
-                if why is None:
-                    still.append(variant)
-                else:
-                    self._update_variant(variant.label, rounds_stop=why)
-            pending = still
-            if not pending:
-                return
+            if rounds >= min(first, most):
+                run_s = (time.monotonic() - started) / max(1, self.started - runs_before)
+                spent_s = time.monotonic() - past_first
+                why = _rounds_stop(rounds, most, budget_s, spent_s, run_s * (1 + len(pending)))
+                if why is not None:
+                    for variant in pending:
+                        self._update_variant(variant.label, rounds_stop=why)
+                    return
             rounds += 1
-            started = time.monotonic()
-            # Each extra round runs the baseline and the variants still pending; at most up
-            # to --max-rounds, within the budget.
-            left_s = (policy.max_rounds - rounds + 1) * run_s * (1 + len(pending))
-            if policy.budget_s is not None:
-                left_s = min(left_s, max(0.0, policy.budget_s - spent_s))
-            self.deadline = started + left_s
-            planned = self.started + 1 + len(pending)
-            extra = (rounds, policy.max_rounds)
+            runs_left = (max(min(first, most), rounds) - rounds + 1) * (1 + len(pending))
+            if not baseline_first and rounds == 1:
+                runs_left -= 1  # the profiled baseline run is round 1's
+            extra = (rounds, most) if rounds > first else None
+            if extra is not None:
+                self.deadline = time.monotonic() + (most - rounds + 1) * run_s * (1 + len(pending))
+            pending = self._one_round(
+                pending, rounds, self.started + runs_left, extra, baseline_first or rounds > 1
+            )
+            if rounds == first:
+                past_first = time.monotonic()
+                budget_s = (
+                    self.options.round_budget_s
+                    if self.options.round_budget_s is not None
+                    else DEFAULT_BUDGET_FACTOR * (past_first - started)
+                )
+            if pending and (rounds in looks.at or rounds == most):
+                pending = self._decided_drop(pending, rounds)
+                if pending and rounds == first and rounds < most:
+                    self.sink.note(
+                        f"undecided after {rounds} rounds: {', '.join(v.label for v in pending)}; "
+                        f"more rounds, up to {most}"
+                    )
+
+    def _one_round(
+        self,
+        pending: list[VariantPlan],
+        rounds: int,
+        planned: int,
+        extra: tuple[int, int] | None,
+        with_baseline: bool,
+    ) -> list[VariantPlan]:
+        """Round `rounds`: a baseline run (round 1 of a session's singles has the profiled
+        one), then each pending variant, reversed on even rounds; returns those still to
+        measure (a crashing variant keeps crashing)."""
+        if with_baseline:
             base = self.run(
                 BASELINE_LABEL,
                 (),
@@ -935,27 +907,55 @@ class _Runner:
                 planned_runs=planned,
                 extra_round=extra,
             )
-            if base.status in FAILED_STATUSES:
+            if base.status in FAILED_STATUSES and extra is not None:
                 for variant in pending:
                     self._update_variant(
                         variant.label, rounds_stop=f"a baseline run failed in round {rounds}"
                     )
-                return
-            ordered = pending if rounds % 2 == 1 else list(reversed(pending))
-            for variant in ordered:
-                manifest = self.run(
-                    variant.label,
-                    variant.optimizations,
-                    repeat=rounds,
-                    planned_runs=planned,
-                    extra_round=extra,
-                )
-                if manifest.status in FAILED_STATUSES:
-                    pending = [v for v in pending if v.label != variant.label]
-            round_s = time.monotonic() - started
-            spent_s += round_s
-            run_s = round_s / (1 + len(ordered))
-            results = self._verdicts()
+                return []
+        ordered = pending if rounds % 2 == 1 else list(reversed(pending))
+        still = list(pending)
+        for variant in ordered:
+            manifest = self.run(
+                variant.label,
+                variant.optimizations,
+                repeat=rounds,
+                planned_runs=planned,
+                extra_round=extra,
+            )
+            if manifest.status in FAILED_STATUSES:
+                still = [v for v in still if v.label != variant.label]
+        return still
+
+    def _decided_drop(self, pending: list[VariantPlan], rounds: int) -> list[VariantPlan]:
+        """A look of the engine: the variants it decided stop (accepted; rejected: slower, no
+        gain, not applied, numerics), the undecided go on."""
+        results = self._verdicts()
+        still = []
+        for variant in pending:
+            result = results.get(variant.label)
+            if result is None:  # no run of it left a record: nothing to add
+                self._update_variant(variant.label, rounds_stop="no verdict to refine")
+            elif result.verdict == "undecided":
+                still.append(variant)
+            else:
+                self._update_variant(variant.label, rounds_stop=f"decided after {rounds} rounds")
+        return still
+
+    def _with_prediction(self, variant: VariantPlan) -> VariantPlan:
+        """dataloader-workers alone, sized from the baseline's split: what the sizing
+        predicted it buys, for the report to check against the measurement."""
+        sizing = self.sizings.get("dataloader-workers")
+        predicted = getattr(sizing, "predicted_speedup", None)
+        if variant.optimizations != ("dataloader-workers",) or predicted is None:
+            return variant
+        if variant.peel_of is not None:
+            return variant
+        return replace(
+            variant,
+            predicted_speedup=predicted,
+            predicted_from=getattr(sizing, "predicted_from", "") or None,
+        )
 
     def _verdicts(self) -> dict[str, VariantResult]:
         results = diagnose.compare_variants(self.session_dir, parse_traces=False)
@@ -984,6 +984,23 @@ class _Runner:
                 self.session, removed_outputs=(*self.session.removed_outputs, *removed)
             )
             save_session(self.session_dir, self.session)
+
+
+def _rounds_stop(
+    rounds: int, most: int, budget_s: float, spent_s: float, next_round_s: float
+) -> str | None:
+    """Why the undecided variants get no more re-run rounds (None: one more round).
+    `spent_s`: what the rounds past the first look took so far; `next_round_s`: one more
+    (a baseline run and each undecided variant's), guessed from the runs so far."""
+    if rounds >= most:
+        return f"still undecided after {rounds} rounds: --max-rounds {most} reached"
+    if spent_s + next_round_s > budget_s:
+        return (
+            f"still undecided after {rounds} rounds: another round (~{next_round_s:.0f}s) would "
+            f"overrun the {budget_s:.0f}s budget for the rounds past the first look "
+            "(--round-budget)"
+        )
+    return None
 
 
 def _open_design(

@@ -570,6 +570,18 @@ def step_row(row: dict[str, Any]) -> StepRecord:
     return convert(row, StepRecord)
 
 
+def encode_lines(records: list[Any]) -> bytes:
+    """JSON lines (each with its newline) of many schema structs or StepRecords, encoded in
+    one call: the child writes its rows in batches."""
+    return _ENCODER.encode_lines(records)
+
+
+def step_rows(rows: list[dict[str, Any]]) -> list[StepRecord]:
+    """Many step rows -> StepRecords in one conversion; SchemaMismatch names the first bad
+    one (the caller then converts them one by one to keep the good ones)."""
+    return convert(rows, list[StepRecord])
+
+
 def sample_row(row: dict[str, Any]) -> SampleRow:
     """A sampler's row (with `kind` and `t`) -> its sample struct; every key must be a field
     of it, so a sampler that grows a field cannot lose it silently."""

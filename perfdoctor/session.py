@@ -23,10 +23,8 @@ class VariantPlan:
     optimizations: tuple[str, ...]
     stacked: bool = False  # the accepted optimizations together
     runs: tuple[str, ...] = ()  # child run dirs, relative to the session, in run order
-    # Extra rounds (optimize/sequential.py), set only for a variant undecided after the
-    # planned rounds: the most extra looks --max-rounds allowed (their verdicts' confidence
-    # follows from it), and why the rounds stopped.
-    max_extra_looks: int = 0
+    # Why the variant's rounds stopped (decided at a look, --max-rounds, the budget), or why
+    # an in-process chain was not started again (optimize/engine.py).
     rounds_stop: str | None = None
     # "in-process": the speed comes from comparison `label` of the A/B child run `ab_run`
     # (relative to the session), and `runs` are the variant's seeded runs for numerics;
@@ -41,6 +39,10 @@ class VariantPlan:
     statistic_why: str | None = None
     # A peel comparison (the stack against the stack without one fix): the fix it prices.
     peel_of: str | None = None
+    # dataloader-workers alone: what the sizing predicted from the baseline's split
+    # (optimize/sizing.py), checked against the measurement in the report.
+    predicted_speedup: float | None = None
+    predicted_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,6 @@ def load_session(session_dir: Path) -> Session:
                 optimizations=tuple(v["optimizations"]),
                 stacked=v.get("stacked", False),
                 runs=tuple(v.get("runs", ())),
-                max_extra_looks=int(v.get("max_extra_looks", 0)),
                 rounds_stop=v.get("rounds_stop"),
                 method=str(v.get("method", "re-runs")),
                 ab_run=v.get("ab_run"),
@@ -116,6 +117,8 @@ def load_session(session_dir: Path) -> Session:
                 statistic=v.get("statistic"),
                 statistic_why=v.get("statistic_why"),
                 peel_of=v.get("peel_of"),
+                predicted_speedup=v.get("predicted_speedup"),
+                predicted_from=v.get("predicted_from"),
             )
             for v in data.get("variants", ())
         ),

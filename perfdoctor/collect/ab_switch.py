@@ -38,6 +38,7 @@ from perfdoctor.optimize.inprocess import (
     look,
     prior_pairs,
 )
+from perfdoctor.optimize.switchable import needs_warmup_block
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,11 @@ class ABController:
                 self._stop(index, "no comparison left to measure")
                 return
         arm = self._order.pop(0)
-        first = arm not in self._started_arms
+        # Only a fix with a costly first activation (a compile) spends its first block
+        # uncounted; the settling steps absorb every other switch (optimize/switchable.py).
+        first = arm not in self._started_arms and needs_warmup_block(
+            self.design.arms[arm].optimizations
+        )
         self._started_arms.add(arm)
         self._activate(arm)
         self._block = {

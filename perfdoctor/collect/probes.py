@@ -21,7 +21,6 @@ from perfdoctor.collect import observe
 from perfdoctor.collect.comm_watch import CommWatch
 from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.flop_count import StepFlopCounter
-from perfdoctor.collect.loop_probes import loop_fields
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
 from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
@@ -29,7 +28,7 @@ from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
 from perfdoctor.collect.profiler_window import ProfilerWindow
 from perfdoctor.collect.runtime import Runtime
 from perfdoctor.collect.stack_sampler import StackSampler
-from perfdoctor.collect.step_log import FLUSH_EVERY, StepLog
+from perfdoctor.collect.step_log import FLUSH_EVERY, NO_ARM, StepLog
 from perfdoctor.collect.sync_watch import SyncCallWatcher
 
 log = logging.getLogger(__name__)
@@ -110,6 +109,7 @@ class Probes:
         self.torch = torch
         self.user_code = user_code
         self.plan = EffectivePlan.from_spec(spec)
+        self._set_plan_bounds()
         self.tracker = StepTracker(
             self,
             plan_total=self.plan.total if self.plan.total > 0 else None,
@@ -136,6 +136,8 @@ class Probes:
         self.flops = StepFlopCounter(
             torch, self.plan.warmup, os.environ.get("PERFDOCTOR_FLOP_COUNT", "1") != "0"
         )
+        # Steps up to the counted one go to the FLOP counter; after it, no call per step.
+        self._flops_last = self.flops.index if self.flops.index is not None else -1
         self.roots = RootFinder(torch, self.tracker, user_code)
         self.roots.nvtx = self.nvtx
         self.cuda_used = False
@@ -169,6 +171,15 @@ class Probes:
         self.remember_scaled_loss: Any = lambda outputs, scaled: None
 
     # ------------------------------------------------------------------ setup
+
+    def _set_plan_bounds(self) -> None:
+        """The plan's phase boundaries as plain ints: read on every step, where the plan's
+        properties cost a call each."""
+        plan = self.plan
+        self._warmup_end = plan.warmup
+        self._timed_end = plan.timed_end
+        self._timed_to_end = plan.profiled == 0  # no profiled window: timed to the end
+        self._phase_ends = frozenset((plan.warmup, plan.timed_end, plan.profiled_start, plan.total))
 
     def install(self) -> None:
         from perfdoctor.collect import probes_hooks
@@ -207,31 +218,37 @@ class Probes:
             self.torch.cuda.synchronize()
 
     def step_started(self, index: int) -> None:
+        # Runs once per step: every part that only some runs need is behind a plain check,
+        # so a CPU run's steady-state step makes no call it does not need (issue 30).
         if self.ab is not None:
             self.ab.step_started(index)
-        phase = self.plan.phase(index)
+        if self._warmup_end <= index and (index < self._timed_end or self._timed_to_end):
+            phase = "timed"  # self._phase, inlined
+        else:
+            phase = self.plan.phase(index)
         if not self.cuda_used and (phase == "warmup" or index % FLUSH_EVERY == 0):
             # Scripts move to CUDA before training; checking is ~3 us, so not every step.
             self.cuda_used = observe.cuda_in_use(self.torch)
         if self.cuda_used:
             self._mark_device_step(index)
             if phase == "profiled" and self.sync_watch.steps_watched == 0:
-                self.sync_watch.install()
-        self.sync_watch.step_started()
+                self.sync_watch.install()  # (installed on CUDA runs only)
+            self.sync_watch.step_started()
+            self._memory_on_step_start(index)
         self._cpu_start = time.thread_time()
         if self.stacks is not None:
             self.stacks.step_started(index)
             if phase in ("profiler_warmup", "profiled"):
                 self.stacks.stop()  # the profiler records its own stacks; no handler in them
-        if index == self.plan.warmup and self.settings is None:
+        if index == self._warmup_end and self.settings is None:
             self.settings = observe.torch_settings(self.torch)
         self.roots.track_shapes = phase != "warmup"
-        self._memory_on_step_start(index)
         if self.profiler is not None:
             self.profiler.on_step_start(index)
         if self.nvtx is not None:
             self._step_nvtx = self.nvtx.start(f"perfdoctor/step {index}")
-        self.flops.step_started(index)  # last, so the counter sees the step's ops only
+        if index <= self._flops_last:
+            self.flops.step_started(index)  # last, so the counter sees the step's ops only
         self.runtime.publish_step_start(index, phase)
 
     def _mark_device_step(self, index: int) -> None:
@@ -259,24 +276,48 @@ class Probes:
             self.memory.start(clear=True)
 
     def step_closed(self, step: ClosedStep) -> None:
-        self.flops.step_closed(step.index, step.wall_s)
+        index = step.index
+        wall_s = step.end - step.start
+        if index <= self._flops_last:
+            self.flops.step_closed(index, wall_s)
         if self.nvtx is not None:
             self.nvtx.end(self._step_nvtx)
             self._step_nvtx = None
-        phase = self.plan.phase(step.index)
+        if self._warmup_end <= index and (index < self._timed_end or self._timed_to_end):
+            phase = "timed"  # self._phase, inlined
+        else:
+            phase = self.plan.phase(index)
         if phase == "timed" and self.profiler is not None:
-            self.profiler.timed_step(step.wall_s)
-        row = self._row(step, phase)
+            self.profiler.timed_step(wall_s)
+        # The row's raw values, taken now; its dict is built when the rows are written.
+        cpu_start = self._cpu_start
+        cuda = self.torch.cuda if self.cuda_used else None
+        arm: Any = NO_ARM
         note = None
         if self.ab is not None:
-            row["arm"] = self.ab.active_label()
-            self.ab.step_closed(step.index, step.wall_s)
+            arm = self.ab.active_label()
+            self.ab.step_closed(index, wall_s)
             note = self.ab.status_line() if self.ab.blocks else None
-        self.step_log.add(row, step.losses)
-        self.step_log.progress(step.index, phase, row["wall_ms"], step.end, note=note)
-        self.roots.grad_use.step_closed()
-        if self.plan.is_phase_end(step.index) or (step.index + 1) % FLUSH_EVERY == 0:
-            self.step_log.flush()
+        step_log = self.step_log
+        step_log.add_step(
+            (
+                step,
+                phase,
+                self._rss_reader.read(),
+                time.thread_time() - cpu_start if cpu_start is not None else None,
+                self.comm.step_ms(step.start, step.end) if self.comm.seen else None,
+                self.any_data,
+                int(cuda.memory_allocated()) if cuda is not None else None,
+                int(cuda.max_memory_allocated()) if cuda is not None else None,
+                arm,
+            ),
+            note,  # its progress line comes from the same values
+        )
+        grad_use = self.roots.grad_use
+        if grad_use.pending:
+            grad_use.step_closed()
+        if (index + 1) % FLUSH_EVERY == 0 or index + 1 in self._phase_ends:
+            step_log.flush()
 
     def plan_finished(self) -> None:
         self.plan_finished_at = self.tracker.steps_closed
@@ -383,7 +424,8 @@ class Probes:
         self.zero_grad_calls += 1
         if self.zero_grad_set_to_none is None or not set_to_none:
             self.zero_grad_set_to_none = bool(set_to_none)
-        self.tracker.zero_grad()
+        if self.tracker.mode is None:  # it only decides while no step signal is chosen
+            self.tracker.zero_grad()
 
     def locate(self, topic: str, frame: Any) -> None:
         """Count a user call site for observations["locations"][topic]."""
@@ -537,35 +579,6 @@ class Probes:
 
     # ------------------------------------------------------------------ rows
 
-    def _row(self, step: ClosedStep, phase: str) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "index": step.index,
-            "phase": phase,
-            "wall_ms": round(step.wall_s * 1000.0, 4),
-            "data_wait_ms": _ms(step.data_s) if (step.data_calls or self.any_data) else None,
-            "forward_ms": _ms(step.forward_s) if step.forward_calls else None,
-            "backward_ms": _ms(step.backward_s) if step.micro_batches else None,
-            "optimizer_ms": _ms(step.optimizer_s) if step.optimizer_s > 0 else None,
-            "micro_batches": step.micro_batches,
-            "loss": None,
-            "batch_size": step.batch_size,
-            "rss_bytes": self._rss(),
-            "cuda_allocated_bytes": None,
-            "cuda_max_allocated_bytes": None,
-            "comm_ms": self.comm.step_ms(step.start, step.end),
-            "cpu_ms": (
-                _ms(max(time.thread_time() - self._cpu_start, 0.0))
-                if self._cpu_start is not None
-                else None
-            ),
-            **loop_fields(step),
-        }
-        if self.cuda_used:
-            cuda = self.torch.cuda
-            row["cuda_allocated_bytes"] = int(cuda.memory_allocated())
-            row["cuda_max_allocated_bytes"] = int(cuda.max_memory_allocated())
-        return row
-
     def _rss(self) -> int | None:
         return self._rss_reader.read()
 
@@ -606,7 +619,3 @@ class RssReader:
                 self._failed = True
                 return None
         return self.read()
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 4)

@@ -83,7 +83,9 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
             if nvtx is not None:
                 nvtx_handle[0] = nvtx.start("optimizer")
         stack.append(opt)
-        return _closure_steps(opt, args, kwargs) if outer else None
+        if outer and (len(args) > 1 or kwargs):  # step(closure): no call for a plain step()
+            return _closure_steps(opt, args, kwargs)
+        return None
 
     def _closure_steps(opt: Any, args: Any, kwargs: Any) -> Any:
         """step(closure): each closure call becomes a step (probes_steps.closure_call), timed
@@ -105,6 +107,9 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
             return (args[0], timed, *args[2:]), kwargs
         return args, {**kwargs, "closure": timed}
 
+    steps = probes.optimizer_steps
+    roots = probes.roots
+
     def post_hook(opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling() or not stack:
             return
@@ -114,7 +119,11 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
         tracker.optimizer_end(opt, started[0])
         if nvtx is not None:
             nvtx.end(nvtx_handle[0])
-        probes.optimizer_stepped(opt)
+        if roots.resolved:  # Probes.optimizer_stepped, without the call once roots are known
+            key = id(opt)
+            steps[key] = steps.get(key, 0) + 1
+        else:
+            probes.optimizer_stepped(opt)
 
     optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
     optimizer_mod.register_optimizer_step_post_hook(post_hook)
@@ -132,22 +141,17 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
     # series is the user's loss, not loss * scale.
     scaled: list[Any] = [None, None]
 
-    def loss_of(target: Any) -> Any:
-        if not isinstance(target, tensor_cls) or target.numel() != 1:
-            return None
-        ref = scaled[0]
-        if ref is not None and ref() is target:
-            return scaled[1]
-        return target.detach()
-
-    def run(target: Any, call: Any) -> Any:
+    def run(target: Any, call: Any, args: Any, kwargs: Any) -> Any:
         t0 = tracker.backward_start()  # may stop the script
         handle = nvtx.start("backward") if nvtx is not None else None
         depth[0] += 1
         loss = None
         try:
-            loss = loss_of(target)
-            return call()
+            # The loss: a one-element tensor (the user's, not GradScaler's scaled one).
+            if isinstance(target, tensor_cls) and target.numel() == 1:
+                ref = scaled[0]
+                loss = scaled[1] if ref is not None and ref() is target else target.detach()
+            return call(*args, **kwargs)
         finally:
             depth[0] -= 1
             tracker.backward_end(t0, loss)
@@ -160,7 +164,7 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
     def tensor_backward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if depth[0] or is_compiling():
             return original_tensor_backward(self, *args, **kwargs)
-        return run(self, lambda: original_tensor_backward(self, *args, **kwargs))
+        return run(self, original_tensor_backward, (self, *args), kwargs)
 
     tensor_cls.backward = tensor_backward  # type: ignore[method-assign]
 
@@ -173,7 +177,7 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
         target = tensors
         if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
             target = tensors[0]
-        return run(target, lambda: original_autograd_backward(tensors, *args, **kwargs))
+        return run(target, original_autograd_backward, (tensors, *args), kwargs)
 
     torch.autograd.backward = autograd_backward
     probes.remember_scaled_loss = _scaled_loss_recorder(scaled, tensor_cls)
@@ -298,7 +302,12 @@ def _install_dataloader(probes: Probes, torch: Any, is_compiling: Any) -> None:
                 if record["last_step"] != step:
                     record["last_step"] = step
                     record["steps_fed"] += 1
-            batch_size = _first_dim(batch, tensor_cls)
+            # _first_dim, its common case inlined: a tuple or list of tensors.
+            first = batch[0] if type(batch) in (tuple, list) and batch else batch
+            if isinstance(first, tensor_cls):
+                batch_size = int(first.shape[0]) if first.dim() > 0 else None
+            else:
+                batch_size = _first_dim(batch, tensor_cls)
             return batch
         finally:
             probes.any_data = True

@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 
 MAX_SHAPES = 1000
 MAX_WATCHED_OUTPUTS = 4
+# The grad-use watch (a pre-hook on each output's grad_fn, and the call site) costs a few
+# microseconds per forward, the most of any per-step probe on a small model. It watches
+# every forward that may be an evaluation or a rollout: one of a model in eval mode, and
+# every root forward after the first in its step (a step's extra forwards). A step's first
+# forward in train mode is the training forward almost always: the first GRAD_WATCH_FIRST of
+# them are watched, then one in GRAD_WATCH_EVERY, which then stands for GRAD_WATCH_EVERY
+# forwards in the counts (so the counts and shares stay estimates of all forwards).
+GRAD_WATCH_FIRST = 64
+GRAD_WATCH_EVERY = 16
 
 
 def _is_compiling_fn(torch: Any) -> Callable[[], bool]:
@@ -50,6 +59,8 @@ def first_tensor_shape(torch: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return None
 
 
+# The hook dicts that hold the hook functions themselves (the others hold flags).
+_HOOKS_HELD = ("_forward_pre_hooks", "_forward_hooks")
 # The per-module hook dicts a forward pre-hook and a forward hook are registered in.
 _HOOK_DICTS = (
     "_forward_pre_hooks",
@@ -149,14 +160,18 @@ class GradUse:
         self._tensor_cls = torch.Tensor
         self._current: list[list[Any]] = []
         self._previous: list[list[Any]] = []
-        self.watched = 0
+        self.pending = False  # records wait for a step's close to be judged
+        self.watched = 0  # forwards with a graph, each watched one counted by its weight
+        # Steps' first train-mode grad forwards, the sampled kind (RootFinder._exit).
+        self.first_forwards = 0
         self.unused: Counter[tuple[str, int, str] | None] = Counter()
+        self._user_codes: dict[Any, bool] = {}  # code object -> is the user's
 
-    def watch(self, output: Any, frame: Any) -> None:
+    def watch(self, output: Any, frame: Any, weight: int = 1) -> None:
         nodes = self._graph_nodes(output)
         if not nodes:
             return
-        record: list[Any] = [False, self._user_code.caller_key(frame)]
+        record: list[Any] = [False, self._caller_key(frame), weight]
 
         def reached(_grad_outputs: Any, record: list[Any] = record) -> None:
             record[0] = True
@@ -166,8 +181,23 @@ class GradUse:
                 node.register_prehook(reached)
             except Exception:
                 return
-        self.watched += 1
+        self.watched += weight
         self._current.append(record)
+        self.pending = True
+
+    def _caller_key(self, frame: Any) -> tuple[str, int, str] | None:
+        """UserCode.caller_key, with the verdict kept per code object (the same few frames
+        between the hook and the user's line come back on every forward)."""
+        known = self._user_codes
+        while frame is not None:
+            code = frame.f_code
+            user = known.get(code)
+            if user is None:
+                user = known[code] = self._user_code.is_user_file(code.co_filename)
+            if user:
+                return (code.co_filename, frame.f_lineno, code.co_name)
+            frame = frame.f_back
+        return None
 
     def _graph_nodes(self, output: Any) -> list[Any]:
         tensor_cls = self._tensor_cls
@@ -190,6 +220,7 @@ class GradUse:
     def step_closed(self) -> None:
         self._judge(self._previous)
         self._previous, self._current = self._current, []
+        self.pending = bool(self._previous)
 
     def finish(self, *, script_ended_normally: bool) -> None:
         self._judge(self._previous)
@@ -197,11 +228,12 @@ class GradUse:
             # Every backward the script was going to run has run.
             self._judge(self._current)
         self._previous, self._current = [], []
+        self.pending = False
 
     def _judge(self, records: list[list[Any]]) -> None:
-        for reached, key in records:
+        for reached, key, weight in records:
             if not reached:
-                self.unused[key] += 1
+                self.unused[key] += weight
 
     def summary(self) -> dict[str, Any]:
         locations = []
@@ -243,7 +275,9 @@ class RootFinder:
         self._stack: list[float | None] = []
         self._root_ids: set[int] = set()
         self._nvtx_handle: Any = None
+        self._tensor_cls = torch.Tensor
         self._forward_kind: str | None = None  # of the depth-0 forward in flight
+        self._forward_grad = False  # grad mode at its start
         self.hook_mode = "discovery"  # then "per-root", or "global" (see resolve)
         self.found_on_stack = False
 
@@ -403,16 +437,25 @@ class RootFinder:
         except Exception:  # a module that refuses attribute writes: hooks work without it
             log.debug("could not make the hook dicts private", exc_info=True)
             dicts = []
+        # Where both dicts our hooks go into are private, no copy or pickle ever sees the
+        # hooks: the bound methods go in as they are (InertWhenCopied's layer costs a call
+        # per forward and per hook). Otherwise they copy as inert hooks.
+        mine = root.__dict__
+        all_private = all(isinstance(mine.get(n), PrivateHooks) for n in _HOOKS_HELD)
+
+        def hook(method: Callable[..., Any]) -> Any:
+            return method if all_private else InertWhenCopied(method)
+
         try:
             pre = root.register_forward_pre_hook(
-                InertWhenCopied(self._root_pre), prepend=True, with_kwargs=True
+                hook(self._root_pre), prepend=True, with_kwargs=True
             )
         except TypeError:
-            pre = root.register_forward_pre_hook(InertWhenCopied(self._root_pre_args))
+            pre = root.register_forward_pre_hook(hook(self._root_pre_args))
         try:
-            post = root.register_forward_hook(InertWhenCopied(self._root_post), always_call=True)
+            post = root.register_forward_hook(hook(self._root_post), always_call=True)
         except TypeError:
-            post = root.register_forward_hook(InertWhenCopied(self._root_post))
+            post = root.register_forward_hook(hook(self._root_post))
         self._root_handles.extend([pre, post])
         for private in dicts:
             private.private_ids.update((pre.id, post.id))
@@ -444,29 +487,40 @@ class RootFinder:
     # ------------------------------------------------------------------ one root forward
 
     def _enter(self, module: Any, args: Any, kwargs: Any) -> float:
-        """A depth-0 forward of a root (or, before roots are known, of a candidate)."""
-        t0 = self._tracker.forward_start()  # may stop the script: before depth moves
-        # Forwards that train nothing (evaluation, rollouts) are named in the loop account.
-        self._forward_kind = (
-            "eval"
-            if not getattr(module, "training", True)
-            else None
-            if self._torch.is_grad_enabled()
-            else "no_grad"
-        )
-        shape = first_tensor_shape(self._torch, args, kwargs)
+        """A depth-0 forward of a root (or, before roots are known, of a candidate). Once
+        per forward, so first_tensor_shape and the batch dimension's cache are inlined."""
+        tensor_cls = self._tensor_cls
+        shape = None
+        for value in args:
+            if isinstance(value, tensor_cls):
+                shape = tuple(value.shape)
+                break
+        else:
+            if kwargs:
+                shape = first_tensor_shape(self._torch, (), kwargs)
+        batch = None
         if shape:
             # The batch is what the model received, not what the DataLoader was built with
             # (a script may slice a big batch, or feed a sequence model time-major).
-            dim = self._batch_dim(module)
+            dim = self._batch_dims.get(id(module))
+            if dim is None:
+                dim = self._batch_dim(module)
             if len(shape) > dim:
-                self._tracker.input_batch(shape[dim])
+                batch = shape[dim]
+        t0 = self._tracker.forward_start(batch)  # may stop the script: before depth moves
+        grad = self._forward_grad = self._torch.is_grad_enabled()
+        # Forwards that train nothing (evaluation, rollouts) are named in the loop account.
+        self._forward_kind = (
+            "eval" if not getattr(module, "training", True) else None if grad else "no_grad"
+        )
         if self.resolved:
             self.root_calls += 1
             # Training forwards only: an evaluation's batch (no_grad, another size) is not a
             # shape the training loop's compiled graph or cuDNN plans have to handle.
-            if self.track_shapes and shape is not None and self._torch.is_grad_enabled():
-                seen = self.shapes.setdefault(id(module), set())
+            if self.track_shapes and shape is not None and grad:
+                seen = self.shapes.get(id(module))
+                if seen is None:
+                    seen = self.shapes[id(module)] = set()
                 if len(seen) < MAX_SHAPES:
                     seen.add(shape)
         if self.nvtx is not None:
@@ -474,12 +528,21 @@ class RootFinder:
         return t0
 
     def _exit(self, t0: float, output: Any) -> None:
-        self._tracker.forward_end(t0, self._forward_kind)
+        in_step = self._tracker.forward_end(t0, self._forward_kind)
         if self.nvtx is not None:
             self.nvtx.end(self._nvtx_handle)
-        if self.resolved and self._torch.is_grad_enabled():
+        if self.resolved and self._forward_grad:
+            grad_use = self.grad_use
+            if self._forward_kind is None and in_step <= 1:
+                # GradUse.forward's sampling, inlined: most forwards stop here.
+                count = grad_use.first_forwards = grad_use.first_forwards + 1
+                if count > GRAD_WATCH_FIRST and count % GRAD_WATCH_EVERY:
+                    return
+                weight = 1 if count <= GRAD_WATCH_FIRST else GRAD_WATCH_EVERY
+            else:
+                weight = 1
             # Frames above: Module._call_impl and its helpers, then the user's call site.
-            self.grad_use.watch(output, sys._getframe(2))
+            grad_use.watch(output, sys._getframe(2), weight)
 
     def _batch_dim(self, module: Any) -> int:
         """1 for a time-major sequence model (recurrent or attention layers built with

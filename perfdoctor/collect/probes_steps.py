@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 BACKWARD_SOURCE = "backward"
+# Modes whose steps end only after a step event (not by time): an open step without one is
+# never pending, so a forward or backward in it changes nothing (the hot path skips _trigger).
+_STEP_SIGNALS = ("optimizer", "backward")
 
 
 class PlanComplete(BaseException):
@@ -56,35 +59,12 @@ class PlanComplete(BaseException):
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~3 us per step
 class ClosedStep:
+    """One step: filled in while it is open, then handed to the listener as it is (one
+    object per step, not a copy: building a second one cost ~1 us per step)."""
+
     index: int
     start: float
-    end: float
-    data_s: float
-    forward_s: float
-    backward_s: float
-    optimizer_s: float
-    data_calls: int
-    forward_calls: int
-    micro_batches: int
-    losses: tuple[Any, ...]
-    batch_size: int | None
-    closed_by: str  # data / forward / backward / repeat / time / fallback / end
-    # Work in the step that is no training (the loop account, analyze/loop_account.py): root
-    # forwards of a model in eval mode, root forwards under no_grad of a model in train mode
-    # (rollouts, generation), and torch.save calls (checkpoints).
-    eval_forward_s: float = 0.0
-    nograd_forward_s: float = 0.0
-    save_s: float = 0.0
-
-    @property
-    def wall_s(self) -> float:
-        return self.end - self.start
-
-
-@dataclass(slots=True)
-class _OpenStep:
-    index: int
-    start: float
+    end: float = 0.0
     data_s: float = 0.0
     forward_s: float = 0.0
     backward_s: float = 0.0
@@ -92,35 +72,33 @@ class _OpenStep:
     data_calls: int = 0
     forward_calls: int = 0
     micro_batches: int = 0
-    losses: list[Any] = field(default_factory=list)
+    losses: Any = field(default_factory=list)  # a list while open, a tuple once closed
     batch_size: int | None = None
+    closed_by: str = ""  # data / forward / backward / repeat / time / fallback / end
+    # Work in the step that is no training (the loop account, analyze/loop_account.py): root
+    # forwards of a model in eval mode, root forwards under no_grad of a model in train mode
+    # (rollouts, generation), and torch.save calls (checkpoints).
+    eval_forward_s: float = 0.0
+    nograd_forward_s: float = 0.0
+    save_s: float = 0.0
+    # Open-step state, for the tracker's rules only.
     batch_from_model: bool = False  # batch_size came from a root's input
     sources: set[Any] = field(default_factory=set)
     data_driven: bool = False  # a DataLoader batch was fetched before the first step event
     closure_driven: bool = False  # a closure call of optimizer.step(closure) opened it
-    eval_forward_s: float = 0.0
-    nograd_forward_s: float = 0.0
-    save_s: float = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return self.end - self.start
 
     def close(self, end: float, closed_by: str) -> ClosedStep:
-        return ClosedStep(
-            index=self.index,
-            start=self.start,
-            end=end,
-            data_s=self.data_s,
-            forward_s=self.forward_s,
-            backward_s=self.backward_s,
-            optimizer_s=self.optimizer_s,
-            data_calls=self.data_calls,
-            forward_calls=self.forward_calls,
-            micro_batches=self.micro_batches,
-            losses=tuple(self.losses),
-            batch_size=self.batch_size,
-            closed_by=closed_by,
-            eval_forward_s=self.eval_forward_s,
-            nograd_forward_s=self.nograd_forward_s,
-            save_s=self.save_s,
-        )
+        self.end = end
+        self.closed_by = closed_by
+        self.losses = tuple(self.losses)
+        return self
+
+
+_OpenStep = ClosedStep  # the same object, before its close
 
 
 class StepListener(Protocol):
@@ -199,10 +177,18 @@ class StepTracker:
         if step.batch_size is None and batch_size is not None and not step.batch_from_model:
             step.batch_size = batch_size
 
-    def forward_start(self) -> float:
+    def forward_start(self, batch: int | None = None) -> float:
+        """`batch`: the batch size the root received (see input_batch), given here to save
+        a call per forward."""
         now = self._clock()
         self._forward_total += 1
-        self._trigger("forward", now)
+        step = self._open
+        if step is None or step.sources or self.stopped or self.mode not in _STEP_SIGNALS:
+            self._trigger("forward", now)  # (a step without a step event yet stays open)
+            step = self._open
+        if batch is not None and step is not None and not step.batch_from_model:
+            step.batch_size = int(batch)
+            step.batch_from_model = True
         return self._clock()
 
     def input_batch(self, size: int) -> None:
@@ -213,12 +199,12 @@ class StepTracker:
             step.batch_size = int(size)
             step.batch_from_model = True
 
-    def forward_end(self, t0: float, kind: str | None = None) -> None:
+    def forward_end(self, t0: float, kind: str | None = None) -> int:
         """`kind`: "eval" (the model in eval mode), "no_grad" (no graph built), None (a
-        training forward)."""
+        training forward). Returns the open step's root forwards so far (0 without one)."""
         step = self._open
         if step is None or self.stopped:
-            return
+            return 0
         elapsed = self._clock() - t0
         step.forward_s += elapsed
         step.forward_calls += 1
@@ -228,6 +214,7 @@ class StepTracker:
             step.nograd_forward_s += elapsed
         if self._in_optimizer and not self._closure_depth:
             self._nested_s += elapsed
+        return step.forward_calls
 
     def backward_start(self) -> float:
         now = self._clock()
@@ -247,7 +234,9 @@ class StepTracker:
         step = self._open
         if self.mode == "backward" and step is not None and BACKWARD_SOURCE in step.sources:
             self._close(now, "repeat")
-        self._trigger("backward", now)
+            step = None
+        if step is None or step.sources or self.mode not in _STEP_SIGNALS:
+            self._trigger("backward", now)  # (as in forward_start)
         return self._clock()
 
     def backward_end(self, t0: float, loss: Any) -> None:
@@ -300,7 +289,8 @@ class StepTracker:
             # are taken out (one closure call, as Lightning makes: the step is that call's).
             step.optimizer_s += max(self._clock() - t0 - nested, 0.0)
         # With several closure steps (LBFGS) the call spans them all: no one step owns it.
-        self._join(step, key)
+        step.sources.add(key)  # _join, inlined: once per step
+        self._all_sources.add(key)
 
     def closure_call(self, key: Any) -> None:
         """One evaluation of the closure passed to `optimizer.step(closure)` (LBFGS runs up
@@ -367,9 +357,11 @@ class StepTracker:
                     self._open.sources.discard(BACKWARD_SOURCE)
             self._set_mode("optimizer", note)
         step = self._open
-        if step is not None and key in step.sources:
+        if step is None:
+            self._ensure_open(now)
+        elif key in step.sources:
             self._close(now, "repeat")
-        self._ensure_open(now)
+            self._ensure_open(now)
 
     def _join(self, step: _OpenStep, key: Any) -> None:
         step.sources.add(key)
@@ -381,11 +373,24 @@ class StepTracker:
             return
         if self._first_event is None:
             self._first_event = now
-        if self.mode is None:
+        mode = self.mode
+        if mode is None:
             self._maybe_choose_time_windows(now)
+            mode = self.mode
         step = self._open
-        if step is not None and self._pending(step, now, kind):
-            self._close(now, "time" if self.mode == "time" else kind)
+        if step is not None:
+            # _pending, inlined: this runs on every forward, backward and batch.
+            if mode == "time":
+                if now - step.start < self._window:
+                    return
+            elif not step.sources or step.closure_driven:
+                return  # (kind is never "end" here)
+            elif step.data_driven:
+                if kind != "data":
+                    return
+            elif not step.sources >= self._all_sources:
+                return
+            self._close(now, "time" if mode == "time" else kind)
         self._ensure_open(now)
 
     def _stop_script(self) -> None:
@@ -440,7 +445,10 @@ class StepTracker:
             return
         self._open = None
         self.steps_closed += 1
-        self._listener.step_closed(step.close(now, closed_by))
+        step.end = now  # step.close, inlined: once per step
+        step.closed_by = closed_by
+        step.losses = tuple(step.losses)
+        self._listener.step_closed(step)
 
     def _ensure_open(self, now: float) -> None:
         if self._open is not None or self.stopped:

@@ -3,6 +3,11 @@
 Step rows are buffered and appended at phase ends, every `FLUSH_EVERY` steps and at exit;
 losses stay detached tensors until then, so capturing them never adds a host sync per step.
 progress.jsonl gets one tiny line per step for the parent's live display.
+
+Per step the child only keeps a tuple of raw values (`add_step`, `progress`): the rows'
+dicts, their checks against the schema and their JSON are made for a batch at a time when
+they are written, in one conversion and one encoding call each (issue 30: the per-step cost
+of a small model's step is what perfdoctor adds to it).
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from typing import IO, Any
 
 from perfdoctor import rundir
 from perfdoctor.collect.device_clock import DeviceStepClock
-from perfdoctor.run_schema import ProgressRow, SchemaMismatch, encode_line, step_row
+from perfdoctor.collect.loop_probes import loop_fields
+from perfdoctor.run_schema import (
+    ProgressRow,
+    SchemaMismatch,
+    encode_line,
+    encode_lines,
+    step_row,
+    step_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +37,8 @@ FLUSH_EVERY = 50
 # progress.jsonl is flushed at most this often: a write syscall per step costs ~10 us, and
 # the parent's live display polls a few times a second anyway.
 PROGRESS_FLUSH_S = 0.25
+# A step without an in-process A/B arm (the row then has no `arm` key).
+NO_ARM = object()
 
 
 class ArtifactUnwritable(BaseException):
@@ -43,8 +58,10 @@ class StepLog:
         self._progress_path = run_dir / rundir.PROGRESS_FILE
         self._origin = origin
         self._progress_flushed = 0.0
-        self._pending: list[tuple[dict[str, Any], tuple[Any, ...]]] = []
-        self._progress: IO[str] | None = None
+        # (row dict, losses) from add(), or (raw tuple, losses) from add_step()
+        self._pending: list[tuple[Any, tuple[Any, ...]]] = []
+        self._progress_rows: list[tuple[int, str, float, float, str | None]] = []
+        self._progress: IO[bytes] | None = None
         self.rows_written = 0
         self.rows_added = 0  # every step with a row: what observations call steps_seen
         self.nonfinite_losses = 0
@@ -53,35 +70,63 @@ class StepLog:
         self._pending.append((row, losses))
         self.rows_added += 1
 
+    def add_step(self, raw: tuple[Any, ...], note: str | None = None) -> None:
+        """A closed step's raw values, as Probes.step_closed takes them: (ClosedStep, phase,
+        rss bytes, CPU seconds, comm ms, any DataLoader seen, CUDA allocated, CUDA max
+        allocated, A/B arm or NO_ARM). The row is built when it is written (`_row_of`);
+        the step's progress line (as `progress`) comes from the same values."""
+        step = raw[0]
+        self._pending.append((raw, step.losses))
+        self.rows_added += 1
+        end = step.end
+        self._progress_rows.append((step.index, raw[1], end, (end - step.start) * 1000.0, note))
+        if end - self._progress_flushed >= PROGRESS_FLUSH_S:
+            self._progress_flushed = end
+            self._write_progress()
+
     def progress(
         self, index: int, phase: str, wall_ms: float, now: float, note: str | None = None
     ) -> None:
-        """One line per step; `now` is the perf_counter time the step ended."""
+        """One line per step; `now` is the perf_counter time the step ended. Kept as values
+        and written (encoded in one call) at most every PROGRESS_FLUSH_S and at each flush."""
+        self._progress_rows.append((index, phase, now, wall_ms, note))
+        if now - self._progress_flushed >= PROGRESS_FLUSH_S:
+            self._progress_flushed = now
+            self._write_progress()
+
+    def _write_progress(self) -> None:
+        rows, self._progress_rows = self._progress_rows, []
+        if not rows:
+            return
+        origin = self._origin
         try:
             if self._progress is None:
-                self._progress = self._progress_path.open("a")
-            row = ProgressRow(
-                step=index,
-                phase=phase,
-                t=round(now - self._origin, 4),
-                wall_ms=round(wall_ms, 4),
-                note=note,
+                self._progress = self._progress_path.open("ab")
+            self._progress.write(
+                encode_lines(
+                    [
+                        ProgressRow(
+                            step=index,
+                            phase=phase,
+                            t=round(now - origin, 4),
+                            wall_ms=round(wall_ms, 4),
+                            note=note,
+                        )
+                        for index, phase, now, wall_ms, note in rows
+                    ]
+                )
             )
-            self._progress.write(encode_line(row).decode())
-            if now - self._progress_flushed >= PROGRESS_FLUSH_S:
-                self._progress.flush()
-                self._progress_flushed = now
+            self._progress.flush()
         except OSError:
-            log.debug("progress line not written", exc_info=True)
+            log.debug("progress lines not written", exc_info=True)
 
     def flush(self) -> None:
         if not self._pending:
             return
         # The rows leave the buffer only once they are on disk: a SIGTERM (SystemExit) raised
         # in the middle of a flush leaves them for close() to write, instead of losing them.
-        pending = list(self._pending)
+        pending = [(_row_of(row), losses) for row, losses in self._pending]
         values = _loss_values([losses for _, losses in pending])
-        lines = []
         for (row, _), loss in zip(pending, values, strict=True):
             if loss is not None and not math.isfinite(loss):
                 # JSON has no NaN: keep the fact that the loss was not finite.
@@ -94,31 +139,66 @@ class StepLog:
             device_ms = self.device_clock.durations([row["index"] for row, _ in pending])
             for row, _ in pending:
                 row["device_ms"] = device_ms.get(row["index"])
-        for row, _ in pending:
-            lines.append(_step_line(row))
+        text = _step_lines([row for row, _ in pending])
         try:
-            with self._steps_path.open("a") as fh:
-                fh.write("\n".join(lines) + "\n")
+            with self._steps_path.open("ab") as fh:
+                fh.write(text)
         except OSError as err:
             why = err.strerror or str(err)
             raise ArtifactUnwritable(f"cannot write {self._steps_path}: {why}") from err
         del self._pending[: len(pending)]
-        self.rows_written += len(lines)
-        if self._progress is not None:
-            try:
-                self._progress.flush()
-            except OSError:
-                log.debug("progress not flushed", exc_info=True)
+        self.rows_written += len(pending)
+        self._write_progress()
 
     def close(self) -> None:
         try:
             self.flush()
         except ArtifactUnwritable:
             log.debug("last steps not written", exc_info=True)
+        self._write_progress()
         if self._progress is not None:
             with contextlib.suppress(OSError):
                 self._progress.close()
             self._progress = None
+
+
+def _row_of(raw: Any) -> dict[str, Any]:
+    """A step's row dict, from add_step's raw tuple (a dict from add() stays as it is)."""
+    if type(raw) is not tuple:
+        return raw  # type: ignore[no-any-return]
+    step, phase, rss, cpu_s, comm_ms, any_data, cuda_allocated, cuda_max, arm = raw
+    # round(x * 1000.0, 4) inline, not _ms(): this runs for every step.
+    row: dict[str, Any] = {
+        "index": step.index,
+        "phase": phase,
+        "wall_ms": round((step.end - step.start) * 1000.0, 4),
+        "data_wait_ms": round(step.data_s * 1000.0, 4) if (step.data_calls or any_data) else None,
+        "forward_ms": round(step.forward_s * 1000.0, 4) if step.forward_calls else None,
+        "backward_ms": round(step.backward_s * 1000.0, 4) if step.micro_batches else None,
+        "optimizer_ms": round(step.optimizer_s * 1000.0, 4) if step.optimizer_s > 0 else None,
+        "micro_batches": step.micro_batches,
+        "loss": None,
+        "batch_size": step.batch_size,
+        "rss_bytes": rss,
+        "cuda_allocated_bytes": cuda_allocated,
+        "cuda_max_allocated_bytes": cuda_max,
+        "comm_ms": comm_ms,
+        "cpu_ms": round(max(cpu_s, 0.0) * 1000.0, 4) if cpu_s is not None else None,
+    }
+    if step.eval_forward_s or step.nograd_forward_s or step.save_s:  # (a training step: no)
+        row.update(loop_fields(step))
+    if arm is not NO_ARM:
+        row["arm"] = arm
+    return row
+
+
+def _step_lines(rows: list[dict[str, Any]]) -> bytes:
+    """steps.jsonl lines, through the schema the analysis decodes them with: the whole batch
+    in one conversion and one encoding; row by row only when one does not match."""
+    try:
+        return encode_lines(step_rows(rows))
+    except SchemaMismatch:
+        return "".join(_step_line(row) + "\n" for row in rows).encode()
 
 
 def _step_line(row: dict[str, Any]) -> str:
@@ -143,7 +223,7 @@ def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:
             continue
         chunk = scalars[pos : pos + len(losses)]
         pos += len(losses)
-        out.append(None if any(v is None for v in chunk) else float(sum(chunk)))  # type: ignore[arg-type]
+        out.append(None if None in chunk else float(sum(chunk)))  # type: ignore[arg-type]
     return out
 
 
@@ -158,7 +238,13 @@ def _to_floats(tensors: list[Any]) -> list[float | None]:
             by_device.setdefault(t.device, []).append(i)
         result: list[float | None] = [None] * len(tensors)
         for indices in by_device.values():
-            stacked = torch.stack([tensors[i].reshape(()).double() for i in indices])
+            group = [tensors[i] for i in indices]
+            try:
+                # Losses of one shape (the usual case): three ops for the whole batch of
+                # rows, not two per loss (each a dispatch of ~2-5 us on a small step).
+                stacked = torch.stack(group).reshape(len(group)).double()
+            except RuntimeError:  # shapes () and (1,) mixed, or dtypes stack refuses
+                stacked = torch.stack([t.reshape(()).double() for t in group])
             for i, value in zip(indices, stacked.cpu().tolist(), strict=True):
                 result[i] = float(value)
         return result

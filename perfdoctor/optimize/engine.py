@@ -28,9 +28,17 @@ trimmed mean of d), its interval Student's t with the winsorized standard deviat
 pairs a burst of load hit do not swing it.
 
 The stopping rule (`Looks`): the interval is looked at when the pooled pairs reach a count of
-LOOK_SCHEDULE (whichever process brought them), plus one last look when the budget or the
-processes run out; each look is taken at confidence 1 - ALPHA / looks (Bonferroni), so the
-chance of a false "faster" or "slower" over all of them stays within ALPHA.
+the source's schedule (whichever process brought them), plus one last look when the budget or
+the processes run out; each look is taken at confidence 1 - ALPHA / looks (Bonferroni), so the
+chance of a false "faster" or "slower" over all of them stays within ALPHA. The schedules:
+
+    blocks  LOOK_SCHEDULE, from 9 pairs: a block of 0.4 s can be hit whole by a burst of
+            another process's load, and looks at 3 and 5 pairs (2 degrees of freedom after
+            the trim) let such bursts through (benchmarks/README.md, "A/A")
+    runs    RUN_LOOK_SCHEDULE, from 3 pairs (or --repeat): a pair is two whole runs, each
+            value a run's median or wall time over dozens of steps and seconds, which a
+            burst does not move alone; and each pair costs two launches, so every count is
+            a look (`rerun_looks`)
 
 Verdict words (`verdict_words`), speed only (numerics are checked by the caller first):
 
@@ -82,6 +90,11 @@ NARROW = math.log(1.05)
 # first look waits for 9 pairs: with looks after 3 and 5 pairs (2 degrees of freedom after
 # the trim) a burst of load passed them in 1 of 40 A/A runs (benchmarks/README.md, "A/A").
 LOOK_SCHEDULE: tuple[int, ...] = (9, 13, 19, 28, 40, 60, 90, 135, 200, 300)
+# Pair counts at which a comparison of whole runs (re-runs) is looked at: after every round
+# from the third, then more sparsely (a session rarely allows more than --max-rounds 6).
+RUN_LOOK_SCHEDULE: tuple[int, ...] = (3, 4, 5, 6, 8, 10, 13, 16, 20, 25, 30, 40, 50)
+# --max-rounds by default: the most whole-run pairs one re-run comparison gets.
+DEFAULT_MAX_ROUNDS = 6
 # Share of the pairs trimmed at each end of the sorted log ratios (Yuen's trimmed mean).
 TRIM = 0.2
 # Fewer pairs than this give no interval at all (t with 1 degree of freedom is useless).
@@ -157,18 +170,26 @@ def block_steps_for(step_s: float | None, statistic: str = PAIRED_MEDIANS) -> in
 
 
 def block_steps_to_fit(
-    script_steps: int, warmup: int, arms: int, settle: int, wanted_rounds: int, statistic: str
+    script_steps: int,
+    warmup: int,
+    arms: int,
+    settle: int,
+    wanted_rounds: int,
+    statistic: str,
+    warmup_arms: int | None = None,
 ) -> int | None:
     """Counted steps per block so that a script of `script_steps` steps holds the warm-up,
-    one first block per arm, and `wanted_rounds` rounds (None: no block fits at all). The
-    statistic's floor holds: a throughput window keeps its WINDOW_MIN_STEPS."""
+    a first block of each of the `warmup_arms` arms that need one (all `arms` when None;
+    optimize/switchable.needs_warmup_block), and `wanted_rounds` rounds (None: no block fits
+    at all). The statistic's floor holds: a throughput window keeps its WINDOW_MIN_STEPS."""
     floor = WINDOW_MIN_STEPS if statistic == THROUGHPUT_WINDOWS else MIN_BLOCK_STEPS
+    firsts = arms if warmup_arms is None else max(0, min(arms, warmup_arms))
     room = script_steps - warmup
-    length = room // max(1, arms * (wanted_rounds + 1))
+    length = room // max(1, arms * wanted_rounds + firsts)
     counted = length - settle
     if counted >= floor:
         return counted
-    return floor if room >= arms * 2 * (floor + settle) else None
+    return floor if room >= (arms + firsts) * (floor + settle) else None
 
 
 # --------------------------------------------------------------------------- estimate
@@ -319,13 +340,23 @@ def estimate(
 
 @dataclass(frozen=True)
 class Looks:
-    """The sequential test's looks for a comparison allowed at most `max_pairs` pairs."""
+    """The sequential test's looks for a comparison allowed at most `max_pairs` pairs:
+    the counts of `schedule` from `first` on (`first` itself always one of them)."""
 
     max_pairs: int
+    schedule: tuple[int, ...] = LOOK_SCHEDULE
+    first: int | None = None
 
     @property
     def at(self) -> tuple[int, ...]:
-        return tuple(n for n in LOOK_SCHEDULE if n <= self.max_pairs)
+        start = self.first if self.first is not None else self.schedule[0]
+        counts = {start, *(n for n in self.schedule if n >= start)}
+        return tuple(sorted(n for n in counts if n <= self.max_pairs))
+
+    @property
+    def first_look(self) -> int:
+        """The pairs the first look waits for."""
+        return self.first if self.first is not None else self.schedule[0]
 
     @property
     def confidence(self) -> float:
@@ -334,6 +365,36 @@ class Looks:
 
     def due(self, pairs: int) -> bool:
         return pairs in self.at
+
+
+def rerun_looks(repeat: int, max_rounds: int) -> Looks:
+    """The looks of a comparison of whole runs: from --repeat rounds (at least MIN_PAIRS,
+    the fewest an interval needs) up to the rounds allowed, --max-rounds or --repeat if more.
+    Fewer rounds allowed than the first look needs (--max-rounds 1, to bound a test) leave
+    no look: the rounds run, and the verdict says how many more would decide it."""
+    return Looks(max(1, repeat, max_rounds), RUN_LOOK_SCHEDULE, max(MIN_PAIRS, repeat))
+
+
+def run_pairs(
+    reference: Sequence[Sequence[float]], test: Sequence[Sequence[float]], statistic: str
+) -> list[Pair]:
+    """One pair per round of whole runs: run k of each side (their timed steps), by the
+    statistic (a run's median step, or its wall time over its steps). Runs without a
+    usable step are left out, with their round."""
+    pairs = []
+    for k, (ref_steps, test_steps) in enumerate(zip(reference, test, strict=False)):
+        ref, tst = window_value(ref_steps, statistic), window_value(test_steps, statistic)
+        if ref is not None and tst is not None and ref > 0 and tst > 0:
+            pairs.append(Pair(ref, tst, process=k))
+    return pairs
+
+
+def point_speedup(pairs: Sequence[Pair]) -> float | None:
+    """The geometric mean of the pairs' ratios: the speedup to show where too few pairs
+    were measured for an interval (no verdict rests on it)."""
+    if not pairs:
+        return None
+    return math.exp(statistics.fmean(math.log(p.reference_ms / p.test_ms) for p in pairs))
 
 
 def pairs_needed(est: PairedEstimate) -> int | None:
@@ -354,12 +415,17 @@ class Basis:
     steps_per_pair: float | None = None  # script steps one more pair takes (both sides)
     load: str | None = None  # "at 1.5 other busy cores of 2"
     busy: bool = False  # other processes kept the machine busy
+    first_look: int = LOOK_SCHEDULE[0]  # the pairs the first look waits for
+    # Whole runs are the pairs (re-runs): more of them are more A/B rounds.
+    rounds: bool = False
 
 
 def what_would_decide(est: PairedEstimate | None, basis: Basis) -> str:
     """The undecided verdict's advice: more steps, or a quieter machine."""
     if est is None:
-        first = LOOK_SCHEDULE[0]
+        first = basis.first_look
+        if basis.rounds:
+            return f"{first} A/B rounds, the first look (--repeat, --max-rounds)"
         steps = (
             f" (about {first * basis.steps_per_pair:.0f} more steps)"
             if basis.steps_per_pair
@@ -372,6 +438,8 @@ def what_would_decide(est: PairedEstimate | None, basis: Basis) -> str:
     more = needed - est.pairs
     if needed > MAX_PAIRS_FACTOR * est.pairs and basis.busy:
         return "a quieter machine: the load's noise hides any difference this size"
+    if basis.rounds:
+        return f"about {more} more A/B rounds (--max-rounds, --round-budget)"
     if basis.steps_per_pair:
         return f"about {more * basis.steps_per_pair:.0f} more steps ({more} more pairs)"
     return f"about {more} more pairs"

@@ -7,8 +7,11 @@ the geometric mean of the pair ratios (the mean of their logs). It is therefore 
 ratio of two step times that can be shown beside it: the geometric means of the paired run
 medians on each side (`baseline_ms`, `variant_ms`, "paired medians"), so a report that prints
 "1,794 -> 998 ms" next to the speedup prints 1.80x, never a figure from another pool. (A
-median of the pair ratios has no such pair of step times; and the run-level band of
-run_level.py is a t interval of this same mean.)
+median of the pair ratios has no such pair of step times.)
+
+Used where two recordings are compared that were not made to be paired round by round:
+`perfdoctor compare`, the CI gate, the batch plan. `perfdoctor profile`'s own A/B rounds are
+judged by the measurement engine (optimize/engine.py, verdicts.compare_variant's `looks`).
 
 Noise band: the half-width of a 95% bootstrap interval of that speedup (steps resampled with
 replacement within each run, fixed seed, so the same runs always give the same verdict),
@@ -35,7 +38,6 @@ import numpy as np
 
 from perfdoctor.analyze.run_stats import RunSample, percentile, run_medians_spread
 from perfdoctor.optimize.engine import PAIRED_MEDIANS, THROUGHPUT_WINDOWS
-from perfdoctor.optimize.run_level import run_level_half_width
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240601
@@ -210,7 +212,6 @@ def estimate_speedup(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
-    run_level_confidence: float | None = None,
     between_rounds: bool = False,
     statistic: str = PAIRED_MEDIANS,
 ) -> SpeedEstimate | None:
@@ -233,10 +234,6 @@ def estimate_speedup(
     less than a training step, and a median over steps sees training steps only
     (benchmarks/README.md, "speedup band").
 
-    `run_level_confidence` (a variant given extra rounds, optimize/sequential.py): with 3 or
-    more pairs, w = max(bootstrap half-width at that confidence, the Student-t half-width of
-    the pair log ratios, run_level.py) instead, which narrows as pairs are added.
-
     `statistic` (optimize/engine.py): "throughput-windows" for bursty steps takes each run's
     wall time over its steps instead of its median step; the statistic gap is then 0 (the
     statistic is the wall clock's)."""
@@ -248,13 +245,6 @@ def estimate_speedup(
     center = math.log(baseline_ms / variant_ms)  # == mean(logs), up to rounding
 
     boot = _bootstrap_log_ratios(pairs, resamples, seed, statistic)
-    run_level = (
-        run_level_half_width(logs, run_level_confidence)
-        if run_level_confidence is not None
-        else None
-    )
-    if run_level is not None:
-        confidence = run_level_confidence or confidence
     tail = (1.0 - confidence) / 2.0 * 100.0
     half_width = (percentile(boot, 100.0 - tail) - percentile(boot, tail)) / 2.0
     wall_clock = statistics.fmean(
@@ -262,14 +252,9 @@ def estimate_speedup(
     )
     gap = 0.0 if statistic == THROUGHPUT_WINDOWS else abs(wall_clock - center)
     ratio_spread = (max(logs) - min(logs)) / 2.0
-    if run_level is not None:
-        # Reported in baseline_spread: the run-to-run part of the band, measured this way.
-        spread = run_level
-        width = max(half_width, run_level) + gap
-    else:
-        spread = run_medians_spread(baseline_runs)
-        run_to_run = max(spread, ratio_spread) if between_rounds else spread
-        width = half_width + run_to_run + gap
+    spread = run_medians_spread(baseline_runs)
+    run_to_run = max(spread, ratio_spread) if between_rounds else spread
+    width = half_width + run_to_run + gap
     speedup = baseline_ms / variant_ms  # exactly the ratio of the two shown step times
     return SpeedEstimate(
         speedup=speedup,

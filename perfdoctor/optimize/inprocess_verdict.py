@@ -36,7 +36,7 @@ from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, pool_figures, u
 from perfdoctor.model import AppliedOptimization, VariantResult, Verdict
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import tolerance_category_for, tolerance_for
-from perfdoctor.optimize.engine import Basis, PairedEstimate, verdict_words
+from perfdoctor.optimize.engine import Basis, PairedEstimate, point_speedup, verdict_words
 from perfdoctor.optimize.inprocess import (
     NARROW,
     SCRIPT_ENDED,
@@ -159,7 +159,8 @@ def compare_in_process(
         optimizations=ids,
         step_ms_p50=est.test_ms if est else None,
         step_ms_p90=None,
-        speedup=est.speedup if est else None,
+        # Below 3 pairs no interval: the speedup seen is still shown (no verdict rests on it).
+        speedup=est.speedup if est else point_speedup(pooled.pairs if pooled else ()),
         speedup_noise=(est.speedup - est.low) if est else None,
         # Peak memory and energy are the seeded run's: the switched run mixes the arms.
         peak_memory_bytes=pool_figures(numerics_runs).peak_memory_bytes if numerics_runs else None,
@@ -173,7 +174,7 @@ def compare_in_process(
         method=METHOD,
         interval=(est.low, est.high) if est else None,
         confidence=est.confidence if est else None,
-        pairs=est.pairs if est else 0,
+        pairs=est.pairs if est else len(pooled.pairs) if pooled else 0,
         measure_s=pooled.measure_s if pooled is not None else None,
         pooled_step_ms_p50=(
             pooled.test_quartiles.p50 if pooled and pooled.test_quartiles else None

@@ -15,12 +15,14 @@ the gate assumes SINGLE_RUN_SPREAD_LOG for it: without repeats, the only noise a
 is step-to-step noise, and two launches of the same script differ by more than that (A/A
 pairs of single runs measured 0.76x, 0.82x and 0.92x on a loaded 2-core CPU machine).
 `perfdoctor profile --repeat N --no-apply train.py` records N runs per side, which
-replaces the assumption with a measurement. With two runs or more on each side the band is
-run-level instead (`run_level_band`): each run one observation (its median step, or its wall
-time over its steps where steps are bursty, optimize/engine.py), a Student t interval on the
-difference of the sides' mean log run values (pooled variance: one script, one machine),
+replaces the assumption with a measurement. With three runs or more in all (one or more on
+each side) the band is run-level instead (`run_level_band`): each run one observation (its
+median step, or its wall time over its steps where steps are bursty, optimize/engine.py), a
+Student t interval on the difference of the sides' mean log run values (pooled variance: one
+script, one machine, so a side of one run takes its scatter from the other side's runs),
 which narrows as runs are added: an A/A of records of the same script passes a limit its
-runs' scatter allows.
+runs' scatter allows, and the runs of B that the gate measures by itself (gate_more.py)
+narrow it even when A is a single run.
 
 Peak memory. The change is the median of B's per-run peaks over A's (CUDA max allocated,
 else the process RSS peak), with each side's half-range of its run peaks as its noise, or
@@ -157,7 +159,7 @@ def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float
     speed = widened_estimate(a, usable(b))
     if speed is None:
         return GateCheck("step_time", limit, "unmeasured", "no paired timing to compare", **counts)
-    if runs_a >= 2 and runs_b >= 2:
+    if runs_a + runs_b >= RUN_LEVEL_MIN_RUNS:
         level = run_level_band(usable(a), usable(b))
         if level is not None:
             log_ratio, width = level
@@ -170,6 +172,12 @@ def check_step_time(a: Sequence[RunSample], b: Sequence[RunSample], limit: float
 
 # The run-level band's confidence: the same 95% as every other band of the gate.
 RUN_LEVEL_CONFIDENCE = 0.95
+# Runs in all (at least one a side) for the run-level band: one degree of freedom. A side of
+# one run (a plain `profile --no-apply` record) takes its scatter from the other side's runs
+# (one pooled variance); with an assumed ±15% for it instead, an A/A of one-run records could
+# never pass a 10% limit, whatever number of B's runs the gate measured by itself (a real A/A
+# of makemore at load 19-34: 1 vs 7 runs, band -42% .. +104%, exit 71 after 6 more runs).
+RUN_LEVEL_MIN_RUNS = 3
 
 
 def run_level_band(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[float, float] | None:
@@ -183,19 +191,23 @@ def run_level_band(a: Sequence[RunSample], b: Sequence[RunSample]) -> tuple[floa
     statistic = choose_statistic([ms for r in a for ms in r.step_ms]).name
     log_a = [math.log(v) for r in a if (v := window_value(r.step_ms, statistic))]
     log_b = [math.log(v) for r in b if (v := window_value(r.step_ms, statistic))]
-    if len(log_a) < 2 or len(log_b) < 2:
-        return None
     n_a, n_b = len(log_a), len(log_b)
+    if not n_a or not n_b or n_a + n_b < RUN_LEVEL_MIN_RUNS:
+        return None
     diff = statistics.fmean(log_b) - statistics.fmean(log_a)
     # One pooled variance (Student's t, n_a + n_b - 2 degrees of freedom): both sides are
     # runs of one script on one machine, so their run-to-run scatter is one noise. Welch's
     # separate variances gave an A of 2 runs a single degree of freedom (t = 12.7): a band
     # of -99% .. +78,000% that no number of B's runs could narrow.
-    pooled = (
-        (n_a - 1) * statistics.variance(log_a) + (n_b - 1) * statistics.variance(log_b)
-    ) / (n_a + n_b - 2)
+    pooled = (_sum_sq(log_a) + _sum_sq(log_b)) / (n_a + n_b - 2)
     se = math.sqrt(pooled * (1.0 / n_a + 1.0 / n_b))
     return diff, t_quantile(RUN_LEVEL_CONFIDENCE, n_a + n_b - 2) * se
+
+
+def _sum_sq(values: Sequence[float]) -> float:
+    """Squared deviations from the side's own mean: (n - 1) x its variance, 0 for one run."""
+    mean = statistics.fmean(values)
+    return sum((v - mean) ** 2 for v in values)
 
 
 def _peaks(samples: Sequence[RunSample]) -> list[int]:

@@ -102,6 +102,11 @@ class WorkerSizing:
     coupled_threads: int | None = None
     # Fewer workers than the script's own count (which the applier then lowers).
     fewer: bool = False
+    # What the split predicts the workers buy: the baseline's time per batch (data +
+    # compute) over the predicted one, and the figures it came from. Checked against the
+    # measured speedup after the A/B (optimize/prediction.py). None: nothing predicted.
+    predicted_speedup: float | None = None
+    predicted_from: str = ""
 
     @property
     def summary(self) -> str:
@@ -217,7 +222,19 @@ def _size_for_gpu(head: str, split: Split, cores: int) -> WorkerSizing:
     reason = f"{head}; {_count(workers, 'worker')} on {_count(cores, 'core')}"
     if wanted > cap and compute > 0:
         reason += f" ({wanted} wanted, capped at cores - 1)"
-    return WorkerSizing(workers, reason, _threads_note(split))
+    speedup, source = _prediction(split, workers, max(data / workers, compute))
+    return WorkerSizing(workers, reason, _threads_note(split), None, False, speedup, source)
+
+
+def _prediction(split: Split, workers: int, predicted_ms: float) -> tuple[float | None, str]:
+    """The speedup the split predicts for `workers`, and the figures behind it."""
+    before = split.data + split.compute
+    if predicted_ms <= 0 or before <= 0:
+        return None, ""
+    return round(before / predicted_ms, 3), (
+        f"data {_ms(split.data)} + compute {_ms(split.compute)} ms/batch -> "
+        f"{_ms(predicted_ms)} ms/batch with {_count(workers, 'worker')}"
+    )
 
 
 def one_thread_ms(compute: float, threads: int) -> float:
@@ -276,7 +293,8 @@ def _size_for_cpu(head: str, split: Split, cores: int, others: float | None) -> 
         )
     if others is not None and others >= 0.5:
         note += f"; other processes kept {others:.1f} cores busy in the baseline"
-    return WorkerSizing(workers, reason, note, coupled)
+    speedup, source = _prediction(split, workers, predicted[workers])
+    return WorkerSizing(workers, reason, note, coupled, False, speedup, source)
 
 
 def cpu_threads_target(facts: Facts) -> int | None:

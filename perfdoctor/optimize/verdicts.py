@@ -10,8 +10,14 @@ Verdicts, first match wins, each with a one-line reason:
                ±5% (no gain worth having)
     undecided  "within noise: 1.10x ± 0.30": a band that straddles 1x wider than ±5%
 
-A variant still "within noise" with a wide band after the planned rounds gets more rounds
-(optimize/sequential.py); its band is then the run-level one (`run_level_confidence`).
+`perfdoctor profile`'s re-runs are judged by the measurement engine (`looks` given,
+optimize/engine.py): one pair per round of whole runs, Yuen's trimmed mean of their log
+ratios and its interval at the looks' confidence, the engine's verdict words (accepted above
+1x, rejected below it or within ±5%, undecided with what would decide it). The pipeline adds
+rounds while a variant is undecided, looking at the engine's schedule for whole runs, within
+--max-rounds and --round-budget. Without `looks` (`perfdoctor compare`, the CI gate, the batch
+plan: two recordings not made to be paired round by round) the bootstrap band of estimate.py
+decides.
 
 Every figure a verdict reports is analyze/run_stats.py's, for the baseline and the variant
 alike. Pure: no torch.
@@ -35,8 +41,23 @@ from perfdoctor.analyze.run_stats import (
 from perfdoctor.model import VariantResult, Verdict
 from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import CATALOG, tolerance_category_for, tolerance_for
-from perfdoctor.optimize.engine import NARROW, PAIRED_MEDIANS
-from perfdoctor.optimize.estimate import BOOTSTRAP_SEED, SpeedEstimate, estimate_speedup
+from perfdoctor.optimize.engine import (
+    NARROW,
+    PAIRED_MEDIANS,
+    Basis,
+    Looks,
+    PairedEstimate,
+    estimate,
+    point_speedup,
+    run_pairs,
+    verdict_words,
+)
+from perfdoctor.optimize.estimate import (
+    BOOTSTRAP_SEED,
+    SpeedEstimate,
+    estimate_speedup,
+    paired_runs,
+)
 from perfdoctor.rules.measurement import busy_limit
 from perfdoctor.units import format_bytes
 
@@ -44,8 +65,10 @@ log = logging.getLogger(__name__)
 
 # A memory optimization must cut the peak by at least this share to be worth its cost.
 MIN_MEMORY_SAVING_FRAC = 0.05
-# How speed_verdict begins an undecided verdict (optimize/sequential.py reads it).
+# How speed_verdict begins an undecided verdict (`undecided` reads it).
 WITHIN_NOISE = "within noise"
+# What the reason of an undecided engine verdict says would decide it, after this.
+WOULD_DECIDE = "would decide it: "
 
 
 def not_applied_reason(
@@ -74,7 +97,7 @@ def _goal(optimization_ids: Sequence[str]) -> str:
 def memory_verdict(
     baseline_runs: Sequence[RunSample],
     variant_runs: Sequence[RunSample],
-    speed: SpeedEstimate | None,
+    speed: SpeedEstimate | PairedEstimate | None,
 ) -> tuple[Verdict, str]:
     """Accepted when the peak (reserved where both sides measured it) drops enough."""
     use_reserved = (
@@ -116,7 +139,7 @@ def compare_variant(
     *,
     label: str | None = None,
     seed: int = BOOTSTRAP_SEED,
-    run_level_confidence: float | None = None,
+    looks: Looks | None = None,
     rounds_note: str | None = None,
     statistic: str | None = None,
     statistic_why: str | None = None,
@@ -124,8 +147,10 @@ def compare_variant(
     """Verdict for one variant. `tolerance` overrides the catalog's loss tolerance category
     (the loosest of `optimization_ids`); the baseline's run-to-run spread can still widen it.
     Pass the runs in run order: baseline run k is paired with variant run k.
-    `run_level_confidence`: the variant had extra rounds (estimate_speedup); `rounds_note`
-    says how many and why they stopped, appended to a speed verdict's reason."""
+    `looks`: the engine's looks of `perfdoctor profile`'s rounds (engine.rerun_looks): the
+    speed is judged by the engine over the round pairs; without it, by estimate.py's
+    bootstrap band. `rounds_note` says why the rounds stopped, appended to a speed
+    verdict's reason."""
     ids = tuple(optimization_ids)
     name = label or (variant_runs[0].label if variant_runs else "+".join(ids))
     category_tolerance = tolerance if tolerance is not None else tolerance_for(ids)
@@ -162,11 +187,14 @@ def compare_variant(
         reason = broken.failure_line() if broken else "the variant never ran"
         return replace(result, reason=reason)
 
+    if looks is not None:
+        return _judged_by_engine(
+            result, baseline_runs, ok_runs, ids, category_tolerance, category, looks, rounds_note
+        )
     speed = estimate_speedup(
         baseline_runs,
         ok_runs,
         seed=seed,
-        run_level_confidence=run_level_confidence,
         between_rounds=True,
         statistic=statistic or PAIRED_MEDIANS,
     )
@@ -227,24 +255,111 @@ def compare_variant(
     )
 
 
-def with_rounds_advice(result: VariantResult) -> VariantResult:
-    """An undecided re-runs verdict of `profile` with what would decide it: about how many
-    more alternated rounds (the band narrows as 1/sqrt(rounds) once it is run-level), or a
-    quieter machine when that is more than the measured rounds several times over."""
-    if result.verdict != "undecided":
-        return result
-    speedup, noise, pairs = result.speedup, result.speedup_noise, result.paired_runs
-    would = "more A/B rounds (--max-rounds, --round-budget)"
-    if speedup and noise is not None and pairs and 0 < speedup - noise < speedup:
-        half = math.log(speedup / (speedup - noise))
-        distance = max(abs(math.log(speedup)), NARROW)
-        needed = math.ceil(pairs * (half / distance) ** 2)
-        if result.low_confidence and needed > 8 * pairs:
-            would = "a quieter machine: the load's noise hides any difference this size"
-        else:
-            more = max(1, needed - pairs)
-            would = f"about {more} more A/B rounds (--max-rounds, --round-budget)"
-    return replace(result, reason=f"{result.reason}; would decide it: {would}", would_decide=would)
+def _judged_by_engine(
+    result: VariantResult,
+    baseline_runs: Sequence[RunSample],
+    ok_runs: Sequence[RunSample],
+    ids: tuple[str, ...],
+    category_tolerance: float,
+    category: str,
+    looks: Looks,
+    rounds_note: str | None,
+) -> VariantResult:
+    """A re-runs verdict of `perfdoctor profile`: one pair per round (baseline run k, variant
+    run k), judged by the measurement engine at the looks' confidence (optimize/engine.py)."""
+    from perfdoctor.optimize.inprocess_verdict import is_busy, load_phrase, measured_load
+
+    statistic = result.statistic or PAIRED_MEDIANS
+    rounds = paired_runs(baseline_runs, ok_runs)
+    pairs = run_pairs([b.step_ms for b, _ in rounds], [v.step_ms for _, v in rounds], statistic)
+    est = estimate(pairs, looks.confidence)
+    point = est.speedup if est else point_speedup(pairs)
+    ref_ms = est.reference_ms if est else _geomean([p.reference_ms for p in pairs])
+    test_ms = est.test_ms if est else _geomean([p.test_ms for p in pairs])
+    busy, cores = measured_load([*baseline_runs, *ok_runs])
+    result = replace(
+        result,
+        speedup=point,
+        speedup_noise=(est.speedup - est.low) if est else None,
+        # The two step times the speedup is the ratio of (the kept pairs' geometric means).
+        step_ms_p50=test_ms,
+        baseline_step_ms_p50=ref_ms,
+        paired_runs=len(pairs),
+        interval=(est.low, est.high) if est else None,
+        confidence=est.confidence if est else None,
+        pairs=len(pairs),
+    )
+    missing = not_applied_reason(ok_runs, ids)
+    if missing is not None:
+        return replace(result, verdict="rejected", reason=f"not applied: {missing}")
+    guard = numerics.check_losses(
+        [r.losses for r in baseline_runs if r.status in OK_STATUSES and r.losses],
+        [r.losses for r in ok_runs if r.losses],
+        category_tolerance,
+        category,
+    )
+    result = replace(result, loss_tolerance=guard.derived, loss_delta=guard.loss_delta)
+    if not guard.ok:
+        return replace(result, verdict="rejected", reason=guard.reason)
+    extra = "" if guard.checked else f" ({guard.reason})"
+    if _goal(ids) == "memory":
+        verdict, reason = memory_verdict(baseline_runs, ok_runs, est)
+        return replace(result, verdict=verdict, reason=reason + extra)
+    basis = Basis(
+        load=load_phrase(busy, cores),
+        busy=is_busy(busy, cores),
+        first_look=looks.first_look,
+        rounds=True,
+    )
+    figures = None
+    if est is not None:
+        figures = (
+            f"{est.speedup:.2f}x [{est.low:.2f}x, {est.high:.2f}x] "
+            f"({est.reference_ms:.3g} -> {est.test_ms:.3g} ms, {est.pairs} rounds of re-runs)"
+        )
+    verdict, reason = verdict_words(est, basis, figures=figures)
+    would = reason.split(WOULD_DECIDE, 1)[1] if verdict == "undecided" else None
+    reason += extra
+    if rounds_note:
+        reason += f" ({rounds_note})"
+    # Pairs of whole runs are minutes apart at most, not seconds: load that came and went
+    # between them is not shared, so a busy machine still lowers the confidence.
+    low_confidence = busy_machine_note([*baseline_runs, *ok_runs])
+    if low_confidence:
+        reason += f"; low confidence: {low_confidence}"
+    load_bound = bool(
+        verdict == "accepted" and low_confidence and _gives_cores_back(ok_runs[0].applied)
+    )
+    if load_bound:
+        reason += (
+            "; load-bound: it wins by leaving contended cores to the other processes, and "
+            "may not hold on a quiet machine"
+        )
+    return replace(
+        result,
+        verdict=verdict,
+        reason=reason,
+        would_decide=would,
+        low_confidence=low_confidence,
+        load_bound=load_bound,
+    )
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def undecided(result: VariantResult) -> bool:
+    """A speed verdict that could not tell: the engine's "undecided", or a bootstrap band
+    "within noise" that straddles 1x wider than ±5% (`perfdoctor compare`)."""
+    if result.verdict == "undecided":
+        return True
+    if result.verdict != "rejected" or not result.reason.startswith(WITHIN_NOISE):
+        return False
+    if result.speedup is None or result.speedup_noise is None or result.speedup <= 0:
+        return False
+    low = result.speedup - result.speedup_noise
+    return low <= 0 or math.log(result.speedup / low) > NARROW
 
 
 def _gives_cores_back(applied: Sequence[object]) -> bool:

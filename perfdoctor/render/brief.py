@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from perfdoctor.model import Evidence, Finding, Report, SourceLocation, VariantResult
-from perfdoctor.optimize.sequential import undecided
+from perfdoctor.optimize.verdicts import undecided
 from perfdoctor.render import format as fmt
 from perfdoctor.render import summary
 from perfdoctor.rundir import FIXES_PATCH, REPORT_JSON

@@ -16,8 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import Finding, Scalar
-from perfdoctor.optimize.sequential import undecided
-from perfdoctor.optimize.verdicts import WITHIN_NOISE
+from perfdoctor.optimize.verdicts import WITHIN_NOISE, undecided
 from perfdoctor.render import format as fmt
 from perfdoctor.render.summary import paired_step_text
 

@@ -540,11 +540,11 @@ def _variant_sentence(variant: VariantResult, baseline_ms: float | None = None) 
     text = f"{variant.label}: {fmt.speedup(variant.speedup, noise)}"
     if variant.interval is not None:
         text += f" [{variant.interval[0]:.2f}, {variant.interval[1]:.2f}]"
-    if variant.load:  # the figure holds at the load it was measured at
-        text += f" while {fmt.one_line(variant.load).split(';')[0]}"
     if variant.verdict == "accepted":
         # Only an accepted speedup is a measured direction; a rejected one may be noise.
         text += " faster" if (variant.speedup or 0) >= 1 else " slower"
+    if variant.load:  # the figure holds at the load it was measured at
+        text += f" while {fmt.one_line(variant.load).split(';')[0]}"
     # One baseline step time in the whole report (analyze/run_stats.step_at_speedup): the
     # variant's step is that figure over the speedup; the speedup's own pool is named.
     step = report_step_text(variant, baseline_ms)

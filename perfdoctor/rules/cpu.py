@@ -84,19 +84,23 @@ def check_threads_above_budget(facts: Facts, t: Mapping[str, float]) -> Finding 
     target, usable, workers, reserve = budget
     if threads <= target:
         return None
+    # Each taker with its own measured count: the reserve is rounded, and workers plus
+    # reserve may pass the cores, so "N take M" with a derived M read as a contradiction
+    # ("2 core(s) other processes kept busy take 1" on a public script at 1.6 busy cores).
     takers = []
     if workers:
         takers.append(f"{workers} DataLoader worker(s)")
-    if reserve:
-        takers.append(f"{reserve} core(s) other processes kept busy")
-    left = " and ".join(takers) or "nothing"
+    busy = contention(facts)
+    if reserve and busy is not None:
+        takers.append(f"other processes that kept {busy.others:.1f} core(s) busy")
+    beside = " and ".join(takers) or "nothing else"
     return Finding(
         rule_id=THREADS_ABOVE_BUDGET,
         severity="warning",
         title=f"{threads:.0f} intra-op threads on {target} free core(s)",
         explanation=(
-            f"torch runs {threads:.0f} intra-op threads on {usable} usable core(s), of which "
-            f"{left} take {usable - target if usable > target else usable}: the threads "
+            f"torch runs {threads:.0f} intra-op threads on {usable} usable core(s), beside "
+            f"{beside}, which leave the threads {target} core(s) at most: the threads "
             "outnumber the cores left, get descheduled inside parallel regions and wait for "
             f"each other. torch.set_num_threads({target}) fits them; the cpu-threads variant "
             "measures it (both arms under the same load)."

@@ -68,10 +68,9 @@ def test_a_a_run_writes_ab_json_and_switches_nothing(tmp_path: Path) -> None:
         assert set(block) == BLOCK_KEYS
         assert block["arm"] in (0, 1)
         assert len(block["step_ms"]) == block["settle"] + raw["block_steps"]
-    # Each arm's first block is its warm-up; every round ran both arms.
-    firsts = [b for b in raw["blocks"] if b["arm_warmup"]]
-    assert sorted(b["arm"] for b in firsts) == [0, 1]
-    assert all(b["round"] == 1 for b in firsts)
+    # Arms that switch nothing costly count from their first block (the warm-up ran the
+    # script as it is); every round ran both arms.
+    assert not [b for b in raw["blocks"] if b["arm_warmup"]]
     rounds = {b["round"] for b in raw["blocks"]}
     assert rounds == set(range(1, raw["rounds"] + 1))
     for r in rounds:

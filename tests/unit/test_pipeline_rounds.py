@@ -1,10 +1,10 @@
-"""Extra A/B rounds in the pipeline: an undecided variant gets a baseline run and a run of
-its own per extra round until the stopping rule (optimize/sequential.py) says why not; the
+"""Re-run rounds in the pipeline: every variant gets rounds up to the engine's first look
+(--repeat, at least 3: optimize/engine.py rerun_looks), then an undecided one gets a baseline
+run and a run of its own per round until a look decides it, --max-rounds or the budget; the
 session records why the rounds stopped. Child runs and verdicts are faked."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +13,8 @@ from perfdoctor import pipeline
 from perfdoctor.model import RunManifest, StepPlan, Target, VariantResult
 from perfdoctor.session import Session, VariantPlan
 
-UNDECIDED = ("rejected", "within noise: 1.25x ± 0.46", 1.25, 0.46)
-ACCEPTED = ("accepted", "faster: 1.30x ± 0.10", 1.30, 0.10)
+UNDECIDED = ("undecided", "undecided: 1.25x [0.79x, 1.98x]", 1.25, 0.46)
+ACCEPTED = ("accepted", "faster: 1.30x [1.20x, 1.41x]", 1.30, 0.10)
 
 
 def verdict(label: str, row: tuple) -> VariantResult:
@@ -59,8 +59,8 @@ def make_runner(
         target=target, cwd=tmp_path, runs_root=tmp_path / "runs", **options
     )
     session = Session(
-        target=target, cwd=str(tmp_path), plan=StepPlan(), seed=0, repeat=2, apply=True,
-        created_at="",
+        target=target, cwd=str(tmp_path), plan=StepPlan(), seed=0, repeat=opts.repeat,
+        apply=True, created_at="", options={"max_rounds": opts.max_rounds},
     )  # fmt: skip
     runner = pipeline._Runner(opts, tmp_path / "runs", session, pipeline.ProgressSink())
     (tmp_path / "runs").mkdir(parents=True, exist_ok=True)
@@ -74,46 +74,58 @@ def plan_of(runner: pipeline._Runner, label: str) -> VariantPlan:
 
 def test_rounds_are_added_until_the_verdict_is_decided(tmp_path, monkeypatch):
     runner = make_runner(
-        tmp_path, monkeypatch, {2: UNDECIDED, 3: UNDECIDED, 4: ACCEPTED}, round_budget_s=1e6
+        tmp_path, monkeypatch, {3: UNDECIDED, 4: UNDECIDED, 5: ACCEPTED}, round_budget_s=1e6
     )
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
     v = plan_of(runner, "v")
-    assert len(v.runs) == 4
-    assert v.max_extra_looks == 4  # --max-rounds 6 over --repeat 2
-    assert v.rounds_stop == "decided after 4 rounds"
-    # Each extra round is a baseline run, then the variant's.
+    assert len(v.runs) == 5
+    assert v.rounds_stop == "decided after 5 rounds"
+    # Each round after the first is a baseline run, then the variant's.
     assert [r.split("/")[0] for r in runner.session.run_order] == [
-        "baseline", "v", "baseline", "v", "baseline", "v", "baseline", "v",
+        "baseline", "v", "baseline", "v", "baseline", "v", "baseline", "v", "baseline", "v",
     ]  # fmt: skip
 
 
-def test_rounds_stop_at_max_rounds(tmp_path, monkeypatch):
-    runner = make_runner(tmp_path, monkeypatch, {2: UNDECIDED}, max_rounds=3, round_budget_s=1e6)
+def test_no_look_before_the_first_look_and_a_decision_there_stops(tmp_path, monkeypatch):
+    # Decided-looking verdicts after 1 and 2 rounds are not looked at: 3 pairs at least.
+    runner = make_runner(tmp_path, monkeypatch, {1: ACCEPTED, 2: ACCEPTED, 3: ACCEPTED})
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
     v = plan_of(runner, "v")
     assert len(v.runs) == 3
-    assert v.rounds_stop == "still undecided after 3 rounds: --max-rounds 3 reached"
+    assert v.rounds_stop == "decided after 3 rounds"
 
 
-def test_no_extra_round_past_the_budget_or_for_a_decided_variant(tmp_path, monkeypatch):
+def test_rounds_stop_at_max_rounds(tmp_path, monkeypatch):
+    runner = make_runner(tmp_path, monkeypatch, {2: UNDECIDED}, max_rounds=4, round_budget_s=1e6)
+    runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
+    v = plan_of(runner, "v")
+    assert len(v.runs) == 4
+    assert v.rounds_stop == "still undecided after 4 rounds: --max-rounds 4 reached"
+
+
+def test_no_round_past_the_budget_or_for_a_decided_variant(tmp_path, monkeypatch):
     runner = make_runner(tmp_path, monkeypatch, {2: UNDECIDED}, round_budget_s=0.0)
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
     v = plan_of(runner, "v")
-    assert len(v.runs) == 2
+    assert len(v.runs) == 3
     assert v.rounds_stop is not None and "would overrun the 0s budget" in v.rounds_stop
 
     decided = make_runner(tmp_path / "d", monkeypatch, {2: ACCEPTED})
     decided.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
-    assert plan_of(decided, "v") == replace(plan_of(decided, "v"), rounds_stop=None)
-    assert len(plan_of(decided, "v").runs) == 2
+    assert plan_of(decided, "v").rounds_stop == "decided after 3 rounds"
+    assert len(plan_of(decided, "v").runs) == 3
 
 
 @pytest.mark.parametrize("max_rounds", [1, 2])
-def test_max_rounds_at_or_below_repeat_turns_extension_off(tmp_path, monkeypatch, max_rounds):
-    runner = make_runner(tmp_path, monkeypatch, {2: UNDECIDED}, max_rounds=max_rounds)
+def test_max_rounds_below_the_first_look_bounds_the_rounds(tmp_path, monkeypatch, max_rounds):
+    """--repeat 1 --max-rounds 1 (a test bounding its runs): that many rounds, no look."""
+    runner = make_runner(tmp_path, monkeypatch, {1: UNDECIDED}, max_rounds=max_rounds, repeat=1)
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
-    assert len(plan_of(runner, "v").runs) == 2
-    assert plan_of(runner, "v").rounds_stop is None
+    v = plan_of(runner, "v")
+    assert len(v.runs) == max_rounds
+    assert v.rounds_stop == (
+        f"still undecided after {max_rounds} rounds: --max-rounds {max_rounds} reached"
+    )
 
 
 def test_verdicts_between_rounds_need_no_trace_and_agree(tmp_path):
@@ -140,8 +152,8 @@ def test_verdicts_between_rounds_need_no_trace_and_agree(tmp_path):
 
 
 def test_progress_names_an_extra_round_instead_of_a_growing_total(tmp_path, monkeypatch):
-    """Extra rounds are added one at a time: "run 5/6, 7/8, 9/10" would move the total on
-    every round, so their runs say which extra round they are and the most there can be."""
+    """Rounds past the first look are added one at a time: "run 7/8, 9/10" would move the
+    total on every round, so their runs say which round they are and the most there can be."""
     import io
     import re
 
@@ -151,22 +163,24 @@ def test_progress_names_an_extra_round_instead_of_a_growing_total(tmp_path, monk
 
     out = io.StringIO()
     runner = make_runner(
-        tmp_path, monkeypatch, {2: UNDECIDED, 3: UNDECIDED, 4: ACCEPTED}, round_budget_s=1e6
+        tmp_path, monkeypatch, {3: UNDECIDED, 4: UNDECIDED, 5: ACCEPTED}, round_budget_s=1e6
     )
     runner.sink = PlainSink(Console(file=out, width=200))
     runner.run_ab_rounds([VariantPlan(label="v", optimizations=("v",))])
     lines = [line for line in out.getvalue().splitlines() if line.endswith(" ...")]
-    # Extra rounds carry the session's expected time left (the rounds they may still take).
-    assert all(" · session ~" in line for line in lines[3:])
+    # Rounds past the first look carry the session's expected time left.
+    assert all(" · session ~" in line for line in lines[5:])
     started = [re.sub(r" · session ~\d+s left", "", line) for line in lines]
-    assert started[:3] == [
-        "perfdoctor: run 2/4 v +profiler ...",
-        "perfdoctor: run 3/4 baseline #2 ...",
-        "perfdoctor: run 4/4 v #2 ...",
+    assert started[:5] == [
+        "perfdoctor: run 2/6 v +profiler ...",
+        "perfdoctor: run 3/6 baseline #2 ...",
+        "perfdoctor: run 4/6 v #2 ...",
+        "perfdoctor: run 5/6 baseline #3 ...",
+        "perfdoctor: run 6/6 v #3 ...",
     ]
-    assert started[3:] == [
-        "perfdoctor: extra round 3 of up to 6: run 5 baseline #3 ...",
-        "perfdoctor: extra round 3 of up to 6: run 6 v #3 ...",
+    assert started[5:] == [
         "perfdoctor: extra round 4 of up to 6: run 7 baseline #4 ...",
         "perfdoctor: extra round 4 of up to 6: run 8 v #4 ...",
+        "perfdoctor: extra round 5 of up to 6: run 9 baseline #5 ...",
+        "perfdoctor: extra round 5 of up to 6: run 10 v #5 ...",
     ]

@@ -45,7 +45,12 @@ def no_user_sizing(monkeypatch):
 def test_sized_from_the_baseline_with_the_childs_cores():
     sink = Notes()
     sizings = pipeline._sizings(diagnosis(GPU_FACTS), ["pin-memory", "dataloader-workers"], sink)
-    assert sizings == {"dataloader-workers": WorkerSizing(14, REASON, KEPT)}
+    predicted = "data 51 + compute 4.1 ms/batch -> 4.1 ms/batch with 14 workers"
+    assert sizings == {
+        "dataloader-workers": WorkerSizing(
+            14, REASON, KEPT, predicted_speedup=13.488, predicted_from=predicted
+        )
+    }
     assert sink.notes == [f"dataloader-workers: num_workers=14 ({REASON}); {KEPT}"]
 
 
@@ -98,3 +103,17 @@ def test_only_runs_adding_workers_get_the_count(runner):
     assert envs[0] == {}
     assert envs[1] == wanted and envs[2] == wanted
     assert WORKERS_ENV not in envs[3]
+
+
+def test_the_workers_variant_carries_what_the_split_predicted(runner):
+    """The session keeps the prediction so the report can check it against the measurement
+    (optimize/prediction.py); the stack and the peels carry none."""
+    from perfdoctor.session import VariantPlan
+
+    runner.sizings = {
+        "dataloader-workers": WorkerSizing(14, REASON, KEPT, None, False, 1.9, "data 51 ...")
+    }
+    alone = runner._with_prediction(VariantPlan("dataloader-workers", ("dataloader-workers",)))
+    assert (alone.predicted_speedup, alone.predicted_from) == (1.9, "data 51 ...")
+    stack = VariantPlan("stacked", ("dataloader-workers", "cpu-threads"), stacked=True)
+    assert runner._with_prediction(stack) is stack

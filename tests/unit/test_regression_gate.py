@@ -362,3 +362,30 @@ def test_an_undecided_gate_measures_more_runs_of_b_by_itself(
     # Without it, the same gate stays undecided (exit 71).
     still = cli(str(a), str(b), "--fail-if-slower", "10", "--no-measure-more")
     assert still.returncode == EXIT_UNDECIDED
+
+
+def test_a_one_run_a_is_narrowed_by_the_runs_of_b_the_gate_measures() -> None:
+    """A real A/A of two plain `profile --no-apply` records (makemore, load 19-34): A one run,
+    B one run plus the gate's six of its own. With A's launch noise assumed at +-15% the band
+    could never pass a 10% limit (it stayed -42% .. +104% after all six); one pooled
+    variance gives A the scatter B's runs measured, so the band narrows with them."""
+    steps = (10.0, 10.4, 9.8, 10.2, 10.1, 9.9, 10.3, 10.0)
+
+    def runs(label: str, factors: Sequence[float]) -> list[RunSample]:
+        return [RunSample(label=label, step_ms=scaled(steps, f)) for f in factors]
+
+    a = runs("a", (1.0,))
+    b = runs("b", (1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0))
+    (check,) = evaluate_gate(a, b[:1], GateLimits(slower_pct=10)).checks
+    assert check.outcome == "cannot_tell" and check.noise_assumed  # 1 vs 1: assumed
+    widths = []
+    for n in (3, 5, 7):
+        (check,) = evaluate_gate(a, b[:n], GateLimits(slower_pct=10)).checks
+        assert not check.noise_assumed and (check.runs_a, check.runs_b) == (1, n)
+        assert check.low_pct is not None and check.high_pct is not None
+        widths.append(check.high_pct - check.low_pct)
+    assert widths[0] > widths[1] > widths[2]
+    assert check.outcome == "pass" and check.high_pct <= 10
+    # A real 30% slowdown, measured the same way, still fails.
+    slow = runs("b", (1.32, 1.28, 1.31, 1.29, 1.33, 1.27, 1.3))
+    assert evaluate_gate(a, slow, GateLimits(slower_pct=10)).outcome == "failed"

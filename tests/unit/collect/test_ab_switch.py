@@ -179,3 +179,25 @@ def test_every_fix_refused_before_the_first_block_ends_the_plan_cleanly(tmp_path
     }
     assert controller.active_label() is None
     assert not stiff.history and refused.history == [False]  # off, as the script is
+
+
+def test_only_a_fix_with_a_costly_first_use_spends_a_first_block_uncounted(
+    tmp_path: Path,
+) -> None:
+    # "compile" pays its compile in its first block; "cheap" (a thread count, anomaly mode)
+    # and the script as it is (warm from the plan's warm-up) count from their first block.
+    clock = Clock()
+    controller = ABController(
+        design("compile", "cheap"),
+        [FakeApplier("compile"), FakeApplier("cheap")],
+        lambda n: None,
+        tmp_path,
+        2,
+        clock=clock,
+    )
+    drive(controller, clock, lambda arm, i: 10.0 + (i % 3))
+    log = load_ab_log(tmp_path)
+    assert log is not None
+    warm = {b.arm for b in log.blocks if b.arm_warmup}
+    assert warm == {1}
+    assert all(not b.arm_warmup for b in log.blocks if b.round == 1 and b.arm != 1)

@@ -117,6 +117,10 @@ def test_block_sizes_follow_the_statistic_and_fit_a_short_script() -> None:
     # A window keeps its floor; a script too short for one block of each arm gets none.
     assert block_steps_to_fit(100, 5, 2, 1, 6, THROUGHPUT_WINDOWS) == WINDOW_MIN_STEPS
     assert block_steps_to_fit(12, 5, 2, 1, 6, PAIRED_MEDIANS) is None
+    # Arms that need no first block (optimize/switchable.py) leave their steps to rounds.
+    assert block_steps_to_fit(100, 5, 2, 1, 6, PAIRED_MEDIANS, warmup_arms=0) == 6
+    assert block_steps_to_fit(40, 5, 2, 3, 6, THROUGHPUT_WINDOWS) is None
+    assert block_steps_to_fit(40, 5, 2, 3, 6, THROUGHPUT_WINDOWS, warmup_arms=0) == 8
 
 
 # --------------------------------------------------------------------------- pooling

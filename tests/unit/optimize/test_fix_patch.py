@@ -293,8 +293,23 @@ def test_git_root_prefix_and_no_final_newline(tmp_path: Path) -> None:
     assert (sub / "t.py").read_text() == text
 
 
+# What the appliers record: a run that applies the workers for good, and the README demo's
+# in-process A/B, whose twin loader is switched against the script's own iterator.
+_WORKER_DETAILS = [
+    ("num_workers 0 -> 2, ...", 2),
+    (
+        "num_workers 0 -> 1 in a persistent twin loader over the same dataset, switched in "
+        "blocks against the script's own iterator (data 50 ms/batch vs 13 ms compute ...)",
+        1,
+    ),
+]
+
+
 @needs_patch
-def test_recorded_run_locations_patch_the_sample_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("detail", "workers"), _WORKER_DETAILS)
+def test_recorded_run_locations_patch_the_sample_model(
+    tmp_path: Path, detail: str, workers: int
+) -> None:
     """The locations a real run recorded (the fixture run of cnn_slow_dataloader.py) lead
     the edits to the script's DataLoader call, and the patch applies to a copy of it."""
     from perfdoctor.diagnose import diagnose_session
@@ -304,12 +319,12 @@ def test_recorded_run_locations_patch_the_sample_model(tmp_path: Path) -> None:
     name = "sample_models/cnn_slow_dataloader.py"
     (tmp_path / "sample_models").mkdir()
     shutil.copy(root / name, tmp_path / name)
-    v = variant(("dataloader-workers",), detail=f"{name}:217: num_workers 0 -> 2, ...")
+    v = variant(("dataloader-workers",), detail=f"{name}:217: {detail}")
     patch = build_fix_patch([v], diagnosis.facts, name, tmp_path)
-    assert [(h.file, h.change) for h in patch.hunks] == [(name, "num_workers=2")]
+    assert [(h.file, h.change) for h in patch.hunks] == [(name, f"num_workers={workers}")]
     (tmp_path / PATCH_NAME).write_text(patch.text())
     patched = roundtrip(tmp_path, name, "")
-    assert "        num_workers=2," in patched
+    assert f"        num_workers={workers}," in patched
 
 
 @needs_patch

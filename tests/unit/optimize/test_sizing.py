@@ -112,6 +112,8 @@ def test_users_case_reason_and_summary_say_which_change_is_whose():
         "while it computes (23% of a batch): lowering the threads would be cpu-threads' "
         "change, a variant of its own",
         coupled_threads=1,  # what cpu-threads holds stacked with it: 2 cores - 2 workers, >= 1
+        predicted_speedup=1.863,  # 49 ms before / 26.3 ms predicted (test_prediction.py)
+        predicted_from="data 43 + compute 6.0 ms/batch -> 26 ms/batch with 2 workers",
     )
     assert sizing.summary.startswith("num_workers=2 (data 43 ms/batch")
     assert len(sizing.reason) <= 160  # the child's record keeps one line of 160
@@ -170,6 +172,8 @@ def test_cuda_run_gets_the_workers_that_keep_up():
         14,
         "data 51 ms/batch vs 4.1 ms compute; 14 workers on 16 cores",
         "intra-op threads stay as the script has them",
+        predicted_speedup=13.488,  # 55.3 ms before / the GPU's 4.1 ms, the loading kept up
+        predicted_from="data 51 + compute 4.1 ms/batch -> 4.1 ms/batch with 14 workers",
     )
 
 

@@ -196,3 +196,21 @@ def test_workers_beyond_the_cores_get_both_fewer_workers_and_fewer_threads_tried
     assert "dataloader-workers" in ids and "cpu-threads" in ids
     above = _finding("cpu-threads-above-budget", **values)
     assert above is not None and above.optimizations == ("cpu-threads",)
+
+
+def test_threads_above_budget_names_each_taker_by_its_own_count() -> None:
+    """A public script at 1.6 other busy cores read "2 core(s) other processes kept busy
+    take 1": the rounded reserve beside a derived count. Each taker is named by what was
+    measured, and the cores left are the budget the fix sets."""
+    finding = _finding("cpu-threads-above-budget", torch_num_threads=2, cpu_cores_physical=2,
+                       **BUSY)  # fmt: skip
+    assert finding is not None
+    assert "other processes that kept 1.6 core(s) busy" in finding.explanation
+    assert "leave the threads 1 core(s) at most" in finding.explanation
+    assert "take" not in finding.explanation
+    assert "torch.set_num_threads(1)" in finding.explanation
+    workers = _finding("cpu-threads-above-budget", torch_num_threads=2, cpu_cores_physical=2,
+                       dataloader_num_workers=4, **QUIET)  # fmt: skip
+    assert workers is not None
+    assert "beside 4 DataLoader worker(s), which leave" in workers.explanation
+    assert "other processes" not in workers.explanation
