@@ -28,9 +28,10 @@ pytestmark = pytest.mark.integration
 # budget (--ab-budget, 60 s by default) bounds that run: the budget is looked at after each
 # round, and each arm's first block does not count, so 1 s is one counted round (about 1 s
 # of blocks here) whose workers block runs the applier's check. With the default, the near
-# tie (one worker beside a one-thread script) stayed undecided: the A/B ran the script's 200
-# steps to their end and a continuation after them. --repeat 1 --max-rounds 1 bound the
-# same where the fix is measured by re-runs (a noisy verdict would add up to five rounds).
+# tie (one worker beside a one-thread script) stayed undecided and the A/B ran to the 60 s
+# budget (134 steps in 6 rounds at load 24), or, where the script's 200 steps end first, on
+# into a continuation. --repeat 1 --max-rounds 1 bound the same where the fix is measured
+# by re-runs (a noisy verdict would add up to five rounds).
 WORKERS_ONLY = (
     "--only", "dataloader-workers", "--ab-budget", "1", "--repeat", "1", "--max-rounds", "1",
 )  # fmt: skip
