@@ -64,7 +64,10 @@ SETUPS: dict[str, SetUp] = {
     ),
 }
 # A set-up's Ctrl-C and SIGTERM cells come before its timeout cell: they measure how long the
-# set-up takes to reach its hang here, which sizes the timeout (run_into_the_timeout).
+# set-up takes to reach its hang here, which sizes the timeout (run_into_the_timeout). The
+# multi-rank set-ups' cells are test_failure_matrix_ranks.py's: a module of its own, so that
+# `--dist loadfile` can run the two halves on different workers (a set-up's cells stay in one
+# module, which keeps its signal cells before its timeout cell in one process).
 CASES = [
     ("spawn", "crash"),
     ("spawn", "sigint"),
@@ -74,6 +77,8 @@ CASES = [
     ("hogwild", "sigint"),
     ("hogwild", "sigterm"),
     ("hogwild", "timeout"),
+]
+RANK_CASES = [
     pytest.param("torchrun", "sigint", marks=needs_torchrun),
     pytest.param("torchrun", "sigterm", marks=needs_torchrun),
     pytest.param("torchrun", "timeout", marks=needs_torchrun),
@@ -158,6 +163,11 @@ def run_into_the_timeout(tmp_path: Path, setup: str) -> tuple[Path, subprocess.P
 
 @pytest.mark.parametrize(("setup", "failure"), CASES)
 def test_a_failing_or_stopped_run_ends_cleanly(tmp_path: Path, setup: str, failure: str) -> None:
+    check_the_cell(tmp_path, setup, failure)
+
+
+def check_the_cell(tmp_path: Path, setup: str, failure: str) -> None:
+    """One cell of the matrix: the run fails or is stopped `failure`'s way and ends cleanly."""
     if failure == "timeout":
         where, proc, err = run_into_the_timeout(tmp_path, setup)
     else:

@@ -6,6 +6,7 @@ never an absolute time."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -62,8 +63,19 @@ def _accepted_anomaly_off() -> VariantResult:
 
 
 def _own_clock(path: Path) -> float:
+    # One intra-op thread, in both copies alike: with torch's default of one per core, the
+    # idle threads spin at every op's barrier (about 12 s of CPU a run on the loaded 2-core
+    # machine against 7 s), and each small op can cost a scheduler slice, so the step times
+    # swung tenfold between runs of the same copy. Anomaly mode's cost is per op, in Python:
+    # one thread keeps all of it.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, check=True
+        [sys.executable, path.name],
+        cwd=path.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     found = re.search(r"ms/step ([0-9.]+)", proc.stdout)
     assert found, proc.stdout + proc.stderr

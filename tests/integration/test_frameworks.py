@@ -1,7 +1,8 @@
 """Training frameworks as users run them, unchanged, under `perfdoctor profile` (CPU, small,
 few steps): optimizers that run the forward and backward inside `optimizer.step(closure)`
 (LBFGS, PyTorch Lightning), and Hugging Face Trainer / Accelerate, which rebuild the script's
-DataLoader and accumulate gradients.
+DataLoader and accumulate gradients: test_frameworks_workers.py, a module of its own so that
+the two halves run on different workers of the suite.
 
 Lightning, transformers and accelerate are an optional test extra (`pip install -e
 .[frameworks]`, installed by `tools/install.sh --dev`); their tests skip without them.
@@ -30,15 +31,6 @@ OPTIMIZER_FIXES = {"fused-optimizer"}
 
 
 NO_APPLY = ("--no-apply",)
-# One A/B round of the workers applier alone: enough to see whether it took effect. No
-# extra rounds (--max-rounds 1): a noisy verdict would otherwise add up to five more.
-WORKERS_ONLY = ("--only", "dataloader-workers", "--repeat", "1", "--max-rounds", "1")
-# The script on one intra-op thread: its threads and the workers then fit the cores, so the
-# session runs the workers' variant alone. With the script's 2 threads on 2 cores it also
-# runs workers+cpu-threads (pipeline.coupled_variant), a third framework child that no check
-# here reads (the coupled variant is tests/integration/test_appliers_child.py's and
-# tests/unit/optimize/test_sizing.py's).
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def profile(
@@ -60,24 +52,6 @@ def profile(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     session = (out / rundir.LATEST_LINK).resolve()
     return session, json.loads((session / "report.json").read_text())
-
-
-FALSE_ALARMS = {"communication-heavy", "memory-growth-host", "memory-growth-device"}
-
-
-def assert_workers_followed_the_iterated_loader(report: dict[str, Any]) -> None:
-    """The workers applier changed what the framework iterates: either a loader rebuilt from
-    the script's (a re-run), or a persistent multi-worker twin of it switched in blocks (the
-    in-process A/B); the check saw that loader's worker processes."""
-    (variant,) = [v for v in report["variants"] if v["label"] == "dataloader-workers"]
-    (applied,) = variant["applied"]
-    assert applied["applied"] and applied["verified"], applied
-    detail = applied["detail"]
-    assert "rebuilt from a changed one keeps its num_workers=" in detail or (
-        "persistent twin loader" in detail and "iterated loaders multi-process" in detail
-    ), detail
-    assert "never iterated" not in applied["detail"]
-    assert variant["verdict"] != "failed", variant["reason"]
 
 
 def timed_steps(session: Path) -> list[dict[str, Any]]:
@@ -192,46 +166,3 @@ def test_lightning_run_to_end_finishes_and_removes_the_reruns_logs(tmp_path: Pat
     assert report["script_end"] == {"stopped_by_perfdoctor": False, "run_to_end": True}
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
     assert report["removed_outputs"] == [os.path.join("lightning_logs", "version_1")]
-
-
-def test_hf_trainer_accumulation_input_bound_and_workers(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    timed = 4
-    session, report = profile(
-        tmp_path,
-        "hf_trainer_accum.py",
-        "--root",
-        str(tmp_path / "hf-out"),
-        options=WORKERS_ONLY,
-        timed=timed,
-        env=ONE_THREAD,
-    )
-    rows = timed_steps(session)
-    assert len(rows) == timed
-    assert report["baseline"]["step_detection"] == "optimizer"
-    assert report["baseline"]["micro_batches_per_step"] == 4  # gradient_accumulation_steps
-    assert_phases_within_the_step(rows)
-    found = {f["rule_id"] for f in report["findings"]}
-    assert "input-bound" in found  # the planted slow Dataset with num_workers=0
-    assert not FALSE_ALARMS & found
-    assert_no_false_optimizer_finding(report)
-    assert_workers_followed_the_iterated_loader(report)
-    assert [v["label"] for v in report["variants"]] == ["dataloader-workers"]
-
-
-def test_accelerate_accumulation_input_bound_and_workers(tmp_path: Path) -> None:
-    pytest.importorskip("accelerate")
-    timed = 4
-    session, report = profile(
-        tmp_path, "accelerate_loop.py", options=WORKERS_ONLY, timed=timed, env=ONE_THREAD
-    )
-    rows = timed_steps(session)
-    assert len(rows) == timed
-    assert report["baseline"]["micro_batches_per_step"] == 2  # accumulate(), 2 steps
-    assert_phases_within_the_step(rows)
-    found = {f["rule_id"] for f in report["findings"]}
-    assert "input-bound" in found
-    assert not FALSE_ALARMS & found
-    assert_no_false_optimizer_finding(report)
-    assert_workers_followed_the_iterated_loader(report)
-    assert [v["label"] for v in report["variants"]] == ["dataloader-workers"]
