@@ -1,8 +1,8 @@
-"""The report's charts, as inline SVG strings: matplotlib figures for the utilization and
-memory charts (and batch_section.py's curve); the step time, the loss and the step
-breakdown are written directly in the same look (line_svg.py, bar_svg.py; the roofline in
-compute_section.py by loglog_svg.py), so a diagnosed trace's report loads no matplotlib
-(its import alone was 0.75 s of CPU: issue 30).
+"""The report's charts, as inline SVG strings, written directly (line_svg.py, bar_svg.py;
+the roofline in compute_section.py by loglog_svg.py): no report loads matplotlib, whose
+import alone was 0.75 s of CPU and drawing the five charts of a profiled session about
+half of the parent's own CPU (issue 30). Only batch_section.py's batch-size curve, drawn
+when a batch plan ran, is still a matplotlib figure, through `_render` below.
 
 Only `Report.series` (and the baseline breakdown) is read; see the comment on `Report.series`
 in model.py and docs/report-schema.md for its shape. A chart whose data is missing is not
@@ -291,11 +291,6 @@ def _render(draw: Any, *args: Any, height: float = 3.0) -> str:
         return _to_svg(fig)
 
 
-def _legend(ax: Any, count: int) -> None:
-    if count > 1:
-        ax.legend(loc="best", fontsize=8, frameon=False, ncol=1 if count <= 4 else 2)
-
-
 # --------------------------------------------------------------------------- the charts
 
 
@@ -439,49 +434,54 @@ def _utilization_chart(report: Report, series: Mapping[str, Any], colors: dict[s
             "not measured: no device samples (NVML or psutil) were recorded",
         )
 
-    def draw(fig: Any) -> None:
-        ax = fig.add_subplot()
-        for label, xs, ys in util_lines:
-            ax.plot(xs, ys, lw=1.1, color=colors.get(label), label=_legend_label(label))
-        for label, xs, ys in machine_lines:
-            ax.plot(
-                xs,
-                ys,
-                lw=0.8,
-                ls=":",
-                alpha=0.6,
-                color=colors.get(label),
-                label=_legend_label(f"{label}: whole machine"),
-            )
-        ax.set_xlabel("time since the script started (s)")
-        if uses_gpu:
-            ax.set_ylabel("GPU utilization (%)")
-        elif machine_lines:
-            ax.set_ylabel("CPU used by this run (% of all cores)")
-        else:
-            ax.set_ylabel("CPU utilization (% of all cores)")
-        ax.set_ylim(0, 105)
-        handles, names = ax.get_legend_handles_labels()
-        if power_lines:
-            ax2 = ax.twinx()
-            ax2.grid(False)
-            for label, xs, ys in power_lines:
-                ax2.plot(
+    util_ylabel = (
+        "GPU utilization (%)"
+        if uses_gpu
+        else "CPU used by this run (% of all cores)"
+        if machine_lines
+        else "CPU utilization (% of all cores)"
+    )
+    lines = [
+        line_svg.Line(_legend_label(label), xs, ys, colors.get(label))
+        for label, xs, ys in util_lines
+    ]
+    lines += [
+        line_svg.Line(
+            _legend_label(f"{label}: whole machine"),
+            xs,
+            ys,
+            colors.get(label),
+            width=0.8,
+            dash=line_svg.DOTTED,
+            opacity=0.6,
+        )
+        for label, xs, ys in machine_lines
+    ]
+    right_axis = None
+    if power_lines:
+        right_axis = line_svg.RightAxis(
+            [
+                line_svg.Line(
+                    _legend_label(f"{label} power"),
                     xs,
                     ys,
-                    lw=1.0,
-                    ls="--",
-                    color=colors.get(label),
-                    label=_legend_label(f"{label} power"),
+                    colors.get(label),
+                    width=1.0,
+                    dash=line_svg.DASHED,
                 )
-            ax2.set_ylabel("power (W, dashed)")
-            ax2.set_ylim(bottom=0)
-            more_handles, more_names = ax2.get_legend_handles_labels()
-            handles, names = handles + more_handles, names + more_names
-        if len(handles) > 1:
-            ax.legend(handles, names, loc="best", fontsize=8, frameon=False)
-
-    return Chart("utilization", title, _render(draw))
+                for label, xs, ys in power_lines
+            ],
+            "power (W, dashed)",
+        )
+    svg = line_svg.line_chart(
+        lines,
+        xlabel="time since the script started (s)",
+        ylabel=util_ylabel,
+        y_bottom=0.0,
+        y_top=105.0,
+        right_axis=right_axis,
+    )
+    return Chart("utilization", title, svg)
 
 
 _MemoryLine = tuple[str, list[float], list[float], float, float]  # label, xs, ys, peak x, y
@@ -576,56 +576,53 @@ def _memory_chart(report: Report, series: Mapping[str, Any], colors: dict[str, s
                 reserved[label] = downsample(xs, ys)
                 top = max(top, max(ys))
 
-    def draw(fig: Any) -> None:
-        ax = fig.add_subplot()
-        for (label, xs, ys, peak_x, peak_y), peak, label_y in zip(
-            lines, peaks, label_ys, strict=True
-        ):
-            color = colors.get(label)
-            if label in reserved:
-                rx, ry = reserved[label]
-                ax.plot(
+    drawn: list[line_svg.Line] = []
+    markers, levels, notes = [], [], []
+    for (label, xs, ys, peak_x, peak_y), peak, label_y in zip(lines, peaks, label_ys, strict=True):
+        color = colors.get(label)
+        name = _run_name(label, lines)
+        if label in reserved:
+            rx, ry = reserved[label]
+            drawn.append(
+                line_svg.Line(
+                    f"{name} reserved" if name else "reserved",
                     rx,
                     [y / scale for y in ry],
-                    lw=1.0,
-                    ls="--",
-                    color=color,
-                    label=f"{name} reserved" if (name := _run_name(label, lines)) else "reserved",
+                    color,
+                    width=1.0,
+                    dash=line_svg.DASHED,
                 )
-            line_label = _legend_label(label)
-            if label in reserved:
-                # Beside its reserved line the solid one is the allocated memory; one run's
-                # lines need no run name (a snapshot's label is just "trace").
-                name = _run_name(label, lines)
-                line_label = f"{name} allocated" if name else "allocated"
-            ax.plot(xs, [y / scale for y in ys], lw=1.1, color=color, label=line_label)
-            if peak == peak_y:
-                ax.plot([peak_x], [peak_y / scale], marker="v", color=color, ms=7)
-            else:  # reached between the drawn samples (or in another run of the variant)
-                ax.axhline(peak / scale, color=color, lw=0.8, ls=":")
-            ax.annotate(
-                f"peak {fmt.nbytes(peak)}" + ("" if len(lines) == 1 else f" ({label})"),
-                xy=(1.0, label_y),
-                xycoords=("axes fraction", "data"),
-                xytext=(-4, 3),
-                textcoords="offset points",
-                ha="right",
-                fontsize=8,
-                color=color,
             )
-        ax.set_xlabel(
+        # Beside its reserved line the solid one is the allocated memory; one run's lines
+        # need no run name (a snapshot's label is just "trace").
+        line_label = (
+            (f"{name} allocated" if name else "allocated")
+            if label in reserved
+            else (_legend_label(label))
+        )
+        drawn.append(line_svg.Line(line_label, xs, [y / scale for y in ys], color))
+        if peak == peak_y:
+            markers.append(line_svg.Marker(peak_x, peak_y / scale, color))
+        else:  # reached between the drawn samples (or in another run of the variant)
+            levels.append(line_svg.Level(peak / scale, color))
+        text = f"peak {fmt.nbytes(peak)}" + ("" if len(lines) == 1 else f" ({label})")
+        notes.append(line_svg.Note(label_y, text, color))
+    svg = line_svg.line_chart(
+        drawn,
+        xlabel=(
             "time since the allocator history began (s)"
             if from_snapshot
             else "time since the script started (s)"
-        )
-        ax.set_ylabel(f"{'device memory' if reserved else source} ({unit})")
-        ax.set_ylim(bottom=0, top=max(top / scale * 1.15, max(label_ys) * 1.08))
-        if reserved:
-            ax.legend(loc="lower right", fontsize=8, frameon=False)
-        else:
-            _legend(ax, len(lines))
-
-    return Chart("memory", title, _render(draw))
+        ),
+        ylabel=f"{'device memory' if reserved else source} ({unit})",
+        y_bottom=0.0,
+        y_top=max(top / scale * 1.15, max(label_ys) * 1.08),
+        markers=markers,
+        levels=levels,
+        notes=notes,
+        legend_at="lower right" if reserved else "best",
+    )
+    return Chart("memory", title, svg)
 
 
 def _loss_chart(report: Report, series: Mapping[str, Any], colors: dict[str, str]) -> Chart:

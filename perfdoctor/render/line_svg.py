@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 WIDTH_IN = 5.8
 DPI = 72
@@ -77,6 +77,47 @@ class Line:
     ys: Sequence[float]
     color: str | None = None  # None: the palette's next colour
     width: float = 1.1
+    dash: str = ""  # "": solid; DASHED or DOTTED (matplotlib's "--" and ":" at this width)
+    opacity: float = 1.0
+
+
+# matplotlib's dash patterns, in multiples of the line width.
+DASHED = "3.7,1.6"
+DOTTED = "1,1.65"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A downward triangle at a data point (a line's peak)."""
+
+    x: float
+    y: float
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class Level:
+    """A dotted horizontal line across the axes at a data value."""
+
+    y: float
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """Small text ending at the axes' right edge, its baseline just above a data value."""
+
+    y: float
+    text: str
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class RightAxis:
+    """Lines drawn against a second y axis on the right (power beside utilization)."""
+
+    lines: Sequence[Line]
+    label: str
 
 
 @dataclass(frozen=True)
@@ -180,12 +221,19 @@ def line_chart(
     y_top: float | None = None,
     span: Span | None = None,
     height_in: float = 3.0,
+    right_axis: RightAxis | None = None,
+    markers: Sequence[Marker] = (),
+    levels: Sequence[Level] = (),
+    notes: Sequence[Note] = (),
+    legend_at: str = "best",
 ) -> str:
-    """One SVG chart of `lines` (each with at least one point); a legend when there are
-    two or more."""
+    """One SVG chart of `lines` (each with at least one point; `lines` may be empty when
+    `right_axis` has some); a legend when there are two or more lines in all. `legend_at`:
+    "best" (the corner the lines cross least) or "lower right"."""
     width, height = WIDTH_IN * DPI, height_in * DPI
-    xs_all = [x for line in lines for x in line.xs]
-    ys_all = [y for line in lines for y in line.ys]
+    right_lines = list(right_axis.lines) if right_axis is not None else []
+    xs_all = [x for line in (*lines, *right_lines) for x in line.xs]
+    ys_all = [y for line in lines for y in line.ys] or [0.0]
     x0, x1 = _limits(xs_all, None, None)
     y0, y1 = _limits(ys_all, y_bottom, y_top)
     line_h = TICK_SIZE * LINE_HEIGHT
@@ -195,7 +243,19 @@ def line_chart(
     y_labels = tick_labels(y_ticks)
     widest = max((text_width(t, TICK_SIZE) for t in y_labels), default=0.0)
     left = PAD + line_h + LABEL_PAD + widest + TICK_PAD + TICK_LEN
-    right = width - PAD
+    right_edge = width - PAD
+    r_frame_limits: tuple[float, float] | None = None
+    r_ticks: list[float] = []
+    r_labels: list[str] = []
+    if right_lines:
+        # The second axis starts at 0 (power), matplotlib's set_ylim(bottom=0).
+        r0, r1 = _limits([y for line in right_lines for y in line.ys], 0.0, None)
+        r_ticks = ticks(r0, r1, int((bottom - top) // (TICK_SIZE * 2)))
+        r_labels = tick_labels(r_ticks)
+        r_widest = max((text_width(t, TICK_SIZE) for t in r_labels), default=0.0)
+        right_edge -= line_h + LABEL_PAD + r_widest + TICK_PAD + TICK_LEN
+        r_frame_limits = (r0, r1)
+    right = right_edge
     x_ticks = ticks(x0, x1, int((right - left) // (TICK_SIZE * 3)), integer=integer_x)
     x_labels = tick_labels(x_ticks)
     # The last x tick label may stick out past the axes: keep it inside the figure.
@@ -204,6 +264,11 @@ def line_chart(
         overhang = over + text_width(x_labels[-1], TICK_SIZE) / 2 - (width - PAD)
         right -= max(0.0, overhang)
     frame = _Frame(left, top, right, bottom, x0, x1, y0, y1)
+    r_frame = (
+        None
+        if r_frame_limits is None
+        else _Frame(left, top, right, bottom, x0, x1, r_frame_limits[0], r_frame_limits[1])
+    )
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{coord(width)}pt" '
@@ -213,20 +278,41 @@ def line_chart(
     if span is not None:
         parts.append(_span(frame, span))
     parts += _grid_and_ticks(frame, x_ticks, x_labels, y_ticks, y_labels)
-    for i, line in enumerate(lines):
-        color = line.color or PALETTE[i % len(PALETTE)]
-        points = " ".join(
-            f"{coord(frame.x(x))},{coord(frame.y(y))}"
-            for x, y in zip(line.xs, line.ys, strict=True)
-        )
+    if r_frame is not None:
+        parts += _right_ticks(r_frame, r_ticks, r_labels)
+    drawn = [(line, frame) for line in lines]
+    if r_frame is not None:
+        drawn += [(line, r_frame) for line in right_lines]
+    colors = [line.color or PALETTE[i % len(PALETTE)] for i, (line, _) in enumerate(drawn)]
+    for (line, on), color in zip(drawn, colors, strict=True):
+        parts.append(_polyline(on, line, color))
+    for level in levels:
+        y = coord(frame.y(level.y))
         parts.append(
-            f'<polyline points="{points}" fill="none" stroke="{color}" '
-            f'stroke-width="{coord(line.width)}" stroke-linejoin="round" stroke-linecap="square"/>'
+            f'<path d="M {coord(left)} {y} L {coord(right)} {y}" fill="none" '
+            f'stroke="{level.color or PALETTE[0]}" stroke-width="0.8" '
+            f'stroke-dasharray="{_dashes(DOTTED, 0.8)}"/>'
         )
-    # The spines over the lines, as matplotlib draws them.
+    for marker in markers:
+        # matplotlib's "v" at 7 points: a triangle 7 points across, pointing down.
+        cx, cy, r = frame.x(marker.x), frame.y(marker.y), 3.5
+        parts.append(
+            f'<path d="M {coord(cx - r)} {coord(cy - r)} L {coord(cx + r)} {coord(cy - r)} '
+            f'L {coord(cx)} {coord(cy + r)} Z" fill="{marker.color or PALETTE[0]}"/>'
+        )
+    for note in notes:
+        parts.append(
+            svg_text(
+                right - 4, frame.y(note.y) - 3, note.text, LEGEND_SIZE, "end", note.color or ""
+            )
+        )
+    # The spines over the lines, as matplotlib draws them (a right one with a second axis).
+    spine = f"M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L {coord(right)} "
+    spine += f"{coord(bottom)}"
+    if r_frame is not None:
+        spine += f" L {coord(right)} {coord(top)}"
     parts.append(
-        f'<path d="M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L {coord(right)} '
-        f'{coord(bottom)}" fill="none" stroke="#000000" stroke-width="0.8" '
+        f'<path d="{spine}" fill="none" stroke="#000000" stroke-width="0.8" '
         'stroke-linecap="square"/>'
     )
     label_y = height - PAD - line_h + TICK_SIZE * ASCENT
@@ -238,10 +324,78 @@ def line_chart(
         f'{coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; text-anchor: middle">'
         f"{_esc(ylabel)}</text>"
     )
-    if len(lines) > 1:
-        parts.append(_legend(frame, lines))
+    if r_frame is not None:
+        label_x = width - PAD - TICK_SIZE * (LINE_HEIGHT - ASCENT)
+        parts.append(
+            f'<text x="{coord(label_x)}" y="{coord(mid)}" transform="rotate(-90 '
+            f'{coord(label_x)} {coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; '
+            f'text-anchor: middle">{_esc(right_axis.label if right_axis else "")}</text>'
+        )
+    if len(drawn) > 1:
+        # Each legend entry in its colour, and a right-axis line's points in the left axis's
+        # units, where the legend looks for the corner its lines cross least.
+        keyed = [
+            replace(
+                line,
+                color=color,
+                ys=[
+                    frame.y0
+                    + (on.y(v) - frame.y(frame.y0))
+                    / (frame.y(frame.y1) - frame.y(frame.y0))
+                    * (frame.y1 - frame.y0)
+                    for v in line.ys
+                ],
+            )
+            if on is not frame
+            else replace(line, color=color)
+            for (line, on), color in zip(drawn, colors, strict=True)
+        ]
+        # The legend keeps clear of the peak notes and levels too, not only of the lines.
+        avoid = [
+            (right - 4 - k / 4 * text_width(note.text, LEGEND_SIZE), frame.y(note.y) - 5)
+            for note in notes
+            for k in range(5)
+        ]
+        avoid += [
+            (left + k / 10 * (right - left), frame.y(level.y))
+            for level in levels
+            for k in range(11)
+        ]
+        parts.append(_legend(frame, keyed, legend_at, avoid))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _dashes(pattern: str, width: float) -> str:
+    return ",".join(coord(float(p) * width) for p in pattern.split(","))
+
+
+def _polyline(frame: _Frame, line: Line, color: str) -> str:
+    points = " ".join(
+        f"{coord(frame.x(x))},{coord(frame.y(y))}" for x, y in zip(line.xs, line.ys, strict=True)
+    )
+    style = f' stroke-dasharray="{_dashes(line.dash, line.width)}"' if line.dash else ""
+    if line.opacity < 1.0:
+        style += f' stroke-opacity="{coord(line.opacity)}"'
+    return (
+        f'<polyline points="{points}" fill="none" stroke="{color}" '
+        f'stroke-width="{coord(line.width)}" stroke-linejoin="round" '
+        f'stroke-linecap="{"butt" if line.dash else "square"}"{style}/>'
+    )
+
+
+def _right_ticks(frame: _Frame, values: Sequence[float], labels: Sequence[str]) -> list[str]:
+    marks, texts = [], []
+    beside = frame.right + TICK_LEN + TICK_PAD
+    for value, label in zip(values, labels, strict=True):
+        y = coord(frame.y(value))
+        marks.append(f"M {coord(frame.right)} {y} l {coord(TICK_LEN)} 0")
+        middle = frame.y(value) + TICK_SIZE * (ASCENT - LINE_HEIGHT / 2)
+        texts.append(svg_text(beside, middle, label, TICK_SIZE, "start"))
+    return [
+        f'<path d="{" ".join(marks)}" fill="none" stroke="#000000" stroke-width="0.8"/>',
+        *texts,
+    ]
 
 
 def svg_text(x: float, y: float, text: str, size: float, anchor: str, color: str = "") -> str:
@@ -298,7 +452,12 @@ def _grid_and_ticks(
 _HANDLE, _HANDLE_PAD, _ROW_GAP, _COL_GAP, _BORDER, _AXES_PAD = 2.0, 0.8, 0.5, 2.0, 0.4, 0.5
 
 
-def _legend(frame: _Frame, lines: Sequence[Line]) -> str:
+def _legend(
+    frame: _Frame,
+    lines: Sequence[Line],
+    at: str = "best",
+    avoid: Sequence[tuple[float, float]] = (),
+) -> str:
     size = LEGEND_SIZE
     columns = 1 if len(lines) <= 4 else 2
     rows = math.ceil(len(lines) / columns)
@@ -310,16 +469,23 @@ def _legend(frame: _Frame, lines: Sequence[Line]) -> str:
     box_w = sum(col_w) + size * (_COL_GAP * (columns - 1) + 2 * _BORDER)
     row_h = size * LINE_HEIGHT
     box_h = rows * row_h + (rows - 1) * size * _ROW_GAP + 2 * size * _BORDER
-    x, y = _best_corner(frame, lines, box_w, box_h)
+    if at == "lower right":
+        pad = size * _AXES_PAD
+        x, y = frame.right - pad - box_w, frame.bottom - pad - box_h
+    else:
+        x, y = _best_corner(frame, lines, box_w, box_h, avoid)
     out = []
     for i, line in enumerate(lines):
         c, r = divmod(i, rows)
         left = x + size * _BORDER + sum(col_w[:c]) + c * size * _COL_GAP
         middle = y + size * _BORDER + r * (row_h + size * _ROW_GAP) + row_h / 2
         color = line.color or PALETTE[i % len(PALETTE)]
+        dash = f' stroke-dasharray="{_dashes(line.dash, line.width)}"' if line.dash else ""
+        if line.opacity < 1.0:
+            dash += f' stroke-opacity="{coord(line.opacity)}"'
         out.append(
             f'<path d="M {coord(left)} {coord(middle)} l {coord(size * _HANDLE)} 0" '
-            f'stroke="{color}" stroke-width="{coord(line.width)}" stroke-linecap="square"/>'
+            f'stroke="{color}" stroke-width="{coord(line.width)}" stroke-linecap="square"{dash}/>'
         )
         baseline = middle + size * (ASCENT - LINE_HEIGHT / 2)
         text_x = left + size * (_HANDLE + _HANDLE_PAD)
@@ -328,7 +494,11 @@ def _legend(frame: _Frame, lines: Sequence[Line]) -> str:
 
 
 def _best_corner(
-    frame: _Frame, lines: Sequence[Line], box_w: float, box_h: float
+    frame: _Frame,
+    lines: Sequence[Line],
+    box_w: float,
+    box_h: float,
+    avoid: Sequence[tuple[float, float]] = (),
 ) -> tuple[float, float]:
     """The legend's top-left corner: of matplotlib's 'best' places (upper right first),
     the one whose box holds the fewest of the drawn points."""
@@ -350,6 +520,7 @@ def _best_corner(
     points = [
         (frame.x(x), frame.y(y)) for line in lines for x, y in zip(line.xs, line.ys, strict=True)
     ]
+    points += avoid
     best, fewest = places[0], None
     for px, py in places:
         inside = sum(px <= x <= px + box_w and py <= y <= py + box_h for x, y in points)

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 from perfdoctor.render.charts import (
     _LABEL_GAP_FRAC,
@@ -157,3 +160,33 @@ def test_a_breakdown_total_says_which_run_and_clock_it_is():
     assert charts["breakdown"].title == "Step breakdown per variant, host clock (first run of each)"
     assert "(run 1, host)" in (charts["breakdown"].svg or "")
     assert "GPU clock" in (charts["step_time"].svg or "")
+
+
+def test_a_profiled_sessions_charts_import_no_matplotlib():
+    """Issue 30: matplotlib's import and five figures were about half of a profiled
+    session's report CPU; every chart of a profile report is now written directly."""
+    code = (
+        "import sys\n"
+        "from tests.unit.render.fixtures import cpu_report\n"
+        "from perfdoctor.render.charts import build_charts\n"
+        "charts = build_charts(cpu_report())\n"
+        "assert all(c.svg for c in charts), [c.key for c in charts if not c.svg]\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_power_is_drawn_against_its_own_right_axis():
+    report = cpu_report()
+    series = dict(report.series)
+    series["samples"] = {
+        "baseline": {"t": [0.0, 1.0], "gpu_util": [0.5, 0.9], "power_w": [100, 400]}
+    }
+    svg = build_charts(replace(report, series=series))[2].svg or ""
+    # The right axis's ticks reach the power's scale (hundreds of W), the left's 100%.
+    assert ">400<" in svg and ">100<" in svg
+    assert "stroke-dasharray" in svg  # the power lines are dashed
