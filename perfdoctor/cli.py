@@ -723,9 +723,7 @@ def mcp(
     ctx: typer.Context,
     root: Annotated[
         Path,
-        typer.Option(
-            "--root", metavar="DIR", help="The only directory the tools may run or read."
-        ),
+        typer.Option("--root", metavar="DIR", help="The only directory the tools may run or read."),
     ] = Path("."),
     out: Annotated[
         Path | None,
