@@ -26,6 +26,7 @@ from perfdoctor.render.line_svg import (
     TICK_SIZE,
     WIDTH_IN,
     coord,
+    spines,
     svg_text,
     text_width,
     tick_labels,
@@ -110,11 +111,7 @@ def stacked_bars(
     marks = [f"M {coord(x(v))} {coord(bottom)} l 0 {coord(TICK_LEN)}" for v in x_ticks]
     marks += [f"M {coord(left)} {coord(y(r))} l {coord(-TICK_LEN)} 0" for r in range(len(bars))]
     out.append(f'<path d="{" ".join(marks)}" fill="none" stroke="#000000" stroke-width="0.8"/>')
-    out.append(
-        f'<path d="M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L '
-        f'{coord(right)} {coord(bottom)}" fill="none" stroke="#000000" stroke-width="0.8" '
-        'stroke-linecap="square"/>'
-    )
+    out.append(spines(left, top, right, bottom))
     below = bottom + TICK_LEN + TICK_PAD + TICK_SIZE * ASCENT
     out += [
         svg_text(x(v), below, t, TICK_SIZE, "middle")

@@ -307,30 +307,15 @@ def line_chart(
             )
         )
     # The spines over the lines, as matplotlib draws them (a right one with a second axis).
-    spine = f"M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L {coord(right)} "
-    spine += f"{coord(bottom)}"
-    if r_frame is not None:
-        spine += f" L {coord(right)} {coord(top)}"
-    parts.append(
-        f'<path d="{spine}" fill="none" stroke="#000000" stroke-width="0.8" '
-        'stroke-linecap="square"/>'
-    )
+    parts.append(spines(left, top, right, bottom, right_spine=r_frame is not None))
     label_y = height - PAD - line_h + TICK_SIZE * ASCENT
     parts.append(svg_text((left + right) / 2, label_y, xlabel, TICK_SIZE, "middle"))
     mid = (top + bottom) / 2
     label_x = PAD + TICK_SIZE * ASCENT
-    parts.append(
-        f'<text x="{coord(label_x)}" y="{coord(mid)}" transform="rotate(-90 {coord(label_x)} '
-        f'{coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; text-anchor: middle">'
-        f"{_esc(ylabel)}</text>"
-    )
+    parts.append(vertical_text(label_x, mid, ylabel))
     if r_frame is not None:
         label_x = width - PAD - TICK_SIZE * (LINE_HEIGHT - ASCENT)
-        parts.append(
-            f'<text x="{coord(label_x)}" y="{coord(mid)}" transform="rotate(-90 '
-            f'{coord(label_x)} {coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; '
-            f'text-anchor: middle">{_esc(right_axis.label if right_axis else "")}</text>'
-        )
+        parts.append(vertical_text(label_x, mid, right_axis.label if right_axis else ""))
     if len(drawn) > 1:
         # Each legend entry in its colour, and a right-axis line's points in the left axis's
         # units, where the legend looks for the corner its lines cross least.
@@ -364,6 +349,26 @@ def line_chart(
         parts.append(_legend(frame, keyed, legend_at, avoid))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def spines(left: float, top: float, right: float, bottom: float, right_spine: bool = False) -> str:
+    """The axes' left and bottom spines (and a right one beside a second axis), drawn over
+    the data as matplotlib draws them."""
+    d = f"M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L {coord(right)} "
+    d += f"{coord(bottom)}"
+    if right_spine:
+        d += f" L {coord(right)} {coord(top)}"
+    return (
+        f'<path d="{d}" fill="none" stroke="#000000" stroke-width="0.8" stroke-linecap="square"/>'
+    )
+
+
+def vertical_text(x: float, y: float, text: str) -> str:
+    """An axis label turned a quarter to the left, centred on (x, y)."""
+    return (
+        f'<text x="{coord(x)}" y="{coord(y)}" transform="rotate(-90 {coord(x)} {coord(y)})" '
+        f'style="font-size: {coord(TICK_SIZE)}px; {FONT}; text-anchor: middle">{_esc(text)}</text>'
+    )
 
 
 def _dashes(pattern: str, width: float) -> str:

@@ -9,14 +9,12 @@ palette's first colour, the first six labelled.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 
 from perfdoctor.render.line_svg import (
     ASCENT,
     DPI,
-    FONT,
     GRID,
     LABEL_PAD,
     LINE_HEIGHT,
@@ -28,8 +26,10 @@ from perfdoctor.render.line_svg import (
     TICK_SIZE,
     WIDTH_IN,
     coord,
+    spines,
     svg_text,
     text_width,
+    vertical_text,
 )
 
 # matplotlib's scatter s=18 (points squared), plus its edge line of 1 point
@@ -140,11 +140,7 @@ def roofline_chart(
     marks = [f"M {coord(x(v))} {coord(bottom)} l 0 {coord(TICK_LEN)}" for v in x_ticks]
     marks += [f"M {coord(left)} {coord(y(v))} l {coord(-TICK_LEN)} 0" for v in y_ticks]
     out.append(f'<path d="{" ".join(marks)}" fill="none" stroke="#000000" stroke-width="0.8"/>')
-    out.append(
-        f'<path d="M {coord(left)} {coord(top)} L {coord(left)} {coord(bottom)} L '
-        f'{coord(right)} {coord(bottom)}" fill="none" stroke="#000000" stroke-width="0.8" '
-        'stroke-linecap="square"/>'
-    )
+    out.append(spines(left, top, right, bottom))
     below = bottom + TICK_LEN + TICK_PAD + TICK_SIZE * ASCENT
     out += [
         svg_text(x(v), below, t, TICK_SIZE, "middle")
@@ -158,10 +154,6 @@ def roofline_chart(
     label_y = height - PAD - line_h + TICK_SIZE * ASCENT
     out.append(svg_text((left + right) / 2, label_y, xlabel, TICK_SIZE, "middle"))
     mid, label_x = (top + bottom) / 2, PAD + TICK_SIZE * ASCENT
-    out.append(
-        f'<text x="{coord(label_x)}" y="{coord(mid)}" transform="rotate(-90 {coord(label_x)} '
-        f'{coord(mid)})" style="font-size: {coord(TICK_SIZE)}px; {FONT}; text-anchor: middle">'
-        f"{html.escape(ylabel, quote=True)}</text>"
-    )
+    out.append(vertical_text(label_x, mid, ylabel))
     out.append("</svg>")
     return "\n".join(out)
