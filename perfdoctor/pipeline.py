@@ -258,15 +258,25 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
     ):
         if ids:
             sink.note(f"statistic {where}: {choice.name} ({choice.why})")
-    coupled = coupled_variant(runner.sizings, rerun)
-    runner.plan_eta(switched, [*rerun, *([coupled.label] if coupled else [])])
+    coupled = coupled_variant(runner.sizings, candidates)
+    # The coupled variant is measured where the workers are: beside their twin loader in
+    # one process (cpu-threads switched with it), else by re-runs.
+    coupled_in_one = coupled is not None and "dataloader-workers" in switched
+    runner.plan_eta(
+        [*switched, *([coupled.label] if coupled and coupled_in_one else [])],
+        [*rerun, *([coupled.label] if coupled and not coupled_in_one else [])],
+    )
     if switched:
         sink.note(
             "measured in one process, switched between steps: "
-            + ", ".join(switched)
+            + ", ".join([*switched, *([coupled.label] if coupled and coupled_in_one else [])])
             + (f"; by re-runs: {', '.join(rerun)}" if rerun else "")
         )
-        runner.run_in_process(switched)
+        if coupled is not None and coupled_in_one:
+            sink.note(_COUPLED_NOTE.format(label=coupled.label))
+        runner.run_in_process(
+            switched, coupled=coupled.optimizations if coupled and coupled_in_one else ()
+        )
     if rerun:
         by_runs = runner.statistics[1]
         plans = [
@@ -278,16 +288,15 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
             )
             for c in rerun
         ]
-        if coupled is not None:
-            sink.note(
-                f"{coupled.label}: the workers with the threads the CPU budget leaves, its own "
-                "variant, so each change is credited with its own effect"
-            )
+        if coupled is not None and not coupled_in_one and "dataloader-workers" in rerun:
+            sink.note(_COUPLED_NOTE.format(label=coupled.label))
             plans.append(replace(coupled, statistic=by_runs.name, statistic_why=by_runs.why))
         runner.run_ab_rounds(plans)
 
     accepted = diagnose.accepted_optimizations(runner.session_dir)
-    if len(accepted) >= 2:
+    # A variant of several fixes measured already (the coupled one) is that stack.
+    measured = {frozenset(v.optimizations) for v in runner.session.variants}
+    if len(accepted) >= 2 and frozenset(accepted) not in measured:
         if all(a in switched for a in accepted):
             sink.note(
                 "stacking the accepted ones, and peeling each off the stack: " + ", ".join(accepted)
@@ -365,6 +374,12 @@ def _statistics(
         choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(switched))),
         choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(rerun))),
     )
+
+
+_COUPLED_NOTE = (
+    "{label}: the workers with the threads the CPU budget leaves, its own variant, so each "
+    "change is credited with its own effect"
+)
 
 
 def coupled_variant(sizings: dict[str, Sizing], candidates: Sequence[str]) -> VariantPlan | None:
@@ -654,14 +669,18 @@ class _Runner:
             f"expected time left: up to about {left:.0f}s (rounds past a first look not counted)"
         )
 
-    def run_in_process(self, ids: Sequence[str], *, stack: bool = False) -> None:
+    def run_in_process(
+        self, ids: Sequence[str], *, stack: bool = False, coupled: Sequence[str] = ()
+    ) -> None:
         """One A/B child run switching the fixes between steps (optimize/inprocess.py), then
         a seeded run of each fix that came out faster, for its numerics and its trace.
 
         Singles: arms baseline and each fix, each fix against the baseline. `stack`: arms
         baseline, all the fixes, and all but one for each fix; the stack against the
         baseline, and the stack against the stack without each fix (what that fix still
-        buys on top of the others)."""
+        buys on top of the others). `coupled`: one more arm of several fixes switched
+        together (the DataLoader workers with the threads the cores leave them), against
+        the baseline like the singles."""
         label = AB_STACK_LABEL if stack else AB_LABEL
         ab_rel = str(child_dir(self.session_dir, label).relative_to(self.session_dir))
         fixes = tuple(ids)
@@ -699,6 +718,17 @@ class _Runner:
                 VariantPlan(label=f, optimizations=(f,), method=IN_PROCESS, ab_run=ab_rel)
                 for f in fixes
             ]
+            if coupled:
+                both = tuple(coupled)
+                arms.append(Arm("+".join(both), both))
+                comparisons.append(Comparison("+".join(both), 0, len(arms) - 1))
+                variants.append(
+                    VariantPlan(
+                        label="+".join(both), optimizations=both, method=IN_PROCESS, ab_run=ab_rel
+                    )
+                )
+                # Every applier an arm switches is installed in the one process.
+                fixes = tuple(dict.fromkeys([*fixes, *both]))
         in_one = self.statistics[0]
         design = ABDesign(
             arms=tuple(arms),

@@ -32,7 +32,11 @@ from typing import Any
 from perfdoctor.model import Facts, VariantResult
 from perfdoctor.optimize import catalog, source_edits
 from perfdoctor.optimize.policies import _FOREACH_ONLY_CLASSES
-from perfdoctor.optimize.sizing import cpu_threads_target, size_dataloader_workers
+from perfdoctor.optimize.sizing import (
+    COUPLED_THREADS_PATTERN,
+    cpu_threads_target,
+    size_dataloader_workers,
+)
 from perfdoctor.optimize.source_edits import Edit, Source
 
 PATCH_NAME = "fixes.patch"
@@ -270,7 +274,13 @@ def _workers(fix: ProvenFix, facts: Facts) -> int | None:
 
 
 def _threads(fix: ProvenFix, facts: Facts) -> int | None:
-    count = _count(fix.detail, r"held at (\d+)")
+    """The count the accepting variant ran with: a coupled variant's (the threads beside
+    the DataLoader workers it added) where it was measured with them, else the first."""
+    coupled = "dataloader-workers" in fix.label.split("+")
+    count = _count(fix.detail, COUPLED_THREADS_PATTERN) if coupled else None
+    if count is None:
+        found = re.findall(r"held at (\d+)", fix.detail)
+        count = int(found[0]) if found else None
     return count if count is not None else cpu_threads_target(facts)
 
 

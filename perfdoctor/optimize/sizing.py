@@ -66,6 +66,10 @@ WORKERS_WHY_ENV = "PERFDOCTOR_DATALOADER_WORKERS_WHY"
 WORKERS_FEWER_ENV = "PERFDOCTOR_DATALOADER_WORKERS_FEWER"
 # cpu-threads: cores to leave to other processes (their busy cores in the baseline).
 THREADS_RESERVE_ENV = "PERFDOCTOR_CPU_THREADS_RESERVE"
+# cpu-threads' record of its count in a coupled arm (beside dataloader-workers' twin loader):
+# fixes.patch reads the count of a coupled variant from it.
+COUPLED_DETAIL = "beside the twin loader's {workers} DataLoader workers held at {threads}"
+COUPLED_THREADS_PATTERN = r"beside the twin loader's \d+ DataLoader workers held at (\d+)"
 CPU_MAX_WORKERS = 4  # workers without a measurement: the training's own threads need cores
 SPARE_WORKERS = 1  # CUDA runs: on top of data / compute, for batches slower than the median
 # Amdahl's parallel fraction of a CPU step's compute (rules/cpu.py, assumed_parallel_fraction).

@@ -155,3 +155,31 @@ def test_on_a_cpu_the_seeded_baseline_is_not_repeated(tmp_path, monkeypatch) -> 
     runner, specs = make_runner(tmp_path, monkeypatch, {"cpu-threads": "faster: 1.5x"})
     runner.run_in_process(["cpu-threads"])
     assert [s.label for s in specs[1:]] == ["cpu-threads"]
+
+
+def test_the_coupled_variant_is_an_arm_beside_the_workers_in_one_process(
+    tmp_path, monkeypatch
+) -> None:
+    """The DataLoader workers are switched in one process (their twin loader), so their
+    coupled variant (the workers with the threads the cores leave) is an arm of the same
+    run: both appliers installed, compared with the baseline like the singles."""
+    both = "dataloader-workers+cpu-threads"
+    runner, specs = make_runner(tmp_path, monkeypatch, {both: "faster: 3x"})
+    runner.run_in_process(["dataloader-workers"], coupled=("dataloader-workers", "cpu-threads"))
+    ab = specs[0]
+    assert [(a.label, a.optimizations) for a in ab.ab.arms] == [
+        ("baseline", ()),
+        ("dataloader-workers", ("dataloader-workers",)),
+        (both, ("dataloader-workers", "cpu-threads")),
+    ]
+    assert [(c.label, c.reference, c.test) for c in ab.ab.comparisons] == [
+        ("dataloader-workers", 0, 1),
+        (both, 0, 2),
+    ]
+    assert set(ab.optimizations) == {"dataloader-workers", "cpu-threads"}
+    plans = {v.label: v for v in runner.session.variants}
+    assert plans[both].method == "in-process" and plans[both].ab_run == "ab"
+    # Its seeded run applies both fixes for good.
+    assert [(s.label, s.optimizations) for s in specs[1:]] == [
+        (both, ("dataloader-workers", "cpu-threads"))
+    ]

@@ -160,6 +160,14 @@ class Patcher:
         self.rollback((0, 0))
 
 
+# ApplyContext.shared keys of a coupled arm (DataLoader workers and the threads the cores
+# leave beside them, switched together in one process): dataloader-workers publishes how
+# many twin workers feed the steps now (a callable, None while its twin is off), and
+# cpu-threads a callable that sets its thread count again after such a switch.
+TWIN_WORKERS_KEY = "dataloader_twin_workers"
+THREADS_RETARGET_KEY = "cpu_threads_retarget"
+
+
 class ApplyContext:
     """What an applier gets at install time: the runtime, a patcher, and shared state
     (several appliers patch the same constructor through one shared patch)."""

@@ -22,13 +22,21 @@ import sys
 
 import torch
 
-from perfdoctor.collect.appliers.base import Applier, ApplyContext, usable_cores
-from perfdoctor.optimize.sizing import THREADS_RESERVE_ENV
+from perfdoctor.collect.appliers.base import (
+    THREADS_RETARGET_KEY,
+    TWIN_WORKERS_KEY,
+    Applier,
+    ApplyContext,
+    usable_cores,
+)
+from perfdoctor.optimize.sizing import COUPLED_DETAIL, THREADS_RESERVE_ENV
 
 
 class CpuThreads(Applier):
     """Switchable (in-process A/B): off, the script's own thread count is back (the last
-    one it asked for, else the count at start-up); on, the target is held again."""
+    one it asked for, else the count at start-up); on, the target is held again. In a
+    coupled arm (dataloader-workers' twin loader on as well) the target counts the twin's
+    workers instead of the script's: the workers with the threads the cores leave them."""
 
     id = "cpu-threads"
     switchable = True
@@ -40,6 +48,10 @@ class CpuThreads(Applier):
             reserve = max(0, int(os.environ.get(THREADS_RESERVE_ENV, "0")))
         except ValueError:
             reserve = 0
+        self.reserve = reserve
+        self.ctx = ctx
+        self.script_workers = 0  # the script's own loaders' workers, known at the first step
+        self.roots_known = False
         self.target = max(1, usable_cores() - reserve)
         self.script_requests: list[int] = []
         self.active = True
@@ -56,6 +68,7 @@ class CpuThreads(Applier):
             original(applier.target if applier.active else int(n))
 
         ctx.patcher.patch(torch, "set_num_threads", set_num_threads)
+        ctx.shared[THREADS_RETARGET_KEY] = self.retarget
         original(self.target)
         self.mark_applied(
             f"intra-op threads held at {self.target} (usable cores"
@@ -65,26 +78,62 @@ class CpuThreads(Applier):
         self.before = before
 
         def at_first_step(roots: object, optimizers: object) -> None:
-            workers = max(
+            self.script_workers = max(
                 (int(getattr(x, "num_workers", 0) or 0) for x in ctx.runtime.dataloaders),
                 default=0,
             )
+            self.roots_known = True
+            alone = self._target_beside(self.script_workers)
+            twin = self._twin_workers(always=True)
+            coupled = self._target_beside(twin) if twin is not None else None
+            self.retarget()
             usable = usable_cores()
-            self.target = max(1, usable - workers - reserve)
-            if self.active:
-                original(self.target)
-            if workers or reserve:
-                minus = [f"{workers} DataLoader workers"] if workers else []
+            if self.script_workers or reserve:
+                minus = [f"{self.script_workers} DataLoader workers"] if self.script_workers else []
                 minus += [f"{reserve} cores other processes kept busy"] if reserve else []
-                self.mark_applied(
-                    f"intra-op threads held at {self.target} ({usable} usable cores minus "
+                detail = (
+                    f"intra-op threads held at {alone} ({usable} usable cores minus "
                     f"{' and '.join(minus)}; {before} at startup)"
                 )
-            if self.target == before and not any(n != before for n in self.script_requests):
+            else:
+                detail = self.detail
+            if coupled is not None:
+                detail += f"; {COUPLED_DETAIL.format(workers=twin, threads=coupled)}"
+            self.mark_applied(detail)
+            if (
+                alone == before
+                and coupled in (None, before)
+                and not any(n != before for n in self.script_requests)
+            ):
                 # Nothing differs from the unmodified script: say so rather than time noise.
                 self.refuse(f"nothing to change: the script already runs {before} threads")
 
         ctx.when_roots_known(self, at_first_step)
+
+    def _target_beside(self, workers: int) -> int:
+        return max(1, usable_cores() - workers - self.reserve)
+
+    def _twin_workers(self, always: bool = False) -> int | None:
+        """The workers of dataloader-workers' twin loader: while they feed the steps, or
+        (always) whenever a twin exists in this process."""
+        feeding = self.ctx.shared.get(TWIN_WORKERS_KEY)
+        if not callable(feeding):
+            return None
+        owner = getattr(feeding, "__self__", None)
+        if always and owner is not None and owner.applied is not False and owner.twins:
+            return int(owner.workers)
+        workers = feeding()
+        return int(workers) if workers is not None else None
+
+    def retarget(self) -> None:
+        """The count for what feeds the steps now: the twin's workers while it is on (a
+        coupled arm), else the script's own loaders' workers."""
+        if not self.roots_known:
+            return
+        twin = self._twin_workers()
+        self.target = self._target_beside(twin if twin is not None else self.script_workers)
+        if self.active:
+            self._set(self.target)
 
     def script_threads(self) -> int:
         """What the unmodified script would run with now."""
@@ -92,6 +141,7 @@ class CpuThreads(Applier):
 
     def switch(self, on: bool) -> None:
         self.active = on
+        self.retarget()
         self._set(self.target if on else self.script_threads())
 
     def verify(self, final: bool) -> tuple[bool, str] | None:

@@ -46,6 +46,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from perfdoctor.collect.appliers import base
 from perfdoctor.collect.appliers.base import (
+    THREADS_RETARGET_KEY,
+    TWIN_WORKERS_KEY,
     Applier,
     ApplyContext,
     is_compiling,
@@ -310,9 +312,22 @@ class DataloaderWorkers(Applier):
         self.patch.adjusters.append((self, self._adjust))
         if self.twins:
             self.patch.on_iter.append(self._wrap)
+            # cpu-threads counts the twin's workers while they feed the steps (a coupled
+            # arm: the workers with the threads the cores leave beside them).
+            ctx.shared[TWIN_WORKERS_KEY] = self.feeding_workers
+        self._ctx = ctx
 
     def switch(self, on: bool) -> None:
         self.active = on
+        retarget = self._ctx.shared.get(THREADS_RETARGET_KEY)
+        if callable(retarget):
+            retarget()
+
+    def feeding_workers(self) -> int | None:
+        """The twin's worker count while the twin feeds the steps, else None."""
+        if self.active and self.applied is not False and self.patch.switched:
+            return self.workers
+        return None
 
     def _wrap(self, loader: DataLoader, iterator: Any) -> Any:
         if loader not in self.patch.switched:

@@ -48,3 +48,75 @@ def test_a_reserve_lowers_the_threads_and_off_gives_the_script_its_count(monkeyp
     finally:
         patcher.restore()
         torch.set_num_threads(before)
+
+
+class FakeTwin:
+    """dataloader-workers' side of a coupled arm: its twin loader's workers, on or off."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers, self.twins, self.applied, self.active = workers, True, True, False
+
+    def feeding_workers(self) -> int | None:
+        return self.workers if self.active else None
+
+
+def test_in_a_coupled_arm_the_threads_count_the_twin_loaders_workers(monkeypatch) -> None:
+    """2 cores, the script's 2 threads and no workers: cpu-threads alone has nothing to
+    change, but beside the twin loader's 2 workers it holds 1 thread (the coupled arm), and
+    gives the count back when the twin is switched off."""
+    from perfdoctor.collect.appliers import base
+    from perfdoctor.collect.appliers.base import TWIN_WORKERS_KEY, ApplyContext, Patcher
+    from perfdoctor.collect.appliers.cpu import CpuThreads
+    from perfdoctor.optimize.fix_patch import COUPLED_THREADS_PATTERN
+
+    monkeypatch.setattr(base, "usable_cores", lambda: 2)
+    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+    monkeypatch.delenv(THREADS_RESERVE_ENV, raising=False)
+    before = torch.get_num_threads()
+    patcher = Patcher()
+    ctx = ApplyContext(RootsNow(), patcher)
+    twin = FakeTwin(workers=2)
+    ctx.shared[TWIN_WORKERS_KEY] = twin.feeding_workers
+    applier = CpuThreads()
+    try:
+        torch.set_num_threads(2)
+        applier.install(ctx)
+        assert applier.applied is not False  # the coupled arm has a change to make
+        applier.switch(True)
+        assert torch.get_num_threads() == 2  # alone: the usable cores, as the script runs
+        twin.active = True
+        applier.retarget()  # what dataloader-workers' switch calls
+        assert torch.get_num_threads() == 1  # beside the twin's 2 workers
+        assert applier.verify(final=False)[0]
+        applier.switch(False)
+        assert torch.get_num_threads() == 2  # off: the script's own count
+        twin.active = False
+        applier.switch(True)
+        assert torch.get_num_threads() == 2
+        import re
+
+        detail = applier.result()["detail"]
+        assert re.findall(COUPLED_THREADS_PATTERN, detail) == ["1"], detail
+    finally:
+        patcher.restore()
+        torch.set_num_threads(before)
+
+
+def test_without_a_twin_and_with_nothing_to_change_the_applier_refuses(monkeypatch) -> None:
+    from perfdoctor.collect.appliers import base
+    from perfdoctor.collect.appliers.base import ApplyContext, Patcher
+    from perfdoctor.collect.appliers.cpu import CpuThreads
+
+    monkeypatch.setattr(base, "usable_cores", lambda: 2)
+    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+    monkeypatch.delenv(THREADS_RESERVE_ENV, raising=False)
+    before = torch.get_num_threads()
+    patcher = Patcher()
+    applier = CpuThreads()
+    try:
+        torch.set_num_threads(2)
+        applier.install(ApplyContext(RootsNow(), patcher))
+        assert applier.applied is False and "nothing to change" in applier.detail
+    finally:
+        patcher.restore()
+        torch.set_num_threads(before)

@@ -367,3 +367,20 @@ def test_the_report_holds_the_patch_for_a_script_and_a_module(tmp_path: Path) ->
     rejected = [variant(("anomaly-off",), verdict="rejected")]
     target = Target("script", "pkg/train.py")
     assert diagnose._fix_patch(rejected, diagnosis, record, target, None, tmp_path) == {}
+
+
+def test_a_coupled_variant_patches_the_threads_it_ran_beside_the_workers() -> None:
+    """One cpu-threads record of a run with a coupled arm holds both counts: alone (2, the
+    usable cores) and beside the twin loader's workers (1). The patch takes the count of
+    the variant that accepted the fix."""
+    from perfdoctor.optimize.fix_patch import _threads
+    from perfdoctor.optimize.sizing import COUPLED_DETAIL
+
+    detail = "intra-op threads held at 2 (usable cores; 2 at startup); " + COUPLED_DETAIL.format(
+        workers=2, threads=1
+    )
+    coupled = proven_fixes([variant(("dataloader-workers", "cpu-threads"), detail=detail)])
+    by_id = {f.optimization_id: f for f in coupled}
+    assert _threads(by_id["cpu-threads"], facts()) == 1
+    alone = proven_fixes([variant(("cpu-threads",), detail=detail)])
+    assert _threads(alone[0], facts()) == 2
