@@ -29,6 +29,7 @@ from typing import Any
 from perfdoctor import rundir
 from perfdoctor.optimize.engine import Pair
 from perfdoctor.optimize.inprocess import (
+    ROUND_OVERRUN_FACTOR,
     SCRIPT_ENDED,
     ABDesign,
     Block,
@@ -207,6 +208,12 @@ class ABController:
             if applier is not None and not block["arm_warmup"]:
                 applier.run_verify(final=False)
         if self._order:
+            if self.rounds < 2 or self.measure_s < ROUND_OVERRUN_FACTOR * self.design.budget_s:
+                return  # the first round always ends: every verdict needs its pairs
+            # A later round runs far past the budget (a loaded machine): it ends here.
+            self._order = []
+            self.stopping.close_all(self.rounds, self.blocks, "budget")
+            self._stop(index, f"the {self.design.budget_s:g}s budget was spent within a round")
             return
         # The round is over: look, and stop when nothing is left to measure.
         self.stopping.after_round(self.rounds, self.blocks, self.measure_s)

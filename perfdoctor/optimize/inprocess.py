@@ -74,6 +74,11 @@ __all__ = [
 # say how much the fix buys, and a first decisive look often spans 1.2x-2.6x.
 PRECISE = math.log(1.10)
 REFINE_S = 5.0
+# The budget is looked at after each round; a round whose blocks a loaded machine slows
+# many times over can run far past it (one ran 168 s past a 60 s budget at a load of 25).
+# Past this multiple of the budget the round ends at its current block: the pairs of the
+# arms that ran in it count, the others' blocks of that round are not paired.
+ROUND_OVERRUN_FACTOR = 1.25
 
 
 def looks(design: ABDesign) -> tuple[int, ...]:

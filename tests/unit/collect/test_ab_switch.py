@@ -201,3 +201,37 @@ def test_only_a_fix_with_a_costly_first_use_spends_a_first_block_uncounted(
     warm = {b.arm for b in log.blocks if b.arm_warmup}
     assert warm == {1}
     assert all(not b.arm_warmup for b in log.blocks if b.round == 1 and b.arm != 1)
+
+
+def test_a_round_that_runs_far_past_the_budget_ends_within_it(tmp_path: Path) -> None:
+    """Three arms and a 1 s budget: the first round is quick (0.15 s), then the machine
+    slows the steps 40x and the second round's blocks take 2 s each. That round would end
+    at 6.15 s of measurement; it ends after its first block instead, past
+    ROUND_OVERRUN_FACTOR x the budget, and the first round's pairs count."""
+    from perfdoctor.optimize.inprocess import ROUND_OVERRUN_FACTOR, block_pairs
+
+    clock = Clock()
+    controller = ABController(
+        design("a", "b", budget_s=1.0), [FakeApplier("a"), FakeApplier("b")],
+        lambda n: None, tmp_path, 2, clock=clock,
+    )  # fmt: skip
+    drive(controller, clock, lambda arm, i: 10.0 + 0.5 * (i % 3) if i < 17 else 400.0)
+    log = load_ab_log(tmp_path)
+    assert log is not None and log.stop_reason is not None
+    assert "within a round" in log.stop_reason
+    assert ROUND_OVERRUN_FACTOR * 1.0 <= log.measure_s < 3.0
+    assert log.rounds == 2 and len(log.blocks) == 4
+    for comparison in controller.design.comparisons:
+        assert len(block_pairs(log.blocks, comparison)) >= 1
+
+
+def test_the_first_round_ends_even_past_the_budget(tmp_path: Path) -> None:
+    clock = Clock()
+    controller = ABController(
+        design("a", "b", budget_s=1.0), [FakeApplier("a"), FakeApplier("b")],
+        lambda n: None, tmp_path, 2, clock=clock,
+    )  # fmt: skip
+    drive(controller, clock, lambda arm, i: 400.0)  # 2 s a block from the start
+    log = load_ab_log(tmp_path)
+    assert log is not None and log.rounds == 1 and len(log.blocks) == 3
+    assert log.stop_reason is not None and "within a round" not in log.stop_reason
