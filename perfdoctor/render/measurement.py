@@ -109,7 +109,8 @@ def line(row: MeasurementRow) -> str:
     """The row as one line, for the terminal."""
     return (
         f"{row.label}: {row.method}; speedup {row.speedup}, interval {row.interval}; "
-        f"{row.pairs} {'pair' if row.pairs == '1' else 'pairs'} in {row.took}; p25/p50/p75 {row.baseline} → {row.variant}; "
+        f"{row.pairs} {'pair' if row.pairs == '1' else 'pairs'} in {row.took}; "
+        f"p25/p50/p75 {row.baseline} → {row.variant}; "
         f"numerics: {row.numerics}; load: {row.load}"
     )
 
