@@ -60,7 +60,7 @@ def _line_of(marker: str) -> int:
 def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked(tmp_path: Path) -> None:
     session = _profile(
         tmp_path, "compile_planted.py", "--warmup", "3", "--steps", "6", "--profile-steps", "2",
-        env={"PLANTED_STEPS": "40"},
+        env={"PLANTED_STEPS": "40", "PLANTED_BACKEND": "eager"},
     )  # fmt: skip
     report = json.loads((session / rundir.REPORT_JSON).read_text())
     issues = report["series"]["compile"]["baseline"]["issues"]

@@ -43,7 +43,10 @@ TOOLS = {"profile", "diagnose", "compare", "report", "explain", "history"}
 
 # Anomaly detection left on after debugging. Many small layers: anomaly mode's cost is per
 # autograd node, so here it is 3-5x the step (measured at load 9 on 2 cores), an effect the
-# in-process A/B decides within its budget even on a busy machine.
+# in-process A/B decides within its budget even on a busy machine. The update is by hand:
+# torch.optim's first use imports torch._dynamo (about 2.5 s of CPU in each of the four
+# children the two profiles start), and what is read is the anomaly fix, not the optimizer.
+# Steps are backward calls.
 DEBUG_SCRIPT = """\
 import torch
 from torch import nn
@@ -54,13 +57,14 @@ layers = []
 for _ in range(12):
     layers += [nn.Linear(16, 16), nn.ReLU()]
 model = nn.Sequential(*layers, nn.Linear(16, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(8, 16), torch.randn(8, 1)
 while True:
     loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
-    opt.step()
-    opt.zero_grad()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+    model.zero_grad()
 """
 
 # Slow steps, and a process of its own: a cancel must stop both. The update is by hand:

@@ -8,6 +8,9 @@ measure what removing it buys (benchmarks/README.md, "Compile diagnosis: planted
   PLANTED_ALTERNATE_DISABLE=K  break 2 removed by hand in every other block of K steps (the
                         module flag is read in forward, so dynamo guards on it and keeps both
                         versions): the hand removal paired in one process, like perfdoctor's A/B
+  PLANTED_BACKEND=eager  dynamo's eager backend instead of inductor: the same graph breaks
+                        and recompiles (dynamo finds them before any backend runs), without a
+                        C++ compile at every recompile of the storm (the integration test)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ NO_DISABLE = os.environ.get("PLANTED_NO_DISABLE") == "1"
 NO_STORM = os.environ.get("PLANTED_NO_STORM") == "1"
 STEPS = int(os.environ.get("PLANTED_STEPS", "40"))
 ALTERNATE = int(os.environ.get("PLANTED_ALTERNATE_DISABLE", "0"))
+BACKEND = os.environ.get("PLANTED_BACKEND", "inductor")
 # The user raised the limit to silence dynamo's warning: every step now recompiles.
 torch._dynamo.config.cache_size_limit = 64
 torch._dynamo.config.recompile_limit = 64
@@ -65,7 +69,7 @@ class Net(nn.Module):
 
 
 model = Net()
-model.compile()
+model.compile(backend=BACKEND)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(128, 64)
 y = torch.randint(0, 10, (128,))
