@@ -65,14 +65,17 @@ SETUPS: dict[str, SetUp] = {
 }
 # A set-up's Ctrl-C and SIGTERM cells come before its timeout cell: they measure how long the
 # set-up takes to reach its hang here, which sizes the timeout (run_into_the_timeout). The
-# multi-rank set-ups' cells are test_failure_matrix_ranks.py's: a module of its own, so that
-# `--dist loadfile` can run the two halves on different workers (a set-up's cells stay in one
-# module, which keeps its signal cells before its timeout cell in one process).
+# Hogwild cells are test_failure_matrix_hogwild.py's and the multi-rank set-ups' cells
+# test_failure_matrix_ranks.py's: modules of their own, so that `--dist loadfile` can run the
+# parts on different workers (a set-up's cells stay in one module, which keeps its signal
+# cells before its timeout cell in one process).
 CASES = [
     ("spawn", "crash"),
     ("spawn", "sigint"),
     ("spawn", "sigterm"),
     ("spawn", "timeout"),
+]
+HOGWILD_CASES = [
     ("hogwild", "crash"),
     ("hogwild", "sigint"),
     ("hogwild", "sigterm"),

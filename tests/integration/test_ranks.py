@@ -256,8 +256,11 @@ def test_timeout_and_ctrl_c_stop_every_rank(tmp_path: Path) -> None:
 def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> None:
     """Both ranks record that the script never joined a process group, and the analysis
     `perfdoctor profile` runs on the session warns about it. The run is launched and analysed
-    in this process: the command's own path for --nproc-per-node is the module session's."""
-    spec = baseline_spec(tmp_path, "--no-init", timed=6)
+    in this process: the command's own path for --nproc-per-node is the module session's.
+    The ranks update by hand (--manual-sgd; steps are backward calls): without DDP nothing
+    else imports torch._dynamo, which torch.optim's first use costs each rank (about 2.5 s of
+    CPU), and what is read here is the missing process group."""
+    spec = baseline_spec(tmp_path, "--no-init", "--manual-sgd", timed=6)
     manifest = launch(spec, timeout_s=WAIT_S, echo_output=False, nproc_per_node=2)
     assert manifest.status == "completed" and manifest.exit_code == 0, manifest
     report = analyze_session(Path(spec.run_dir).parent)
