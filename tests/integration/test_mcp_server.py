@@ -282,7 +282,7 @@ def test_an_agent_takes_a_slow_script_to_a_patched_one_with_proven_fixes(
     (project / "train.py").write_text(DEBUG_SCRIPT)
     plan = {
         "steps": 8,
-        "warmup": 2,
+        "warmup": 1,  # a 2nd warm-up step's FLOP count imports torch._dynamo in each child
         "profile_steps": 0,
         "repeat": 1,
         "only": ["anomaly-off"],

@@ -136,10 +136,16 @@ def test_spawn_ddp_workers_are_profiled_as_ranks(spawn_run: dict[str, Any]) -> N
 def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path) -> None:
     """One trainer per start method in one run (they share nothing but the model): each is
     found and profiled whichever way multiprocessing started it. The trainers update by hand
-    (steps are backward calls): torch.optim's first use imports torch._dynamo in each of
-    them, about 2.5 s of CPU apiece, and what is read here is how each was started."""
+    (steps are backward calls) after one warm-up step: torch.optim's first use, and the FLOP
+    count of a second warm-up step, each import torch._dynamo in every trainer (about 2.5 s
+    of CPU apiece), and what is read here is how each was started."""
     methods = ["spawn", "fork", "forkserver"]
-    run = profile(tmp_path, "hogwild.py", "--start-method", ",".join(methods), "--update-by-hand")
+    run = profile(
+        tmp_path,
+        "hogwild.py",
+        *("--start-method", ",".join(methods), "--update-by-hand"),
+        options=("--warmup", "1"),
+    )
     assert run["proc"].returncode == 0, run["log"]
     baseline = run["baseline"]
     assert load_manifest(baseline).status == "completed"
@@ -149,7 +155,7 @@ def test_hogwild_trainers_are_profiled_without_ranks(tmp_path: Path) -> None:
         (None, "ranks/1"),
         (None, "ranks/2"),
     ]
-    assert all(p["steps"] == PLAN_TOTAL for p in listed)
+    assert all(p["steps"] == PLAN_TOTAL - 1 for p in listed)  # one warm-up step fewer
     # The forkserver's trainer is forked from a server that imported torch (it preloads the
     # script): it may keep the server's probes as a forked child does.
     kinds = sorted(p["kind"] for p in listed)
