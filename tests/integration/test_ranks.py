@@ -57,14 +57,14 @@ def profile(tmp: Path, *options: str, script_args: tuple[str, ...] = ()) -> dict
     }
 
 
-def baseline_spec(tmp_path: Path, *script_args: str, timed: int) -> RunSpec:
+def baseline_spec(tmp_path: Path, *script_args: str, timed: int, warmup: int = 2) -> RunSpec:
     """A baseline run of the DDP script for `launch()` in this process: no profiler window."""
     return RunSpec(
         label="baseline",
         target=Target(kind="script", name=str(SCRIPT), argv=script_args),
         cwd=str(tmp_path),
         run_dir=str(tmp_path / "run" / "baseline"),
-        plan=StepPlan(warmup_steps=2, timed_steps=timed, profiled_steps=0),
+        plan=StepPlan(warmup_steps=warmup, timed_steps=timed, profiled_steps=0),
         profile=False,
     )
 
@@ -257,10 +257,11 @@ def test_a_script_without_a_process_group_is_warned_about(tmp_path: Path) -> Non
     """Both ranks record that the script never joined a process group, and the analysis
     `perfdoctor profile` runs on the session warns about it. The run is launched and analysed
     in this process: the command's own path for --nproc-per-node is the module session's.
-    The ranks update by hand (--manual-sgd; steps are backward calls): without DDP nothing
-    else imports torch._dynamo, which torch.optim's first use costs each rank (about 2.5 s of
-    CPU), and what is read here is the missing process group."""
-    spec = baseline_spec(tmp_path, "--no-init", "--manual-sgd", timed=6)
+    The ranks update by hand (--manual-sgd; steps are backward calls) after one warm-up
+    step: without DDP nothing else imports torch._dynamo, which torch.optim's first use and
+    the FLOP count of a 2nd warm-up step cost each rank (about 2.5 s of CPU), and what is
+    read here is the missing process group."""
+    spec = baseline_spec(tmp_path, "--no-init", "--manual-sgd", timed=6, warmup=1)
     manifest = launch(spec, timeout_s=WAIT_S, echo_output=False, nproc_per_node=2)
     assert manifest.status == "completed" and manifest.exit_code == 0, manifest
     report = analyze_session(Path(spec.run_dir).parent)
