@@ -44,9 +44,9 @@ TOOLS = {"profile", "diagnose", "compare", "report", "explain", "history"}
 # Anomaly detection left on after debugging. Many small layers: anomaly mode's cost is per
 # autograd node, so here it is 3-5x the step (measured at load 9 on 2 cores), an effect the
 # in-process A/B decides within its budget even on a busy machine. The update is by hand:
-# torch.optim's first use imports torch._dynamo (about 2.5 s of CPU in each of the four
-# children the two profiles start), and what is read is the anomaly fix, not the optimizer.
-# Steps are backward calls.
+# torch.optim's first use imports torch._dynamo (about 2.5 s of CPU in each child the two
+# profiles start), and what is read is the anomaly fix, not the optimizer. Steps are
+# backward calls.
 DEBUG_SCRIPT = """\
 import torch
 from torch import nn
