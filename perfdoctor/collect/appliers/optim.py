@@ -5,7 +5,8 @@ attribute, so `from torch.optim import AdamW` aliases are covered; subclasses, b
 apex are left alone) to add fused=True only when the script chose no implementation itself
 (none of fused/foreach/differentiable/capturable; `foreach=False` alone, the single-tensor
 loop the finding names, is overridden: fused=True runs beside it) and every parameter is
-floating point on a device with fused kernels. Numerics were identical to 5 decimals (mechanics §3.f).
+floating point on a device with fused kernels. Numerics were identical to 5 decimals
+(mechanics §3.f).
 
 Fused switches between steps (in-process A/B), per optimizer it fused: every param group's
 `fused` (and the optimizer's defaults, for groups added later) goes between True and the
