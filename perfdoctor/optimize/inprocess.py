@@ -45,6 +45,7 @@ from perfdoctor.optimize.engine import (
     Looks,
     Pair,
     PairedEstimate,
+    block_looks,
     block_steps_for,
     estimate,
     t_quantile,
@@ -81,14 +82,19 @@ REFINE_S = 5.0
 ROUND_OVERRUN_FACTOR = 1.25
 
 
+def design_looks(design: ABDesign) -> Looks:
+    """The design's looks: engine.block_looks, from 3 pairs for long blocks."""
+    return block_looks(design.max_rounds, design.long_blocks)
+
+
 def looks(design: ABDesign) -> tuple[int, ...]:
     """The pooled pair counts at which the design's comparisons are looked at."""
-    return Looks(design.max_rounds).at
+    return design_looks(design).at
 
 
 def look_confidence(design: ABDesign) -> float:
     """Confidence of each look: the scheduled looks and the last one share ALPHA."""
-    return Looks(design.max_rounds).confidence
+    return design_looks(design).confidence
 
 
 @dataclass(frozen=True)
@@ -222,7 +228,7 @@ class StoppingState:
         """Take a look at each comparison whose pooled pairs reached a scheduled count. Every
         interval is valid at every look (the looks share ALPHA), so a decided comparison may
         go on to narrow its interval, and its last look gives its decision and its figures."""
-        due = Looks(self.design.max_rounds)
+        due = design_looks(self.design)
         for state in self.open:
             if not due.due(self.pooled_pairs(state, blocks)):
                 continue
