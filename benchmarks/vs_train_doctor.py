@@ -60,6 +60,9 @@ CASE_FIX_IDS: dict[str, str | None] = {
     "single_tensor_opt": "fused-optimizer",
     "straggler_ddp": None,
 }
+# Cases whose fix is by hand only: the diagnosis that names it, at warning or above, is the
+# verdict to agree with the clock (no runtime fix can remove a rank's extra work).
+CASE_FINDINGS: dict[str, str] = {"straggler_ddp": "rank-straggler"}
 # The clock says "faster" when every fixed run beats every plain run by this factor.
 AGREE_MARGIN = 1.05
 CLOCK_RE = re.compile(r"ms/step mean ([0-9.]+) median ([0-9.]+) steps (\d+)")
@@ -263,6 +266,16 @@ def agreement(tool: dict[str, Any], clock: dict[str, Any], case: str = "") -> st
         return f"clock undecided ({timed})" if judged == "undecided" else f"no ({timed})"
     if "accepted" not in tool or says is None:
         return "n/a"
+    named = CASE_FINDINGS.get(case)
+    if named is not None and not tool.get("accepted"):
+        found = [s for r, s in tool.get("findings") or [] if r == named]
+        if not found and "findings" not in tool:
+            return "n/a (a fix by hand; no findings to read)"
+        if says != "faster":
+            return "clock undecided" if says == "undecided" else f"n/a (clock: {says})"
+        if any(s in ("warning", "critical") for s in found):
+            return f"yes (names {named}, {found[0]})"
+        return f"no ({named} {'only ' + found[0] if found else 'not found'})"
     planted = CASE_FIX_IDS.get(case)
     accepted = {v["label"] for v in tool.get("variants") or [] if v.get("verdict") == "accepted"}
     if accepted and planted and planted not in accepted:
