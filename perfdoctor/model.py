@@ -89,19 +89,10 @@ class ABDesign:
     """What the parent asks of one in-process A/B child run (RunSpec.ab); the statistics
     and the stopping rule are optimize/inprocess.py's."""
 
-    def settle_of(self, arm: int) -> int:
-        """The steps that do not count at the start of a block of this arm."""
-        if 0 <= arm < len(self.arm_settle_steps):
-            return self.arm_settle_steps[arm]
-        return self.settle_steps
-
     arms: tuple[Arm, ...]
     comparisons: tuple[Comparison, ...]
     block_steps: int | None = None  # counted steps per block; None: sized from the warm-up
     settle_steps: int = 1
-    # Per arm, where arms differ (a DataLoader twin's arm also settles its prefetch queue;
-    # the others only a switch's first step); empty: settle_steps for every arm.
-    arm_settle_steps: tuple[int, ...] = ()
     budget_s: float = 60.0  # measurement time (first blocks of each arm not counted)
     max_rounds: int = 200  # the most pairs a comparison gets, pooled across processes
     seed: int = 0

@@ -746,7 +746,6 @@ class _Runner:
             statistic=in_one.name,
             statistic_why=in_one.why,
             settle_steps=self._settle_steps(fixes),
-            arm_settle_steps=self._arm_settle(arms),
             long_blocks=long_blocks(self.baseline_step_s, in_one.name),
         )
         for variant in variants:
@@ -791,11 +790,6 @@ class _Runner:
         sizing = self.sizings.get("dataloader-workers")
         workers = getattr(sizing, "workers", 0) if "dataloader-workers" in fixes else 0
         return 1 + 2 * max(0, int(workers or 0))
-
-    def _arm_settle(self, arms: Sequence[Arm]) -> tuple[int, ...]:
-        """Each arm's settling steps: only the arms that switch a DataLoader twin in wait
-        for its prefetch queue; the others settle one step."""
-        return tuple(self._settle_steps(arm.optimizations) for arm in arms)
 
     def _continue_in_process(
         self,
@@ -864,7 +858,6 @@ class _Runner:
                 arms=arms,
                 comparisons=comparisons,
                 block_steps=min(block, previous),
-                arm_settle_steps=self._arm_settle(arms),
                 budget_s=round(max(1.0, design.budget_s - spent_s), 1),
                 prior_runs=tuple(str(r) for r in runs),
             )

@@ -166,9 +166,9 @@ class ABController:
             "arm": arm,
             "first_step": index,
             "step_ms": [],
-            "settle": self.design.settle_of(arm),
+            "settle": self.design.settle_steps,
             "arm_warmup": first,
-            "length": self.design.settle_of(arm) + self.block_steps,
+            "length": self.design.settle_steps + self.block_steps,
             "started": self._clock(),
         }
 

@@ -183,21 +183,3 @@ def test_the_coupled_variant_is_an_arm_beside_the_workers_in_one_process(
     assert [(s.label, s.optimizations) for s in specs[1:]] == [
         (both, ("dataloader-workers", "cpu-threads"))
     ]
-
-
-def test_only_the_arms_with_the_twin_loader_settle_its_prefetch_queue(
-    tmp_path, monkeypatch
-) -> None:
-    """2 workers prefetch 4 batches: an arm that switches the twin in skips them (1 + 4
-    steps); the baseline and cpu-threads arms settle one step, so their blocks are shorter."""
-    from perfdoctor.optimize.sizing import WorkerSizing
-
-    runner, specs = make_runner(tmp_path, monkeypatch, {})
-    runner.sizings = {"dataloader-workers": WorkerSizing(workers=2, reason="r")}
-    runner.run_in_process(
-        ["dataloader-workers", "cpu-threads"], coupled=("dataloader-workers", "cpu-threads")
-    )
-    design = specs[0].ab
-    assert design.arm_settle_steps == (1, 5, 1, 5)
-    assert [design.settle_of(i) for i in range(4)] == [1, 5, 1, 5]
-    assert design.settle_steps == 5

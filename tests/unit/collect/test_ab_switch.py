@@ -235,17 +235,3 @@ def test_the_first_round_ends_even_past_the_budget(tmp_path: Path) -> None:
     log = load_ab_log(tmp_path)
     assert log is not None and log.rounds == 1 and len(log.blocks) == 3
     assert log.stop_reason is not None and "within a round" not in log.stop_reason
-
-
-def test_each_arm_settles_its_own_steps(tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    clock = Clock()
-    plan = replace(design("twin"), arm_settle_steps=(1, 3))
-    controller = ABController(plan, [FakeApplier("twin")], lambda n: None, tmp_path, 2, clock=clock)
-    drive(controller, clock, lambda arm, i: 5.0 if arm == "twin" else 10.0)
-    log = load_ab_log(tmp_path)
-    assert log is not None and log.blocks
-    for block in log.blocks:
-        assert block.settle == (3 if block.arm == 1 else 1)
-        assert len(block.step_ms) == block.settle + 4
