@@ -194,6 +194,8 @@ class ComparisonState:
 # Why a comparison stopped without a decision because its process ended: the parent starts
 # the script again and pools (or, out of budget, takes the last look itself).
 SCRIPT_ENDED = "script ended"
+# Why a comparison stopped when an accepted one was faster beyond both intervals.
+OUTPERFORMED = "outperformed beyond both intervals by "
 
 
 @dataclass
@@ -242,6 +244,24 @@ class StoppingState:
             if result.decision == "no-gain" or sized:
                 state.ended = result.decision
                 state.rounds = rounds
+        self._stop_outperformed(rounds)
+
+    def _stop_outperformed(self, rounds: int) -> None:
+        """An open comparison whose whole interval lies below an accepted one's (against the
+        same reference) cannot be the fix to take: it stops, undecided, and leaves the
+        budget (and the script's steps) to what can still change the answer."""
+        winners = [s for s in self.states if s.ended == "faster" and s.estimate is not None]
+        for state in self.open:
+            est = state.estimate
+            if est is None:
+                continue
+            for winner in winners:
+                assert winner.estimate is not None
+                same_reference = winner.comparison.reference == state.comparison.reference
+                if same_reference and winner.estimate.low > est.high:
+                    state.ended = f"{OUTPERFORMED}{winner.comparison.label}"
+                    state.rounds = rounds
+                    break
 
     def end(self, label: str, why: str, rounds: int) -> None:
         """End one comparison without a look (its fix was refused, cannot switch, ...)."""
