@@ -338,16 +338,16 @@ def _edits_for(fix: ProvenFix, facts: Facts, script: str, files: _Files) -> list
         workers = _workers(fix, facts)
         if workers is None:
             return "the worker count the variant ran with is not recorded"
-        settings: list[tuple[str, str, int | None]] = [
+        arguments: list[tuple[str, str, int | None]] = [
             # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers)
             ("num_workers", str(workers), 5),
         ]
         if TWIN_DETAIL in fix.detail:
             # Measured with a persistent twin loader: its workers outlive each epoch, and
             # the patch is what was measured (without it, each epoch starts its workers).
-            settings.append(("persistent_workers", "True", None))
+            arguments.append(("persistent_workers", "True", None))
         edit = partial(
-            source_edits.call_arguments, names=("DataLoader",), line=line, settings=settings
+            source_edits.call_arguments, names=("DataLoader",), line=line, settings=arguments
         )
         return [(file, _on(files, file, edit))]
     if opt == "fused-optimizer":
