@@ -336,7 +336,7 @@ def _excess_in_own_code(facts: Facts, t: Mapping[str, float], wanted: float) -> 
     put the excess into one phase of one rank. When the straggler's code outside data,
     forward and backward is `wanted`x the fastest rank's, and that many times more than its
     forward is slowed (phase_concentration_ratio), the excess is the rank's own code (the
-    planted straggler at one other busy core: 21.3 ms against 1.0 ms, its forward 1.2x)."""
+    planted straggler at 1.5 other busy cores: 21.3 ms against 1.0 ms, its forward 1.2x)."""
     code, fast_code = num(facts, "straggler_code_ms_p50"), num(facts, "fastest_rank_code_ms_p50")
     fwd, fast_fwd = (
         num(facts, "straggler_forward_ms_p50"),
