@@ -12,7 +12,7 @@ Each run gets its own design seed (the block order), so the runs are independent
 a 2-core machine the script's two intra-op threads then fight for one core.
 
 Run: python benchmarks/ab_false_verdicts.py [--runs 40] [--budget 10] [--burner]
-     [--statistic paired-medians|throughput-windows]
+     [--statistic paired-medians|throughput-windows] [--long-blocks]
      [--script benchmarks/ab_cases/tiny_mlp.py] [-- script args]
 """
 
@@ -39,6 +39,7 @@ def one_run(
     seed: int,
     run_dir: Path,
     statistic: str = "paired-medians",
+    long_blocks: bool = False,
 ) -> dict:
     from perfdoctor.collect.launcher import launch
     from perfdoctor.model import ABDesign, Arm, Comparison, RunSpec, StepPlan, Target
@@ -50,6 +51,7 @@ def one_run(
         budget_s=budget_s,
         seed=seed,
         statistic=statistic,
+        long_blocks=long_blocks,
     )
     spec = RunSpec(
         label="aa",
@@ -113,6 +115,12 @@ def main() -> None:
         choices=("paired-medians", "throughput-windows"),
         help="the engine's per-block statistic (optimize/engine.py)",
     )
+    p.add_argument(
+        "--long-blocks",
+        action="store_true",
+        help="looks from 3 pairs, as perfdoctor takes them for blocks of 2 s or more "
+        "(engine.block_looks); give a script whose steps make such blocks",
+    )
     p.add_argument("script_args", nargs="*")
     opts = p.parse_args()
     script = opts.script.resolve()
@@ -132,7 +140,13 @@ def main() -> None:
                 run_dir = work / f"run-{i:03d}"
                 shutil.rmtree(run_dir, ignore_errors=True)
                 row = one_run(
-                    script, list(opts.script_args), opts.budget, 1000 + i, run_dir, opts.statistic
+                    script,
+                    list(opts.script_args),
+                    opts.budget,
+                    1000 + i,
+                    run_dir,
+                    opts.statistic,
+                    opts.long_blocks,
                 )
                 rows.append(row)
                 est, ab = row["est"], row["ab"]

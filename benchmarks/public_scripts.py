@@ -22,6 +22,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import string
 import subprocess
 import sys
@@ -645,6 +646,9 @@ def run_case(case: Case, args: argparse.Namespace, work: Path) -> dict[str, obje
         keep = Path(args.keep) / case.name.replace("/", "__")
         keep.mkdir(parents=True, exist_ok=True)
         (keep / "report.json").write_text(proc.stdout)
+        # The per-step records too: a conclusion to check later needs its readings.
+        for steps in sorted((work / "runs").glob("*/baseline/steps.jsonl"))[-1:]:
+            shutil.copy2(steps, keep / "steps.jsonl")
     judged(row, case, report)
     return row
 

@@ -5,10 +5,14 @@ stops itself), in one run of this benchmark:
 - under `perfdoctor profile case.py` (report.json: the best accepted variant, every verdict);
 - under `train-doctor fix -- python case.py` (fix.json: the kept candidates, every decision);
 - 3 alternated plain runs of each setting (`CASE_FIX=0` / `CASE_FIX=1`: the case applies its
-  own fix), whose own clock (steps over wall time after 5 warm-up steps) is the reference.
-For each tool it records the verdict, whether it agrees with the clock (the clock's ratio
-of means, plain over fixed, beyond `AGREE_MARGIN` is "faster"; a tool agrees when it
-accepted a faster fix exactly where the clock says faster), the wall time, and the load
+  own fix), whose own clock (steps over wall time after 5 warm-up steps) is the reference;
+- for each tool that accepted a fix and wrote a patch (perfdoctor's fixes.patch,
+  train-doctor's <case>.fix.patch): 3 alternated plain runs of the case and of a copy with
+  that patch applied, timed by the same clock: what the tool claims, checked as a user would.
+For each tool it records the verdict, whether it agrees with the clock (every fixed run
+faster than every plain one by `AGREE_MARGIN` is "faster"; an accepted fix agrees when its
+own patch is faster by the clock; no accepted fix agrees where the case's own fix is not
+faster), the wall time, and the load
 (`uptime`) before and after. Results go to a JSONL file as they come (one line per case and
 load) and a Markdown table at the end. Never asserts.
 
@@ -56,6 +60,9 @@ CASE_FIX_IDS: dict[str, str | None] = {
     "single_tensor_opt": "fused-optimizer",
     "straggler_ddp": None,
 }
+# Cases whose fix is by hand only: the diagnosis that names it, at warning or above, is the
+# verdict to agree with the clock (no runtime fix can remove a rank's extra work).
+CASE_FINDINGS: dict[str, str] = {"straggler_ddp": "rank-straggler"}
 # The clock says "faster" when every fixed run beats every plain run by this factor.
 AGREE_MARGIN = 1.05
 CLOCK_RE = re.compile(r"ms/step mean ([0-9.]+) median ([0-9.]+) steps (\d+)")
@@ -70,27 +77,66 @@ def _clock_ms(stdout: str) -> float | None:
     return float(found[-1][0]) if found else None
 
 
+def _plain_ms(script: Path, fix: str, timeout: float) -> float | None:
+    env = {**os.environ, "CASE_FIX": fix}
+    env.pop("PYTHONPATH", None)  # plain: nothing of perfdoctor's on the path
+    proc = subprocess.run(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return _clock_ms(proc.stdout)
+
+
 def plain_runs(case: Path, rounds: int, timeout: float) -> dict[str, Any]:
     """Alternated plain runs, A B / B A, each setting `rounds` times."""
     times: dict[str, list[float]] = {"0": [], "1": []}
     for i in range(rounds):
         order = ("0", "1") if i % 2 == 0 else ("1", "0")
         for fix in order:
-            env = {**os.environ, "CASE_FIX": fix}
-            env.pop("PYTHONPATH", None)  # plain: nothing of perfdoctor's on the path
-            proc = subprocess.run(
-                [sys.executable, case.name],
-                cwd=case.parent,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-            ms = _clock_ms(proc.stdout)
+            ms = _plain_ms(case, fix, timeout)
             if ms is not None:
                 times[fix].append(ms)
     return {"plain_ms": times["0"], "fixed_ms": times["1"], **clock_verdict(times["0"], times["1"])}
+
+
+def patch_clock(case: Path, patch_text: str, rounds: int, timeout: float) -> dict[str, Any]:
+    """A tool's own patch timed by the case's clock: a copy of the case with the patch
+    applied (`patch` given the file, so the diff's paths do not matter) against the case as
+    it is, alternated plainly like `plain_runs`. What the tool claims, checked where the
+    user would check it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in (case.name, "_clock.py"):
+            shutil.copy2(case.parent / name, work / name)
+        original = work / f"original_{case.name}"
+        shutil.copy2(case, original)
+        diff = work / "fix.patch"
+        diff.write_text(patch_text)
+        applied = subprocess.run(
+            ["patch", "--batch", "--forward", "-i", str(diff), str(work / case.name)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if applied.returncode != 0:
+            return {"error": f"patch failed: {(applied.stdout + applied.stderr).strip()[-160:]}"}
+        times: dict[str, list[float]] = {"plain": [], "patched": []}
+        for i in range(rounds):
+            order = (original, work / case.name)
+            for script in order if i % 2 == 0 else order[::-1]:
+                ms = _plain_ms(script, "0", timeout)
+                if ms is not None:
+                    times["plain" if script == original else "patched"].append(ms)
+    return {
+        "plain_ms": times["plain"],
+        "fixed_ms": times["patched"],
+        **clock_verdict(times["plain"], times["patched"]),
+    }
 
 
 def clock_verdict(plain: list[float], fixed: list[float]) -> dict[str, Any]:
@@ -142,7 +188,10 @@ def run_perfdoctor(case: Path, workdir: Path, timeout: float) -> dict[str, Any]:
         for v in variants
     ]
     result["findings"] = [(f["rule_id"], f["severity"]) for f in report.get("findings", [])]
-    result["patch"] = "fixes_patch" in (report.get("artifacts") or {})
+    patch_file = (report.get("artifacts") or {}).get("fixes_patch")
+    result["patch"] = bool(patch_file)
+    if patch_file and Path(patch_file).is_file():
+        result["patch_text"] = Path(patch_file).read_text()
     if best is not None:
         interval = best.get("interval")
         band = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
@@ -184,6 +233,9 @@ def run_train_doctor(exe: str, case: Path, workdir: Path, timeout: float) -> dic
         for c in candidates
     ]
     result["headline"] = doc.get("headline")
+    patch_path = (doc.get("patch") or {}).get("patch_path")
+    if patch_path and Path(patch_path).is_file():
+        result["patch_text"] = Path(patch_path).read_text()
     kept = [c for c in candidates if str(c.get("decision", "")).startswith("keep")]
     if kept:
         best = max(kept, key=lambda c: (c.get("ratio") or {}).get("point") or 0.0)
@@ -200,9 +252,30 @@ def run_train_doctor(exe: str, case: Path, workdir: Path, timeout: float) -> dic
 
 
 def agreement(tool: dict[str, Any], clock: dict[str, Any], case: str = "") -> str:
+    """An accepted fix with a patch agrees when its patch, timed plainly, is faster; without
+    one, the case's own fix timed by its clock stands in when the tool accepted that fix.
+    No accepted fix agrees where the clock finds the case's own fix no faster."""
     says = clock.get("clock_says")
+    own = tool.get("patch_clock") or {}
+    if tool.get("accepted") and own.get("clock_says"):
+        judged = own["clock_says"]
+        speed = own.get("clock_speedup")
+        timed = f"its patch timed plainly: {speed:.2f}x, {judged}" if speed else judged
+        if judged == "faster":
+            return f"yes ({timed})"
+        return f"clock undecided ({timed})" if judged == "undecided" else f"no ({timed})"
     if "accepted" not in tool or says is None:
         return "n/a"
+    named = CASE_FINDINGS.get(case)
+    if named is not None and not tool.get("accepted"):
+        found = [s for r, s in tool.get("findings") or [] if r == named]
+        if not found and "findings" not in tool:
+            return "n/a (a fix by hand; no findings to read)"
+        if says != "faster":
+            return "clock undecided" if says == "undecided" else f"n/a (clock: {says})"
+        if any(s in ("warning", "critical") for s in found):
+            return f"yes (names {named}, {found[0]})"
+        return f"no ({named} {'only ' + found[0] if found else 'not found'})"
     planted = CASE_FIX_IDS.get(case)
     accepted = {v["label"] for v in tool.get("variants") or [] if v.get("verdict") == "accepted"}
     if accepted and planted and planted not in accepted:
@@ -241,6 +314,10 @@ def main() -> None:
                         opts.train_doctor, case, work / "td", opts.timeout
                     )
                 row["clock"] = plain_runs(case, opts.plain, opts.timeout)
+                for tool in ("perfdoctor", "train_doctor"):
+                    text = row.get(tool, {}).pop("patch_text", None)
+                    if text and row[tool].get("accepted"):
+                        row[tool]["patch_clock"] = patch_clock(case, text, opts.plain, opts.timeout)
             row["load_after"] = _load()
             for tool in ("perfdoctor", "train_doctor"):
                 if tool in row:

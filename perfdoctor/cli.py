@@ -464,7 +464,7 @@ def compare(
     ] = True,
 ) -> None:
     from perfdoctor.errors import NoTrainingSteps
-    from perfdoctor.optimize.compare_runs import compare_sides, load_side
+    from perfdoctor.optimize.compare_runs import compare_sides, load_side, script_display
     from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
     from perfdoctor.render.comparison_output import Compared
     from perfdoctor.render.registry import COMPARISON_RENDERERS
@@ -475,7 +475,12 @@ def compare(
     side_a, side_b = load_side(run_a), load_side(run_b)
     result = compare_sides(side_a, side_b)
     gate = (
-        evaluate_gate(gate_samples(side_a.records), gate_samples(side_b.records), limits)
+        evaluate_gate(
+            gate_samples(side_a.records),
+            gate_samples(side_b.records),
+            limits,
+            script_display(side_b.records[0]),
+        )
         if limits.any
         else None
     )
@@ -524,6 +529,7 @@ def _measure_more(side_a, side_b, limits, gate):  # type: ignore[no-untyped-def]
     """An undecided gate records more runs of B by itself (gate_more.py) and judges again,
     a pair of runs at a time, until it decides or the extra runs are spent."""
     from perfdoctor import gate_more
+    from perfdoctor.optimize.compare_runs import script_display
     from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
 
     spec = gate_more.rerunnable(side_b.records[0])
@@ -543,7 +549,10 @@ def _measure_more(side_a, side_b, limits, gate):  # type: ignore[no-untyped-def]
             break
         extra += more
         gate = evaluate_gate(
-            gate_samples(side_a.records), gate_samples([*side_b.records, *extra]), limits
+            gate_samples(side_a.records),
+            gate_samples([*side_b.records, *extra]),
+            limits,
+            script_display(side_b.records[0]),
         )
         note(f"gate with {len(extra)} more run(s) of B: {gate.summary}")
     return gate

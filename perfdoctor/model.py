@@ -102,6 +102,9 @@ class ABDesign:
     # Earlier A/B child runs of the same comparisons (absolute run directories): the script
     # ended before they decided, and their pairs pool with this run's in one sequential test.
     prior_runs: tuple[str, ...] = ()
+    # Blocks of engine.LONG_BLOCK_S or more (slow steps): looked at from 3 pairs, like whole
+    # runs (engine.block_looks), not from 9.
+    long_blocks: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from perfdoctor.optimize.engine import (
     StatisticChoice,
     block_steps_to_fit,
     choose_statistic,
+    long_blocks,
 )
 from perfdoctor.optimize.inprocess import SCRIPT_ENDED, load_ab_log, pool
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
@@ -253,6 +254,8 @@ def _run_session(runner: _Runner, previous_latest: str | None) -> ProfileOutcome
         switched = [c for c in switched if c != "dataloader-workers"]
     rerun = [c for c in candidates if c not in switched]
     runner.statistics = _statistics(diagnosis, switched, rerun)
+    step_ms = _baseline_step_ms(diagnosis)
+    runner.baseline_step_s = statistics.median(step_ms) / 1000.0 if step_ms else None
     for where, ids, choice in zip(
         ("in one process", "by re-runs"), (switched, rerun), runner.statistics, strict=True
     ):
@@ -362,14 +365,18 @@ def _plan_batch(
 _PREFETCHING = frozenset({"dataloader-workers", "pin-memory"})
 
 
+def _baseline_step_ms(diagnosis: diagnose.Diagnosis) -> list[float]:
+    from perfdoctor.analyze.run_stats import timed_steps
+
+    return [s.wall_ms for s in timed_steps(diagnosis.record.steps) if s.wall_ms is not None]
+
+
 def _statistics(
     diagnosis: diagnose.Diagnosis, switched: Sequence[str], rerun: Sequence[str]
 ) -> tuple[StatisticChoice, StatisticChoice]:
     """The engine's statistic for the in-process comparisons and for the re-run ones, from
     the baseline's timed steps (optimize/engine.py)."""
-    from perfdoctor.analyze.run_stats import timed_steps
-
-    step_ms = [s.wall_ms for s in timed_steps(diagnosis.record.steps) if s.wall_ms is not None]
+    step_ms = _baseline_step_ms(diagnosis)
     return (
         choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(switched))),
         choose_statistic(step_ms, prefetching=bool(_PREFETCHING.intersection(rerun))),
@@ -544,6 +551,7 @@ class _Runner:
         # Sizings measured from the baseline, by optimization id (the catalog entry's sizing
         # hook), passed to the runs that apply that optimization.
         self.sizings: dict[str, Sizing] = {}
+        self.baseline_step_s: float | None = None  # the baseline's median timed step
         # When the session is expected to end (time.monotonic()), once the plan is known.
         self.deadline: float | None = None
         self.run_s: list[float] = []  # wall time of each run so far
@@ -738,6 +746,7 @@ class _Runner:
             statistic=in_one.name,
             statistic_why=in_one.why,
             settle_steps=self._settle_steps(fixes),
+            long_blocks=long_blocks(self.baseline_step_s, in_one.name),
         )
         for variant in variants:
             self.session = self.session.with_variant(self._with_prediction(variant))

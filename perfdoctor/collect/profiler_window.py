@@ -56,6 +56,7 @@ MIN_WINDOW_BUDGET_S = 2.0
 SLOW_STEP_FACTOR = 2.5
 SLOW_STEP_MIN_EXTRA_S = 0.010
 TRACE_GZIP_LEVEL = 6
+TRACE_CHUNK_BYTES = 1 << 22  # lines read and compressed at a time while writing a trace
 
 
 class ProfilerWindow:
@@ -259,8 +260,11 @@ def _trace_writer(run_dir: Path, worker: str) -> Any:
                 open(plain, "rb") as source,
                 gzip.open(partial, "wb", compresslevel=TRACE_GZIP_LEVEL) as target,
             ):
-                for line in source:
-                    target.write(repair_line(line))
+                # In chunks of lines, one write each: a write per line was most of the
+                # export (the README demo's 18 MB trace: 6.3-14 s per line against 1.5-2.7 s
+                # chunked, same bytes, at a load of 7-9).
+                while lines := source.readlines(TRACE_CHUNK_BYTES):
+                    target.write(b"".join(map(repair_line, lines)))
             os.replace(partial, final)
         finally:
             plain.unlink(missing_ok=True)

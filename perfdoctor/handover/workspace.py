@@ -171,7 +171,7 @@ def compare(
 ) -> Answer:
     """`perfdoctor compare A B` with the gate's limits; A and B may be `previous`/`latest`."""
     from perfdoctor.cli import _gate_limits
-    from perfdoctor.optimize.compare_runs import compare_sides, load_side
+    from perfdoctor.optimize.compare_runs import compare_sides, load_side, script_display
     from perfdoctor.optimize.regression_gate import evaluate_gate, gate_samples
     from perfdoctor.render.comparison_output import Compared, render_compared_json
 
@@ -180,7 +180,12 @@ def compare(
     side_b = load_side(ws.run_path(run_b, script))
     result = compare_sides(side_a, side_b)
     gate = (
-        evaluate_gate(gate_samples(side_a.records), gate_samples(side_b.records), limits)
+        evaluate_gate(
+            gate_samples(side_a.records),
+            gate_samples(side_b.records),
+            limits,
+            script_display(side_b.records[0]),
+        )
         if limits.any
         else None
     )

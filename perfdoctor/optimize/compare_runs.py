@@ -205,7 +205,8 @@ def load_side(path: Path) -> LoadedSide:
 # --------------------------------------------------------------------------- summaries
 
 
-def _script_display(record: RunRecord) -> str:
+def script_display(record: RunRecord) -> str:
+    """The script as the user typed it (`-m pkg.mod` for a module)."""
     if record.spec is None:
         return str(record.dir)
     target = record.spec.target
@@ -220,7 +221,7 @@ def _summarize(loaded: LoadedSide) -> RunSide:
     return RunSide(
         path=str(loaded.path),
         run_dirs=tuple(str(r.dir) for r in loaded.records),
-        script=_script_display(first),
+        script=script_display(first),
         argv=tuple(spec.target.argv) if spec else (),
         cwd=spec.cwd if spec else None,
         seed=spec.seed if spec else None,

@@ -34,7 +34,10 @@ chance of a false "faster" or "slower" over all of them stays within ALPHA. The 
 
     blocks  LOOK_SCHEDULE, from 9 pairs: a block of 0.4 s can be hit whole by a burst of
             another process's load, and looks at 3 and 5 pairs (2 degrees of freedom after
-            the trim) let such bursts through (benchmarks/README.md, "A/A")
+            the trim) let such bursts through (benchmarks/README.md, "A/A"). Blocks of
+            LONG_BLOCK_S or more (slow steps: the README demo's 8 steps of 0.29 s) are
+            judged like whole runs, from 3 pairs (`block_looks`): a burst does not fill one,
+            and at 9 pairs first such a script needed 4 processes before any look
     runs    RUN_LOOK_SCHEDULE, from 3 pairs (or --repeat): a pair is two whole runs, each
             value a run's median or wall time over dozens of steps and seconds, which a
             burst does not move alone; and each pair costs two launches, so every count is
@@ -365,6 +368,28 @@ class Looks:
 
     def due(self, pairs: int) -> bool:
         return pairs in self.at
+
+
+# Counted seconds per block (its counted steps x the baseline's median step) from which
+# blocks are looked at like whole runs (RUN_LOOK_SCHEDULE from MIN_PAIRS): a re-run's value
+# spans dozens of steps and seconds too.
+LONG_BLOCK_S = 2.0
+
+
+def block_looks(max_pairs: int, long_blocks: bool = False) -> Looks:
+    """The looks of a comparison of blocks in one process: LOOK_SCHEDULE, or for blocks of
+    LONG_BLOCK_S or more the whole runs' schedule from MIN_PAIRS."""
+    if long_blocks:
+        return Looks(max_pairs, RUN_LOOK_SCHEDULE, MIN_PAIRS)
+    return Looks(max_pairs)
+
+
+def long_blocks(step_s: float | None, statistic: str) -> bool:
+    """Whether blocks sized for a median step of `step_s` (block_steps_for) last
+    LONG_BLOCK_S or more of counted time."""
+    if step_s is None or not step_s > 0 or not math.isfinite(step_s):
+        return False
+    return block_steps_for(step_s, statistic) * step_s >= LONG_BLOCK_S
 
 
 def rerun_looks(repeat: int, max_rounds: int) -> Looks:

@@ -34,6 +34,7 @@ from perfdoctor.optimize import catalog, source_edits
 from perfdoctor.optimize.policies import _FOREACH_ONLY_CLASSES
 from perfdoctor.optimize.sizing import (
     COUPLED_THREADS_PATTERN,
+    TWIN_DETAIL,
     cpu_threads_target,
     size_dataloader_workers,
 )
@@ -337,13 +338,16 @@ def _edits_for(fix: ProvenFix, facts: Facts, script: str, files: _Files) -> list
         workers = _workers(fix, facts)
         if workers is None:
             return "the worker count the variant ran with is not recorded"
+        arguments: list[tuple[str, str, int | None]] = [
+            # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers)
+            ("num_workers", str(workers), 5),
+        ]
+        if TWIN_DETAIL in fix.detail:
+            # Measured with a persistent twin loader: its workers outlive each epoch, and
+            # the patch is what was measured (without it, each epoch starts its workers).
+            arguments.append(("persistent_workers", "True", None))
         edit = partial(
-            source_edits.call_argument,
-            names=("DataLoader",),
-            line=line,
-            argument="num_workers",
-            value=str(workers),
-            position=5,  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, N)
+            source_edits.call_arguments, names=("DataLoader",), line=line, settings=arguments
         )
         return [(file, _on(files, file, edit))]
     if opt == "fused-optimizer":

@@ -45,6 +45,7 @@ from perfdoctor.optimize.engine import (
     Looks,
     Pair,
     PairedEstimate,
+    block_looks,
     block_steps_for,
     estimate,
     t_quantile,
@@ -81,14 +82,19 @@ REFINE_S = 5.0
 ROUND_OVERRUN_FACTOR = 1.25
 
 
+def design_looks(design: ABDesign) -> Looks:
+    """The design's looks: engine.block_looks, from 3 pairs for long blocks."""
+    return block_looks(design.max_rounds, design.long_blocks)
+
+
 def looks(design: ABDesign) -> tuple[int, ...]:
     """The pooled pair counts at which the design's comparisons are looked at."""
-    return Looks(design.max_rounds).at
+    return design_looks(design).at
 
 
 def look_confidence(design: ABDesign) -> float:
     """Confidence of each look: the scheduled looks and the last one share ALPHA."""
-    return Looks(design.max_rounds).confidence
+    return design_looks(design).confidence
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,8 @@ class ComparisonState:
 # Why a comparison stopped without a decision because its process ended: the parent starts
 # the script again and pools (or, out of budget, takes the last look itself).
 SCRIPT_ENDED = "script ended"
+# Why a comparison stopped when an accepted one was faster beyond both intervals.
+OUTPERFORMED = "outperformed beyond both intervals by "
 
 
 @dataclass
@@ -222,7 +230,7 @@ class StoppingState:
         """Take a look at each comparison whose pooled pairs reached a scheduled count. Every
         interval is valid at every look (the looks share ALPHA), so a decided comparison may
         go on to narrow its interval, and its last look gives its decision and its figures."""
-        due = Looks(self.design.max_rounds)
+        due = design_looks(self.design)
         for state in self.open:
             if not due.due(self.pooled_pairs(state, blocks)):
                 continue
@@ -236,6 +244,24 @@ class StoppingState:
             if result.decision == "no-gain" or sized:
                 state.ended = result.decision
                 state.rounds = rounds
+        self._stop_outperformed(rounds)
+
+    def _stop_outperformed(self, rounds: int) -> None:
+        """An open comparison whose whole interval lies below an accepted one's (against the
+        same reference) cannot be the fix to take: it stops, undecided, and leaves the
+        budget (and the script's steps) to what can still change the answer."""
+        winners = [s for s in self.states if s.ended == "faster" and s.estimate is not None]
+        for state in self.open:
+            est = state.estimate
+            if est is None:
+                continue
+            for winner in winners:
+                assert winner.estimate is not None
+                same_reference = winner.comparison.reference == state.comparison.reference
+                if same_reference and winner.estimate.low > est.high:
+                    state.ended = f"{OUTPERFORMED}{winner.comparison.label}"
+                    state.rounds = rounds
+                    break
 
     def end(self, label: str, why: str, rounds: int) -> None:
         """End one comparison without a look (its fix was refused, cannot switch, ...)."""

@@ -38,10 +38,12 @@ from perfdoctor.optimize import numerics
 from perfdoctor.optimize.catalog import tolerance_category_for, tolerance_for
 from perfdoctor.optimize.engine import Basis, PairedEstimate, point_speedup, verdict_words
 from perfdoctor.optimize.inprocess import (
+    LOOK_SCHEDULE,
     NARROW,
     SCRIPT_ENDED,
     ABLog,
     Quartiles,
+    design_looks,
     pool,
     pooled_estimate,
 )
@@ -151,6 +153,9 @@ def compare_in_process(
         steps_per_pair=pooled.steps_per_pair if pooled is not None else None,
         load=load_phrase(busy, cores),
         busy=is_busy(busy, cores),
+        first_look=(
+            design_looks(pooled.design).first_look if pooled is not None else LOOK_SCHEDULE[0]
+        ),
     )
     design = pooled.design if pooled is not None else None
     statistic = design.statistic if design is not None else None

@@ -53,7 +53,7 @@ from perfdoctor.analyze import run_stats
 from perfdoctor.analyze.record import RunRecord
 from perfdoctor.analyze.run_stats import OK_STATUSES, RunSample, usable
 from perfdoctor.errors import EXIT_OK, EXIT_REGRESSION, EXIT_UNDECIDED
-from perfdoctor.optimize.compare_runs import load_side
+from perfdoctor.optimize.compare_runs import load_side, script_display
 from perfdoctor.optimize.engine import choose_statistic, t_quantile, window_value
 from perfdoctor.optimize.estimate import widened_estimate
 from perfdoctor.optimize.run_samples import run_sample_from_record
@@ -274,8 +274,14 @@ def _with_reason(check: GateCheck, outcome: str, limit: float) -> GateCheck:
     return replace(check, reason=f"{_band_text(check)}: {words}")
 
 
-def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLimits) -> GateResult:
-    """The gate over the runs of each side, repeat 1 first (pure: tests feed samples)."""
+def evaluate_gate(
+    a: Sequence[RunSample],
+    b: Sequence[RunSample],
+    limits: GateLimits,
+    script: str | None = None,
+) -> GateResult:
+    """The gate over the runs of each side, repeat 1 first (pure: tests feed samples).
+    `script`: the recorded script, named in the hint's command."""
     checks: list[GateCheck] = []
     if limits.slower_pct is not None:
         checks.append(check_step_time(a, b, limits.slower_pct))
@@ -283,7 +289,7 @@ def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLi
         checks.append(check_peak_memory(a, b, limits.more_memory_pct))
     failing = [c for c in checks if c.failed or (limits.strict and c.outcome == "cannot_tell")]
     undecided = [c for c in checks if c.outcome == "cannot_tell"]
-    hint = more_runs_hint(undecided) if undecided else None
+    hint = more_runs_hint(undecided, script) if undecided else None
     outcome: GateOutcome
     if failing:
         first = failing[0]
@@ -314,13 +320,15 @@ def evaluate_gate(a: Sequence[RunSample], b: Sequence[RunSample], limits: GateLi
 MIN_SUGGESTED_REPEATS = 3
 
 
-def more_runs_hint(undecided: Sequence[GateCheck]) -> str:
-    """How to turn "cannot tell" into a verdict: more runs per side, with the command."""
+def more_runs_hint(undecided: Sequence[GateCheck], script: str | None = None) -> str:
+    """How to turn "cannot tell" into a verdict: more runs per side, with the command for
+    the recorded script (SCRIPT when it is not known)."""
     runs = max(max(c.runs_a, c.runs_b) for c in undecided)
     repeats = max(MIN_SUGGESTED_REPEATS, 2 * runs)
     text = (
         f"record {repeats} runs per side (now {undecided[0].runs_a} vs {undecided[0].runs_b}): "
-        f"perfdoctor profile --no-apply --repeat {repeats} train.py records {repeats} baseline "
+        f"perfdoctor profile --no-apply --repeat {repeats} {script or 'SCRIPT'} records "
+        f"{repeats} baseline "
         "runs, for each of A and B, to narrow the band"
     )
     if not any(c.noise_assumed for c in undecided):
@@ -353,4 +361,6 @@ def run_gate(run_a: Path, run_b: Path, limits: GateLimits) -> GateResult:
     """The gate over every run of each side (a session's baseline repeats, or one child run's
     repeats)."""
     a, b = load_side(Path(run_a)), load_side(Path(run_b))
-    return evaluate_gate(gate_samples(a.records), gate_samples(b.records), limits)
+    return evaluate_gate(
+        gate_samples(a.records), gate_samples(b.records), limits, script_display(b.records[0])
+    )

@@ -66,6 +66,9 @@ WORKERS_WHY_ENV = "PERFDOCTOR_DATALOADER_WORKERS_WHY"
 WORKERS_FEWER_ENV = "PERFDOCTOR_DATALOADER_WORKERS_FEWER"
 # cpu-threads: cores to leave to other processes (their busy cores in the baseline).
 THREADS_RESERVE_ENV = "PERFDOCTOR_CPU_THREADS_RESERVE"
+# dataloader-workers' record when its workers ran in a persistent twin loader (in-process
+# A/B): fixes.patch then sets persistent_workers=True beside num_workers, as measured.
+TWIN_DETAIL = "in a persistent twin loader"
 # cpu-threads' record of its count in a coupled arm (beside dataloader-workers' twin loader):
 # fixes.patch reads the count of a coupled variant from it.
 COUPLED_DETAIL = "beside the twin loader's {workers} DataLoader workers held at {threads}"

@@ -254,6 +254,38 @@ def call_argument(
     return edits or "; ".join(reasons)
 
 
+def call_arguments(
+    src: Source,
+    names: Sequence[str],
+    line: int,
+    settings: Sequence[tuple[str, str, int | None]],
+) -> list[Edit] | str:
+    """Several `argument=value` (each with its positional index, or None) on the call of
+    `names` at `line`, as one edit of the whole call's text (edits of one line would
+    overlap). A setting the call already has is left as it is."""
+    calls = calls_named(src, names, line)
+    if not calls:
+        return f"no {'/'.join(names)}(...) call at line {line}"
+    call = calls[0]
+    text, done, reasons = src.segment(call), [], []
+    for argument, value, position in settings:
+        again = Source(text)
+        inner = calls_named(again, names)
+        if not inner:
+            return "the call could not be re-read"
+        edit = set_argument(again, inner[0], argument, value, position)
+        if isinstance(edit, str):
+            if "already" not in edit:
+                return edit
+            reasons.append(edit)
+            continue
+        text = _apply_in_text(again, [edit])
+        done.append(f"{argument}={value}")
+    if not done:
+        return "; ".join(reasons)
+    return [src.replace(call, text, ", ".join(done))]
+
+
 def fused_optimizer(
     src: Source, cls: str, line: int | None, foreach_only: bool
 ) -> list[Edit] | str:

@@ -322,12 +322,39 @@ def _beyond_shared_load(
     if left is not None and left <= 0:
         return ""
     wanted = t["beyond_shared_load_ratio"] * max(1.0, others / left if left else 1.0)
-    if ratio < wanted:
+    if ratio >= wanted:
+        return (
+            f" The ranks share the machine and its load, which slows them alike: rank work "
+            f"{ratio:.1f}x another's is more than that load explains (>= {wanted:.1g}x with "
+            f"{others:.1f} cores taken by other processes), so it is the rank's own."
+        )
+    return _excess_in_own_code(facts, t, wanted)
+
+
+def _excess_in_own_code(facts: Facts, t: Mapping[str, float], wanted: float) -> str:
+    """A rank the scheduler starves is slower in every phase, its forward too; load cannot
+    put the excess into one phase of one rank. When the straggler's code outside data,
+    forward and backward is `wanted`x the fastest rank's, and that many times more than its
+    forward is slowed (phase_concentration_ratio), the excess is the rank's own code (the
+    planted straggler at 1.5 other busy cores: 21.3 ms against 1.0 ms, its forward 1.2x)."""
+    code, fast_code = num(facts, "straggler_code_ms_p50"), num(facts, "fastest_rank_code_ms_p50")
+    fwd, fast_fwd = (
+        num(facts, "straggler_forward_ms_p50"),
+        num(facts, "fastest_rank_forward_ms_p50"),
+    )
+    excess = num(facts, "straggler_excess_ms")
+    if code is None or not fast_code or excess is None:
+        return ""
+    code_ratio = code / fast_code
+    fwd_ratio = fwd / fast_fwd if fwd is not None and fast_fwd else 1.0
+    if code - fast_code < 0.5 * excess or code_ratio < wanted:
+        return ""
+    if code_ratio < t["phase_concentration_ratio"] * max(1.0, fwd_ratio):
         return ""
     return (
-        f" The ranks share the machine and its load, which slows them alike: rank work "
-        f"{ratio:.1f}x another's is more than that load explains (>= {wanted:.1g}x with "
-        f"{others:.1f} cores taken by other processes), so it is the rank's own."
+        f" The ranks share the machine and its load, which slows a starved rank in every "
+        f"phase: rank code {code_ratio:.0f}x another's while its forward runs at "
+        f"{fwd_ratio:.2f}x is more than that load explains, so it is the rank's own."
     )
 
 
@@ -576,6 +603,7 @@ RULES = (
             "slow_node_forward_ratio": 1.25,
             "saturated_cpu_frac": 0.9,
             "beyond_shared_load_ratio": 4.0,
+            "phase_concentration_ratio": 4.0,
         },
         source=(
             "> 10% of the step: TraceML's straggler score warning, (worst rank - median rank) / "
@@ -596,7 +624,11 @@ RULES = (
             "100% busy; "
             "not demoted when the straggler's own work is >= 4x the fastest rank's, times "
             "other processes' cores / the cores they left (load the ranks share slows them "
-            "alike; the issue's planted straggler was 8x at one other busy core of 2)"
+            "alike; the issue's planted straggler was 8x at one other busy core of 2), or "
+            "when its code outside data, forward and backward is that many times the "
+            "fastest rank's and >= 4x more than its forward is slowed (a starved rank is "
+            "slower in every phase: the planted straggler at 1.5 other busy cores read "
+            "21.3 ms against 1.0 ms there, its forward 1.2x, its own work only 3.7x)"
         ),
         description=(
             "A rank whose own work per step (its step less its time in collectives, where "

@@ -31,10 +31,31 @@ def test_fused_adamw_verified_with_identical_trajectory(harness_factory):
 def test_fused_respects_the_scripts_implementation_choice(harness_factory):
     harness = harness_factory("fused-optimizer")
     model = seeded(Mlp)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=False)
     assert not opt.param_groups[0]["fused"]
     row = harness.results()["fused-optimizer"]
-    assert row["applied"] is False and "kept the script's foreach=False" in row["detail"]
+    assert row["applied"] is False and "kept the script's fused=False" in row["detail"]
+
+
+def test_a_single_tensor_choice_is_replaced_and_switches_back(harness_factory):
+    """foreach=False alone is the single-tensor loop the finding names: fused runs beside
+    it, and switched off the optimizer is the script's single-tensor one again."""
+    data = batches((4, 8))
+    model = seeded(Mlp)
+    plain = Harness(()).train(
+        model, torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False), data, steps=4
+    )
+    harness = harness_factory("fused-optimizer")
+    model = seeded(Mlp)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["foreach"] is False
+    losses = harness.train(model, opt, data, steps=4)
+    row = harness.results()["fused-optimizer"]
+    assert row["applied"] and row["verified"], row
+    assert "Adam(fused=True) in place of the script's foreach=False" in row["detail"]
+    assert losses == pytest.approx(plain, rel=1e-5)
+    harness.applier("fused-optimizer").switch(False)
+    assert not opt.param_groups[0]["fused"] and opt.param_groups[0]["foreach"] is False
 
 
 def test_fused_leaves_subclasses_and_param_groups_correct(harness_factory):

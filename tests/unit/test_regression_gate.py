@@ -121,7 +121,8 @@ def test_a_noisy_pair_cannot_tell_and_is_undecided_with_exit_71_unless_strict(
     assert result.outcome == "undecided" and result.exit_code == EXIT_UNDECIDED == 71
     assert result.summary.startswith("UNDECIDED: step time cannot tell")
     assert result.hint is not None
-    assert "perfdoctor profile --no-apply --repeat 4 train.py" in result.hint
+    # The command names the script the records ran, not a placeholder.
+    assert "perfdoctor profile --no-apply --repeat 4 sample_models/tuned_mlp.py" in result.hint
     assert "(now 2 vs 2)" in result.hint
 
     strict = run_gate(a, b, GateLimits(slower_pct=5, strict=True))

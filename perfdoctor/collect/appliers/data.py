@@ -56,6 +56,7 @@ from perfdoctor.collect.appliers.base import (
 )
 from perfdoctor.optimize.sizing import (
     CPU_MAX_WORKERS,
+    TWIN_DETAIL,
     WORKERS_ENV,
     WORKERS_FEWER_ENV,
     WORKERS_WHY_ENV,
@@ -439,7 +440,7 @@ class DataloaderWorkers(Applier):
         self.patch.changed[loader] = {self.id: {"num_workers": self.workers}}
         if not self.applied:
             self.mark_applied(
-                f"{where}: num_workers 0 -> {self.workers} in a persistent twin loader over "
+                f"{where}: num_workers 0 -> {self.workers} {TWIN_DETAIL} over "
                 f"the same dataset, switched in blocks against the script's own iterator "
                 f"({self.why})"
             )

@@ -3,8 +3,10 @@
 Fused: the constructors of the exact classes Adam/AdamW/SGD/Adagrad are patched (the class
 attribute, so `from torch.optim import AdamW` aliases are covered; subclasses, bitsandbytes,
 apex are left alone) to add fused=True only when the script chose no implementation itself
-(none of fused/foreach/differentiable/capturable) and every parameter is floating point on
-a device with fused kernels. Numerics were identical to 5 decimals (mechanics §3.f).
+(none of fused/foreach/differentiable/capturable; `foreach=False` alone, the single-tensor
+loop the finding names, is overridden: fused=True runs beside it) and every parameter is
+floating point on a device with fused kernels. Numerics were identical to 5 decimals
+(mechanics §3.f).
 
 Fused switches between steps (in-process A/B), per optimizer it fused: every param group's
 `fused` (and the optimizer's defaults, for groups added later) goes between True and the
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 FUSED_CLASSES = ("Adam", "AdamW", "SGD", "Adagrad")
 _USER_CHOICES = ("fused", "foreach", "differentiable", "capturable")
 _AMP_SCALING = "_step_supports_amp_scaling"
+# The one implementation choice the applier overrides (torch allows fused=True beside it, and
+# switched off the optimizer is the script's single-tensor one again).
+SINGLE_TENSOR_CHOICE = "foreach=False"
 
 
 def _fused_devices() -> tuple[str, ...]:
@@ -161,7 +166,10 @@ class FusedOptimizer(Applier):
                 original(optimizer, *args, **kwargs)
                 return
             chosen = _chosen(bound.arguments)
-            if chosen:
+            # foreach=False alone is the single-tensor loop the finding is about (a leftover
+            # more often than a choice): replaced, as cpu-threads replaces a thread count.
+            replaced = chosen == [SINGLE_TENSOR_CHOICE]
+            if chosen and not replaced:
                 applier.note(f"{cls.__name__}: kept the script's {', '.join(chosen)}")
                 original(optimizer, *args, **kwargs)
                 return
@@ -191,7 +199,9 @@ class FusedOptimizer(Applier):
             applier.unfused[optimizer] = signature.parameters["fused"].default
             if not applier.active:  # switched off before the script built it
                 applier._set_fused(optimizer, False)
-            change = f"{cls.__name__}(fused=True)"
+            change = f"{cls.__name__}(fused=True)" + (
+                f" in place of the script's {SINGLE_TENSOR_CHOICE}" if replaced else ""
+            )
             if applier.applied:
                 applier.note(change)
             else:

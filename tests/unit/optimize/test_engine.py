@@ -248,3 +248,34 @@ def test_what_would_decide_is_more_steps_or_a_quieter_machine() -> None:
     assert est is not None and est.decision == "undecided"
     busy = verdict_words(est, Basis(steps_per_pair=10, busy=True))[1]
     assert "a quieter machine" in busy
+
+
+def test_long_blocks_are_looked_at_from_three_pairs_like_whole_runs() -> None:
+    """The README demo's steps (0.29 s) make 8-step blocks of 2.3 s: looked at from 3 pairs,
+    at a stricter confidence per look (more looks share ALPHA); 20 ms steps keep 9."""
+    from perfdoctor.optimize.engine import (
+        LONG_BLOCK_S,
+        THROUGHPUT_WINDOWS,
+        block_looks,
+        block_steps_for,
+        long_blocks,
+    )
+
+    assert long_blocks(0.287, THROUGHPUT_WINDOWS)
+    assert block_steps_for(0.287, THROUGHPUT_WINDOWS) * 0.287 >= LONG_BLOCK_S
+    assert not long_blocks(0.02, THROUGHPUT_WINDOWS) and not long_blocks(None, "paired-medians")
+    early, usual = block_looks(200, True), block_looks(200, False)
+    assert early.first_look == 3 and usual.first_look == 9
+    assert early.confidence > usual.confidence  # more looks: each one stricter
+    assert early.due(3) and not usual.due(3)
+
+
+def test_a_design_of_long_blocks_carries_its_schedule_to_every_look() -> None:
+    from perfdoctor.model import ABDesign, Arm, Comparison
+    from perfdoctor.optimize.inprocess import look_confidence, looks
+
+    arms, comparisons = (Arm("baseline"), Arm("fix", ("fix",))), (Comparison("fix", 0, 1),)
+    long = ABDesign(arms=arms, comparisons=comparisons, long_blocks=True)
+    short = ABDesign(arms=arms, comparisons=comparisons)
+    assert looks(long)[:3] == (3, 4, 5) and looks(short)[0] == 9
+    assert look_confidence(long) > look_confidence(short)

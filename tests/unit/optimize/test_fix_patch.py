@@ -125,6 +125,18 @@ def test_dataloader_workers_from_the_variants_count(tmp_path: Path) -> None:
 
 
 @needs_patch
+def test_workers_measured_in_a_persistent_twin_are_patched_persistent(tmp_path: Path) -> None:
+    """In one process the workers ran in a persistent twin loader: the patch is what was
+    measured, so the workers outlive each epoch there too."""
+    f = facts(dataloader={"location": {"file": "train.py", "line": 5}})
+    detail = "train.py:5: num_workers 0 -> 2 in a persistent twin loader over the same dataset"
+    make(tmp_path, LOADER, [variant(("dataloader-workers",), detail=detail)], f)
+    patched = roundtrip(tmp_path, "train.py", LOADER)
+    assert "    shuffle=True, num_workers=2, persistent_workers=True,\n)\n" in patched
+    compile(patched, "train.py", "exec")
+
+
+@needs_patch
 def test_dataloader_workers_replace_the_scripts_count(tmp_path: Path) -> None:
     text = (
         "import torch\nfrom torch.utils.data import DataLoader\n\n"
@@ -296,19 +308,20 @@ def test_git_root_prefix_and_no_final_newline(tmp_path: Path) -> None:
 # What the appliers record: a run that applies the workers for good, and the README demo's
 # in-process A/B, whose twin loader is switched against the script's own iterator.
 _WORKER_DETAILS = [
-    ("num_workers 0 -> 2, ...", 2),
+    ("num_workers 0 -> 2, ...", 2, ""),
     (
         "num_workers 0 -> 1 in a persistent twin loader over the same dataset, switched in "
         "blocks against the script's own iterator (data 50 ms/batch vs 13 ms compute ...)",
         1,
+        ", persistent_workers=True",  # as the twin measured it
     ),
 ]
 
 
 @needs_patch
-@pytest.mark.parametrize(("detail", "workers"), _WORKER_DETAILS)
+@pytest.mark.parametrize(("detail", "workers", "persistent"), _WORKER_DETAILS)
 def test_recorded_run_locations_patch_the_sample_model(
-    tmp_path: Path, detail: str, workers: int
+    tmp_path: Path, detail: str, workers: int, persistent: str
 ) -> None:
     """The locations a real run recorded (the fixture run of cnn_slow_dataloader.py) lead
     the edits to the script's DataLoader call, and the patch applies to a copy of it."""
@@ -321,10 +334,12 @@ def test_recorded_run_locations_patch_the_sample_model(
     shutil.copy(root / name, tmp_path / name)
     v = variant(("dataloader-workers",), detail=f"{name}:217: {detail}")
     patch = build_fix_patch([v], diagnosis.facts, name, tmp_path)
-    assert [(h.file, h.change) for h in patch.hunks] == [(name, f"num_workers={workers}")]
+    change = f"num_workers={workers}{persistent}"
+    assert [(h.file, h.change) for h in patch.hunks] == [(name, change)]
     (tmp_path / PATCH_NAME).write_text(patch.text())
     patched = roundtrip(tmp_path, name, "")
     assert f"        num_workers={workers}," in patched
+    assert ("persistent_workers=True" in patched) == bool(persistent)
 
 
 @needs_patch

@@ -172,3 +172,52 @@ def test_a_a_false_verdicts_stay_within_alpha_on_heavy_tailed_noise() -> None:
                 if est is not None and est.decision == "no-gain":
                     break
     assert false / trials <= ALPHA
+
+
+def test_a_comparison_outperformed_beyond_both_intervals_stops_undecided() -> None:
+    """Three arms: the coupled fix 3x, the workers alone ~1.1x with noise. Once the 3x is
+    accepted and sized, the 1.1x's whole interval lies below the 3x's: it cannot be the fix
+    to take, so it stops (undecided) instead of spending the rest of the budget."""
+    from perfdoctor.optimize.inprocess import OUTPERFORMED
+
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("w", ("w",)), Arm("w+t", ("w", "t"))),
+        comparisons=(Comparison("w", 0, 1), Comparison("w+t", 0, 2)),
+        long_blocks=True,
+    )
+    rng = random.Random(5)
+    blocks = []
+    for r in range(1, 8):
+        base = 100.0 * rng.uniform(0.8, 1.25)
+        for arm, ms in ((0, base), (1, base / rng.uniform(0.95, 1.3)), (2, base / 3.0)):
+            blocks.append(Block(round=r, arm=arm, first_step=0, step_ms=(ms,) * 4, settle=1))
+    state = StoppingState(design)
+    for rounds in range(1, 8):
+        state.after_round(rounds, blocks[: 3 * rounds], measure_s=10.0 * rounds)
+        if not state.open:
+            break
+    ends = {s.comparison.label: s.ended for s in state.states}
+    assert ends["w+t"] == "faster"
+    assert ends["w"] == OUTPERFORMED + "w+t"
+    loser = next(s for s in state.states if s.comparison.label == "w").estimate
+    winner = next(s for s in state.states if s.comparison.label == "w+t").estimate
+    assert loser is not None and winner is not None and winner.low > loser.high
+
+
+def test_a_comparison_whose_interval_reaches_the_winners_keeps_measuring() -> None:
+    design = ABDesign(
+        arms=(Arm("baseline"), Arm("a", ("a",)), Arm("b", ("b",))),
+        comparisons=(Comparison("a", 0, 1), Comparison("b", 0, 2)),
+        long_blocks=True,
+    )
+    rng = random.Random(7)
+    blocks = []
+    for r in range(1, 6):
+        base = 100.0 * rng.uniform(0.8, 1.25)
+        for arm, ms in ((0, base), (1, base / 3.0), (2, base / rng.uniform(2.2, 3.6))):
+            blocks.append(Block(round=r, arm=arm, first_step=0, step_ms=(ms,) * 4, settle=1))
+    state = StoppingState(design)
+    for rounds in range(1, 6):
+        state.after_round(rounds, blocks[: 3 * rounds], measure_s=10.0 * rounds)
+    ends = {s.comparison.label: s.ended for s in state.states}
+    assert not (ends["b"] or "").startswith("outperformed")

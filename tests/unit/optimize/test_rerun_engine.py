@@ -143,3 +143,29 @@ def test_a_a_over_whole_runs_stays_within_alpha() -> None:
                     break
         false += decided is not None
     assert false / trials <= ALPHA
+
+
+def test_a_a_over_long_blocks_from_three_pairs_stays_within_alpha() -> None:
+    """A/A of long blocks (2 s or more, engine.block_looks from 3 pairs): each block's value
+    moves with 10% noise and, one block in five, a neighbour's burst that slows it 1.5x; a
+    comparison gets up to 30 pairs (a budget of slow steps). "faster" or "slower" over all
+    the looks stays within ALPHA."""
+    from perfdoctor.optimize.engine import block_looks
+
+    rng = random.Random(11)
+    looks = block_looks(200, long_blocks=True)
+    false, trials = 0, 400
+    for _ in range(trials):
+        pairs: list[tuple[float, float]] = []
+        for count in range(1, 31):
+            a, b = (
+                100.0 * rng.lognormvariate(0, 0.10) * (1.5 if rng.random() < 0.2 else 1.0)
+                for _ in range(2)
+            )
+            pairs.append((a, b))
+            if looks.due(count):
+                est = estimate(pairs, looks.confidence)
+                if est is not None and est.decision in ("faster", "slower"):
+                    false += 1
+                    break
+    assert false / trials <= ALPHA

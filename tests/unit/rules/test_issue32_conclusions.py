@@ -90,6 +90,11 @@ def test_the_stall_leads_over_the_optimizer_share_it_inflates() -> None:
     lead = findings[0]
     assert "torch.set_num_threads(1)" in lead.explanation
     assert lead.gain.step_time_frac is not None and lead.gain.step_time_frac <= 1.0
+    # Its fix is tried and named on the first screen (it read "No automatic fix").
+    from perfdoctor.rules import ALL_RULES
+
+    (rule,) = [r for r in ALL_RULES if r.id == "intra-op-stall"]
+    assert rule.optimizations == ("cpu-threads",)
 
 
 def test_in_memory_tensors_get_batch_indexing_not_workers() -> None:

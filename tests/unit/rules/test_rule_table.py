@@ -630,6 +630,52 @@ CASES: list[tuple[str, str, Mapping[str, Scalar], str | None]] = [
         },
         "info",
     ),
+    # ... nor put the excess into one phase of one rank: the planted straggler measured at
+    # 1.5 other busy cores of 2 (own work only 3.7x, but its code outside data, forward
+    # and backward 21.3 ms against 1.0 ms while its forward ran at 1.2x): not demoted ...
+    (
+        "rank-straggler",
+        "cpu",
+        {
+            **STRAGGLER,
+            "straggler_excess_ms": 19.1,
+            "straggler_excess_frac": 0.51,
+            "straggler_own_ms_p50": 26.2,
+            "fastest_rank_own_ms_p50": 7.1,
+            "straggler_data_wait_ms_p50": 0.1,
+            "fastest_rank_data_wait_ms_p50": 0.1,
+            "straggler_code_ms_p50": 21.3,
+            "fastest_rank_code_ms_p50": 1.0,
+            "straggler_forward_ms_p50": 1.1,
+            "fastest_rank_forward_ms_p50": 0.9,
+            "cpu_other_busy_cores": 1.5,
+            "cpu_cores_logical": 2,
+            "cpu_util_mean_frac": 1.0,
+        },
+        "critical",
+    ),
+    # ... while a rank the scheduler starved, slower in every phase alike, stays a caveat.
+    (
+        "rank-straggler",
+        "cpu",
+        {
+            **STRAGGLER,
+            "straggler_excess_ms": 8.0,
+            "straggler_excess_frac": 0.5,
+            "straggler_own_ms_p50": 16.0,
+            "fastest_rank_own_ms_p50": 8.0,
+            "straggler_data_wait_ms_p50": 0.1,
+            "fastest_rank_data_wait_ms_p50": 0.1,
+            "straggler_code_ms_p50": 6.0,
+            "fastest_rank_code_ms_p50": 1.0,
+            "straggler_forward_ms_p50": 4.0,
+            "fastest_rank_forward_ms_p50": 2.0,
+            "cpu_other_busy_cores": 1.0,
+            "cpu_cores_logical": 2,
+            "cpu_util_mean_frac": 1.0,
+        },
+        "info",
+    ),
     (
         "rank-straggler",
         "cpu",
