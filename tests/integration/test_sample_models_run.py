@@ -55,7 +55,9 @@ def sample_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SampleRun
     # One intra-op thread: with two on a busy 2-core machine (the suite's two workers are
     # enough) each small op of these small models waits at a barrier.
     ran = run_forked(jobs, env={"OMP_NUM_THREADS": "1"}, timeout_s=300)
-    return {script: SampleRun(code, output) for script, (code, output) in zip(scripts, ran, strict=True)}
+    return {
+        script: SampleRun(code, output) for script, (code, output) in zip(scripts, ran, strict=True)
+    }
 
 
 @pytest.mark.parametrize("script", sorted(SMALL_ARGS))
