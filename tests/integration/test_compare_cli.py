@@ -1,4 +1,9 @@
-"""`perfdoctor compare RUN_A RUN_B` from a shell, over copies of recorded CPU runs."""
+"""`perfdoctor compare RUN_A RUN_B` from a shell, over copies of recorded CPU runs.
+
+The text verdict runs in a real `python -m perfdoctor` process (what a shell prints); the JSON
+output and the refused directory run in this process (cli_in_process.py: stdout and stderr
+apart, the exit code as a process gives it), where a process would cost a second of imports
+each; a process's own exit code on a refused input is test_cli_errors.py's."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_in_process
 from load_limits import scaled
 
 from perfdoctor import errors
@@ -59,7 +65,7 @@ def test_compare_json_is_valid_json_on_stdout(
     before_after: tuple[Path, Path], tmp_path: Path
 ) -> None:
     before, after = before_after
-    proc = perfdoctor("compare", "--json", str(before), str(after), cwd=tmp_path)
+    proc = run_in_process("compare", "--json", before, after)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["verdict"]["verdict"] in ("accepted", "rejected", "undecided")
@@ -76,7 +82,7 @@ def test_compare_with_a_directory_that_is_no_run(
     before_after: tuple[Path, Path], tmp_path: Path
 ) -> None:
     (tmp_path / "empty").mkdir()
-    proc = perfdoctor("compare", str(tmp_path / "empty"), str(before_after[1]), cwd=tmp_path)
+    proc = run_in_process("compare", tmp_path / "empty", before_after[1])
     assert proc.returncode == errors.EXIT_BAD_RUN_DIR
     assert "Traceback" not in proc.stderr
     assert "not a perfdoctor run directory" in proc.stderr

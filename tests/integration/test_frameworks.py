@@ -77,7 +77,8 @@ def assert_no_false_optimizer_finding(report: dict[str, Any]) -> None:
 
 
 def test_lbfgs_closure_steps_and_phases(tmp_path: Path) -> None:
-    session, report = profile(tmp_path, "lbfgs_closure.py")
+    # One intra-op thread, as for every framework here (test_frameworks_workers.py too).
+    session, report = profile(tmp_path, "lbfgs_closure.py", env={"OMP_NUM_THREADS": "1"})
     rows = timed_steps(session)
     assert len(rows) == TIMED
     assert report["baseline"]["step_detection"] == "optimizer"

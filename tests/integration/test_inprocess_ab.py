@@ -21,6 +21,11 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # How a comparison may end in the child (optimize/inprocess.py, collect/ab_switch.py).
 ENDS = {"faster", "slower", "no-gain", "budget", "max rounds"}
 BLOCK_KEYS = {"round", "arm", "first_step", "step_ms", "settle", "arm_warmup"}
+# One intra-op thread in every child here: with two on a busy 2-core machine (the suite's
+# two workers are enough) each small op waits at a barrier, and anomaly_short.py's ~5 ms
+# step took 100-480 ms (22-26 s of wall per 40-step child, 17.6 s of CPU for the two).
+# Nothing here reads a timing.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def run_ab(tmp_path: Path, design: ABDesign, optimizations: tuple[str, ...], *args: str):
@@ -32,6 +37,7 @@ def run_ab(tmp_path: Path, design: ABDesign, optimizations: tuple[str, ...], *ar
         plan=StepPlan(warmup_steps=3, profiled_steps=0),
         optimizations=optimizations,
         profile=False,
+        env=ONE_THREAD,
         ab=design,
     )
     manifest: RunManifest = launch(spec, timeout_s=120, echo_output=False)
@@ -133,6 +139,7 @@ def test_a_script_that_ends_first_is_continued_and_its_pairs_pool(tmp_path: Path
             plan=StepPlan(warmup_steps=3, profiled_steps=0),
             optimizations=("anomaly-off",),
             profile=False,
+            env=ONE_THREAD,
             ab=replace(design, prior_runs=tuple(str(r) for r in runs)),
         )
         manifest = launch(spec, timeout_s=120, echo_output=False)
@@ -175,7 +182,7 @@ def test_dataloader_workers_switch_between_two_iterators_in_one_process(tmp_path
         plan=StepPlan(warmup_steps=3, profiled_steps=0),
         optimizations=("dataloader-workers",),
         profile=False,
-        env={"PERFDOCTOR_DATALOADER_WORKERS": "1"},
+        env={"PERFDOCTOR_DATALOADER_WORKERS": "1", **ONE_THREAD},
         ab=design,
     )
     manifest = launch(spec, timeout_s=180, echo_output=False)

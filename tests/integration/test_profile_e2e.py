@@ -30,7 +30,9 @@ PLAN = ["--steps", "8", "--warmup", "2", "--profile-steps", "2"]
 # CPU keeps the findings the same on a GPU machine; small sizes keep each run to seconds.
 SCRIPT_ARGS = {
     "cnn_slow_dataloader.py": ["--samples", "640", "--batch-size", "32"],
-    "tabular_mlp_debug.py": ["--rows", "8192", "--val-rows", "512"],
+    # Epochs enough for --max-steps: an A/B that outlives the script's 3 default epochs
+    # (96 steps of 8192 rows) starts it again to pool more pairs, a child each time.
+    "tabular_mlp_debug.py": ["--rows", "8192", "--val-rows", "512", "--epochs", "40"],
 }
 # Keys that change from one rendering to the next without the run changing.
 VOLATILE = ("created_at", "run_dir_bytes")
@@ -108,7 +110,10 @@ def cnn(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
 def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
     # anomaly-off is measured in one process: a short A/B budget bounds it on a busy
     # machine (a 2x effect decides in about a second); no profiler window: the debug
-    # findings' lines come from the probes, not from a trace.
+    # findings' lines come from the probes, not from a trace. One compute thread, as for the
+    # CNN: with two on a busy 2-core machine (the suite's two workers are enough) the MLP's
+    # small ops meet at a barrier each, and a step took 0.6-1.1 s instead of milliseconds,
+    # so the budget ended after one pair of blocks (undecided) having cost 20 s of CPU.
     return profile_sample(
         tmp_path_factory.mktemp("debug"),
         "tabular_mlp_debug.py",
@@ -120,6 +125,7 @@ def debug_mlp(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
         f"{scaled(3):.0f}",
         "--profile-steps",
         "0",
+        env={"OMP_NUM_THREADS": "1"},
     )
 
 

@@ -40,8 +40,10 @@ def perfdoctor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def record(tmp_path: Path, name: str, sleep_ms: int) -> Path:
     out = tmp_path / name
+    # One warm-up step: the FLOP count of a second one imports torch._dynamo (about 1.5 s of
+    # CPU in each of the two runs), and the gate reads step times, not FLOPs.
     proc = profile_in_process(
-        "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "2",
+        "--repeat", "2", "--no-apply", "--steps", "8", "--warmup", "1",
         "--profile-steps", "0", "--quiet", "--timeout", f"{scaled(300):.0f}", "--out", out,
         SCRIPT, "--sleep-ms", str(sleep_ms),
         cwd=tmp_path,

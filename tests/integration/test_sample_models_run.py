@@ -6,21 +6,19 @@ be finite and lower at the end than at the start. perfdoctor's diagnoses of thes
 tested elsewhere; this only proves they are real, working training scripts.
 
 One child process imports torch once and runs each script in a fork of itself (its own
-process, exit code and output file), so the four scripts pay for one torch import, not four.
+process, exit code and output file: forked_scripts.py), so the four scripts pay for one torch
+import, not four.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from load_limits import scaled
+from forked_scripts import run_forked
 
 pytestmark = pytest.mark.integration
 
@@ -37,39 +35,6 @@ LOSS = re.compile(r"step (\d+) loss ([-+0-9.eEnaif]+)")
 SUMMARY = re.compile(r"^(\d+) steps in [0-9.]+ s", re.MULTILINE)
 
 
-# Runs each (script, argv, output file) of the JSON list in argv[1] as `python script argv`
-# would, in a fork of this process, and prints {script: exit code} as JSON.
-FORKING_RUNNER = """
-import json, os, runpy, sys, traceback
-import torch  # imported once; every fork below has it already
-
-codes = {}
-for script, argv, output in json.loads(sys.argv[1]):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        sys.argv = [script, *argv]
-        sys.path[0] = os.path.dirname(script)
-        code = 0
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    codes[script] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-print(json.dumps(codes))
-"""
-
-
 class SampleRun(NamedTuple):
     returncode: int
     output: str
@@ -78,26 +43,20 @@ class SampleRun(NamedTuple):
 @pytest.fixture(scope="module")
 def sample_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SampleRun]:
     outputs = tmp_path_factory.mktemp("samples")
+    scripts = sorted(SMALL_ARGS)
     jobs = [
         (
-            str(SAMPLES / script),
-            ["--device", "cpu", "--max-steps", str(STEPS), "--log-every", "1", *args],
-            str(outputs / f"{script}.log"),
+            SAMPLES / script,
+            ["--device", "cpu", "--max-steps", str(STEPS), "--log-every", "1", *SMALL_ARGS[script]],
+            outputs / f"{script}.log",
         )
-        for script, args in sorted(SMALL_ARGS.items())
+        for script in scripts
     ]
-    runner = subprocess.run(
-        [sys.executable, "-c", FORKING_RUNNER, json.dumps(jobs)],
-        capture_output=True,
-        text=True,
-        timeout=scaled(300),
-        check=False,
-    )
-    assert runner.returncode == 0, runner.stdout + runner.stderr
-    codes = json.loads(runner.stdout.strip().splitlines()[-1])
+    # One intra-op thread: with two on a busy 2-core machine (the suite's two workers are
+    # enough) each small op of these small models waits at a barrier.
+    ran = run_forked(jobs, env={"OMP_NUM_THREADS": "1"}, timeout_s=300)
     return {
-        Path(script).name: SampleRun(codes[script], Path(output).read_text())
-        for script, _, output in jobs
+        script: SampleRun(code, output) for script, (code, output) in zip(scripts, ran, strict=True)
     }
 
 

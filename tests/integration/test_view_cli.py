@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_in_process
 from load_limits import scaled
 
 from perfdoctor.tensorboard_launch import profiler_plugin_installed
@@ -77,11 +78,8 @@ def test_view_prints_the_url_serves_the_trace_and_stops_on_ctrl_c():
 
 
 def test_view_of_a_missing_path_exits_66(tmp_path: Path):
-    result = subprocess.run(
-        [sys.executable, "-m", "perfdoctor", "view", str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-        timeout=scaled(60),
-    )
+    # Refused before anything is served: in this process (cli_in_process.py), where a
+    # `python -m perfdoctor` process would cost a second of imports.
+    result = run_in_process("view", tmp_path / "nope")
     assert result.returncode == 66
     assert "does not exist" in result.stderr
