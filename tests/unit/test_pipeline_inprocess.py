@@ -183,3 +183,35 @@ def test_the_coupled_variant_is_an_arm_beside_the_workers_in_one_process(
     assert [(s.label, s.optimizations) for s in specs[1:]] == [
         (both, ("dataloader-workers", "cpu-threads"))
     ]
+
+
+def test_in_one_process_the_coupled_variant_takes_the_place_of_the_workers_alone() -> None:
+    """The README demo on 2 cores: workers beside the script's 2 threads outnumber the
+    cores, so the coupled arm is measured instead of the contended workers alone (a third
+    arm cost a third more per pair); the other singles stay."""
+    from perfdoctor.optimize.sizing import WorkerSizing
+
+    crowded = {"dataloader-workers": WorkerSizing(workers=2, reason="r", coupled_threads=1)}
+    switched = ["anomaly-off", "dataloader-workers", "cpu-threads"]
+    coupled = pipeline.coupled_variant(crowded, switched)  # type: ignore[arg-type]
+    assert pipeline.in_process_singles(switched, coupled) == (["anomaly-off", "cpu-threads"], True)
+    roomy = {"dataloader-workers": WorkerSizing(workers=2, reason="r")}
+    none = pipeline.coupled_variant(roomy, switched)  # type: ignore[arg-type]
+    assert pipeline.in_process_singles(switched, none) == (switched, False)
+    # Measured by re-runs (fewer workers than the script's): not in one process at all.
+    assert pipeline.in_process_singles(["anomaly-off"], coupled) == (["anomaly-off"], False)
+
+
+def test_the_coupled_arm_carries_the_splits_prediction(tmp_path, monkeypatch) -> None:
+    from perfdoctor.optimize.sizing import WorkerSizing
+
+    runner, specs = make_runner(tmp_path, monkeypatch, {})
+    runner.sizings = {
+        "dataloader-workers": WorkerSizing(
+            workers=2, reason="r", coupled_threads=1, predicted_speedup=1.75, predicted_from="x"
+        )
+    }
+    runner.run_in_process([], coupled=("dataloader-workers", "cpu-threads"))
+    assert [a.label for a in specs[0].ab.arms] == ["baseline", "dataloader-workers+cpu-threads"]
+    (plan,) = runner.session.variants
+    assert plan.predicted_speedup == 1.75 and plan.predicted_from == "x"
