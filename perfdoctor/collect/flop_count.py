@@ -32,8 +32,13 @@ log = logging.getLogger(__name__)
 TOP_OPS = 10
 
 
+FLOPS_SKIPPED_IN_AB = "an in-process A/B run: its steps mix the arms, and no figure reads it"
+
+
 class StepFlopCounter:
-    def __init__(self, torch: Any, warmup_steps: int, enabled: bool = True) -> None:
+    def __init__(
+        self, torch: Any, warmup_steps: int, enabled: bool = True, skipped: str | None = None
+    ) -> None:
         self.torch = torch
         self.index = warmup_steps - 1 if warmup_steps >= 2 else None
         self.mode: Any = None
@@ -43,6 +48,8 @@ class StepFlopCounter:
         self.info: dict[str, Any] = {"method": "torch.utils.flop_counter.FlopCounterMode"}
         if not enabled:
             self.info["skipped"] = "turned off (PERFDOCTOR_FLOP_COUNT=0)"
+        elif skipped is not None:
+            self.info["skipped"] = skipped
         elif self.index is None:
             self.info["skipped"] = (
                 "fewer than 2 warm-up steps: the first step is never counted, nor a timed one"

@@ -20,7 +20,7 @@ from perfdoctor.analyze.frames import Location, UserCode
 from perfdoctor.collect import observe
 from perfdoctor.collect.comm_watch import CommWatch
 from perfdoctor.collect.device_clock import DeviceStepClock
-from perfdoctor.collect.flop_count import StepFlopCounter
+from perfdoctor.collect.flop_count import FLOPS_SKIPPED_IN_AB, StepFlopCounter
 from perfdoctor.collect.memory_history import MemoryHistory
 from perfdoctor.collect.nvtx import Nvtx
 from perfdoctor.collect.probes_roots import RootFinder, _is_compiling_fn
@@ -133,8 +133,14 @@ class Probes:
         # with a profiler window samples it, variants do not.
         self.stacks = StackSampler(user_code) if self.plan.profiled else None
         self.comm = CommWatch(torch)
+        # Not in an in-process A/B run: its verdicts come from ab.json's blocks, and the
+        # counted step (every op through Python; torch._dynamo imported for the counter)
+        # costs each of its processes, the continuations too, for a figure nobody reads.
         self.flops = StepFlopCounter(
-            torch, self.plan.warmup, os.environ.get("PERFDOCTOR_FLOP_COUNT", "1") != "0"
+            torch,
+            self.plan.warmup,
+            os.environ.get("PERFDOCTOR_FLOP_COUNT", "1") != "0",
+            skipped=FLOPS_SKIPPED_IN_AB if getattr(spec, "ab", None) is not None else None,
         )
         # Steps up to the counted one go to the FLOP counter; after it, no call per step.
         self._flops_last = self.flops.index if self.flops.index is not None else -1

@@ -82,3 +82,12 @@ def test_turned_off() -> None:
     counter = StepFlopCounter(torch, warmup_steps=3, enabled=False)
     run_steps(counter, 4)
     assert "PERFDOCTOR_FLOP_COUNT=0" in counter.info["skipped"]
+
+
+def test_an_in_process_ab_run_skips_the_count_with_the_reason() -> None:
+    from perfdoctor.collect.flop_count import FLOPS_SKIPPED_IN_AB
+
+    counter = StepFlopCounter(torch, warmup_steps=3, skipped=FLOPS_SKIPPED_IN_AB)
+    run_steps(counter, 4)
+    assert counter.info["skipped"] == FLOPS_SKIPPED_IN_AB
+    assert counter.mode is None and "flops_total" not in counter.info
