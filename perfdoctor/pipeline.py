@@ -832,13 +832,14 @@ class _Runner:
             if not still:
                 return
             spent_s = sum(log.measure_s for log in logs)
-            why_not = None
-            if len(runs) >= MAX_AB_PROCESSES:
-                why_not = f"{MAX_AB_PROCESSES} processes"
-            elif spent_s >= design.budget_s:
-                why_not = f"the {design.budget_s:g}s measurement budget"
-            elif time.monotonic() - started >= wall_budget_s:
-                why_not = f"the {wall_budget_s:g}s budget of the chain"
+            why_not = continuation_refusal(
+                processes=len(runs),
+                spent_s=spent_s,
+                rounds_done=sum(log.rounds for log in logs),
+                budget_s=design.budget_s,
+                elapsed_s=time.monotonic() - started,
+                wall_budget_s=wall_budget_s,
+            )
             arms, comparisons = _open_design(design, [p.label for p in still])
             block = block_steps_to_fit(
                 manifest.steps_seen,
@@ -1059,6 +1060,33 @@ def _rounds_stop(
             f"overrun the {budget_s:.0f}s budget for the rounds past the first look "
             "(--round-budget)"
         )
+    return None
+
+
+def continuation_refusal(
+    *,
+    processes: int,
+    spent_s: float,
+    rounds_done: int,
+    budget_s: float,
+    elapsed_s: float,
+    wall_budget_s: float,
+) -> str | None:
+    """Why the in-process chain is not started again (None: it is). A process costs its
+    start-up and warm-up before any block, so it is not started for less measurement than
+    one round has taken so far (the README demo started a 5th process for 1 s)."""
+    per_round_s = spent_s / rounds_done if rounds_done else 0.0
+    if processes >= MAX_AB_PROCESSES:
+        return f"{MAX_AB_PROCESSES} processes"
+    if spent_s >= budget_s:
+        return f"the {budget_s:g}s measurement budget"
+    if budget_s - spent_s < per_round_s:
+        return (
+            f"the {budget_s - spent_s:.1f}s left of the {budget_s:g}s measurement budget, "
+            f"less than one round ({per_round_s:.1f}s)"
+        )
+    if elapsed_s >= wall_budget_s:
+        return f"the {wall_budget_s:g}s budget of the chain"
     return None
 
 

@@ -22,3 +22,20 @@ def test_a_continuation_carries_only_the_open_comparisons_and_their_arms() -> No
     arms, comparisons = _open_design(stack, ["a-in-stack"])
     assert [a.label for a in arms] == ["stacked", "stacked-without-a"]
     assert comparisons == (Comparison("a-in-stack", 1, 0),)
+
+
+def test_no_process_is_started_for_less_than_a_round_of_budget() -> None:
+    from perfdoctor.pipeline import continuation_refusal
+
+    common = {"processes": 4, "budget_s": 60.0, "elapsed_s": 90.0, "wall_budget_s": 180.0}
+    # 59 s measured over 12 rounds (~4.9 s a round): 1 s left is no round.
+    why = continuation_refusal(spent_s=59.0, rounds_done=12, **common)
+    assert why is not None and "less than one round (4.9s)" in why
+    assert continuation_refusal(spent_s=40.0, rounds_done=8, **common) is None
+    assert (
+        continuation_refusal(spent_s=61.0, rounds_done=12, **common) == "the 60s measurement budget"
+    )
+    late = {**common, "elapsed_s": 200.0}
+    assert (
+        continuation_refusal(spent_s=10.0, rounds_done=2, **late) == "the 180s budget of the chain"
+    )
