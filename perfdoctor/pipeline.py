@@ -1009,8 +1009,8 @@ class _Runner:
         coupled = ("dataloader-workers", "cpu-threads")
         if variant.optimizations not in (workers_only, coupled) or predicted is None:
             return variant
-        if variant.peel_of is not None:
-            return variant
+        if variant.peel_of is not None or variant.stacked:
+            return variant  # a stack of accepted fixes, or a peel: not the sized change
         return replace(
             variant,
             predicted_speedup=predicted,

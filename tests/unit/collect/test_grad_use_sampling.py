@@ -28,7 +28,10 @@ class JudgingListener(Listener):
             self.finder.grad_use.step_closed()
 
 
-def test_sampled_first_forwards_stand_for_all_and_evaluations_are_all_seen() -> None:
+def test_sampled_first_forwards_stand_for_all_and_evaluations_are_all_seen(monkeypatch) -> None:
+    # As in a process that compiled nothing: dynamo's frame counters are process-wide, and
+    # another test of this worker may have compiled (the finder then keeps global hooks).
+    monkeypatch.setattr(RootFinder, "_compiled_under_global_hooks", lambda self: False)
     listener = JudgingListener()
     tracker = StepTracker(listener, plan_total=None, time_window_s=1.0)
     finder = listener.finder = RootFinder(torch, tracker, UserCode.for_target(str(HERE), str(HERE)))

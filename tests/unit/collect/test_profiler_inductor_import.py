@@ -15,7 +15,11 @@ import pytest
 from perfdoctor.collect.profiler_window import _inductor_left_unimported
 
 
-def test_the_lazy_attribute_is_withheld_during_the_call_and_restored_after() -> None:
+def test_the_lazy_attribute_is_withheld_during_the_call_and_restored_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As in a process that never imported inductor (another test of this worker may have).
+    monkeypatch.delitem(sys.modules, "torch._inductor", raising=False)
     fake = SimpleNamespace(_lazy_modules={"_dynamo", "_inductor", "onnx"})
     with _inductor_left_unimported(fake):
         assert fake._lazy_modules == {"_dynamo", "onnx"}
