@@ -48,7 +48,7 @@ from perfdoctor.optimize.engine import (
     choose_statistic,
     long_blocks,
 )
-from perfdoctor.optimize.inprocess import SCRIPT_ENDED, load_ab_log, pool
+from perfdoctor.optimize.inprocess import ROUND_OVERRUN_FACTOR, SCRIPT_ENDED, load_ab_log, pool
 from perfdoctor.optimize.inprocess_verdict import METHOD as IN_PROCESS
 from perfdoctor.optimize.sizing import Sizing, sizing_env
 from perfdoctor.optimize.switchable import SWITCHABLE, needs_warmup_block
@@ -1072,18 +1072,22 @@ def continuation_refusal(
     elapsed_s: float,
     wall_budget_s: float,
 ) -> str | None:
-    """Why the in-process chain is not started again (None: it is). A process costs its
-    start-up and warm-up before any block, so it is not started for less measurement than
-    one round has taken so far (the README demo started a 5th process for 1 s)."""
+    """Why the in-process chain is not started again (None: it is). A new process always
+    finishes its first round (every verdict needs its pairs), so it is started only when
+    one more round, at what a round has taken so far, stays within the overrun a round may
+    take past the budget (inprocess.ROUND_OVERRUN_FACTOR): the README demo once started a
+    5th process for 1 s of budget with 5 s rounds; with one busy core, 9.9 s left of 16.7 s
+    rounds still bought the pair that decided."""
     per_round_s = spent_s / rounds_done if rounds_done else 0.0
     if processes >= MAX_AB_PROCESSES:
         return f"{MAX_AB_PROCESSES} processes"
     if spent_s >= budget_s:
         return f"the {budget_s:g}s measurement budget"
-    if budget_s - spent_s < per_round_s:
+    if spent_s + per_round_s > ROUND_OVERRUN_FACTOR * budget_s:
         return (
-            f"the {budget_s - spent_s:.1f}s left of the {budget_s:g}s measurement budget, "
-            f"less than one round ({per_round_s:.1f}s)"
+            f"the {budget_s - spent_s:.1f}s left of the {budget_s:g}s measurement budget: "
+            f"one more round ({per_round_s:.1f}s) would overrun it by more than "
+            f"{ROUND_OVERRUN_FACTOR - 1:.0%}"
         )
     if elapsed_s >= wall_budget_s:
         return f"the {wall_budget_s:g}s budget of the chain"
