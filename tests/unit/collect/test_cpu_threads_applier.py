@@ -16,6 +16,14 @@ from .fake_runtime import FakeRuntime
 torch = pytest.importorskip("torch")
 
 
+def two_usable_cores(monkeypatch: Any) -> None:
+    """The applier sees 2 usable cores, whatever this machine has."""
+    from perfdoctor.collect.appliers import base
+
+    monkeypatch.setattr(base, "usable_cores", lambda: 2)
+    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+
+
 class RootsNow(FakeRuntime):
     """Runs the first-step hook at once (the script's loaders are known by then)."""
 
@@ -24,12 +32,10 @@ class RootsNow(FakeRuntime):
 
 
 def test_a_reserve_lowers_the_threads_and_off_gives_the_script_its_count(monkeypatch) -> None:
-    from perfdoctor.collect.appliers import base
     from perfdoctor.collect.appliers.base import ApplyContext, Patcher
     from perfdoctor.collect.appliers.cpu import CpuThreads
 
-    monkeypatch.setattr(base, "usable_cores", lambda: 2)
-    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+    two_usable_cores(monkeypatch)
     monkeypatch.setenv(THREADS_RESERVE_ENV, "1")
     before = torch.get_num_threads()
     patcher = Patcher()
@@ -64,13 +70,11 @@ def test_in_a_coupled_arm_the_threads_count_the_twin_loaders_workers(monkeypatch
     """2 cores, the script's 2 threads and no workers: cpu-threads alone has nothing to
     change, but beside the twin loader's 2 workers it holds 1 thread (the coupled arm), and
     gives the count back when the twin is switched off."""
-    from perfdoctor.collect.appliers import base
     from perfdoctor.collect.appliers.base import TWIN_WORKERS_KEY, ApplyContext, Patcher
     from perfdoctor.collect.appliers.cpu import CpuThreads
     from perfdoctor.optimize.fix_patch import COUPLED_THREADS_PATTERN
 
-    monkeypatch.setattr(base, "usable_cores", lambda: 2)
-    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+    two_usable_cores(monkeypatch)
     monkeypatch.delenv(THREADS_RESERVE_ENV, raising=False)
     before = torch.get_num_threads()
     patcher = Patcher()
@@ -103,12 +107,10 @@ def test_in_a_coupled_arm_the_threads_count_the_twin_loaders_workers(monkeypatch
 
 
 def test_without_a_twin_and_with_nothing_to_change_the_applier_refuses(monkeypatch) -> None:
-    from perfdoctor.collect.appliers import base
     from perfdoctor.collect.appliers.base import ApplyContext, Patcher
     from perfdoctor.collect.appliers.cpu import CpuThreads
 
-    monkeypatch.setattr(base, "usable_cores", lambda: 2)
-    monkeypatch.setattr("perfdoctor.collect.appliers.cpu.usable_cores", lambda: 2)
+    two_usable_cores(monkeypatch)
     monkeypatch.delenv(THREADS_RESERVE_ENV, raising=False)
     before = torch.get_num_threads()
     patcher = Patcher()
