@@ -56,6 +56,7 @@ from perfdoctor.optimize.prediction import with_prediction
 from perfdoctor.optimize.recommend import auto_candidates as _auto_candidates
 from perfdoctor.optimize.recommend import recommend
 from perfdoctor.optimize.run_samples import load_run_samples, run_sample_from_record
+from perfdoctor.optimize.stall import judge_under_stall, stack_on_thread_fix
 from perfdoctor.optimize.verdicts import compare_variant, stack_candidates
 from perfdoctor.report_signals import deferred_stop_signals, hold_for_tests
 from perfdoctor.rules import evaluate
@@ -251,7 +252,7 @@ def compare_variants(
         results.append(
             with_prediction(judged, variant.predicted_speedup, variant.predicted_from or "")
         )
-    return results
+    return judge_under_stall(results)
 
 
 def session_looks(session: Session) -> Looks:
@@ -300,8 +301,11 @@ def _in_process_result(
 
 
 def accepted_optimizations(session_dir: Path) -> list[str]:
-    """Accepted single optimizations to stack, best first, mutually exclusive ones resolved."""
-    return stack_candidates(compare_variants(session_dir))
+    """Accepted single optimizations to stack, best first, mutually exclusive ones resolved;
+    then the fixes a thread stall left undecided, to be measured on the thread fix
+    (optimize/stall.py)."""
+    results = compare_variants(session_dir)
+    return stack_on_thread_fix(results, stack_candidates(results))
 
 
 def _baseline_summary(
