@@ -187,6 +187,18 @@ def run_perfdoctor(case: Path, workdir: Path, timeout: float) -> dict[str, Any]:
         }
         for v in variants
     ]
+    # Each fix peeled off the accepted stack: what it still buys on top of the others
+    # (where a thread stall left its own verdict undecided, this is the one that decides it).
+    result["peels"] = [
+        {
+            "fix": v.get("peel_of"),
+            "speedup": v.get("speedup"),
+            "interval": v.get("interval"),
+            "says": (v.get("reason") or "").split(":", 1)[0],
+        }
+        for v in report.get("variants", [])
+        if v.get("peel_of")
+    ]
     result["findings"] = [(f["rule_id"], f["severity"]) for f in report.get("findings", [])]
     patch_file = (report.get("artifacts") or {}).get("fixes_patch")
     result["patch"] = bool(patch_file)
@@ -349,6 +361,11 @@ def _cell(tool: dict[str, Any] | None) -> str:
     verdict = tool.get("verdict")
     if tool.get("variants"):
         verdict = "; ".join(_variant_words(v) for v in tool["variants"])
+    for peel in tool.get("peels") or []:
+        band = peel.get("interval")
+        figures = f" {peel['speedup']:.2f}x" if peel.get("speedup") else ""
+        figures += f" [{band[0]:.2f}, {band[1]:.2f}]" if band else ""
+        verdict = f"{verdict}; in the stack: {peel['says']}{figures}"
     return f"{verdict} ({tool.get('wall_s')} s; agrees: {tool.get('agrees')})"
 
 
