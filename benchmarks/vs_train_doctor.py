@@ -4,17 +4,19 @@ Each case of `td_cases/` runs quiet and with one busy core (a busy loop this scr
 stops itself), in one run of this benchmark:
 - under `perfdoctor profile case.py` (report.json: the best accepted variant, every verdict);
 - under `train-doctor fix -- python case.py` (fix.json: the kept candidates, every decision);
-- 3 alternated plain runs of each setting (`CASE_FIX=0` / `CASE_FIX=1`: the case applies its
-  own fix), whose own clock (steps over wall time after 5 warm-up steps) is the reference;
+- `--plain` (3) alternated plain runs of each setting (`CASE_FIX=0` / `CASE_FIX=1`: the
+  case applies its own fix), whose own clock (steps over wall time after 5 warm-up steps) is
+  the reference;
 - for each tool that accepted a fix and wrote a patch (perfdoctor's fixes.patch,
-  train-doctor's <case>.fix.patch): 3 alternated plain runs of the case and of a copy with
+  train-doctor's <case>.fix.patch): as many alternated plain runs of the case and of a copy with
   that patch applied, timed by the same clock: what the tool claims, checked as a user would.
-For each tool it records the verdict, whether it agrees with the clock (every fixed run
-faster than every plain one by `AGREE_MARGIN` is "faster"; an accepted fix agrees when its
-own patch is faster by the clock; no accepted fix agrees where the case's own fix is not
-faster), the wall time, and the load
-(`uptime`) before and after. Results go to a JSONL file as they come (one line per case and
-load) and a Markdown table at the end. Never asserts.
+For each tool it records the verdict, whether it agrees with the clock (the fixed runs
+faster than the plain ones by `AGREE_MARGIN` at one-sided Mann-Whitney p <= 0.05 is
+"faster": at 3 runs a side, every fixed run beat every plain one by the margin; an accepted
+fix agrees when its own patch is faster by the clock; no accepted fix agrees where the case's
+own fix is not faster), the wall time, and the load (`uptime`) before and after. Results go
+to a JSONL file as they come (one line per case and load) and a Markdown table at the end.
+Never asserts.
 
 train-doctor lives in its own venv when it would change this environment's packages:
   python3 -m venv --system-site-packages VENV && VENV/bin/pip install train-doctor \
@@ -28,6 +30,7 @@ Run: python benchmarks/vs_train_doctor.py [--cases short_anomaly,bursty_loader] 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -65,6 +68,8 @@ CASE_FIX_IDS: dict[str, str | None] = {
 CASE_FINDINGS: dict[str, str] = {"straggler_ddp": "rank-straggler"}
 # The clock says "faster" when every fixed run beats every plain run by this factor.
 AGREE_MARGIN = 1.05
+# ... at this one-sided Mann-Whitney p or below (clock_verdict).
+CLOCK_P = 0.05
 CLOCK_RE = re.compile(r"ms/step mean ([0-9.]+) median ([0-9.]+) steps (\d+)")
 
 
@@ -139,16 +144,38 @@ def patch_clock(case: Path, patch_text: str, rounds: int, timeout: float) -> dic
     }
 
 
+def _beyond_margin_p(slow: list[float], fast: list[float]) -> float:
+    """One-sided exact Mann-Whitney p that `slow` runs take longer than `fast` runs scaled
+    by AGREE_MARGIN: the share of all splits of the pooled values into two groups of these
+    sizes whose U is at least the observed one. With 3 runs a side the smallest p is 1/20,
+    reached only when every slow run beats every fast run by the margin."""
+    scaled = [f * AGREE_MARGIN for f in fast]
+
+    def u_of(xs: list[float], ys: list[float]) -> float:
+        return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x in xs for y in ys)
+
+    observed = u_of(slow, scaled)
+    pooled = [*slow, *scaled]
+    splits = hits = 0
+    for chosen in itertools.combinations(range(len(pooled)), len(slow)):
+        rest = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        splits += 1
+        hits += u_of([pooled[i] for i in chosen], rest) >= observed
+    return hits / splits
+
+
 def clock_verdict(plain: list[float], fixed: list[float]) -> dict[str, Any]:
-    """The script's own clock over the alternated runs: "faster" when every fixed run beat
-    every plain run by the margin, "slower" the other way round, else "undecided" (on a
-    loaded machine a run's mean moves by more than some fixes buy)."""
+    """The script's own clock over the alternated runs: "faster" when the fixed runs are
+    faster than the plain ones by more than the margin, one-sided exact Mann-Whitney p <=
+    CLOCK_P ("slower" the other way round), else "undecided" (on a loaded machine a run's
+    mean moves by more than some fixes buy). At 3 runs a side that is: every fixed run beat
+    every plain run by the margin."""
     if not plain or not fixed:
         return {"clock_speedup": None, "clock_says": None}
     ratio = statistics.median(plain) / statistics.median(fixed)
-    if min(plain) > max(fixed) * AGREE_MARGIN:
+    if _beyond_margin_p(plain, fixed) <= CLOCK_P:
         says = "faster"
-    elif min(fixed) > max(plain) * AGREE_MARGIN:
+    elif _beyond_margin_p(fixed, plain) <= CLOCK_P:
         says = "slower"
     else:
         says = "undecided"
