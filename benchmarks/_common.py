@@ -200,6 +200,16 @@ class Burner:
 
     A context manager: it is killed on the way out, also on Ctrl-C or an exception; SIGTERM
     is turned into KeyboardInterrupt for the duration, so `kill` of the benchmark ends it too.
+
+    It runs in a session of its own, as another terminal's or another user's work does. On a
+    kernel with autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on by
+    default in most distributions) the CPU is shared fairly between sessions first, and
+    perfdoctor's child runs in a session of its own (collect/launcher.py): a burner in the
+    benchmark's own session would compete with the plain runs thread by thread but with
+    perfdoctor's child session by session. Measured (one busy core, the single_tensor_opt
+    model at 2 intra-op threads): a plain run in the burner's session steps in 9-14 ms, the
+    same run under `setsid` settles into ~944 ms steps, the two threads stalling each other
+    on the one core their session gets.
     """
 
     def __init__(self, enabled: bool = True) -> None:
@@ -216,7 +226,9 @@ class Burner:
             raise KeyboardInterrupt
 
         self._old_term = signal.signal(signal.SIGTERM, _term)
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], start_new_session=True
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:

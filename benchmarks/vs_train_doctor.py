@@ -210,7 +210,7 @@ def run_perfdoctor(case: Path, workdir: Path, timeout: float) -> dict[str, Any]:
             "speedup": v.get("speedup"),
             "interval": v.get("interval"),
             "method": v.get("method"),
-            "reason": (v.get("reason") or "")[:200],
+            "reason": (v.get("reason") or "")[:600],
         }
         for v in variants
     ]
