@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from perfdoctor.model import VariantResult
 from perfdoctor.optimize.catalog import CATALOG
+from perfdoctor.optimize.verdicts import excluded_by
 
 # The thread fix beats the script's own thread count by at least this much: the stall, not a
 # few percent of better scheduling, is what it removed (quiet, cpu-threads on the issue's
@@ -109,7 +110,6 @@ def stack_on_thread_fix(results: Sequence[VariantResult], chosen: Sequence[str])
             or not r.reason.startswith(UNDER_STALL)
         ):
             continue
-        if any(opt_id in CATALOG[c].excludes or c in CATALOG[opt_id].excludes for c in out):
-            continue
-        out.append(opt_id)
+        if not excluded_by(opt_id, out):
+            out.append(opt_id)
     return out

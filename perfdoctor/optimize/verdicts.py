@@ -407,7 +407,12 @@ def stack_candidates(results: Sequence[VariantResult]) -> list[str]:
     chosen: list[str] = []
     for result in accepted:
         opt_id = result.optimizations[0]
-        if any(opt_id in CATALOG[c].excludes or c in CATALOG[opt_id].excludes for c in chosen):
+        if excluded_by(opt_id, chosen):
             continue
         chosen.append(opt_id)
     return chosen
+
+
+def excluded_by(opt_id: str, chosen: Sequence[str]) -> bool:
+    """`opt_id` and one of `chosen` are mutually exclusive (amp-bf16/amp-fp16, ...)."""
+    return any(opt_id in CATALOG[c].excludes or c in CATALOG[opt_id].excludes for c in chosen)
