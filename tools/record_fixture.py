@@ -9,9 +9,13 @@ present, with a small plan (2 warm-up, 5 timed, 2 profiled steps by default), in
 directory. `trim_run_dir` then copies what the offline analysis reads into `--out`, small
 enough to commit (the aim is < 300 KB, counting every file as it would be gzipped):
 
-- spec / manifest / observations / steps are kept as they are, except that paths under the
-  repository are made relative (spec `cwd` -> ".", `run_dir` -> the fixture's own path), so no
-  machine-specific absolute path is committed;
+- spec / manifest / observations / steps (and compile.json, processes.json where the run wrote
+  them) are kept as they are, except that paths under the repository are made relative (spec
+  `cwd` -> ".", `run_dir` -> the fixture's own path, the scratch run directory -> the
+  fixture's path in every other record), so no machine-specific absolute path is committed;
+- a run with several training processes (`--nproc-per-node`, a spawned or Hogwild trainer)
+  keeps each further process's record under `ranks/<k>/`, trimmed the same way (the analysis
+  reads their observations and steps);
 - the profiler trace keeps only events that overlap the first two `ProfilerStep#N` spans (plus
   metadata, and GPU work launched from inside them); if that is still over budget, Python
   frames of library code (numpy, builtins, torch internals) that contain no aten op and no
@@ -55,15 +59,19 @@ from perfdoctor.analyze.memory import load_snapshot  # noqa: E402
 from perfdoctor.model import RunManifest, RunSpec, StepPlan, Target  # noqa: E402
 from perfdoctor.rundir import (  # noqa: E402
     BASELINE_LABEL,
+    COMPILE_FILE,
     MANIFEST_FILE,
     MEMORY_SNAPSHOT_FILE,
     OBSERVATIONS_FILE,
+    PROCESSES_FILE,
     SAMPLES_FILE,
     SPEC_FILE,
     STDERR_FILE,
     STDOUT_FILE,
     STEPS_FILE,
     find_traces,
+    rank_dir,
+    rank_dirs,
     read_json,
     read_jsonl,
     write_json,
@@ -83,7 +91,7 @@ _STEP_PREFIX = "ProfilerStep#"
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _FLOW_PHASES = frozenset({"s", "f", "t"})
-_COPIED_AS_IS = (MANIFEST_FILE, OBSERVATIONS_FILE, STEPS_FILE)
+_COPIED_AS_IS = (MANIFEST_FILE, OBSERVATIONS_FILE, STEPS_FILE, COMPILE_FILE, PROCESSES_FILE)
 
 
 @dataclass
@@ -118,8 +126,8 @@ def trim_run_dir(
 ) -> TrimReport:
     """Copy the analysable part of child run directory `src` into `dst`, trimmed (see module doc).
 
-    `dst` is emptied first. Paths under `repo_root` (in spec.json, trace frame names and
-    snapshot frames) become relative to it.
+    `dst` is emptied first. Paths under `repo_root` (in spec.json, the other records, trace
+    frame names and snapshot frames) become relative to it, and `src` itself becomes `dst`.
     """
     if not (src / MANIFEST_FILE).is_file() and not (src / SPEC_FILE).is_file():
         raise ValueError(f"{src} is not a child run directory (no {MANIFEST_FILE})")
@@ -128,17 +136,23 @@ def trim_run_dir(
     dst.mkdir(parents=True)
     report = TrimReport()
     renamed: dict[str, str] = {}
+    paths = _PathRewrite.of(src, dst, repo_root)
+    # The child's own record, then every further training process's (ranks/<k>/).
+    records = [(src, dst)] + [(path, rank_dir(dst, rank)) for rank, path in rank_dirs(src)]
 
     if (src / SPEC_FILE).is_file():
         spec = _relative_spec(read_json(src / SPEC_FILE), dst, repo_root)
         write_json(dst / SPEC_FILE, spec)
-    for name in _COPIED_AS_IS:
-        if (src / name).is_file():
-            shutil.copyfile(src / name, dst / name)
-    for name in (STDOUT_FILE, STDERR_FILE):
-        if (src / name).is_file():
-            lines = (src / name).read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-            (dst / name).write_text("".join(line + "\n" for line in lines))
+    for record_src, record_dst in records:
+        record_dst.mkdir(parents=True, exist_ok=True)
+        for name in _COPIED_AS_IS:
+            if (record_src / name).is_file():
+                (record_dst / name).write_text(paths.apply((record_src / name).read_text()))
+        for name in (STDOUT_FILE, STDERR_FILE):
+            if (record_src / name).is_file():
+                text = (record_src / name).read_text(errors="replace")
+                lines = text.splitlines()[-LOG_TAIL_LINES:]
+                (record_dst / name).write_text("".join(line + "\n" for line in lines))
     if (src / SAMPLES_FILE).is_file():
         rows = list(read_jsonl(src / SAMPLES_FILE))
         kept = subsample_rows(rows, max_samples)
@@ -152,25 +166,32 @@ def trim_run_dir(
         (dst / MEMORY_SNAPSHOT_FILE).write_bytes(pickle.dumps(snapshot, protocol=4))
 
     user = UserCode(_user_roots(src, repo_root))
-    for trace_path in find_traces(src)[:1]:  # later windows (repeats) add nothing to a fixture
-        data = _read_trace(trace_path)
-        report.trace_events_in = len(data.get("traceEvents", []))
-        data = relativize_frames(trim_trace_window(data, keep_steps), repo_root)
-        others = _gzipped_size_of_dir(dst)
-        payload = _gzip_json(data)
-        if others + len(payload) > budget_bytes:
-            data, report.library_frames_dropped = drop_library_frames(data, user)
+    for record_src, record_dst in records:
+        for trace_path in find_traces(record_src)[:1]:  # later windows (repeats) add nothing
+            data = _read_trace(trace_path)
+            report.trace_events_in += len(data.get("traceEvents", []))
+            data = relativize_frames(trim_trace_window(data, keep_steps), repo_root)
+            others = _gzipped_size_of_dir(dst)
             payload = _gzip_json(data)
-        report.trace_events_out = len(data.get("traceEvents", []))
-        name = trace_path.name if trace_path.name.endswith(".gz") else trace_path.name + ".gz"
-        renamed[trace_path.name] = name
-        (dst / name).write_bytes(payload)
+            if others + len(payload) > budget_bytes:
+                data, dropped = drop_library_frames(data, user)
+                report.library_frames_dropped += dropped
+                payload = _gzip_json(data)
+            report.trace_events_out += len(data.get("traceEvents", []))
+            name = trace_path.name if trace_path.name.endswith(".gz") else trace_path.name + ".gz"
+            if record_src == src:
+                renamed[trace_path.name] = name
+            (record_dst / name).write_bytes(payload)
 
     if (dst / MANIFEST_FILE).is_file():
         manifest = read_json(dst / MANIFEST_FILE)
         manifest["artifacts"] = _artifacts_present(manifest.get("artifacts", {}), dst, renamed)
         write_json(dst / MANIFEST_FILE, manifest)
-    report.files = {p.name: _gzipped_size(p) for p in sorted(dst.iterdir()) if p.is_file()}
+    report.files = {
+        p.relative_to(dst).as_posix(): _gzipped_size(p)
+        for p in sorted(dst.rglob("*"))
+        if p.is_file()
+    }
     if report.total_bytes > budget_bytes:
         log.warning(
             "%s is %d KB gzipped, over the %d KB budget: record fewer or cheaper steps",
@@ -398,6 +419,32 @@ def subsample_rows(rows: Sequence[dict[str, Any]], max_rows: int) -> list[dict[s
 # --------------------------------------------------------------------------- helpers
 
 
+@dataclass(frozen=True)
+class _PathRewrite:
+    """Absolute paths in a record's text -> the fixture's: the scratch run directory (also
+    inside ranks' records and processes.json) -> the fixture's path, anything under the
+    repository -> relative to it, the repository itself -> "."."""
+
+    pairs: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, src: Path, dst: Path, repo_root: Path) -> _PathRewrite:
+        root = repo_root.resolve()
+        dst_abs = dst.resolve()
+        dst_text = (
+            dst_abs.relative_to(root).as_posix() if dst_abs.is_relative_to(root) else str(dst)
+        )
+        runs = sorted({str(src.absolute()), str(src.resolve())}, key=len, reverse=True)
+        pairs = [(run, dst_text) for run in runs]
+        pairs += [(str(root) + "/", ""), (f'"{root}"', '"."')]
+        return cls(tuple(pairs))
+
+    def apply(self, text: str) -> str:
+        for old, new in self.pairs:
+            text = text.replace(old, new)
+        return text
+
+
 def _relativize_snapshot_paths(snapshot: Any, repo_root: Path) -> Any:
     """Frame filenames under `repo_root` -> relative, in segments' blocks and history."""
     prefix = str(repo_root.resolve()) + "/"
@@ -439,7 +486,7 @@ def _gzipped_size(path: Path) -> int:
 
 
 def _gzipped_size_of_dir(path: Path) -> int:
-    return sum(_gzipped_size(p) for p in path.iterdir() if p.is_file())
+    return sum(_gzipped_size(p) for p in path.rglob("*") if p.is_file())
 
 
 def _relative_spec(spec: dict[str, Any], dst: Path, repo_root: Path) -> dict[str, Any]:
@@ -499,8 +546,13 @@ def record(
     plan: StepPlan = DEFAULT_PLAN,
     timeout_s: float = 600.0,
     seed: int = 0,
+    env: Mapping[str, str] | None = None,
+    nproc_per_node: int = 1,
 ) -> tuple[RunManifest, TrimReport]:
-    """Run `script` under the launcher into a scratch directory, then trim it into `out`."""
+    """Run `script` under the launcher into a scratch directory, then trim it into `out`.
+
+    `env`: extra environment of the child (kept in spec.json); `nproc_per_node` > 1 runs it
+    under torchrun, as `perfdoctor profile --nproc-per-node` does."""
     from perfdoctor.collect.launcher import launch  # the live side: imports nothing of torch
 
     cwd = Path.cwd()
@@ -513,13 +565,24 @@ def record(
             run_dir=str(run_dir),
             plan=plan,
             seed=seed,
+            env=dict(env or {}),
         )
-        manifest = launch(spec, timeout_s=timeout_s, echo_output=False)
+        manifest = launch(
+            spec, timeout_s=timeout_s, echo_output=False, nproc_per_node=nproc_per_node
+        )
         report = trim_run_dir(run_dir, out)
     return manifest, report
 
 
-def readme_line(name: str, script: Path, manifest: RunManifest, plan: StepPlan, kb: int) -> str:
+def readme_line(
+    name: str,
+    script: Path,
+    manifest: RunManifest,
+    plan: StepPlan,
+    kb: int,
+    how: Sequence[str] = (),
+) -> str:
+    """`how`: what else the recording was given (options, environment, script arguments)."""
     device = manifest.device.name if manifest.device else "unknown device"
     if manifest.device and manifest.device.kind == "cuda" and manifest.device.compute_capability:
         device += f" (sm {manifest.device.compute_capability})"
@@ -527,8 +590,10 @@ def readme_line(name: str, script: Path, manifest: RunManifest, plan: StepPlan, 
         device += f" ({manifest.device.cpu_cores_logical} cores)"
     torch_version = manifest.versions.get("torch", "unknown")
     day = dt.date.today().isoformat()
+    given = f" (`{' '.join(how)}`)" if how else ""
     return (
-        f"- `{name}`: `{script.as_posix()}` on {device}, torch {torch_version}, recorded {day}; "
+        f"- `{name}`: `{script.as_posix()}`{given} on {device}, torch {torch_version}, "
+        f"recorded {day}; "
         f"plan {plan.warmup_steps}+{plan.timed_steps}+{plan.profiled_steps} steps, status "
         f"{manifest.status}, {kb} KB gzipped."
     )
@@ -569,6 +634,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--profiled", type=int, default=DEFAULT_PLAN.profiled_steps)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
     parser.add_argument(
+        "--nproc-per-node", type=int, default=1, help="ranks under torchrun (a multi-rank run)"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of the child, kept in spec.json (repeatable)",
+    )
+    parser.add_argument(
         "--allow-failure",
         action="store_true",
         help="keep the fixture when the script crashed (e.g. a CUDA OOM recording)",
@@ -583,7 +658,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("no such script: %s", args.script)
         return 2
     plan = StepPlan(warmup_steps=args.warmup, timed_steps=args.steps, profiled_steps=args.profiled)
-    manifest, report = record(args.script, args.out, script_args, plan=plan, timeout_s=args.timeout)
+    bad = [item for item in args.env if "=" not in item]
+    if bad:
+        log.error("--env takes KEY=VALUE, not %s", bad[0])
+        return 2
+    env = dict(item.split("=", 1) for item in args.env)
+    manifest, report = record(
+        args.script,
+        args.out,
+        script_args,
+        plan=plan,
+        timeout_s=args.timeout,
+        env=env,
+        nproc_per_node=args.nproc_per_node,
+    )
     ok = manifest.status in ("completed", "finished_early")
     log.info(
         "%s: status %s, %d steps; trace %d -> %d events (%d library frames dropped); %d KB gzipped",
@@ -608,7 +696,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ok and not args.allow_failure:
         log.error("the run did not complete (%s): %s", manifest.status, manifest.error or "")
         return 1
-    line = readme_line(args.out.name, args.script, manifest, plan, report.total_bytes // 1000)
+    how = [f"{k}={v}" for k, v in env.items()]
+    if args.nproc_per_node > 1:
+        how += ["--nproc-per-node", str(args.nproc_per_node)]
+    if script_args:
+        how += ["--", *script_args]
+    line = readme_line(args.out.name, args.script, manifest, plan, report.total_bytes // 1000, how)
     update_readme(args.out.parent / FIXTURES_README, args.out.name, line)
     return 0
 
