@@ -1,5 +1,7 @@
-"""torch.compile diagnosis on real child runs: perfdoctor's own hooks add no graph break and
-no recompile, and the planted breaks and storm are found at their lines and ranked by cost."""
+"""torch.compile diagnosis: on a real child run, perfdoctor's own hooks add no graph break and
+no recompile (what the child collects: compile.json, the compiled regions of the trace); on a
+recorded run of the planted script, the breaks and the storm are found at their lines and
+ranked by cost (what the analysis makes of it)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import profile_in_process
+from recorded_runs import recorded_report
 
 import perfdoctor
 from perfdoctor import run_schema, rundir
@@ -17,11 +20,11 @@ pytestmark = pytest.mark.integration
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def _profile(tmp: Path, script: str, *plan: str, env: dict[str, str] | None = None) -> Path:
+def _profile(tmp: Path, script: str, *plan: str) -> Path:
     runs = tmp / "runs"
     proc = profile_in_process(
         "--out", runs, "--timeout", "400", "--no-apply", "--quiet", *plan, SCRIPTS / script,
-        cwd=tmp, env=env,
+        cwd=tmp,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return next(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
@@ -57,12 +60,12 @@ def _line_of(marker: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if marker in line)
 
 
-def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked(tmp_path: Path) -> None:
-    session = _profile(
-        tmp_path, "compile_planted.py", "--warmup", "3", "--steps", "6", "--profile-steps", "2",
-        env={"PLANTED_STEPS": "40", "PLANTED_BACKEND": "eager"},
-    )  # fmt: skip
-    report = json.loads((session / rundir.REPORT_JSON).read_text())
+def test_planted_breaks_and_storm_are_found_at_their_lines_and_ranked() -> None:
+    # The analysis of a recorded run (tests/fixtures/integration_runs/compile_planted_cpu:
+    # plan 3+6+2, PLANTED_STEPS=40, dynamo's eager backend): the storm recompiles in every
+    # step, which cost a child about 20 s of CPU each suite run; its compile.json and trace
+    # are what a session's report is made of.
+    report = recorded_report("compile_planted_cpu")["report"]
     issues = report["series"]["compile"]["baseline"]["issues"]
     priced = [i for i in issues if i["cost_ms_per_step"]]
     where = {(i["kind"], i["line"]): i for i in priced}

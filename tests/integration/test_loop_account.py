@@ -1,6 +1,12 @@
-"""The whole loop on real child runs: heavy work between optimizer steps (a rollout, an
-evaluation with a checkpoint) is measured and flagged when the timed steps miss it; a Hogwild
-parent that only tests does not lead; an LBFGS run's step counts agree."""
+"""The whole loop: heavy work between optimizer steps (a rollout, an evaluation with a
+checkpoint) is measured and flagged when the timed steps miss it; a Hogwild parent that only
+tests does not lead; an LBFGS run's step counts agree.
+
+The rollout and LBFGS runs are real child runs (what the probes and the stack sampler
+collect); the evaluation and Hogwild runs are recorded ones (tests/fixtures/integration_runs,
+tools/record_fixture.py), whose tests read only what the analysis makes of the records (the
+Hogwild collect side: tests/integration/test_process_tree.py and
+tests/unit/collect/test_loop_lead.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import profile_in_process
+from recorded_runs import recorded_report
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +70,9 @@ def test_a_rollout_every_8_steps_is_measured_and_flagged(tmp_path: Path) -> None
     assert rows and all(isinstance(r.get("cpu_ms"), float) for r in rows)
 
 
-def test_an_evaluation_and_checkpoint_every_8_steps_are_named(tmp_path: Path) -> None:
-    run = profile(tmp_path, "periodic_work.py", "--mode", "eval", "--every", "8")
+def test_an_evaluation_and_checkpoint_every_8_steps_are_named() -> None:
+    # Recorded as `profile` runs it here (PLAN, one thread): `--mode eval --every 8`.
+    run = recorded_report("periodic_eval_cpu")
     loop = run["report"]["loop"]
     assert [s["index"] for s in loop["long_steps"]] == [0, 8], loop
     assert loop["costs_ms"]["eval_forward_ms"] > 0 and loop["costs_ms"]["save_ms"] > 0
@@ -72,11 +80,14 @@ def test_an_evaluation_and_checkpoint_every_8_steps_are_named(tmp_path: Path) ->
     assert loop["representative"] is False
 
 
-def test_a_hogwild_parent_that_only_tests_does_not_lead(tmp_path: Path) -> None:
-    run = profile(tmp_path, "hogwild_test_loop.py", "--test-rows", "200000")
-    assert run["proc"].returncode == 0, run["proc"].stdout[-3000:]
+def test_a_hogwild_parent_that_only_tests_does_not_lead() -> None:
+    # Recorded as `profile` runs it here (PLAN, one thread): `--test-rows 200000`; the
+    # parent and its two spawned trainers imported torch (and dynamo) each, about 20 s of
+    # CPU a suite run for a test of what the analysis makes of their records.
+    run = recorded_report("hogwild_test_loop_cpu")
     report = run["report"]
-    listed = json.loads((run["session"] / "baseline" / "processes.json").read_text())
+    assert report["exit_code"] == 0 and report["status"] == "completed", report["warnings"]
+    listed = json.loads((run["run"] / "processes.json").read_text())
     lead = listed["processes"][0]
     assert lead["record"] == "." and lead["kind"] == "multiprocessing-spawn", listed
     assert report["baseline"]["step_detection"] == "optimizer"

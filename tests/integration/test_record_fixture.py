@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -252,6 +252,46 @@ def test_memory_snapshot_keeps_the_latest_history_and_stays_plain(tmp_path: Path
     assert loaded["segments"] == segments
 
 
+def test_further_processes_and_their_records_are_kept_with_relative_paths(tmp_path: Path) -> None:
+    """A run with several training processes (torchrun ranks, spawned trainers): each one's
+    record under ranks/<k>/, processes.json and compile.json come along, and the scratch run
+    directory and the checkout's paths in them become the fixture's."""
+    root = tmp_path / "checkout"
+    scratch = tmp_path / "scratch" / "baseline"
+    (scratch / "ranks" / "1").mkdir(parents=True)
+    script = root / "scripts" / "train.py"
+    (scratch / "manifest.json").write_text(json.dumps({"label": "baseline", "artifacts": {}}))
+    (scratch / "observations.json").write_text(json.dumps({"script": str(script)}))
+    (scratch / "compile.json").write_text(json.dumps({"frames": [{"co_filename": str(script)}]}))
+    processes = {"processes": [{"record": "."}, {"record": "ranks/1", "dir": str(scratch)}]}
+    (scratch / "processes.json").write_text(json.dumps(processes))
+    rank1 = scratch / "ranks" / "1"
+    (rank1 / "observations.json").write_text(json.dumps({"cwd": str(root), "dist": {"rank": 1}}))
+    (rank1 / "steps.jsonl").write_text(json.dumps({"index": 0, "wall_ms": 2.0}) + "\n")
+    (rank1 / "stdout.log").write_text("".join(f"line {i}\n" for i in range(500)))
+
+    out = root / "tests" / "fixtures" / "two"
+    report = rf.trim_run_dir(scratch, out, repo_root=root)
+    assert json.loads((out / "observations.json").read_text()) == {"script": "scripts/train.py"}
+    assert json.loads((out / "compile.json").read_text()) == {
+        "frames": [{"co_filename": "scripts/train.py"}]
+    }
+    listed = json.loads((out / "processes.json").read_text())["processes"]
+    assert listed == [{"record": "."}, {"record": "ranks/1", "dir": "tests/fixtures/two"}]
+    kept = out / "ranks" / "1"
+    assert json.loads((kept / "observations.json").read_text()) == {
+        "cwd": ".",
+        "dist": {"rank": 1},
+    }
+    assert (kept / "steps.jsonl").read_text() == (rank1 / "steps.jsonl").read_text()
+    assert len((kept / "stdout.log").read_text().splitlines()) == rf.LOG_TAIL_LINES
+    # The ranks' files count against the budget like the child's own.
+    assert "ranks/1/observations.json" in report.files and "compile.json" in report.files
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert str(tmp_path) not in path.read_text(), path
+
+
 def _x(name: str, cat: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
     return {
         "ph": "X",
@@ -301,6 +341,20 @@ def test_readme_has_one_line_per_fixture(tmp_path: Path) -> None:
         "- `gpt_cpu`: only",
         "- `cnn_cpu`: second",
     ]
+
+
+def test_readme_line_says_how_the_run_was_recorded() -> None:
+    manifest = SimpleNamespace(device=None, versions={"torch": "2.x"}, status="completed")
+    plan = rf.StepPlan(warmup_steps=2, timed_steps=6, profiled_steps=2)
+    how = ["OMP_NUM_THREADS=1", "--nproc-per-node", "2", "--", "--slow-rank", "1"]
+    line = rf.readme_line("two_cpu", Path("scripts/ddp.py"), manifest, plan, 12, how)
+    assert line.startswith(
+        "- `two_cpu`: `scripts/ddp.py` (`OMP_NUM_THREADS=1 --nproc-per-node 2 -- --slow-rank 1`)"
+        " on unknown device, torch 2.x, recorded "
+    )
+    assert line.endswith("plan 2+6+2 steps, status completed, 12 KB gzipped.")
+    # An --env without "=" is refused before anything runs (the script exists).
+    assert rf.main([str(TOOL), "--out", "unused", "--env", "NO_EQUALS_SIGN"]) == 2
 
 
 def test_record_runs_a_sample_model_under_the_launcher(tmp_path: Path) -> None:
