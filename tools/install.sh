@@ -42,3 +42,10 @@ if [[ "${1:-}" == "--dev" ]]; then
 else
   "$PY" -m pip install -q -e .
 fi
+
+# Byte-compile the checkout, as pip does for a regular install and does not for an editable
+# one: where PYTHONDONTWRITEBYTECODE is set (CI images, containers) nothing else ever writes
+# it, and every process would compile the modules it imports again (about 1 s of CPU a
+# profile here, parent and child: benchmarks/README.md, "Session 5"). compileall writes
+# whatever that variable says.
+"$PY" -m compileall -q -j 0 perfdoctor >/dev/null
