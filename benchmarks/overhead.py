@@ -467,10 +467,10 @@ def _traceml_command(venv: Path | None) -> list[str] | None:
     return [path]
 
 
-def run_peer(
-    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None
-) -> tuple[float, float]:
-    """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
+def peer_command(
+    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None, start_at: float = 0.0
+) -> tuple[list[str], dict[str, str], Path]:
+    """How one arm runs `_peer_steps.py`: its command, its environment, its result file."""
     result = work / f"peer-{arm}-{model}.json"
     result.unlink(missing_ok=True)
     env = {
@@ -479,6 +479,7 @@ def run_peer(
         "PEER_MODEL": model,
         "PEER_STEPS": str(steps),
         "PEER_OUT": str(result),
+        "PEER_START_AT": repr(start_at),
         "PYTHONPATH": str(ROOT),
     }
     script = str(PEER_SCRIPT)
@@ -488,12 +489,26 @@ def run_peer(
         # The plan covers every step of the script, so none runs unobserved.
         command = [sys.executable, "-m", "perfdoctor", "profile", "--no-apply",
                    "--profile-steps", "0", "--run-to-end", "--warmup", "5",
-                   "--steps", str(steps + 10), "--quiet", "-o", str(work / "pd-runs"),
+                   "--steps", str(steps + 10), "--quiet", "-o", str(work / f"pd-runs-{model}"),
                    script]  # fmt: skip
     else:
         assert traceml is not None
         env["PEER_TRACEML"] = "1"
-        command = [*traceml, "run", "--logs-dir", str(work / "traceml-logs"), script]
+        command = [*traceml, "run", "--logs-dir", str(work / f"traceml-logs-{model}"), script]
+    return command, env, result
+
+
+def peer_result(arm: str, model: str, proc: subprocess.CompletedProcess[str], result: Path) -> dict:
+    if proc.returncode != 0 or not result.exists():
+        raise SystemExit(f"{arm} on the {model} step failed:\n{proc.stderr[-2000:]}")
+    return json.loads(result.read_text())
+
+
+def run_peer(
+    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None
+) -> tuple[float, float]:
+    """The script's own median step under one tool: (wall ms, CPU ms of the process)."""
+    command, env, result = peer_command(arm, model, steps, work, traceml)
     for _ in range(3):
         proc = subprocess.run(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -503,10 +518,44 @@ def run_peer(
         # machine, and the script then never starts. A start-up failure, so try again.
         if "did not become ready" not in proc.stderr:
             break
-    if proc.returncode != 0 or not result.exists():
-        raise SystemExit(f"{arm} on the {model} step failed:\n{proc.stderr[-2000:]}")
-    got = json.loads(result.read_text())
+    got = peer_result(arm, model, proc, result)
     return float(got["median_ms"]), float(got["cpu_median_ms"])
+
+
+def run_side_by_side(
+    arms: tuple[str, str],
+    model: str,
+    steps: int,
+    work: Path,
+    traceml: list[str] | None,
+    lead_s: float,
+) -> tuple[dict, dict]:
+    """Two arms started together, each holding its loop until the same moment (lead_s after
+    the start, time for both to import torch and install their hooks), then timing its
+    steps on its own core beside the other: the machine's drift from one minute to the next
+    falls on both alike. The first arm runs on core 0, the second on core 1 (taskset). Each
+    result says when its loop ran (`loop_start`, `loop_end`)."""
+    start_at = time.time() + lead_s
+    started = []
+    for core, arm in enumerate(arms):
+        command, env, result = peer_command(arm, model, steps, work, traceml, start_at)
+        # Each arm on a core of its own, the tool's helper processes (perfdoctor's parent,
+        # TraceML's aggregator) with it: the two cores of a guest need not run at one speed,
+        # so the rounds swap the arms' cores and the ratios' median cancels the difference.
+        command = ["taskset", "-c", str(core), *command]
+        proc = subprocess.Popen(
+            command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        started.append((arm, proc, command, result))
+    results = []
+    for arm, proc, command, result in started:
+        _, err = proc.communicate()
+        done = subprocess.CompletedProcess(command, proc.returncode, "", err)
+        got = peer_result(arm, model, done, result)
+        got["late_s"] = got["loop_start"] - start_at
+        results.append(got)
+    return results[0], results[1]
 
 
 def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
@@ -542,6 +591,58 @@ def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
             out(f"| {model} | " + " | ".join(cells) + " |")
 
 
+def peers_side_by_side(
+    rounds: int, steps: int, work: Path, traceml: list[str], lead_s: float
+) -> None:
+    """Each tool beside plain, the two started together (run_side_by_side): perfdoctor and
+    plain, then TraceML and plain, each model, every round; the ratio is taken within a pair.
+    Pairs whose loops did not start within LATE_S of each other are shown and left out."""
+    out(
+        f"peers side by side: {rounds} rounds, {steps} steps per run (50 warm-up left out), "
+        f"each tool's run beside a plain run on the other core, loops held {lead_s:.0f} s"
+    )
+    ratio: dict[tuple[str, str], list[float]] = {}
+    added: dict[tuple[str, str], list[float]] = {}
+    plain_ms: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for model in PEER_MODELS:
+            for tool in PEER_ARMS[1:]:
+                # The arms swap cores every round (run_side_by_side: first on core 0).
+                arms = ("plain", tool) if r % 2 == 0 else (tool, "plain")
+                first, second = run_side_by_side(arms, model, steps, work, traceml, lead_s)
+                got = dict(zip(arms, (first, second), strict=True))
+                p, t = got["plain"], got[tool]
+                late = max(abs(p["late_s"]), abs(t["late_s"]))
+                overlap = min(p["loop_end"], t["loop_end"]) - max(p["loop_start"], t["loop_start"])
+                shorter = min(p["loop_end"] - p["loop_start"], t["loop_end"] - t["loop_start"])
+                kept = late <= LATE_S and overlap >= 0.9 * shorter
+                out(f"  round {r + 1} {model}: plain {p['median_ms']:.3f} ms beside {tool} "
+                    f"{t['median_ms']:.3f} ms ({t['median_ms'] / p['median_ms']:.3f}x); loops "
+                    f"overlap {overlap / shorter:.0%}, late {late:.2f} s"
+                    f"{'' if kept else ' (left out)'} | load {os.getloadavg()[0]:.1f}")  # fmt: skip
+                if kept:
+                    ratio.setdefault((model, tool), []).append(t["median_ms"] / p["median_ms"])
+                    added.setdefault((model, tool), []).append(
+                        (t["median_ms"] - p["median_ms"]) * 1000.0
+                    )
+                    plain_ms.setdefault(model, []).append(p["median_ms"])
+    out("")
+    out("wall time per step beside plain, median of the kept pairs [range]:")
+    out("")
+    out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
+    out("|---|---|---|---|---|---|")
+    for model in PEER_MODELS:
+        cells = [f"{statistics.median(plain_ms[model]):.3f} ms" if model in plain_ms else "-"]
+        for tool in PEER_ARMS[1:]:
+            cells += [fmt(spread(ratio.get((model, tool), [])), 3),
+                      fmt(spread(added.get((model, tool), [])), 0, " us")]  # fmt: skip
+        out(f"| {model} | " + " | ".join(cells) + " |")
+
+
+# A pair whose two loops started further apart than this did not run side by side.
+LATE_S = 0.5
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="paired rounds per model")
@@ -559,6 +660,14 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", action="store_true", help="perfdoctor against TraceML on two step sizes"
     )
     parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="--peers: each tool's run beside a plain run, both started together",
+    )
+    parser.add_argument(
+        "--lead", type=float, default=20.0, help="--side-by-side: seconds before the loops start"
+    )
     parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
     parser.add_argument(
         "--calls", action="store_true", help="count perfdoctor's calls per null step (cProfile)"
@@ -573,7 +682,10 @@ def main(argv: list[str] | None = None) -> int:
             out("no `traceml` command: install traceml-ai (see --help), or pass --traceml-venv")
             return 0
         with tempfile.TemporaryDirectory(prefix="pd-peers-") as tmp:
-            peers(args.rounds, args.peer_steps, Path(tmp), traceml)
+            if args.side_by_side:
+                peers_side_by_side(args.rounds, args.peer_steps, Path(tmp), traceml, args.lead)
+            else:
+                peers(args.rounds, args.peer_steps, Path(tmp), traceml)
         out(machine_line())
         return 0
     with tempfile.TemporaryDirectory(prefix="pd-overhead-") as tmp:
