@@ -529,12 +529,15 @@ def run_side_by_side(
     work: Path,
     traceml: list[str] | None,
     lead_s: float,
+    same_core: bool = False,
 ) -> tuple[dict, dict]:
     """Two arms started together, each holding its loop until the same moment (lead_s after
     the start, time for both to import torch and install their hooks), then timing its
     steps on its own core beside the other: the machine's drift from one minute to the next
-    falls on both alike. The first arm runs on core 0, the second on core 1 (taskset). Each
-    result says when its loop ran (`loop_start`, `loop_end`)."""
+    falls on both alike. The first arm runs on core 0, the second on core 1 (taskset), or
+    both on core 0 with `same_core`: time-sliced on one core, each process's CPU time per
+    step sees the same core at the same moments. Each result says when its loop ran
+    (`loop_start`, `loop_end`)."""
     start_at = time.time() + lead_s
     started = []
     for core, arm in enumerate(arms):
@@ -542,7 +545,7 @@ def run_side_by_side(
         # Each arm on a core of its own, the tool's helper processes (perfdoctor's parent,
         # TraceML's aggregator) with it: the two cores of a guest need not run at one speed,
         # so the rounds swap the arms' cores and the ratios' median cancels the difference.
-        command = ["taskset", "-c", str(core), *command]
+        command = ["taskset", "-c", str(0 if same_core else core), *command]
         proc = subprocess.Popen(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,
@@ -592,14 +595,20 @@ def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
 
 
 def peers_side_by_side(
-    rounds: int, steps: int, work: Path, traceml: list[str], lead_s: float
+    rounds: int, steps: int, work: Path, traceml: list[str], lead_s: float, same_core: bool
 ) -> None:
     """Each tool beside plain, the two started together (run_side_by_side): perfdoctor and
     plain, then TraceML and plain, each model, every round; the ratio is taken within a pair.
-    Pairs whose loops did not start within LATE_S of each other are shown and left out."""
+    Pairs whose loops did not start within LATE_S of each other are shown and left out.
+    `same_core`: both on one core, compared by the process's CPU time per step (the other
+    process's slices are not in it); a tool's helper processes (perfdoctor's parent,
+    TraceML's aggregator) then share that core, and their own CPU is not in the figure."""
+    key = "cpu_median_ms" if same_core else "median_ms"
     out(
         f"peers side by side: {rounds} rounds, {steps} steps per run (50 warm-up left out), "
-        f"each tool's run beside a plain run on the other core, loops held {lead_s:.0f} s"
+        f"each tool's run beside a plain run "
+        f"{'on the same core (CPU time per step)' if same_core else 'on the other core'}, "
+        f"loops held {lead_s:.0f} s"
     )
     ratio: dict[tuple[str, str], list[float]] = {}
     added: dict[tuple[str, str], list[float]] = {}
@@ -609,25 +618,26 @@ def peers_side_by_side(
             for tool in PEER_ARMS[1:]:
                 # The arms swap cores every round (run_side_by_side: first on core 0).
                 arms = ("plain", tool) if r % 2 == 0 else (tool, "plain")
-                first, second = run_side_by_side(arms, model, steps, work, traceml, lead_s)
+                first, second = run_side_by_side(
+                    arms, model, steps, work, traceml, lead_s, same_core
+                )
                 got = dict(zip(arms, (first, second), strict=True))
                 p, t = got["plain"], got[tool]
                 late = max(abs(p["late_s"]), abs(t["late_s"]))
                 overlap = min(p["loop_end"], t["loop_end"]) - max(p["loop_start"], t["loop_start"])
                 shorter = min(p["loop_end"] - p["loop_start"], t["loop_end"] - t["loop_start"])
                 kept = late <= LATE_S and overlap >= 0.9 * shorter
-                out(f"  round {r + 1} {model}: plain {p['median_ms']:.3f} ms beside {tool} "
-                    f"{t['median_ms']:.3f} ms ({t['median_ms'] / p['median_ms']:.3f}x); loops "
+                out(f"  round {r + 1} {model}: plain {p[key]:.3f} ms beside {tool} "
+                    f"{t[key]:.3f} ms ({t[key] / p[key]:.3f}x); loops "
                     f"overlap {overlap / shorter:.0%}, late {late:.2f} s"
                     f"{'' if kept else ' (left out)'} | load {os.getloadavg()[0]:.1f}")  # fmt: skip
                 if kept:
-                    ratio.setdefault((model, tool), []).append(t["median_ms"] / p["median_ms"])
-                    added.setdefault((model, tool), []).append(
-                        (t["median_ms"] - p["median_ms"]) * 1000.0
-                    )
-                    plain_ms.setdefault(model, []).append(p["median_ms"])
+                    ratio.setdefault((model, tool), []).append(t[key] / p[key])
+                    added.setdefault((model, tool), []).append((t[key] - p[key]) * 1000.0)
+                    plain_ms.setdefault(model, []).append(p[key])
     out("")
-    out("wall time per step beside plain, median of the kept pairs [range]:")
+    what = "CPU time" if same_core else "wall time"
+    out(f"{what} per step beside plain, median of the kept pairs [range]:")
     out("")
     out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
     out("|---|---|---|---|---|---|")
@@ -666,6 +676,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--peers: each tool's run beside a plain run, both started together",
     )
     parser.add_argument(
+        "--same-core",
+        action="store_true",
+        help="--side-by-side: both on one core, by the process's CPU time per step",
+    )
+    parser.add_argument(
         "--lead", type=float, default=20.0, help="--side-by-side: seconds before the loops start"
     )
     parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
@@ -683,7 +698,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with tempfile.TemporaryDirectory(prefix="pd-peers-") as tmp:
             if args.side_by_side:
-                peers_side_by_side(args.rounds, args.peer_steps, Path(tmp), traceml, args.lead)
+                peers_side_by_side(
+                    args.rounds, args.peer_steps, Path(tmp), traceml, args.lead, args.same_core
+                )
             else:
                 peers(args.rounds, args.peer_steps, Path(tmp), traceml)
         out(machine_line())
