@@ -542,9 +542,9 @@ def run_side_by_side(
     started = []
     for core, arm in enumerate(arms):
         command, env, result = peer_command(arm, model, steps, work, traceml, start_at)
-        # Each arm on a core of its own, the tool's helper processes (perfdoctor's parent,
-        # TraceML's aggregator) with it: the two cores of a guest need not run at one speed,
-        # so the rounds swap the arms' cores and the ratios' median cancels the difference.
+        # The tool's helper processes (perfdoctor's parent, TraceML's aggregator) inherit the
+        # core. On two cores the guest's cores need not run at one speed, so the rounds swap
+        # the arms' cores and the ratios' median cancels the difference.
         command = ["taskset", "-c", str(0 if same_core else core), *command]
         proc = subprocess.Popen(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -578,20 +578,32 @@ def peers(rounds: int, steps: int, work: Path, traceml: list[str]) -> None:
             )
             out(f"  round {r + 1} {model}: {line} | load {os.getloadavg()[0]:.1f}")
     for title, ms in (("wall time per step", wall), ("CPU time per step (process)", cpu)):
-        out("")
-        out(f"{title}, median of paired rounds [range]:")
-        out("")
-        out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
-        out("|---|---|---|---|---|---|")
-        for model in PEER_MODELS:
-            plain = ms[(model, "plain")]
-            cells = [f"{statistics.median(plain):.3f} ms"]
-            for arm in PEER_ARMS[1:]:
-                values = ms[(model, arm)]
-                ratio = spread([a / p for a, p in zip(values, plain, strict=True)])
-                added = spread([(a - p) * 1000.0 for a, p in zip(values, plain, strict=True)])
-                cells += [fmt(ratio, 3), fmt(added, 0, " us")]
-            out(f"| {model} | " + " | ".join(cells) + " |")
+        pairs = {
+            (model, tool): list(zip(ms[(model, "plain")], ms[(model, tool)], strict=True))
+            for model in PEER_MODELS
+            for tool in PEER_ARMS[1:]
+        }
+        peer_table(f"{title}, median of paired rounds [range]:", pairs)
+
+
+def peer_table(title: str, pairs: dict[tuple[str, str], list[tuple[float, float]]]) -> None:
+    """Each tool against plain per model: (plain ms, tool ms) pairs -> the median plain step,
+    and the spread of the within-pair ratios and added microseconds."""
+    out("")
+    out(title)
+    out("")
+    out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
+    out("|---|---|---|---|---|---|")
+    for model in PEER_MODELS:
+        plain = [p for tool in PEER_ARMS[1:] for p, _ in pairs.get((model, tool), [])]
+        cells = [f"{statistics.median(plain):.3f} ms" if plain else "-"]
+        for tool in PEER_ARMS[1:]:
+            got = pairs.get((model, tool), [])
+            cells += [
+                fmt(spread([t / p for p, t in got]), 3),
+                fmt(spread([(t - p) * 1000.0 for p, t in got]), 0, " us"),
+            ]
+        out(f"| {model} | " + " | ".join(cells) + " |")
 
 
 def peers_side_by_side(
@@ -610,9 +622,7 @@ def peers_side_by_side(
         f"{'on the same core (CPU time per step)' if same_core else 'on the other core'}, "
         f"loops held {lead_s:.0f} s"
     )
-    ratio: dict[tuple[str, str], list[float]] = {}
-    added: dict[tuple[str, str], list[float]] = {}
-    plain_ms: dict[str, list[float]] = {}
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(rounds):
         for model in PEER_MODELS:
             for tool in PEER_ARMS[1:]:
@@ -632,21 +642,9 @@ def peers_side_by_side(
                     f"overlap {overlap / shorter:.0%}, late {late:.2f} s"
                     f"{'' if kept else ' (left out)'} | load {os.getloadavg()[0]:.1f}")  # fmt: skip
                 if kept:
-                    ratio.setdefault((model, tool), []).append(t[key] / p[key])
-                    added.setdefault((model, tool), []).append((t[key] - p[key]) * 1000.0)
-                    plain_ms.setdefault(model, []).append(p[key])
-    out("")
+                    pairs.setdefault((model, tool), []).append((p[key], t[key]))
     what = "CPU time" if same_core else "wall time"
-    out(f"{what} per step beside plain, median of the kept pairs [range]:")
-    out("")
-    out("| step | plain | perfdoctor / plain | added | TraceML / plain | added |")
-    out("|---|---|---|---|---|---|")
-    for model in PEER_MODELS:
-        cells = [f"{statistics.median(plain_ms[model]):.3f} ms" if model in plain_ms else "-"]
-        for tool in PEER_ARMS[1:]:
-            cells += [fmt(spread(ratio.get((model, tool), [])), 3),
-                      fmt(spread(added.get((model, tool), [])), 0, " us")]  # fmt: skip
-        out(f"| {model} | " + " | ".join(cells) + " |")
+    peer_table(f"{what} per step beside plain, median of the kept pairs [range]:", pairs)
 
 
 # A pair whose two loops started further apart than this did not run side by side.
