@@ -58,8 +58,13 @@ class CpuSampler:
         peers: Sequence[int] = (),
         psutil_module: ModuleType | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_lookup: Callable[[list[Any]], None] | None = None,
     ) -> None:
+        """`on_lookup`: called with the child's descendants each time they are looked up
+        (supervision.ProcessTree.saw), so the parent reads the machine's processes once a
+        second, not once for the sampler and once for the tree."""
         self._pid = pid
+        self._on_lookup = on_lookup
         self._clock = clock
         self._next_lookup = -float("inf")
         self._peer_pids = tuple(peers)
@@ -165,6 +170,8 @@ class CpuSampler:
                     "child_cpu_percent": proc.cpu_percent(),
                 }
             descendants = proc.children(recursive=True) if lookup else list(self._workers.values())
+            if lookup and self._on_lookup is not None:
+                self._on_lookup(descendants)
         except ps.Error:
             # The child ended between two ticks: keep reporting the machine's cores.
             self._child_gone = True

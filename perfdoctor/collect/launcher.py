@@ -142,15 +142,18 @@ def launch(
         OutputTee(proc.stdout, run_dir / STDOUT_FILE, sys.stdout if echo_output else None),
         OutputTee(proc.stderr, run_dir / STDERR_FILE, sys.stderr if echo_output else None),
     ]
+    tree = ProcessTree(proc.pid)
     sampler = SamplingThread(
-        [NvmlSampler(visible_devices=env.get("CUDA_VISIBLE_DEVICES")), CpuSampler(proc.pid)],
+        [
+            NvmlSampler(visible_devices=env.get("CUDA_VISIBLE_DEVICES")),
+            CpuSampler(proc.pid, on_lookup=tree.saw),
+        ],
         run_dir / SAMPLES_FILE,
         origin=watch.t0,
         origin_unix=watch.t0_unix,
         period_s=DEFAULT_PERIOD_S,
     )
     outcome = ChildOutcome()
-    tree = ProcessTree(proc.pid)
     pending: BaseException | None = None
     try:
         for tee in tees:

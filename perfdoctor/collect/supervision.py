@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +27,16 @@ logger = logging.getLogger(__name__)
 GRACE_S = 10.0  # SIGTERM -> SIGKILL: time for the child's `finally` to flush its artifacts
 LEFTOVER_GRACE_S = 2.0  # processes the script left behind after it exited
 SELF_EXIT_S = 1.0  # what the script started may still be ending on its own
-POLL_S = 0.1
+# The parent's tick: the live display, the timeout and the process-tree refresh. The child
+# flushes progress.jsonl at most every 0.25 s (step_log.PROGRESS_FLUSH_S), so a faster tick
+# would show nothing sooner.
+POLL_S = 0.25
 # How often the child's process tree is listed: a descendant that leaves the child's process
-# group (setsid, start_new_session) is still stopped with it if it was seen once.
-TREE_REFRESH_S = 1.0
+# group (setsid, start_new_session) is still stopped with it if it was seen once. The CPU
+# sampler's lookup (cpu_sampler.TREE_LOOKUP_PERIOD_S, 1 s) feeds the tree (ProcessTree.saw):
+# a longer period here lets that lookup come first, and the tree lists on its own only when
+# the sampler does not run.
+TREE_REFRESH_S = 1.5
 
 
 @dataclass
@@ -52,21 +60,48 @@ def supervise(
     timeout_s: float | None,
     tree: ProcessTree | None = None,
 ) -> ChildOutcome:
-    while True:
-        try:
-            code = proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            watch.poll()
+    for code in _exit_or_tick(proc, POLL_S):
+        if code is not None:
+            return ChildOutcome(exit_code=code)
+        watch.poll()
+        if tree is not None:
+            tree.refresh(every_s=TREE_REFRESH_S)
+        if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
+            logger.info("timeout after %.1f s: stopping the child", timeout_s)
             if tree is not None:
-                tree.refresh(every_s=TREE_REFRESH_S)
-            if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
-                logger.info("timeout after %.1f s: stopping the child", timeout_s)
-                if tree is not None:
-                    tree.refresh()
-                code = terminate_group(proc, GRACE_S)
-                return ChildOutcome(exit_code=code, timed_out=True)
-            continue
-        return ChildOutcome(exit_code=code)
+                tree.refresh()
+            code = terminate_group(proc, GRACE_S)
+            return ChildOutcome(exit_code=code, timed_out=True)
+    raise AssertionError("unreachable: _exit_or_tick ends only with the exit code")
+
+
+def _exit_or_tick(proc: subprocess.Popen[bytes], tick_s: float) -> Iterator[int | None]:
+    """None every `tick_s` while the child runs, then its exit code.
+
+    Waits on a pidfd where there is one (Linux >= 5.3): the parent then wakes once a tick.
+    `Popen.wait(timeout)` polls instead, from 0.5 ms doubling to 50 ms, ~70 wake-ups a second
+    that preempt the training thread wherever the two share a core (issue 30).
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux, an old kernel, or the child is reaped
+        pidfd = None
+    if pidfd is None:
+        while True:
+            try:
+                yield proc.wait(timeout=tick_s)
+                return
+            except subprocess.TimeoutExpired:
+                yield None
+    try:
+        while True:
+            readable, _, _ = select.select([pidfd], [], [], tick_s)
+            if readable:
+                yield proc.wait()
+                return
+            yield None
+    finally:
+        os.close(pidfd)
 
 
 class ProcessTree:
@@ -95,6 +130,12 @@ class ProcessTree:
             children = psutil.Process(self._root_pid).children(recursive=True)
         except Exception:  # gone already, or no psutil: killpg still covers the group
             return
+        self.saw(children, now)
+
+    def saw(self, children: list[Any], at: float | None = None) -> None:
+        """Descendants listed elsewhere (the CPU sampler lists them once a second, from its
+        own thread): refresh() need not read every process on the machine again so soon."""
+        self._listed_at = time.monotonic() if at is None else at
         for child in children:
             self._seen.setdefault(child.pid, child)
 
@@ -105,7 +146,7 @@ class ProcessTree:
         except ImportError:
             return False
         alive = []
-        for process in self._seen.values():
+        for process in list(self._seen.values()):  # (the sampler's thread adds)
             try:
                 if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
                     alive.append(process)
