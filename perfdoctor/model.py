@@ -198,7 +198,7 @@ class StepRecord:
     micro_batches: int = 1  # backward calls in this step (gradient accumulation)
     loss: float | None = None
     batch_size: int | None = None
-    rss_bytes: int | None = None
+    rss_bytes: int | None = None  # at the step's end; read at most once a millisecond
     cuda_allocated_bytes: int | None = None
     cuda_max_allocated_bytes: int | None = None
     loss_finite: bool | None = None  # False: the loss was NaN/inf (JSON stores it as null)

@@ -171,6 +171,10 @@ class Probes:
         self._step_nvtx: Any = None
         self._rss_reader = RssReader()
         self._cpu_start: float | None = None  # this thread's CPU clock at the step's start
+        # The CPU clock read as the last step closed, taken as the next step's start when
+        # nothing but the step change ran in between (_cpu_carry_ok): a read is a system call
+        # (no vDSO for CPU clocks), ~10 us on a virtual machine (issue 30).
+        self._cpu_carry: float | None = None
         # In-process A/B (collect/ab_switch.py): set by attach_ab when the spec asks for it.
         self.ab: Any = None
         # set by probes_hooks: GradScaler.scale(loss) -> remember which loss was scaled
@@ -241,7 +245,8 @@ class Probes:
                 self.sync_watch.install()  # (installed on CUDA runs only)
             self.sync_watch.step_started()
             self._memory_on_step_start(index)
-        self._cpu_start = time.thread_time()
+        carry, self._cpu_carry = self._cpu_carry, None
+        self._cpu_start = carry if carry is not None else time.thread_time()
         if self.stacks is not None:
             self.stacks.step_started(index)
             if phase in ("profiler_warmup", "profiled"):
@@ -297,6 +302,7 @@ class Probes:
             self.profiler.timed_step(wall_s)
         # The row's raw values, taken now; its dict is built when the rows are written.
         cpu_start = self._cpu_start
+        cpu_now = time.thread_time()
         cuda = self.torch.cuda if self.cuda_used else None
         arm: Any = NO_ARM
         note = None
@@ -309,8 +315,8 @@ class Probes:
             (
                 step,
                 phase,
-                self._rss_reader.read(),
-                time.thread_time() - cpu_start if cpu_start is not None else None,
+                self._rss_reader.read(step.end),
+                cpu_now - cpu_start if cpu_start is not None else None,
                 self.comm.step_ms(step.start, step.end) if self.comm.seen else None,
                 self.any_data,
                 int(cuda.memory_allocated()) if cuda is not None else None,
@@ -323,7 +329,11 @@ class Probes:
         if grad_use.pending:
             grad_use.step_closed()
         if (index + 1) % FLUSH_EVERY == 0 or index + 1 in self._phase_ends:
-            step_log.flush()
+            step_log.flush()  # (its CPU time is no step's: the next one reads the clock anew)
+        elif self.ab is None and not self.cuda_used:
+            # Between this close and the next start only the tracker's step change runs; an
+            # A/B switch or CUDA bookkeeping there is no step's either.
+            self._cpu_carry = cpu_now
 
     def plan_finished(self) -> None:
         self.plan_finished_at = self.tracker.steps_closed
@@ -590,18 +600,29 @@ class Probes:
 
 
 class RssReader:
-    """Resident set size once per step: /proc/self/statm read through a kept descriptor
-    (about 1 us) where there is one, psutil (about 5-30 us) elsewhere."""
+    """Resident set size at a step's end: /proc/self/statm read through a kept descriptor
+    where there is one, psutil elsewhere. Each read is a system call (~10 us on a virtual
+    machine, where a null step takes ~300 us), so at most one every RSS_MIN_INTERVAL_S:
+    every step of a step of a millisecond or more, every few steps of a faster loop (its
+    rows between have none; the growth fit and the peak read what there is)."""
+
+    RSS_MIN_INTERVAL_S = 0.001
 
     def __init__(self) -> None:
         self._fd: int | None = None
         self._page = 0
         self._process: Any = None
         self._failed = False
+        self._last_read = float("-inf")
 
-    def read(self) -> int | None:
+    def read(self, now: float | None = None) -> int | None:
+        """`now` (perf_counter): skip the read within RSS_MIN_INTERVAL_S of the last one."""
         if self._failed:
             return None
+        if now is not None:
+            if now - self._last_read < self.RSS_MIN_INTERVAL_S:
+                return None
+            self._last_read = now
         try:
             if self._fd is not None:
                 return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
