@@ -1,0 +1,155 @@
+"""A change's per-step cost against another revision's, both on one core (issue 30).
+
+    python benchmarks/checkout_ab.py --a HEAD~1 --b . [--model mlp|null] [--rounds 6]
+    python benchmarks/checkout_ab.py --a plain --b . --plan-steps 300 --peer-steps 3000 \\
+        --skip 1000                       # the steps after perfdoctor's plan ended
+
+Each arm is `plain` (the script alone), `.` (this checkout) or a git revision (checked out
+into a temporary worktree and byte-compiled, as tools/install.sh does). Every round starts
+both arms together on core 0 (taskset), each holding `_peer_steps.py`'s loop until the same
+moment, and compares the CPU time per step each process measured itself (the median after
+`--skip` steps): the guest's drift from second to second falls on both, where sequential
+runs moved +-40% (benchmarks/README.md, session 5). perfdoctor runs as
+`profile --no-apply --profile-steps 0 --run-to-end` with a plan of `--plan-steps` steps
+(default: the whole script). Pairs whose loops did not start within 0.5 s are shown and
+left out; the order of the two arms alternates between rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # noqa: F401  (puts the checkout on sys.path)
+from _common import ROOT, machine_line, out
+
+PEER_SCRIPT = ROOT / "benchmarks" / "_peer_steps.py"
+LATE_S = 0.5
+
+
+def checkout(rev: str, work: Path) -> Path:
+    """The tree an arm imports perfdoctor from: this checkout, or `rev` in a worktree."""
+    if rev == ".":
+        return ROOT
+    tree = work / f"tree-{len(list(work.glob('tree-*')))}"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), rev],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", str(tree / "perfdoctor")], check=True
+    )
+    return tree
+
+
+def command(tree: Path | None, plan_steps: int, run_dir: Path) -> list[str]:
+    if tree is None:
+        return [sys.executable, str(PEER_SCRIPT)]
+    return [sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--profile-steps", "0",
+            "--run-to-end", "--warmup", "5", "--steps", str(plan_steps), "--quiet",
+            "-o", str(run_dir), str(PEER_SCRIPT)]  # fmt: skip
+
+
+def run_pair(
+    arms: list[tuple[str, Path | None]], args: argparse.Namespace, work: Path, lead_s: float
+) -> dict[str, dict]:
+    start_at = time.time() + lead_s
+    plan_steps = args.plan_steps or args.peer_steps + 10
+    started = []
+    for k, (name, tree) in enumerate(arms):
+        result = work / f"result-{k}.json"
+        result.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PEER_MODEL": args.model,
+            "PEER_STEPS": str(args.peer_steps),
+            "PEER_WARMUP": str(args.skip),
+            "PEER_OUT": str(result),
+            "PEER_START_AT": repr(start_at),
+            "PYTHONPATH": str(tree or ROOT),
+        }
+        proc = subprocess.Popen(
+            ["taskset", "-c", "0", *command(tree, plan_steps, work / f"runs-{k}")],
+            env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        started.append((name, proc, result))
+    got = {}
+    for name, proc, result in started:
+        _, err = proc.communicate()
+        if proc.returncode != 0 or not result.exists():
+            raise SystemExit(f"{name} failed:\n{err[-2000:]}")
+        row = json.loads(result.read_text())
+        row["late_s"] = row["loop_start"] - start_at
+        got[name] = row
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", default="plain", help="plain, . or a git revision")
+    parser.add_argument("--b", default=".", help="plain, . or a git revision")
+    parser.add_argument("--model", default="mlp", choices=("mlp", "null"))
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--peer-steps", type=int, default=1500, help="steps the script runs")
+    parser.add_argument("--skip", type=int, default=50, help="steps left out of each median")
+    parser.add_argument("--plan-steps", type=int, default=0, help="perfdoctor's plan (0: all)")
+    parser.add_argument("--lead", type=float, default=20.0, help="seconds both arms wait")
+    args = parser.parse_args(argv)
+    if shutil.which("taskset") is None:
+        raise SystemExit("taskset not found (util-linux)")
+    work = Path(tempfile.mkdtemp(prefix="checkout-ab-"))
+    names = [args.a, args.b]
+    if names[0] == names[1]:
+        names = [f"{args.a} (1)", f"{args.b} (2)"]  # an A/A: the harness's own spread
+    trees = [None if rev == "plain" else checkout(rev, work) for rev in (args.a, args.b)]
+    out(machine_line())
+    out(
+        f"checkout A/B on one core: {args.a} against {args.b}, {args.model} step, "
+        f"{args.peer_steps} steps ({args.skip} left out), plan "
+        f"{args.plan_steps or 'the whole script'}, {args.rounds} rounds"
+    )
+    ratios = []
+    try:
+        for r in range(args.rounds):
+            arms = list(zip(names, trees, strict=True))
+            if r % 2:
+                arms.reverse()
+            got = run_pair(arms, args, work, args.lead)
+            a, b = got[names[0]], got[names[1]]
+            late = max(abs(a["late_s"]), abs(b["late_s"]))
+            ratio = b["cpu_median_ms"] / a["cpu_median_ms"]
+            kept = late <= LATE_S
+            if kept:
+                ratios.append(ratio)
+            out(f"  round {r + 1}: {names[0]} {a['cpu_median_ms']:.4f} ms, {names[1]} "
+                f"{b['cpu_median_ms']:.4f} ms: {ratio:.4f}x, late {late:.2f} s"
+                f"{'' if kept else ' (left out)'} | load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    finally:
+        for tree in trees:
+            if tree is not None and tree != ROOT:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+    if ratios:
+        out(
+            f"{names[1]} / {names[0]}, CPU time per step: median {statistics.median(ratios):.4f} "
+            f"[{min(ratios):.4f}-{max(ratios):.4f}, n={len(ratios)}]"
+        )
+    else:
+        out("no pair kept: every pair started late (a loaded machine: raise --lead)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
