@@ -18,7 +18,6 @@ left out; the order of the two arms alternates between rounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -30,9 +29,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 from _common import ROOT, machine_line, out
-
-PEER_SCRIPT = ROOT / "benchmarks" / "_peer_steps.py"
-LATE_S = 0.5
+from overhead import LATE_S, peer_command, start_together
 
 
 def checkout(rev: str, work: Path) -> Path:
@@ -50,47 +47,21 @@ def checkout(rev: str, work: Path) -> Path:
     return tree
 
 
-def command(tree: Path | None, plan_steps: int, run_dir: Path) -> list[str]:
-    if tree is None:
-        return [sys.executable, str(PEER_SCRIPT)]
-    return [sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--profile-steps", "0",
-            "--run-to-end", "--warmup", "5", "--steps", str(plan_steps), "--quiet",
-            "-o", str(run_dir), str(PEER_SCRIPT)]  # fmt: skip
-
-
 def run_pair(
-    arms: list[tuple[str, Path | None]], args: argparse.Namespace, work: Path, lead_s: float
+    arms: list[tuple[str, Path | None]], args: argparse.Namespace, work: Path
 ) -> dict[str, dict]:
-    start_at = time.time() + lead_s
-    plan_steps = args.plan_steps or args.peer_steps + 10
-    started = []
+    """One round: both arms started together on core 0 (overhead.start_together)."""
+    start_at = time.time() + args.lead
+    specs = []
     for k, (name, tree) in enumerate(arms):
-        result = work / f"result-{k}.json"
-        result.unlink(missing_ok=True)
-        env = {
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
-            "PEER_MODEL": args.model,
-            "PEER_STEPS": str(args.peer_steps),
-            "PEER_WARMUP": str(args.skip),
-            "PEER_OUT": str(result),
-            "PEER_START_AT": repr(start_at),
-            "PYTHONPATH": str(tree or ROOT),
-        }
-        proc = subprocess.Popen(
-            ["taskset", "-c", "0", *command(tree, plan_steps, work / f"runs-{k}")],
-            env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        command, env, result = peer_command(
+            "plain" if tree is None else "perfdoctor", args.model, args.peer_steps, work, None,
+            start_at, tree=tree or ROOT, plan_steps=args.plan_steps or None, skip=args.skip,
+            tag=f"arm{k}",
         )  # fmt: skip
-        started.append((name, proc, result))
-    got = {}
-    for name, proc, result in started:
-        _, err = proc.communicate()
-        if proc.returncode != 0 or not result.exists():
-            raise SystemExit(f"{name} failed:\n{err[-2000:]}")
-        row = json.loads(result.read_text())
-        row["late_s"] = row["loop_start"] - start_at
-        got[name] = row
-    return got
+        specs.append((name, command, env, result))
+    first, second = start_together(specs, args.model, work, start_at, same_core=True)
+    return {arms[0][0]: first, arms[1][0]: second}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             arms = list(zip(names, trees, strict=True))
             if r % 2:
                 arms.reverse()
-            got = run_pair(arms, args, work, args.lead)
+            got = run_pair(arms, args, work)
             a, b = got[names[0]], got[names[1]]
             late = max(abs(a["late_s"]), abs(b["late_s"]))
             ratio = b["cpu_median_ms"] / a["cpu_median_ms"]

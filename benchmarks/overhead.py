@@ -468,10 +468,24 @@ def _traceml_command(venv: Path | None) -> list[str] | None:
 
 
 def peer_command(
-    arm: str, model: str, steps: int, work: Path, traceml: list[str] | None, start_at: float = 0.0
+    arm: str,
+    model: str,
+    steps: int,
+    work: Path,
+    traceml: list[str] | None,
+    start_at: float = 0.0,
+    *,
+    tree: Path = ROOT,
+    plan_steps: int | None = None,
+    skip: int | None = None,
+    tag: str | None = None,
 ) -> tuple[list[str], dict[str, str], Path]:
-    """How one arm runs `_peer_steps.py`: its command, its environment, its result file."""
-    result = work / f"peer-{arm}-{model}.json"
+    """How one arm runs `_peer_steps.py`: its command, its environment, its result file.
+    `tree`: the checkout perfdoctor is imported from; `plan_steps`: perfdoctor's plan
+    (default: every step of the script); `skip`: steps left out of the medians (the
+    script's default 50); `tag`: names the arm's files where two arms share `arm`."""
+    name = tag or arm
+    result = work / f"peer-{name}-{model}.json"
     result.unlink(missing_ok=True)
     env = {
         **os.environ,
@@ -480,17 +494,19 @@ def peer_command(
         "PEER_STEPS": str(steps),
         "PEER_OUT": str(result),
         "PEER_START_AT": repr(start_at),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(tree),
     }
+    if skip is not None:
+        env["PEER_WARMUP"] = str(skip)
     script = str(PEER_SCRIPT)
     if arm == "plain":
         command = [sys.executable, script]
     elif arm == "perfdoctor":
-        # The plan covers every step of the script, so none runs unobserved.
+        # By default the plan covers every step of the script, so none runs unobserved.
         command = [sys.executable, "-m", "perfdoctor", "profile", "--no-apply",
                    "--profile-steps", "0", "--run-to-end", "--warmup", "5",
-                   "--steps", str(steps + 10), "--quiet", "-o", str(work / f"pd-runs-{model}"),
-                   script]  # fmt: skip
+                   "--steps", str(plan_steps or steps + 10), "--quiet",
+                   "-o", str(work / f"pd-runs-{name}-{model}"), script]  # fmt: skip
     else:
         assert traceml is not None
         env["PEER_TRACEML"] = "1"
@@ -534,14 +550,26 @@ def run_side_by_side(
     """Two arms started together, each holding its loop until the same moment (lead_s after
     the start, time for both to import torch and install their hooks), then timing its
     steps on its own core beside the other: the machine's drift from one minute to the next
-    falls on both alike. The first arm runs on core 0, the second on core 1 (taskset), or
-    both on core 0 with `same_core`: time-sliced on one core, each process's CPU time per
-    step sees the same core at the same moments. Each result says when its loop ran
-    (`loop_start`, `loop_end`)."""
+    falls on both alike (start_together)."""
     start_at = time.time() + lead_s
+    specs = [(arm, *peer_command(arm, model, steps, work, traceml, start_at)) for arm in arms]
+    return start_together(specs, model, work, start_at, same_core)
+
+
+def start_together(
+    specs: list[tuple[str, list[str], dict[str, str], Path]],
+    model: str,
+    work: Path,
+    start_at: float,
+    same_core: bool,
+) -> tuple[dict, dict]:
+    """Two arms (name, command, environment, result file from peer_command, all with the
+    same PEER_START_AT) started at once. The first runs on core 0, the second on core 1
+    (taskset), or both on core 0 with `same_core`: time-sliced on one core, each process's
+    CPU time per step sees the same core at the same moments. Each result says when its
+    loop ran (`loop_start`, `loop_end`) and how late it started (`late_s`)."""
     started = []
-    for core, arm in enumerate(arms):
-        command, env, result = peer_command(arm, model, steps, work, traceml, start_at)
+    for core, (arm, command, env, result) in enumerate(specs):
         # The tool's helper processes (perfdoctor's parent, TraceML's aggregator) inherit the
         # core. On two cores the guest's cores need not run at one speed, so the rounds swap
         # the arms' cores and the ratios' median cancels the difference.
