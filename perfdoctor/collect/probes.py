@@ -172,8 +172,8 @@ class Probes:
         self._rss_reader = RssReader()
         self._cpu_start: float | None = None  # this thread's CPU clock at the step's start
         # The CPU clock read as the last step closed, taken as the next step's start when
-        # nothing but the step change ran in between (_cpu_carry_ok): a read is a system call
-        # (no vDSO for CPU clocks), ~10 us on a virtual machine (issue 30).
+        # nothing but the step change ran in between (set at the end of step_closed): a
+        # read is a system call (no vDSO for CPU clocks), microseconds on a virtual machine.
         self._cpu_carry: float | None = None
         # In-process A/B (collect/ab_switch.py): set by attach_ab when the spec asks for it.
         self.ab: Any = None
@@ -601,10 +601,11 @@ class Probes:
 
 class RssReader:
     """Resident set size at a step's end: /proc/self/statm read through a kept descriptor
-    where there is one, psutil elsewhere. Each read is a system call (~10 us on a virtual
-    machine, where a null step takes ~300 us), so at most one every RSS_MIN_INTERVAL_S:
-    every step of a step of a millisecond or more, every few steps of a faster loop (its
-    rows between have none; the growth fit and the peak read what there is)."""
+    where there is one, psutil elsewhere. Each read is a system call (microseconds on a
+    virtual machine, where a null step takes ~400 us), so at most one every
+    RSS_MIN_INTERVAL_S: every step of a loop whose steps take a millisecond or more, every
+    few steps of a faster one (the rows between have none; the growth fit and the peak read
+    what there is)."""
 
     RSS_MIN_INTERVAL_S = 0.001
 

@@ -12,6 +12,7 @@ from typing import Any
 import psutil
 import pytest
 from load_limits import scaled
+from sleeping_child import sleeping_child
 
 from perfdoctor.collect.cpu_sampler import TREE_LOOKUP_PERIOD_S, CpuSampler
 from perfdoctor.collect.sampling import SamplingThread
@@ -38,23 +39,13 @@ def test_rows_have_per_core_util_and_this_process_rss() -> None:
 
 
 def test_descendants_are_counted_as_workers() -> None:
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+    with sleeping_child() as worker:
         sampler = CpuSampler(os.getpid())
         sampler.start()
         row = sampler.sample()[0]
         assert row["workers"] >= 1
         worker_rss = psutil.Process(worker.pid).memory_info().rss
         assert row["workers_rss_bytes"] >= worker_rss * 0.9
-    finally:
-        worker.kill()
-        worker.wait()
-        if worker.stdout is not None:
-            worker.stdout.close()
     after = sampler.sample()[0]
     assert after["workers"] == row["workers"] - 1
 
@@ -67,21 +58,11 @@ def test_descendants_are_looked_up_once_a_period_and_known_ones_read_every_tick(
     sampler = CpuSampler(os.getpid(), clock=lambda: now[0])
     sampler.start()
     before = sampler.sample()[0]["workers"]  # the first tick looks the tree up
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+    with sleeping_child():
         now[0] = TREE_LOOKUP_PERIOD_S / 2
         assert sampler.sample()[0]["workers"] == before  # the known processes only
         now[0] = TREE_LOOKUP_PERIOD_S
         assert sampler.sample()[0]["workers"] == before + 1
-    finally:
-        worker.kill()
-        worker.wait()
-        if worker.stdout is not None:
-            worker.stdout.close()
     now[0] = TREE_LOOKUP_PERIOD_S * 1.5  # no lookup due
     assert sampler.sample()[0]["workers"] == before
 

@@ -1,8 +1,8 @@
 """The per-step readings that are system calls: the thread's CPU clock and the RSS.
 
-Each read is a system call (no vDSO for CPU clocks; /proc/self/statm for RSS), ~10 us on a
-virtual machine, where a null step takes ~300 us (issue 30): the CPU clock is read once per
-step change, not twice, and the RSS at most once a millisecond. The rows must still say
+Each read is a system call (no vDSO for CPU clocks; /proc/self/statm for RSS), microseconds
+on a virtual machine, where a null step takes ~400 us (issue 30): the CPU clock is read once
+per step change, not twice, and the RSS at most once a millisecond. The rows must still say
 what each step used.
 """
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sleeping_child import sleeping_child
 
 from perfdoctor.collect import supervision
 from perfdoctor.collect.cpu_sampler import CpuSampler
@@ -75,12 +76,7 @@ def test_supervise_returns_the_exit_code_of_a_child_that_ends_at_once(
 
 
 def test_the_samplers_lookup_feeds_the_tree_so_it_does_not_list_again() -> None:
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+    with sleeping_child() as worker:
         tree = ProcessTree(os.getpid())
         sampler = CpuSampler(os.getpid(), on_lookup=tree.saw)
         sampler.start()
@@ -92,8 +88,3 @@ def test_the_samplers_lookup_feeds_the_tree_so_it_does_not_list_again() -> None:
         tree.refresh()  # asked outright (a timeout, an interrupt): it lists
         assert tree._listed_at > listed_at
         assert isinstance(tree._seen[worker.pid], psutil.Process)
-    finally:
-        worker.kill()
-        worker.wait()
-        if worker.stdout is not None:
-            worker.stdout.close()
