@@ -5,9 +5,10 @@ losses stay detached tensors until then, so capturing them never adds a host syn
 progress.jsonl gets one tiny line per step for the parent's live display.
 
 Per step the child only keeps a tuple of raw values (`add_step`, `progress`): the rows'
-dicts, their checks against the schema and their JSON are made for a batch at a time when
-they are written, in one conversion and one encoding call each (issue 30: the per-step cost
-of a small model's step is what perfdoctor adds to it).
+dicts and their JSON are made for a batch at a time when they are written, in one encoding
+call (issue 30: the per-step cost of a small model's step is what perfdoctor adds to it).
+The rows this module builds have their fields' types by construction and are encoded as
+they are; rows given to `add` go through the schema first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import math
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
+
 from perfdoctor import rundir
 from perfdoctor.collect.device_clock import DeviceStepClock
 from perfdoctor.collect.loop_probes import loop_fields
@@ -28,7 +31,6 @@ from perfdoctor.run_schema import (
     encode_line,
     encode_lines,
     step_row,
-    step_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -114,11 +116,12 @@ class StepLog:
             self._progress.write(
                 encode_lines(
                     [
+                        # four_decimals, inline (a call per value is what it saves)
                         ProgressRow(
                             step=index,
                             phase=phase,
-                            t=four_decimals(max(now - origin, 0.0)),
-                            wall_ms=four_decimals(wall_ms),
+                            t=int(max(now - origin, 0.0) * 10_000.0 + 0.5) / 10_000.0,
+                            wall_ms=int(wall_ms * 10_000.0 + 0.5) / 10_000.0,
                             note=note,
                         )
                         for index, phase, now, wall_ms, note in rows
@@ -134,21 +137,23 @@ class StepLog:
             return
         # The rows leave the buffer only once they are on disk: a SIGTERM (SystemExit) raised
         # in the middle of a flush leaves them for close() to write, instead of losing them.
-        pending = [(_row_of(row), losses) for row, losses in self._pending]
+        pending = list(self._pending)
         values = _loss_values([losses for _, losses in pending])
-        for (row, _), loss in zip(pending, values, strict=True):
-            if loss is not None and not math.isfinite(loss):
-                # JSON has no NaN: keep the fact that the loss was not finite.
-                row["loss"] = None
-                row["loss_finite"] = False
-                self.nonfinite_losses += 1
-            else:
-                row["loss"] = loss
+        device_ms: dict[int, float] | None = None
         if self.device_clock is not None:
-            device_ms = self.device_clock.durations([row["index"] for row, _ in pending])
-            for row, _ in pending:
-                row["device_ms"] = device_ms.get(row["index"])
-        text = _step_lines([row for row, _ in pending])
+            device_ms = self.device_clock.durations(
+                [raw[0].index if type(raw) is tuple else raw["index"] for raw, _ in pending]
+            )
+        rows: list[Any] = []
+        for (raw, _), loss in zip(pending, values, strict=True):
+            finite = loss is None or math.isfinite(loss)
+            if not finite:
+                self.nonfinite_losses += 1
+            if type(raw) is tuple:
+                rows.append(_row_of(raw, loss if finite else None, finite, device_ms))
+            else:
+                rows.append(_checked_row(raw, loss if finite else None, finite, device_ms))
+        text = _step_lines(rows)
         try:
             with self._steps_path.open("ab") as fh:
                 fh.write(text)
@@ -171,55 +176,106 @@ class StepLog:
             self._progress = None
 
 
-def _row_of(raw: Any) -> dict[str, Any]:
-    """A step's row dict, from add_step's raw tuple (a dict from add() stays as it is)."""
-    if type(raw) is not tuple:
-        return raw  # type: ignore[no-any-return]
+class _StepLine(msgspec.Struct, kw_only=True):
+    """A steps.jsonl line as the child writes its rows: StepRecord's fields in its order
+    (tests/unit/collect/test_step_rows.py keeps them so). Fields left UNSET are left out of
+    the line, as a StepRecord converted from a row dict without them leaves them out. A
+    struct, not a dict: built in one C call, its keys encoded once for all rows."""
+
+    index: int
+    phase: str
+    wall_ms: float
+    data_wait_ms: float | None
+    forward_ms: float | None
+    backward_ms: float | None
+    optimizer_ms: float | None
+    micro_batches: int
+    loss: float | None
+    batch_size: int | None
+    rss_bytes: int | None
+    cuda_allocated_bytes: int | None
+    cuda_max_allocated_bytes: int | None
+    loss_finite: bool | msgspec.UnsetType = msgspec.UNSET
+    device_ms: float | msgspec.UnsetType | None = msgspec.UNSET
+    comm_ms: float | None
+    arm: str | msgspec.UnsetType | None = msgspec.UNSET
+    eval_forward_ms: float | msgspec.UnsetType = msgspec.UNSET
+    nograd_forward_ms: float | msgspec.UnsetType = msgspec.UNSET
+    save_ms: float | msgspec.UnsetType = msgspec.UNSET
+    cpu_ms: float | None
+
+
+def _row_of(
+    raw: tuple[Any, ...], loss: float | None, finite: bool, device_ms: dict[int, float] | None
+) -> _StepLine:
+    """A step's line from add_step's raw tuple, its loss and its device time. It is encoded
+    as it is, without msgspec's conversion into a StepRecord (2 us a row): every value here
+    is made by this code with its field's type (int(), the integer arithmetic of
+    four_decimals, the tracker's int(batch)), so the line is the one the conversion would
+    encode (tests/unit/collect/test_step_rows.py checks both on rows of every shape)."""
     step, phase, rss, cpu_s, comm_ms, any_data, cuda_allocated, cuda_max, arm = raw
     # four_decimals(x * 1000.0), inline: this runs for every step.
-    row: dict[str, Any] = {
-        "index": step.index,
-        "phase": phase,
-        "wall_ms": int((step.end - step.start) * 1e7 + 0.5) / 1e4,
-        "data_wait_ms": int(step.data_s * 1e7 + 0.5) / 1e4
-        if (step.data_calls or any_data)
-        else None,
-        "forward_ms": int(step.forward_s * 1e7 + 0.5) / 1e4 if step.forward_calls else None,
-        "backward_ms": int(step.backward_s * 1e7 + 0.5) / 1e4 if step.micro_batches else None,
-        "optimizer_ms": int(step.optimizer_s * 1e7 + 0.5) / 1e4 if step.optimizer_s > 0 else None,
-        "micro_batches": step.micro_batches,
-        "loss": None,
-        "batch_size": step.batch_size,
-        "rss_bytes": rss,
-        "cuda_allocated_bytes": cuda_allocated,
-        "cuda_max_allocated_bytes": cuda_max,
-        "comm_ms": comm_ms,
-        "cpu_ms": int(max(cpu_s, 0.0) * 1e7 + 0.5) / 1e4 if cpu_s is not None else None,
-    }
-    if step.eval_forward_s or step.nograd_forward_s or step.save_s:  # (a training step: no)
-        row.update(loop_fields(step))
+    line = _StepLine(
+        index=step.index,
+        phase=phase,
+        wall_ms=int((step.end - step.start) * 1e7 + 0.5) / 1e4,
+        data_wait_ms=int(step.data_s * 1e7 + 0.5) / 1e4 if (step.data_calls or any_data) else None,
+        forward_ms=int(step.forward_s * 1e7 + 0.5) / 1e4 if step.forward_calls else None,
+        backward_ms=int(step.backward_s * 1e7 + 0.5) / 1e4 if step.micro_batches else None,
+        optimizer_ms=int(step.optimizer_s * 1e7 + 0.5) / 1e4 if step.optimizer_s > 0 else None,
+        micro_batches=step.micro_batches,
+        loss=loss,
+        batch_size=step.batch_size,
+        rss_bytes=rss,
+        cuda_allocated_bytes=cuda_allocated,
+        cuda_max_allocated_bytes=cuda_max,
+        comm_ms=comm_ms,
+        cpu_ms=int(max(cpu_s, 0.0) * 1e7 + 0.5) / 1e4 if cpu_s is not None else None,
+    )
+    if not finite:
+        line.loss_finite = False  # JSON has no NaN: keep the fact that the loss was not
+    if device_ms is not None:
+        line.device_ms = device_ms.get(step.index)
     if arm is not NO_ARM:
-        row["arm"] = arm
-    return row
+        line.arm = arm
+    if step.eval_forward_s or step.nograd_forward_s or step.save_s:  # (a training step: no)
+        for key, value in loop_fields(step).items():
+            setattr(line, key, value)
+    return line
 
 
-def _step_lines(rows: list[dict[str, Any]]) -> bytes:
-    """steps.jsonl lines, through the schema the analysis decodes them with: the whole batch
-    in one conversion and one encoding; row by row only when one does not match."""
+def _checked_row(
+    row: dict[str, Any], loss: float | None, finite: bool, device_ms: dict[int, float] | None
+) -> Any:
+    """A row dict given to add(), with its loss and device time, converted through the
+    schema (a StepRecord), or the dict as it is when it does not match."""
+    row["loss"] = loss
+    if not finite:
+        row["loss_finite"] = False
+    if device_ms is not None:
+        row["device_ms"] = device_ms.get(row["index"])
     try:
-        return encode_lines(step_rows(rows))
-    except SchemaMismatch:
-        return "".join(_step_line(row) + "\n" for row in rows).encode()
-
-
-def _step_line(row: dict[str, Any]) -> str:
-    """One steps.jsonl line, through the schema the analysis decodes it with."""
-    try:
-        return encode_line(step_row(row)).decode().rstrip("\n")
+        return step_row(row)
     except SchemaMismatch:
         # A bug in the row's making; the row itself is still worth keeping as it is.
         log.warning("step row does not match the schema: %r", row, exc_info=True)
-        return json.dumps(row)
+        return row
+
+
+def _step_lines(rows: list[Any]) -> bytes:
+    """steps.jsonl lines of the batch in one encoding call; line by line only when a value
+    cannot be encoded (then as json.dumps writes it, with anything else as its str)."""
+    try:
+        return encode_lines(rows)
+    except (TypeError, msgspec.EncodeError):
+        log.warning("step rows with a value JSON cannot hold", exc_info=True)
+    lines = []
+    for row in rows:
+        try:
+            lines.append(encode_line(row))
+        except (TypeError, msgspec.EncodeError):
+            lines.append(json.dumps(row, default=str).encode() + b"\n")
+    return b"".join(lines)
 
 
 def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:
@@ -248,8 +304,14 @@ def _to_floats(tensors: list[Any]) -> list[float | None]:
         for i, t in enumerate(tensors):
             by_device.setdefault(t.device, []).append(i)
         result: list[float | None] = [None] * len(tensors)
-        for indices in by_device.values():
+        for device, indices in by_device.items():
             group = [tensors[i] for i in indices]
+            if getattr(device, "type", None) == "cpu":
+                # No copy to wait for: item() per loss is half the time of stacking them
+                # (12 against 25 us for 50 losses, timeit).
+                for i, t in zip(indices, group, strict=True):
+                    result[i] = float(t.item())  # (one element: run() keeps no other)
+                continue
             try:
                 # Losses of one shape (the usual case): three ops for the whole batch of
                 # rows, not two per loss (each a dispatch of ~2-5 us on a small step).
