@@ -276,6 +276,7 @@ class RootFinder:
         self._root_ids: set[int] = set()
         self._nvtx_handle: Any = None
         self._tensor_cls = torch.Tensor
+        self._is_grad_enabled = torch.is_grad_enabled
         self._forward_kind: str | None = None  # of the depth-0 forward in flight
         self._forward_grad = False  # grad mode at its start
         self.hook_mode = "discovery"  # then "per-root", or "global" (see resolve)
@@ -493,7 +494,7 @@ class RootFinder:
         shape = None
         for value in args:
             if isinstance(value, tensor_cls):
-                shape = tuple(value.shape)
+                shape = value.shape  # a torch.Size: a tuple, hashed and compared as one
                 break
         else:
             if kwargs:
@@ -508,7 +509,7 @@ class RootFinder:
             if len(shape) > dim:
                 batch = shape[dim]
         t0 = self._tracker.forward_start(batch)  # may stop the script: before depth moves
-        grad = self._forward_grad = self._torch.is_grad_enabled()
+        grad = self._forward_grad = self._is_grad_enabled()
         # Forwards that train nothing (evaluation, rollouts) are named in the loop account.
         self._forward_kind = (
             "eval" if not getattr(module, "training", True) else None if grad else "no_grad"
