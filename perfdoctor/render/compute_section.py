@@ -153,8 +153,16 @@ def _op_row(op: Mapping[str, Any], trace: Mapping[str, Any] | None) -> tuple[str
         str(op.get("count", "")),
         f"{tflops:,.4g}" if tflops is not None else "-",
         _flops(flops) + share,
-        f"{intensity:,.0f}" if intensity is not None else "-",
+        _intensity(intensity) if intensity is not None else "-",
     )
+
+
+def _intensity(flop_per_byte: float) -> str:
+    """FLOP per byte: whole numbers from 10 up, two significant digits below (a 32x4
+    matmul does well under one FLOP per byte, which ",.0f" printed as 0)."""
+    if flop_per_byte >= 10:
+        return f"{flop_per_byte:,.0f}"
+    return f"{flop_per_byte:.2g}"
 
 
 def _num(value: Any) -> float | None:

@@ -35,6 +35,7 @@ from perfdoctor.render.line_svg import (
 # matplotlib's scatter s=18 (points squared), plus its edge line of 1 point
 MARKER_RADIUS = math.sqrt(18) / 2 + 0.5
 LABELLED = 6  # points that carry their label
+MIN_DECADES = 1.0  # the narrowest axis range, in powers of ten
 LABEL_CHARS = 28
 POINT_LABEL_SIZE = 6.0
 PEAK_LABEL_SIZE = 7.0
@@ -42,8 +43,13 @@ ROOF_COLOR = "#888888"
 
 
 def _log_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The axis range (log10) around the values: at least MIN_DECADES wide, so points a few
+    percent apart stay together (and a tick falls inside) instead of being spread over the
+    whole width."""
     lo, hi = math.log10(min(values)), math.log10(max(values))
-    pad = (hi - lo) * MARGIN if hi > lo else 0.5
+    pad = (hi - lo) * MARGIN
+    if hi - lo + 2 * pad < MIN_DECADES:
+        pad = (MIN_DECADES - (hi - lo)) / 2
     return lo - pad, hi + pad
 
 
@@ -133,8 +139,13 @@ def roofline_chart(
             f'<circle cx="{coord(x(px))}" cy="{coord(y(py))}" r="{coord(MARKER_RADIUS)}" '
             f'fill="{PALETTE[0]}"/>'
         )
-    for px, py, label in points[:LABELLED]:
-        out.append(svg_text(x(px) + 3, y(py) - 3, label[:LABEL_CHARS], POINT_LABEL_SIZE, "start"))
+    out += [
+        svg_text(lx, ly, text, POINT_LABEL_SIZE, "start")
+        for lx, ly, text in _placed_labels(
+            [(x(px) + 3, y(py) - 3, label[:LABEL_CHARS]) for px, py, label in points[:LABELLED]],
+            lowest=bottom,
+        )
+    ]
     if peak and peak_label:
         out.append(svg_text(x(peak_at), y(peak) - 2, peak_label, PEAK_LABEL_SIZE, "start"))
     marks = [f"M {coord(x(v))} {coord(bottom)} l 0 {coord(TICK_LEN)}" for v in x_ticks]
@@ -157,3 +168,25 @@ def roofline_chart(
     out.append(vertical_text(label_x, mid, ylabel))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _placed_labels(
+    labels: Sequence[tuple[float, float, str]], *, lowest: float
+) -> list[tuple[float, float, str]]:
+    """Each label at its point, moved down a line at a time while it would overlap a label
+    already placed (two ops at one point, or close by, otherwise print over each other),
+    and never below `lowest`, where it then stays as placed."""
+    line = POINT_LABEL_SIZE * LINE_HEIGHT
+    placed: list[tuple[float, float, str]] = []
+    boxes: list[tuple[float, float, float, float]] = []  # left, top, right, baseline
+    for lx, ly, text in labels:
+        width = text_width(text, POINT_LABEL_SIZE)
+        y = ly
+        while y + line <= lowest and any(
+            lx < right and left < lx + width and y - line < base and top < y
+            for left, top, right, base in boxes
+        ):
+            y += line
+        boxes.append((lx, y - line, lx + width, y))
+        placed.append((lx, y, text))
+    return placed

@@ -63,3 +63,12 @@ def test_no_section_without_flops(tmp_path: Path) -> None:
     (diagnosis,) = diagnose_traces([path], tmp_path / "out")
     if diagnosis.report is not None:
         assert "Compute: FLOPs" not in render_markdown(diagnosis.report)
+
+
+def test_an_ops_flop_per_byte_below_one_is_not_printed_as_zero() -> None:
+    from perfdoctor.render.compute_section import _op_row
+
+    # A 32x4 @ 4x32 matmul: ~0.9 FLOP per byte of least traffic.
+    small = _op_row({"op": "aten::mm", "flops": 8192.0, "intensity": 0.914}, None)
+    large = _op_row({"op": "aten::mm", "flops": 1e12, "intensity": 1365.3}, None)
+    assert small[-1] == "0.91" and large[-1] == "1,365"

@@ -37,3 +37,36 @@ def test_points_roof_and_labels():
     assert "<64x64>" not in svg  # escaped
     # The roof: one dashed path.
     assert len([p for p in root.iter(f"{SVG}path") if p.get("stroke-dasharray")]) == 1
+
+
+def test_labels_of_ops_at_one_point_do_not_print_over_each_other():
+    svg = roofline_chart(
+        [(0.4, 1e-5, "addmm [[32, 4]]"), (0.4, 1e-5, "mm [[4, 32]]"), (50.0, 0.01, "mm 256")],
+        xlabel="arithmetic intensity",
+        ylabel="achieved TFLOP/s",
+    )
+    root = ET.fromstring(svg)
+    at = {
+        t.text: (float(t.get("x", 0)), float(t.get("y", 0)))
+        for t in root.iter(f"{SVG}text")
+        if t.text and ("mm" in t.text)
+    }
+    (x1, y1), (x2, y2) = at["addmm [[32, 4]]"], at["mm [[4, 32]]"]
+    assert x1 == x2 and abs(y1 - y2) >= 6.0  # a line apart (6 pt labels)
+    assert at["mm 256"][1] < y1  # a label with room keeps its place at its point
+
+
+def test_points_a_few_percent_apart_stay_together_on_an_axis_with_ticks():
+    """Three ops at 0.386-0.394 FLOP/byte: not spread over the width, and the axis has a
+    tick to read them by."""
+    svg = roofline_chart(
+        [(0.386, 5e-6, "addmm"), (0.394, 2e-5, "mm a"), (0.390, 2.3e-5, "mm b")],
+        xlabel="arithmetic intensity",
+        ylabel="achieved TFLOP/s",
+    )
+    root = ET.fromstring(svg)
+    width = float(root.get("viewBox", "").split()[2])
+    xs = [float(c.get("cx", 0)) for c in root.iter(f"{SVG}circle")]
+    assert max(xs) - min(xs) < width * 0.05
+    ticks = {t.text for t in root.iter(f"{SVG}text")}
+    assert ticks & {"0.2", "0.5", "1", "0.1"}
