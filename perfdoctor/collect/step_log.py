@@ -274,8 +274,16 @@ def _step_lines(rows: list[Any]) -> bytes:
         try:
             lines.append(encode_line(row))
         except (TypeError, msgspec.EncodeError):
-            lines.append(json.dumps(row, default=str).encode() + b"\n")
+            lines.append(json.dumps(_fields_of(row), default=str).encode() + b"\n")
     return b"".join(lines)
+
+
+def _fields_of(row: Any) -> dict[str, Any]:
+    """A row's set fields as a dict (a _StepLine's UNSET ones left out; a dict as it is)."""
+    if isinstance(row, msgspec.Struct):
+        values = ((name, getattr(row, name)) for name in row.__struct_fields__)
+        return {name: value for name, value in values if value is not msgspec.UNSET}
+    return row  # type: ignore[no-any-return]
 
 
 def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:

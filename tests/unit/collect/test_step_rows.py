@@ -132,3 +132,26 @@ def test_the_childs_line_has_every_step_record_field_in_its_order() -> None:
     import dataclasses
 
     assert _StepLine.__struct_fields__ == tuple(f.name for f in dataclasses.fields(StepRecord))
+
+
+def test_a_value_json_cannot_hold_costs_its_row_only(tmp_path: Path) -> None:
+    """A batch size of a type msgspec cannot encode (a bug upstream): the row is written
+    as a JSON object with the value as text, and the rows around it stay whole."""
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd"
+
+    log = StepLog(tmp_path, origin=0.0)
+    for index in range(3):
+        step = _step(index, 7)
+        step.batch_size = Odd() if index == 1 else 8  # type: ignore[assignment]
+        log.add_step((step, "timed", None, 0.001, None, True, None, None, NO_ARM))
+    log.close()
+    lines = (tmp_path / rundir.STEPS_FILE).read_bytes().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [r["index"] for r in rows] == [0, 1, 2]
+    assert rows[1]["batch_size"] == "odd" and "arm" not in rows[1]
+    # The rows around it decode as steps.jsonl is read; the odd one is refused there by
+    # its field (rundir.load_steps: a row of the wrong type is a contract violation).
+    assert [run_schema.decode_step_line(lines[i]).batch_size for i in (0, 2)] == [8, 8]
