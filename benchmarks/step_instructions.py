@@ -42,12 +42,18 @@ ARMS = ("plain", "perfdoctor")
 START_LEAD_S = 240.0
 
 
+def profile_command(script: Path, runs: Path) -> list[str]:
+    """`script` under perfdoctor as both instruction counts run it: no fix applied, no
+    profiler window, a plan as long as the script (window_instructions.py uses it too)."""
+    return [sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--profile-steps",
+            "0", "--run-to-end", "--warmup", "5", "--steps", "1000000", "--quiet",
+            "--timeout", "3600", "-o", str(runs), str(script)]  # fmt: skip
+
+
 def _command(arm: str, work: Path) -> list[str]:
     if arm == "plain":
         return [sys.executable, str(PEER_SCRIPT)]
-    return [sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--profile-steps",
-            "0", "--run-to-end", "--warmup", "5", "--steps", "1000000", "--quiet",
-            "--timeout", "3600", "-o", str(work / "runs"), str(PEER_SCRIPT)]  # fmt: skip
+    return profile_command(PEER_SCRIPT, work / "runs")
 
 
 def _start(arm: str, core: int, model: str, work: Path, start_at: float) -> subprocess.Popen:

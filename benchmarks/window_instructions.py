@@ -30,6 +30,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 from _common import ROOT, machine_line, out
+from step_instructions import profile_command
 
 CLIENT_REQUESTS = """
 #include <valgrind/callgrind.h>
@@ -85,9 +86,7 @@ def _count(
     }
     command = [sys.executable, str(script)]
     if arm == "perfdoctor":
-        command = [sys.executable, "-m", "perfdoctor", "profile", "--no-apply", "--profile-steps",
-                   "0", "--run-to-end", "--warmup", "5", "--steps", "1000000", "--quiet",
-                   "--timeout", "3600", "-o", str(dumps / "runs"), str(script)]  # fmt: skip
+        command = profile_command(script, dumps / "runs")
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--trace-children=yes",
          f"--callgrind-out-file={dumps}/cg.%p", *command],
