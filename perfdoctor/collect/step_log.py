@@ -303,15 +303,20 @@ def _loss_values(per_step: list[tuple[Any, ...]]) -> list[float | None]:
 
 
 def _to_floats(tensors: list[Any]) -> list[float | None]:
+    """Each loss as a float: a CPU loss arrives read already (probes_hooks), a device
+    loss as a tensor, copied back with the others of its device."""
     if not tensors:
         return []
     try:
         import torch
 
+        result: list[float | None] = [None] * len(tensors)
         by_device: dict[Any, list[int]] = {}
         for i, t in enumerate(tensors):
-            by_device.setdefault(t.device, []).append(i)
-        result: list[float | None] = [None] * len(tensors)
+            if type(t) is float:
+                result[i] = t
+            else:
+                by_device.setdefault(t.device, []).append(i)
         for device, indices in by_device.items():
             group = [tensors[i] for i in indices]
             if getattr(device, "type", None) == "cpu":
