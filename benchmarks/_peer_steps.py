@@ -5,13 +5,22 @@
     traceml run _peer_steps.py                 # with PEER_TRACEML=1: trace_step(model)
 
 Everything comes from the environment (PEER_MODEL null|mlp, PEER_STEPS, PEER_WARMUP,
-PEER_OUT, PEER_TRACEML, PEER_START_AT), so no tool's own option parsing touches the script's
-arguments. PEER_START_AT (a time.time() value) holds the loop until then: arms started
-together then time their steps side by side, under the same load of a shared machine.
+PEER_OUT, PEER_TRACEML, PEER_START_AT, PEER_PIN_CORE, PEER_PYTHON_WORK), so no tool's
+option parsing touches the script's arguments. PEER_START_AT (a time.time() value) holds
+the loop until then: arms started together then time their steps side by side, under the
+same load of a shared machine.
 A step is one loop iteration, zero_grad through optimizer.step (inside TraceML's
 `trace_step` block where it is on): the time between the starts of consecutive iterations,
 so whatever a tool does at a step's edges is inside it. The medians of the steps after the
 warm-up, wall and the process's CPU time (all threads), go to PEER_OUT as JSON.
+PEER_PIN_CORE (a core number) moves every thread of this process onto that core as the
+loop starts, the tool's threads in this process with it; the tool's helper processes stay
+on the core they were started on. PEER_PYTHON_WORK (iterations) adds plain Python work to
+every step, a quarter before each of its four calls, the way a tool's hooks run between the
+ops (PEER_PYTHON_WORK_KIND=arithmetic: work that allocates and stores nothing); its own
+CPU time, timed alone after the loop, goes to PEER_OUT as `python_work_us`, and its time
+inside the loop (the median step's sum of its four parts) as `python_work_in_loop_us`
+(benchmarks/python_work_cost.py).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -31,6 +41,51 @@ WARMUP = int(os.environ.get("PEER_WARMUP", "50"))
 OUT = os.environ.get("PEER_OUT")
 TRACEML = os.environ.get("PEER_TRACEML") == "1"
 START_AT = float(os.environ.get("PEER_START_AT", "0"))
+PIN_CORE = os.environ.get("PEER_PIN_CORE")
+PYTHON_WORK = int(os.environ.get("PEER_PYTHON_WORK", "0"))
+# PEER_PYTHON_WORK_KIND=arithmetic: the same loop touching no memory but its locals.
+ARITHMETIC = os.environ.get("PEER_PYTHON_WORK_KIND") == "arithmetic"
+
+
+class _Scratch:
+    """What the work reads and writes: attributes, a dict, a list, as a hook's bookkeeping."""
+
+    def __init__(self) -> None:
+        self.table: dict[int, tuple[int, object, object]] = {}
+        self.rows: list[int] = []
+        self.total = 0
+
+
+def python_work(iterations: int, scratch: _Scratch) -> None:
+    if ARITHMETIC:
+        total = 0
+        for i in range(iterations):
+            total += (i * 7) & 63  # no object allocated or stored: small ints, locals
+        scratch.total = total
+        return
+    table, rows = scratch.table, scratch.rows
+    for i in range(iterations):
+        table[i & 63] = (i, scratch, time.perf_counter)
+        rows.append(i)
+    if len(rows) > 10_000:
+        rows.clear()
+
+
+def python_work_us(iterations: int, scratch: _Scratch, calls: int = 500) -> float:
+    """The work's own CPU time per step (four quarters), timed alone."""
+    started = time.process_time()
+    for _ in range(calls):
+        for _ in range(4):
+            python_work(iterations, scratch)
+    return (time.process_time() - started) / calls * 1e6
+
+
+def pin_every_thread(core: int) -> None:
+    """sched_setaffinity(0) moves only the calling thread: each thread of the process is
+    moved by its id (threads started later inherit their creator's core)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # the thread ended meanwhile
+            os.sched_setaffinity(int(tid), {core})
 
 
 def build() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -66,16 +121,44 @@ def main() -> None:
 
     if START_AT:
         time.sleep(max(START_AT - time.time(), 0.0))
+    if PIN_CORE is not None:
+        pin_every_thread(int(PIN_CORE))
+    scratch, quarter = _Scratch(), PYTHON_WORK // 4
+    in_loop_us: list[float] = []
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     loop_start = time.time()
     starts, cpu = [], []
     for _ in range(STEPS + 1):
         starts.append(time.perf_counter())
         cpu.append(time.process_time())
         with step_block():
+            if quarter:
+                # The work's own time inside the loop (perf_counter: no system call), so the
+                # step's added time splits into the work and what torch's ops lost to it.
+                t = time.perf_counter()
+                python_work(quarter, scratch)
+                work_s = time.perf_counter() - t
+                opt.zero_grad(set_to_none=True)
+                t = time.perf_counter()
+                python_work(quarter, scratch)
+                work_s += time.perf_counter() - t
+                out = model(x)
+                t = time.perf_counter()
+                python_work(quarter, scratch)
+                work_s += time.perf_counter() - t
+                torch.nn.functional.mse_loss(out, y).backward()
+                del out
+                t = time.perf_counter()
+                python_work(quarter, scratch)
+                work_s += time.perf_counter() - t
+                opt.step()
+                in_loop_us.append(work_s * 1e6)
+                continue
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
     loop_end = time.time()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
     steps_ms = [(b - a) * 1000.0 for a, b in itertools.pairwise(starts)]
     cpu_ms = [(b - a) * 1000.0 for a, b in itertools.pairwise(cpu)]
     if OUT:
@@ -86,9 +169,18 @@ def main() -> None:
                     # The process's CPU time per step (every thread): on a loaded machine
                     # it moves far less than the wall time.
                     "cpu_median_ms": statistics.median(cpu_ms[WARMUP:]),
+                    # The mean too: costs that come in bursts on a few steps (page faults, a
+                    # flush) are in what the run takes, not in the median step.
+                    "cpu_mean_ms": statistics.fmean(cpu_ms[WARMUP:]),
                     # When the loop ran (time.time()): whether two arms ran side by side.
                     "loop_start": loop_start,
                     "loop_end": loop_end,
+                    # Page faults a step (minor: memory the allocator mapped anew).
+                    "minor_faults_per_step": faults / (STEPS + 1),
+                    "python_work_us": python_work_us(quarter, scratch) if quarter else 0.0,
+                    "python_work_in_loop_us": (
+                        statistics.median(in_loop_us[WARMUP:]) if in_loop_us else 0.0
+                    ),
                 },
                 fh,
             )

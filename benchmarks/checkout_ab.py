@@ -8,8 +8,9 @@ Each arm is `plain` (the script alone), `.` (this checkout) or a git revision (c
 into a temporary worktree and byte-compiled, as tools/install.sh does). Every round starts
 both arms together on core 0 (taskset), each holding `_peer_steps.py`'s loop until the same
 moment, and compares the CPU time per step each process measured itself (the median after
-`--skip` steps): the guest's drift from second to second falls on both, where sequential
-runs moved +-40% (benchmarks/README.md, session 5). perfdoctor runs as
+`--skip` steps; `--mean`: the mean, where costs that come in bursts on a few steps count):
+the guest's drift from second to second falls on both, where sequential runs moved +-40%
+(benchmarks/README.md, session 5). perfdoctor runs as
 `profile --no-apply --profile-steps 0 --run-to-end` with a plan of `--plan-steps` steps
 (default: the whole script). Pairs whose loops did not start within 0.5 s are shown and
 left out; the order of the two arms alternates between rounds.
@@ -74,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=50, help="steps left out of each median")
     parser.add_argument("--plan-steps", type=int, default=0, help="perfdoctor's plan (0: all)")
     parser.add_argument("--lead", type=float, default=20.0, help="seconds both arms wait")
+    parser.add_argument(
+        "--mean",
+        action="store_true",
+        help="compare the mean CPU time per step (bursts on a few steps count), not the median",
+    )
     args = parser.parse_args(argv)
+    key = "cpu_mean_ms" if args.mean else "cpu_median_ms"
     if shutil.which("taskset") is None:
         raise SystemExit("taskset not found (util-linux)")
     work = Path(tempfile.mkdtemp(prefix="checkout-ab-"))
@@ -97,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             got = run_pair(arms, args, work)
             a, b = got[names[0]], got[names[1]]
             late = max(abs(a["late_s"]), abs(b["late_s"]))
-            ratio = b["cpu_median_ms"] / a["cpu_median_ms"]
+            ratio = b[key] / a[key]
             kept = late <= LATE_S
             if kept:
                 ratios.append(ratio)
-            out(f"  round {r + 1}: {names[0]} {a['cpu_median_ms']:.4f} ms, {names[1]} "
-                f"{b['cpu_median_ms']:.4f} ms: {ratio:.4f}x, late {late:.2f} s"
+            faults = (f"{a.get('minor_faults_per_step', float('nan')):.2f} / "
+                      f"{b.get('minor_faults_per_step', float('nan')):.2f}")  # fmt: skip
+            out(f"  round {r + 1}: {names[0]} {a[key]:.4f} ms, {names[1]} "
+                f"{b[key]:.4f} ms: {ratio:.4f}x, page faults a step {faults}, late {late:.2f} s"
                 f"{'' if kept else ' (left out)'} | load {os.getloadavg()[0]:.1f}")  # fmt: skip
     finally:
         for tree in trees:
@@ -114,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     if ratios:
         out(
-            f"{names[1]} / {names[0]}, CPU time per step: median {statistics.median(ratios):.4f} "
+            f"{names[1]} / {names[0]}, {'mean' if args.mean else 'median'} CPU time per step: "
+            f"median of the rounds {statistics.median(ratios):.4f} "
             f"[{min(ratios):.4f}-{max(ratios):.4f}, n={len(ratios)}]"
         )
     else:

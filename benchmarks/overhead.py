@@ -546,6 +546,7 @@ def run_side_by_side(
     traceml: list[str] | None,
     lead_s: float,
     same_core: bool = False,
+    helpers_core: int | None = None,
 ) -> tuple[dict, dict]:
     """Two arms started together, each holding its loop until the same moment (lead_s after
     the start, time for both to import torch and install their hooks), then timing its
@@ -553,7 +554,7 @@ def run_side_by_side(
     falls on both alike (start_together)."""
     start_at = time.time() + lead_s
     specs = [(arm, *peer_command(arm, model, steps, work, traceml, start_at)) for arm in arms]
-    return start_together(specs, model, work, start_at, same_core)
+    return start_together(specs, model, work, start_at, same_core, helpers_core)
 
 
 def start_together(
@@ -562,18 +563,28 @@ def start_together(
     work: Path,
     start_at: float,
     same_core: bool,
+    helpers_core: int | None = None,
 ) -> tuple[dict, dict]:
     """Two arms (name, command, environment, result file from peer_command, all with the
     same PEER_START_AT) started at once. The first runs on core 0, the second on core 1
     (taskset), or both on core 0 with `same_core`: time-sliced on one core, each process's
     CPU time per step sees the same core at the same moments. Each result says when its
-    loop ran (`loop_start`, `loop_end`) and how late it started (`late_s`)."""
+    loop ran (`loop_start`, `loop_end`) and how late it started (`late_s`).
+
+    `helpers_core` (with `same_core`): every process starts on that core and the training
+    script moves all its threads to core 0 as its loop starts (PEER_PIN_CORE): the two
+    training processes share core 0, the tools' helper processes (perfdoctor's parent,
+    TraceML's aggregator) run on the other core, as on a machine with a core to spare."""
     started = []
     for core, (arm, command, env, result) in enumerate(specs):
         # The tool's helper processes (perfdoctor's parent, TraceML's aggregator) inherit the
         # core. On two cores the guest's cores need not run at one speed, so the rounds swap
         # the arms' cores and the ratios' median cancels the difference.
-        command = ["taskset", "-c", str(0 if same_core else core), *command]
+        if same_core and helpers_core is not None:
+            command = ["taskset", "-c", str(helpers_core), *command]
+            env = {**env, "PEER_PIN_CORE": "0"}
+        else:
+            command = ["taskset", "-c", str(0 if same_core else core), *command]
         proc = subprocess.Popen(
             command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,
@@ -635,20 +646,30 @@ def peer_table(title: str, pairs: dict[tuple[str, str], list[tuple[float, float]
 
 
 def peers_side_by_side(
-    rounds: int, steps: int, work: Path, traceml: list[str], lead_s: float, same_core: bool
+    rounds: int,
+    steps: int,
+    work: Path,
+    traceml: list[str],
+    lead_s: float,
+    same_core: bool,
+    helpers_core: int | None = None,
 ) -> None:
     """Each tool beside plain, the two started together (run_side_by_side): perfdoctor and
     plain, then TraceML and plain, each model, every round; the ratio is taken within a pair.
     Pairs whose loops did not start within LATE_S of each other are shown and left out.
     `same_core`: both on one core, compared by the process's CPU time per step (the other
     process's slices are not in it); a tool's helper processes (perfdoctor's parent,
-    TraceML's aggregator) then share that core, and their own CPU is not in the figure."""
+    TraceML's aggregator) then share that core, and their own CPU is not in the figure;
+    with `helpers_core` they run on that core instead (start_together)."""
     key = "cpu_median_ms" if same_core else "median_ms"
+    where = "on the other core"
+    if same_core:
+        where = "on the same core (CPU time per step)"
+        if helpers_core is not None:
+            where += f", the tools' helper processes on core {helpers_core}"
     out(
         f"peers side by side: {rounds} rounds, {steps} steps per run (50 warm-up left out), "
-        f"each tool's run beside a plain run "
-        f"{'on the same core (CPU time per step)' if same_core else 'on the other core'}, "
-        f"loops held {lead_s:.0f} s"
+        f"each tool's run beside a plain run {where}, loops held {lead_s:.0f} s"
     )
     pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(rounds):
@@ -657,7 +678,7 @@ def peers_side_by_side(
                 # The arms swap cores every round (run_side_by_side: first on core 0).
                 arms = ("plain", tool) if r % 2 == 0 else (tool, "plain")
                 first, second = run_side_by_side(
-                    arms, model, steps, work, traceml, lead_s, same_core
+                    arms, model, steps, work, traceml, lead_s, same_core, helpers_core
                 )
                 got = dict(zip(arms, (first, second), strict=True))
                 p, t = got["plain"], got[tool]
@@ -707,6 +728,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--side-by-side: both on one core, by the process's CPU time per step",
     )
     parser.add_argument(
+        "--helpers-elsewhere",
+        action="store_true",
+        help="--same-core: the training processes on core 0, the tools' helpers on core 1",
+    )
+    parser.add_argument(
         "--lead", type=float, default=20.0, help="--side-by-side: seconds before the loops start"
     )
     parser.add_argument("--traceml-venv", type=Path, help="a venv with traceml-ai installed")
@@ -724,8 +750,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with tempfile.TemporaryDirectory(prefix="pd-peers-") as tmp:
             if args.side_by_side:
+                if args.helpers_elsewhere and not args.same_core:
+                    parser.error("--helpers-elsewhere needs --same-core")
                 peers_side_by_side(
-                    args.rounds, args.peer_steps, Path(tmp), traceml, args.lead, args.same_core
+                    args.rounds,
+                    args.peer_steps,
+                    Path(tmp),
+                    traceml,
+                    args.lead,
+                    args.same_core,
+                    1 if args.helpers_elsewhere else None,
                 )
             else:
                 peers(args.rounds, args.peer_steps, Path(tmp), traceml)
