@@ -17,10 +17,12 @@ PEER_PIN_CORE (a core number) moves every thread of this process onto that core 
 loop starts, the tool's threads in this process with it; the tool's helper processes stay
 on the core they were started on. PEER_PYTHON_WORK (iterations) adds plain Python work to
 every step, a quarter before each of its four calls, the way a tool's hooks run between the
-ops (PEER_PYTHON_WORK_KIND=arithmetic: work that allocates and stores nothing); its own
+ops (PEER_PYTHON_WORK_KIND: what the work touches, below); its own
 CPU time, timed alone after the loop, goes to PEER_OUT as `python_work_us`, and its time
 inside the loop (the median step's sum of its four parts) as `python_work_in_loop_us`
-(benchmarks/python_work_cost.py).
+(benchmarks/python_work_cost.py). PEER_PHASES=1 times each of the step's calls (zero_grad,
+forward, loss, backward, optimizer step) and writes their medians as `phase_us`
+(benchmarks/phase_costs.py).
 """
 
 from __future__ import annotations
@@ -43,8 +45,20 @@ TRACEML = os.environ.get("PEER_TRACEML") == "1"
 START_AT = float(os.environ.get("PEER_START_AT", "0"))
 PIN_CORE = os.environ.get("PEER_PIN_CORE")
 PYTHON_WORK = int(os.environ.get("PEER_PYTHON_WORK", "0"))
-# PEER_PYTHON_WORK_KIND=arithmetic: the same loop touching no memory but its locals.
-ARITHMETIC = os.environ.get("PEER_PYTHON_WORK_KIND") == "arithmetic"
+PHASES = os.environ.get("PEER_PHASES") == "1"
+PHASE_NAMES = ("zero_grad", "forward", "loss", "backward", "step")
+# PEER_PYTHON_WORK_KIND: objects (default), arithmetic (the same loop touching no memory but
+# its locals) or spread (each iteration reads another of many objects: a footprint in the
+# caches like that of many functions' code and dicts, at the same count of iterations).
+WORK_KIND = os.environ.get("PEER_PYTHON_WORK_KIND", "objects")
+SPREAD_OBJECTS = 1 << 15  # 32,768 objects of 48 bytes: 1.5 MB, more than a core's L2
+
+
+class _Cell:
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
 
 
 class _Scratch:
@@ -54,14 +68,22 @@ class _Scratch:
         self.table: dict[int, tuple[int, object, object]] = {}
         self.rows: list[int] = []
         self.total = 0
+        self.cursor = 0
+        self.cells = [_Cell(i) for i in range(SPREAD_OBJECTS)] if WORK_KIND == "spread" else []
 
 
 def python_work(iterations: int, scratch: _Scratch) -> None:
-    if ARITHMETIC:
+    if WORK_KIND == "arithmetic":
         total = 0
         for i in range(iterations):
             total += (i * 7) & 63  # no object allocated or stored: small ints, locals
         scratch.total = total
+        return
+    if WORK_KIND == "spread":
+        cells, start, total = scratch.cells, scratch.cursor, 0
+        for i in range(start, start + iterations):
+            total += cells[(i * 977) & (SPREAD_OBJECTS - 1)].value  # 977: lines apart
+        scratch.cursor, scratch.total = start + iterations, total
         return
     table, rows = scratch.table, scratch.rows
     for i in range(iterations):
@@ -125,6 +147,7 @@ def main() -> None:
         pin_every_thread(int(PIN_CORE))
     scratch, quarter = _Scratch(), PYTHON_WORK // 4
     in_loop_us: list[float] = []
+    phase_s: list[tuple[float, ...]] = []
     faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     loop_start = time.time()
     starts, cpu = [], []
@@ -154,6 +177,22 @@ def main() -> None:
                 opt.step()
                 in_loop_us.append(work_s * 1e6)
                 continue
+            if PHASES:
+                # Each call's wall time (perf_counter: no system call): where a tool's added
+                # time lands, its own code or torch's ops after it (phase_costs.py).
+                t0 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                t1 = time.perf_counter()
+                out = model(x)
+                t2 = time.perf_counter()
+                loss = torch.nn.functional.mse_loss(out, y)
+                t3 = time.perf_counter()
+                loss.backward()
+                t4 = time.perf_counter()
+                opt.step()
+                phase_s.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3, time.perf_counter() - t4))
+                del out, loss
+                continue
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
@@ -178,6 +217,13 @@ def main() -> None:
                     # Page faults a step (minor: memory the allocator mapped anew).
                     "minor_faults_per_step": faults / (STEPS + 1),
                     "python_work_us": python_work_us(quarter, scratch) if quarter else 0.0,
+                    # PEER_PHASES: each call's median wall time (us), in PHASE_NAMES' order.
+                    "phase_us": [
+                        statistics.median(p[k] for p in phase_s[WARMUP:]) * 1e6
+                        for k in range(len(PHASE_NAMES))
+                    ]
+                    if phase_s
+                    else None,
                     "python_work_in_loop_us": (
                         statistics.median(in_loop_us[WARMUP:]) if in_loop_us else 0.0
                     ),

@@ -1,6 +1,6 @@
 """What a fixed amount of plain Python work between a step's calls costs the step (issue 30).
 
-    python benchmarks/python_work_cost.py [--work 600] [--kind objects|arithmetic] [--rounds 4]
+    python benchmarks/python_work_cost.py [--work 600] [--kind objects|arithmetic|spread]
 
 perfdoctor's per-step cost is Python run between torch's ops (hooks, the step change). Its
 instructions price the null step (benchmarks/step_instructions.py), but the MLP step pays
@@ -15,7 +15,9 @@ same work timed alone after the loop; and the difference of the first two: what 
 own ops lost to the Python run between them (caches refilled), on this core shared with
 the other arm. `--kind objects` (default)
 builds and stores a tuple and appends to a list each iteration, as hooks' bookkeeping does;
-`--kind arithmetic` runs a loop of the same length on local integers only.
+`--kind arithmetic` runs a loop of the same length on local integers only; `--kind spread`
+reads one of 32,768 objects each iteration, each step other ones (a footprint in the caches,
+as many functions' code and dicts have).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def one_pair(model: str, steps: int, work: int, kind: str, where: Path, first: s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=int, default=600, help="iterations of work a step")
-    parser.add_argument("--kind", choices=("objects", "arithmetic"), default="objects")
+    parser.add_argument("--kind", choices=("objects", "arithmetic", "spread"), default="objects")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=1500, help="steps per run")
     args = parser.parse_args()
