@@ -156,8 +156,8 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
                     # tensor kept to the flush is a small allocation left among the
                     # step's large ones: the heap cannot reuse their freed space whole,
                     # and the next steps map fresh pages (the MLP of
-                    # benchmarks/_peer_steps.py: 8.7 page faults a step against 0.4
-                    # plain; 0.06 so). A device loss stays a tensor: reading it would
+                    # benchmarks/_peer_steps.py: 8.7 page faults a step, 0.4 plain, 0.06
+                    # with the float). A device loss stays a tensor: reading it would
                     # wait for the device (step_log copies them back once per flush).
                     try:
                         value: Any = float(loss.item())
