@@ -17,9 +17,9 @@ PEER_PIN_CORE (a core number) moves every thread of this process onto that core 
 loop starts, the tool's threads in this process with it; the tool's helper processes stay
 on the core they were started on. PEER_PYTHON_WORK (iterations) adds plain Python work to
 every step, a quarter before each of its four calls, the way a tool's hooks run between the
-ops (PEER_PYTHON_WORK_KIND: what the work touches, below); its own
-CPU time, timed alone after the loop, goes to PEER_OUT as `python_work_us`, and its time
-inside the loop (the median step's sum of its four parts) as `python_work_in_loop_us`
+ops (PEER_PYTHON_WORK_KIND: what the work touches, see WORK_KIND); its own CPU time, timed
+alone after the loop, goes to PEER_OUT as `python_work_us`, and its time inside the loop
+(the median step's sum of its four parts) as `python_work_in_loop_us`
 (benchmarks/python_work_cost.py). PEER_PHASES=1 times each of the step's calls (zero_grad,
 forward, loss, backward, optimizer step) and writes their medians as `phase_us`
 (benchmarks/phase_costs.py).
@@ -93,6 +93,13 @@ def python_work(iterations: int, scratch: _Scratch) -> None:
         rows.clear()
 
 
+def timed_work(iterations: int, scratch: _Scratch) -> float:
+    """One part of a step's work; its wall seconds."""
+    started = time.perf_counter()
+    python_work(iterations, scratch)
+    return time.perf_counter() - started
+
+
 def python_work_us(iterations: int, scratch: _Scratch, calls: int = 500) -> float:
     """The work's own CPU time per step (four quarters), timed alone."""
     started = time.process_time()
@@ -158,22 +165,14 @@ def main() -> None:
             if quarter:
                 # The work's own time inside the loop (perf_counter: no system call), so the
                 # step's added time splits into the work and what torch's ops lost to it.
-                t = time.perf_counter()
-                python_work(quarter, scratch)
-                work_s = time.perf_counter() - t
+                work_s = timed_work(quarter, scratch)
                 opt.zero_grad(set_to_none=True)
-                t = time.perf_counter()
-                python_work(quarter, scratch)
-                work_s += time.perf_counter() - t
+                work_s += timed_work(quarter, scratch)
                 out = model(x)
-                t = time.perf_counter()
-                python_work(quarter, scratch)
-                work_s += time.perf_counter() - t
+                work_s += timed_work(quarter, scratch)
                 torch.nn.functional.mse_loss(out, y).backward()
                 del out
-                t = time.perf_counter()
-                python_work(quarter, scratch)
-                work_s += time.perf_counter() - t
+                work_s += timed_work(quarter, scratch)
                 opt.step()
                 in_loop_us.append(work_s * 1e6)
                 continue
