@@ -161,6 +161,11 @@ class Probes:
         self.scalers: list[dict[str, Any]] = []
         self.autocast: dict[str, Any] = {"used": False, "dtype": None, "device_type": None}
         self.autocast_dtypes: set[str] = set()
+        # [True] while the per-step hooks observe; [False] once a plan that lets the script
+        # run to its end is over: probes_hooks' wrappers then call straight through, where
+        # going through the tracker to learn that it had stopped cost the null step ~36 us
+        # a step (benchmarks/README.md, session 9).
+        self.hooks_live = [True]
         self.zero_grad_calls = 0
         self.zero_grad_set_to_none: bool | None = None
         self.emit_nvtx = False
@@ -339,9 +344,10 @@ class Probes:
         self.plan_finished_at = self.tracker.steps_closed
         self.stopped_by_perfdoctor = not self.runtime.spec.run_to_end
         if not self.stopped_by_perfdoctor:
-            # The script runs on unobserved: the per-forward hooks go now, the global hooks
-            # return at once (StepTracker.stopped).
+            # The script runs on unobserved: the per-forward and optimizer hooks go now, the
+            # patched calls pass straight through.
             self.roots.remove_hooks()
+            self.hooks_live[0] = False
         self.sync_watch.uninstall()
         if self.stacks is not None:
             self.stacks.stop()

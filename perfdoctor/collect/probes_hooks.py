@@ -72,18 +72,24 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
     nvtx = probes.nvtx
     nvtx_handle: list[Any] = [None]
 
+    # After a plan that lets the script run to its end (live[0] False) only the count of
+    # each optimizer's steps goes on (the manifest's steps_run): no tracker, no timing. The
+    # hooks stay registered: torch iterates its hook dicts while calling them, and the plan
+    # ends inside this pre-hook.
+    live = probes.hooks_live
+
     def pre_hook(opt: Any, args: Any, kwargs: Any) -> Any:
         if is_compiling():
             return None
         if stack and any(o is opt for o in stack):
             stack.clear()
         outer = not stack
-        if outer:
+        if outer and live[0]:
             started[0] = tracker.optimizer_start(opt)  # may stop the script
             if nvtx is not None:
                 nvtx_handle[0] = nvtx.start("optimizer")
         stack.append(opt)
-        if outer and (len(args) > 1 or kwargs):  # step(closure): no call for a plain step()
+        if outer and live[0] and (len(args) > 1 or kwargs):  # step(closure) only
             return _closure_steps(opt, args, kwargs)
         return None
 
@@ -116,14 +122,15 @@ def _install_optimizer_hooks(probes: Probes, torch: Any, is_compiling: Any) -> N
         stack.pop()
         if stack:
             return
-        tracker.optimizer_end(opt, started[0])
-        if nvtx is not None:
-            nvtx.end(nvtx_handle[0])
-        if roots.resolved:  # Probes.optimizer_stepped, without the call once roots are known
-            key = id(opt)
-            steps[key] = steps.get(key, 0) + 1
-        else:
-            probes.optimizer_stepped(opt)
+        if live[0]:
+            tracker.optimizer_end(opt, started[0])
+            if nvtx is not None:
+                nvtx.end(nvtx_handle[0])
+            if not roots.resolved:
+                probes.optimizer_stepped(opt)
+                return
+        key = id(opt)  # Probes.optimizer_stepped, without the call once roots are known
+        steps[key] = steps.get(key, 0) + 1
 
     optimizer_mod.register_optimizer_step_pre_hook(pre_hook)
     optimizer_mod.register_optimizer_step_post_hook(post_hook)
@@ -136,6 +143,7 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
     tracker = probes.tracker
     tensor_cls = torch.Tensor
     nvtx = probes.nvtx
+    live = probes.hooks_live
     depth = [0]
     # GradScaler.scale(loss) -> the scaled tensor and the loss it came from, so the loss
     # series is the user's loss, not loss * scale.
@@ -175,7 +183,7 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
 
     @functools.wraps(original_tensor_backward)
     def tensor_backward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if depth[0] or is_compiling():
+        if depth[0] or not live[0] or is_compiling():
             return original_tensor_backward(self, *args, **kwargs)
         return run(self, original_tensor_backward, (self, *args), kwargs)
 
@@ -185,7 +193,7 @@ def _install_backward(probes: Probes, torch: Any, is_compiling: Any) -> None:
 
     @functools.wraps(original_autograd_backward)
     def autograd_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if depth[0] or is_compiling():
+        if depth[0] or not live[0] or is_compiling():
             return original_autograd_backward(tensors, *args, **kwargs)
         target = tensors
         if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
@@ -217,6 +225,7 @@ def _install_grad_scaler(probes: Probes, torch: Any, is_compiling: Any) -> None:
         return
     tracker = probes.tracker
     user_code = probes.user_code
+    live = probes.hooks_live
     original_init = scaler_cls.__init__
     original_update = scaler_cls.update
     original_scale = scaler_cls.scale
@@ -231,7 +240,7 @@ def _install_grad_scaler(probes: Probes, torch: Any, is_compiling: Any) -> None:
 
     @functools.wraps(original_update)
     def scaler_update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not is_compiling():
+        if live[0] and not is_compiling():
             # Called once per iteration, also when the inf check skipped optimizer.step.
             tracker.scaler_update(self)
         return original_update(self, *args, **kwargs)
@@ -239,7 +248,7 @@ def _install_grad_scaler(probes: Probes, torch: Any, is_compiling: Any) -> None:
     @functools.wraps(original_scale)
     def scaler_scale(self: Any, outputs: Any) -> Any:
         result = original_scale(self, outputs)
-        if not is_compiling():
+        if live[0] and not is_compiling():
             probes.remember_scaled_loss(outputs, result)
         return result
 
@@ -270,6 +279,7 @@ def _install_dataloader(probes: Probes, torch: Any, is_compiling: Any) -> None:
     user_code = probes.user_code
     tensor_cls = torch.Tensor
     nvtx = probes.nvtx
+    live = probes.hooks_live
     loader_cls = dl.DataLoader
     original_init = loader_cls.__init__
     original_iter = loader_cls.__iter__
@@ -301,7 +311,7 @@ def _install_dataloader(probes: Probes, torch: Any, is_compiling: Any) -> None:
         return iterator
 
     def loader_next(self: Any) -> Any:
-        if is_compiling():
+        if not live[0] or is_compiling():
             return original_next(self)
         t0 = tracker.data_start()  # may stop the script before the batch is fetched
         handle = nvtx.start("data") if nvtx is not None else None
@@ -338,11 +348,12 @@ def _install_dataloader(probes: Probes, torch: Any, is_compiling: Any) -> None:
 
 
 def _install_zero_grad(probes: Probes, torch: Any, is_compiling: Any) -> None:
+    live = probes.hooks_live
     for owner in (torch.optim.Optimizer, torch.nn.Module):
         original = owner.zero_grad
 
         def zero_grad(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            if not is_compiling():
+            if live[0] and not is_compiling():
                 set_to_none = bool(args[0] if args else kwargs.get("set_to_none", True))
                 probes.zero_grad_called(set_to_none)
                 if not set_to_none:

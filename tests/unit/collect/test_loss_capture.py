@@ -30,7 +30,7 @@ def tracked(monkeypatch: pytest.MonkeyPatch) -> tuple[StepTracker, Listener]:
     monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)
     listener = Listener()
     tracker = StepTracker(listener, plan_total=None, time_window_s=1.0, clock=Clock())
-    probes: Any = SimpleNamespace(tracker=tracker, nvtx=None)
+    probes: Any = SimpleNamespace(tracker=tracker, nvtx=None, hooks_live=[True])
     probes_hooks._install_backward(probes, torch, lambda: False)
     tracker.optimizer_constructed()
     return tracker, listener
