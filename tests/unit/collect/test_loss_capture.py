@@ -83,3 +83,21 @@ def test_the_rows_hold_the_same_losses_as_from_the_tensors(
     # Read in one batch, floats and tensors together: not one by one after a failure (the
     # fallback that copies each device loss back on its own).
     assert "converting one by one" not in caplog.text
+
+
+def test_a_loss_item_cannot_make_a_float_of_stays_a_detached_tensor(
+    tracked: tuple[StepTracker, Listener],
+) -> None:
+    """A complex loss (backward given its gradient): float(item()) refuses, so the tensor is
+    kept as before, detached from the user's graph, and the user's backward runs."""
+    tracker, listener = tracked
+    weight = torch.ones(2, dtype=torch.complex64, requires_grad=True)
+    for _ in range(2):
+        loss = (weight * (1 + 2j)).sum()
+        loss.backward(torch.ones((), dtype=torch.complex64))
+        t0 = tracker.optimizer_start("opt")
+        tracker.optimizer_end("opt", t0)
+    (kept,) = listener.closed[0].losses
+    assert isinstance(kept, torch.Tensor) and not kept.requires_grad
+    assert kept.item() == 2 * (1 + 2j)
+    assert weight.grad is not None
