@@ -344,8 +344,8 @@ class Probes:
         self.plan_finished_at = self.tracker.steps_closed
         self.stopped_by_perfdoctor = not self.runtime.spec.run_to_end
         if not self.stopped_by_perfdoctor:
-            # The script runs on unobserved: the per-forward and optimizer hooks go now, the
-            # patched calls pass straight through.
+            # The script runs on unobserved: the per-forward hooks go now; the patched calls
+            # pass straight through, and the optimizer hooks only count steps.
             self.roots.remove_hooks()
             self.hooks_live[0] = False
         self.sync_watch.uninstall()
