@@ -15,12 +15,9 @@ import pytest
 import torch
 from torch.optim import optimizer as optimizer_mod
 
-from perfdoctor.analyze.frames import UserCode
 from perfdoctor.collect import probes_hooks
-from perfdoctor.collect.probes import Probes
 from perfdoctor.collect.probes_steps import ClosedStep, StepTracker
-from perfdoctor.collect.runtime import Runtime
-from perfdoctor.model import RunSpec, StepPlan, Target
+from tests.unit.collect.test_step_clocks import _probes
 
 PLAN = 3
 
@@ -124,19 +121,6 @@ def test_after_the_plan_only_the_optimizer_steps_are_counted(
     assert tracker.calls == calls_at_plan_end  # the 6 steps after it: no call at all
     assert probes.optimizer_steps == {id(opt): 10}  # every step the script made
     assert model.weight.grad is not None  # the user's backward ran throughout
-
-
-def _probes(run_dir: Path, *, run_to_end: bool) -> Probes:
-    spec = RunSpec(
-        label="baseline",
-        target=Target(kind="script", name="train.py", argv=()),
-        cwd=str(run_dir),
-        run_dir=str(run_dir),
-        plan=StepPlan(warmup_steps=1, timed_steps=2, profiled_steps=0),
-        profile=False,
-        run_to_end=run_to_end,
-    )
-    return Probes(Runtime(spec), torch, UserCode.for_target(run_dir, str(run_dir)), 0.0)
 
 
 @pytest.mark.parametrize("run_to_end", [True, False])

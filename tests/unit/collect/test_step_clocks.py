@@ -33,7 +33,8 @@ def test_rss_is_read_at_most_once_a_millisecond() -> None:
     assert isinstance(reader.read(), int)  # asked outright: always read
 
 
-def _probes(run_dir: Path) -> Probes:
+def _probes(run_dir: Path, *, run_to_end: bool = False) -> Probes:
+    """Probes over a run directory, nothing installed into torch."""
     spec = RunSpec(
         label="baseline",
         target=Target(kind="script", name="train.py", argv=()),
@@ -41,6 +42,7 @@ def _probes(run_dir: Path) -> Probes:
         run_dir=str(run_dir),
         plan=StepPlan(warmup_steps=1, timed_steps=200, profiled_steps=0),
         profile=False,
+        run_to_end=run_to_end,
     )
     return Probes(Runtime(spec), torch, UserCode.for_target(run_dir, str(run_dir)), 0.0)
 
