@@ -14,9 +14,10 @@ backward, SGD step, one intra-op thread) runs under `perfdoctor profile --no-app
 
 From step `--skip` for `--steps` steps the script traces itself (`sys.settrace` with
 `f_trace_opcodes`) and counts the bytecodes executed in frames of perfdoctor's code, per
-function; frames of torch and of the script are not counted. Counting is deterministic:
-a change to a hook shows its exact effect, where timing it on this guest needs rounds of
-same-core pairs (`checkout_ab.py`). A bytecode here stands for its share of the C work it
+function; frames of torch and of the script are not counted. The count repeats to within
+a few bytecodes a step (the RSS is read at most once a millisecond, so how often depends
+on the clock): a change to a hook shows its effect, where timing it on this guest needs
+rounds of same-core pairs (`checkout_ab.py`). A bytecode here stands for its share of the C work it
 calls too (a `perf_counter()` call is one CALL): benchmarks/README.md ("Session 9")
 relates the counts to time per step. The window is a multiple of the step log's 50-step
 flush, so the flush's share is whole. `--tree DIR` imports perfdoctor from DIR (a scratch
@@ -35,14 +36,12 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 from _common import ROOT, machine_line, out
+from window_instructions import NULL_STEP_BODY, NULL_STEP_SETUP
 
-NULL_STEPS = """
-import collections, json, os, sys, torch
-torch.set_num_threads(1)
-torch.manual_seed(0)
-model = torch.nn.Linear(8, 8)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(8, 8), torch.randn(8, 8)
+NULL_STEPS = (
+    NULL_STEP_SETUP
+    + """
+import collections, json, os, sys
 skip, steps = int(os.environ["COUNT_SKIP"]), int(os.environ["COUNT_STEPS"])
 marker = os.sep + "perfdoctor" + os.sep
 counts = collections.Counter()
@@ -66,13 +65,13 @@ for i in range(skip + steps + 5):
         sys.settrace(in_perfdoctor)
     if i == skip + steps:
         sys.settrace(None)
-    opt.zero_grad()
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    opt.step()
+"""
+    + NULL_STEP_BODY.lstrip("\n")
+    + """
 with open(os.environ["COUNT_OUT"], "w") as f:
     json.dump({key: n / steps for key, n in counts.items()}, f)
 """
+)
 
 # The two states counted, with the plan (steps) each runs under: None = the whole script.
 STATES = {"observed": None, "after the plan": 300}

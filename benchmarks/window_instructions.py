@@ -38,25 +38,37 @@ void count_on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void count_off(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
 """
 
-NULL_STEPS = """
-import ctypes, os, torch
-counter = ctypes.CDLL(os.environ["WINDOW_LIB"])
+# The null step both exact-window counts run (hook_bytecodes.py too): its model, then the
+# loop body, each script placing its own counting around them.
+NULL_STEP_SETUP = """
+import torch
 torch.set_num_threads(1)
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 8)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(8, 8), torch.randn(8, 8)
+"""
+NULL_STEP_BODY = """
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+"""
+
+NULL_STEPS = (
+    NULL_STEP_SETUP
+    + """
+import ctypes, os
+counter = ctypes.CDLL(os.environ["WINDOW_LIB"])
 skip, steps = int(os.environ["WINDOW_SKIP"]), int(os.environ["WINDOW_STEPS"])
 for i in range(skip + steps + 5):
     if i == skip:
         counter.count_on()
     if i == skip + steps:
         counter.count_off()
-    opt.zero_grad()
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    opt.step()
 """
+    + NULL_STEP_BODY.lstrip("\n")
+)
 
 
 def _build(work: Path) -> tuple[Path, Path]:
