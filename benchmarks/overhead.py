@@ -44,6 +44,10 @@ script, so every step is observed), and under `traceml run` with `trace_step(mod
 each step, the three alternating in every round. TraceML is looked up as the `traceml`
 command on PATH or in --traceml-venv (a venv with it installed; `python -m venv
 --system-site-packages DIR && DIR/bin/pip install traceml-ai` with torch pinned).
+`--peer-plan 20` runs perfdoctor as the issue did instead: the default plan (5 warm-up and
+20 timed steps), then the script runs on with the hooks stood down, so the medians (from
+step 50) are of steps after the plan: what `--run-to-end` costs the rest of a run, not
+what an observed step costs.
 """
 
 from __future__ import annotations
@@ -547,13 +551,17 @@ def run_side_by_side(
     lead_s: float,
     same_core: bool = False,
     helpers_core: int | None = None,
+    plan_steps: int | None = None,
 ) -> tuple[dict, dict]:
     """Two arms started together, each holding its loop until the same moment (lead_s after
     the start, time for both to import torch and install their hooks), then timing its
     steps on its own core beside the other: the machine's drift from one minute to the next
-    falls on both alike (start_together)."""
+    falls on both alike (start_together). `plan_steps`: perfdoctor's plan (peer_command)."""
     start_at = time.time() + lead_s
-    specs = [(arm, *peer_command(arm, model, steps, work, traceml, start_at)) for arm in arms]
+    specs = [
+        (arm, *peer_command(arm, model, steps, work, traceml, start_at, plan_steps=plan_steps))
+        for arm in arms
+    ]
     return start_together(specs, model, work, start_at, same_core, helpers_core)
 
 
@@ -653,6 +661,7 @@ def peers_side_by_side(
     lead_s: float,
     same_core: bool,
     helpers_core: int | None = None,
+    plan_steps: int | None = None,
 ) -> None:
     """Each tool beside plain, the two started together (run_side_by_side): perfdoctor and
     plain, then TraceML and plain, each model, every round; the ratio is taken within a pair.
@@ -667,9 +676,13 @@ def peers_side_by_side(
         where = "on the same core (CPU time per step)"
         if helpers_core is not None:
             where += f", the tools' helper processes on core {helpers_core}"
+    plan = "perfdoctor's plan covers every step"
+    if plan_steps:
+        plan = f"perfdoctor's plan: {plan_steps} timed steps, then the script runs on"
+
     out(
         f"peers side by side: {rounds} rounds, {steps} steps per run (50 warm-up left out), "
-        f"each tool's run beside a plain run {where}, loops held {lead_s:.0f} s"
+        f"each tool's run beside a plain run {where}, loops held {lead_s:.0f} s; {plan}"
     )
     pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(rounds):
@@ -678,7 +691,7 @@ def peers_side_by_side(
                 # The arms swap cores every round (run_side_by_side: first on core 0).
                 arms = ("plain", tool) if r % 2 == 0 else (tool, "plain")
                 first, second = run_side_by_side(
-                    arms, model, steps, work, traceml, lead_s, same_core, helpers_core
+                    arms, model, steps, work, traceml, lead_s, same_core, helpers_core, plan_steps
                 )
                 got = dict(zip(arms, (first, second), strict=True))
                 p, t = got["plain"], got[tool]
@@ -717,6 +730,14 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", action="store_true", help="perfdoctor against TraceML on two step sizes"
     )
     parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
+    parser.add_argument(
+        "--peer-plan",
+        type=int,
+        default=0,
+        help="--side-by-side: perfdoctor's timed steps, then the script runs on (0: every step "
+        "observed; 20: the default plan of the issue's `profile --no-apply --profile-steps 0 "
+        "--run-to-end`)",
+    )
     parser.add_argument(
         "--side-by-side",
         action="store_true",
@@ -760,6 +781,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.lead,
                     args.same_core,
                     1 if args.helpers_elsewhere else None,
+                    args.peer_plan or None,
                 )
             else:
                 peers(args.rounds, args.peer_steps, Path(tmp), traceml)
