@@ -679,7 +679,6 @@ def peers_side_by_side(
     plan = "perfdoctor's plan covers every step"
     if plan_steps:
         plan = f"perfdoctor's plan: {plan_steps} timed steps, then the script runs on"
-
     out(
         f"peers side by side: {rounds} rounds, {steps} steps per run (50 warm-up left out), "
         f"each tool's run beside a plain run {where}, loops held {lead_s:.0f} s; {plan}"
@@ -784,6 +783,8 @@ def main(argv: list[str] | None = None) -> int:
                     args.peer_plan or None,
                 )
             else:
+                if args.peer_plan:
+                    parser.error("--peer-plan needs --side-by-side")
                 peers(args.rounds, args.peer_steps, Path(tmp), traceml)
         out(machine_line())
         return 0
