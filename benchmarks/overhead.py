@@ -44,7 +44,7 @@ script, so every step is observed), and under `traceml run` with `trace_step(mod
 each step, the three alternating in every round. TraceML is looked up as the `traceml`
 command on PATH or in --traceml-venv (a venv with it installed; `python -m venv
 --system-site-packages DIR && DIR/bin/pip install traceml-ai` with torch pinned).
-`--peer-plan 20` runs perfdoctor as the issue did instead: the default plan (5 warm-up and
+`--plan-steps 20` runs perfdoctor as the issue did instead: the default plan (5 warm-up and
 20 timed steps), then the script runs on with the hooks stood down, so the medians (from
 step 50) are of steps after the plan: what `--run-to-end` costs the rest of a run, not
 what an observed step costs.
@@ -730,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-steps", type=int, default=600, help="steps per --peers run")
     parser.add_argument(
-        "--peer-plan",
+        "--plan-steps",
         type=int,
         default=0,
         help="--side-by-side: perfdoctor's timed steps, then the script runs on (0: every step "
@@ -780,11 +780,11 @@ def main(argv: list[str] | None = None) -> int:
                     args.lead,
                     args.same_core,
                     1 if args.helpers_elsewhere else None,
-                    args.peer_plan or None,
+                    args.plan_steps or None,
                 )
             else:
-                if args.peer_plan:
-                    parser.error("--peer-plan needs --side-by-side")
+                if args.plan_steps:
+                    parser.error("--plan-steps needs --side-by-side")
                 peers(args.rounds, args.peer_steps, Path(tmp), traceml)
         out(machine_line())
         return 0
